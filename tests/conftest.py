@@ -1,0 +1,81 @@
+"""Shared fixtures: a tiny random Llama built offline, free ports, scripted OpenAI-compatible servers.
+
+Nothing here downloads anything: the tokenizer is a byte-level BPE trained in-process on a few sentences,
+the model is a randomly initialised `LlamaForCausalLM` with tiny dimensions. `build_tiny_llama` is also
+used by `bench/bench_hf.py`."""
+from __future__ import annotations
+import os, socket, sys
+from pathlib import Path
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # so tests and benches can import fake_openai_server
+
+# Nothing may reach the hub: every model here is built and saved by the tests.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+CORPUS = [
+    "What is 6 * 7? Let me work through it step by step. The answer is 42.",
+    "You are a careful debater. Read the other agents' answers and update yours if they convince you.",
+    "[Moderator]: These are the answers of the other agents. The final answer is 17.",
+    "0 1 2 3 4 5 6 7 8 9 10 + - * / = ( ) . , ? ! : ; \" ' { } [ ]",
+    "system user assistant other agent moderator round debate answer number",
+]
+
+CHAT_TEMPLATE = ("{% for m in messages %}<s>{{ m['role'] }}\n{{ m['content'] }}</s>\n{% endfor %}"
+                 "{% if add_generation_prompt %}<s>assistant\n{% endif %}")
+
+def build_tiny_tokenizer(vocab_size: int = 400):
+    "A byte-level BPE tokenizer trained in-process, with <pad>/<s>/</s> and a simple chat template."
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+    tok = Tokenizer(models.BPE(unk_token=None))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<pad>", "<s>", "</s>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(CORPUS * 20, trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
+    fast.chat_template = CHAT_TEMPLATE
+    return fast
+
+def build_tiny_llama(path, seed: int = 0, hidden: int = 64, layers: int = 2) -> str:
+    "Build and save (`save_pretrained`) a tiny random Llama and its tokenizer to `path`; returns the path."
+    import torch
+    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+    path = Path(path); path.mkdir(parents=True, exist_ok=True)
+    tok = build_tiny_tokenizer()
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
+                      bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+                      tie_word_embeddings=True)
+    model = LlamaForCausalLM(cfg).eval()
+    model.generation_config = GenerationConfig(bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                                               pad_token_id=tok.pad_token_id)
+    model.save_pretrained(path); tok.save_pretrained(path)
+    return str(path)
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> str:
+    "A folder holding a tiny random Llama + tokenizer, built once per session."
+    return build_tiny_llama(tmp_path_factory.mktemp("tiny-llama") / "tiny-llama")
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+@pytest.fixture
+def fake_server():
+    "A factory: `fake_server(schedule=[...], reply=..., ...)` starts a scripted server (see `fake_openai_server.py`); all stop at teardown."
+    from fake_openai_server import FakeOpenAIServer
+    servers = []
+    def start(**kw):
+        s = FakeOpenAIServer(**kw).start()
+        servers.append(s)
+        return s
+    yield start
+    for s in servers: s.stop()
