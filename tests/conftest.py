@@ -41,7 +41,7 @@ def build_tiny_tokenizer(vocab_size: int = 400):
     fast.chat_template = CHAT_TEMPLATE
     return fast
 
-def build_tiny_llama(path, seed: int = 0, hidden: int = 64, layers: int = 2) -> str:
+def build_tiny_llama(path, seed: int = 0, hidden: int = 64, layers: int = 2, init_std: float = 0.3) -> str:
     "Build and save (`save_pretrained`) a tiny random Llama and its tokenizer to `path`; returns the path."
     import torch
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
@@ -51,7 +51,7 @@ def build_tiny_llama(path, seed: int = 0, hidden: int = 64, layers: int = 2) -> 
     cfg = LlamaConfig(vocab_size=len(tok), hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
                       bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-                      tie_word_embeddings=True)
+                      tie_word_embeddings=True, initializer_range=init_std)
     model = LlamaForCausalLM(cfg).eval()
     model.generation_config = GenerationConfig(bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
                                                pad_token_id=tok.pad_token_id)
