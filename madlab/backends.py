@@ -6,7 +6,7 @@ Docs: https://madlab.github.io/madlab/backends.html.md"""
 
 # %% ../nbs/01_backends.ipynb #92d17c7d
 from __future__ import annotations
-import asyncio, collections, json, math, os, random, re, time
+import asyncio, collections, json, math, os, random, re, time, weakref
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 from .core import *
@@ -201,6 +201,11 @@ class _Malformed(Exception): pass
 _OPENAI_PARAMS = {"max_tokens", "temperature", "top_p", "stop", "seed", "response_format", "n", "presence_penalty",
                   "frequency_penalty", "logprobs", "top_logprobs", "max_completion_tokens", "reasoning_effort"}
 
+def _backoff(attempt: int, max_wait: float, base: float = 0.2) -> float:
+    "Exponential backoff with jitter: about `base`·2^(attempt-1) seconds, at most `max_wait`."
+    step = base * 2 ** (attempt - 1)
+    return min(max_wait, step * (1 + random.random() * 0.5))
+
 def _retry_after(exc) -> float|None:
     resp = getattr(exc, "response", None)
     if resp is None: return None
@@ -210,7 +215,8 @@ def _retry_after(exc) -> float|None:
 
 class OpenAIBackend(Backend):
     "Any OpenAI-compatible chat completions endpoint through the official async client."
-    _semaphores: dict = {}
+    _semaphores = weakref.WeakKeyDictionary()   # event loop -> {base_url: Semaphore}
+    _clients = weakref.WeakKeyDictionary()      # event loop -> {(base_url, key digest, timeout): AsyncOpenAI}
     def __init__(self, model: str, base_url: str|None = None, api_key: str|None = None, preset: str = "openai",
                  max_concurrency: int = 8, max_retries: int = 4, timeout: float = 60.0, max_wait: float = 30.0, **defaults):
         if preset not in PRESETS: raise ValueError(f"unknown preset {preset!r}; choose from {', '.join(PRESETS)}")
@@ -225,14 +231,20 @@ class OpenAIBackend(Backend):
     def __repr__(self): return f"OpenAIBackend({self.spec!r}, base_url={self.base_url!r})"  # never the key
 
     def _sem(self):
-        key = (self.base_url, id(asyncio.get_running_loop()))
-        if key not in self._semaphores: self._semaphores[key] = asyncio.Semaphore(self.max_concurrency)
-        return self._semaphores[key]
+        per_loop = self._semaphores.setdefault(asyncio.get_running_loop(), {})
+        if self.base_url not in per_loop: per_loop[self.base_url] = asyncio.Semaphore(self.max_concurrency)
+        return per_loop[self.base_url]
 
     def _get_client(self):
-        if self._client is None:
+        # One client per endpoint and event loop, shared by every backend that talks to it and kept until the loop goes:
+        # building one costs ~30 ms (TLS context), and a dropped client whose pooled connections are garbage-collected
+        # inside a running loop can leave other requests on that loop hanging until their timeout.
+        per_loop = self._clients.setdefault(asyncio.get_running_loop(), {})
+        k = (self.base_url, stable_hash(self._api_key)[:16], self.timeout)
+        if k not in per_loop:
             import openai
-            self._client = openai.AsyncOpenAI(base_url=self.base_url, api_key=self._api_key, max_retries=0, timeout=self.timeout)
+            per_loop[k] = openai.AsyncOpenAI(base_url=self.base_url, api_key=self._api_key, max_retries=0, timeout=self.timeout)
+        self._client = per_loop[k]
         return self._client
 
     async def _once(self, messages, params):
@@ -252,10 +264,9 @@ class OpenAIBackend(Backend):
         if "max_new_tokens" in extra: params.setdefault("max_tokens", extra.pop("max_new_tokens"))
         if extra: params["extra_body"] = extra
         retryable = (openai.RateLimitError, openai.InternalServerError, openai.APITimeoutError, openai.APIConnectionError, _Malformed)
-        backoff = tenacity.wait_exponential_jitter(initial=0.2, max=self.max_wait)
         def wait(rs):
             ra = _retry_after(rs.outcome.exception())
-            return min(ra, self.max_wait) if ra is not None else backoff(rs)
+            return min(ra, self.max_wait) if ra is not None else _backoff(rs.attempt_number, self.max_wait)
         t0 = time.perf_counter()
         async with self._sem():
             try:
@@ -277,7 +288,13 @@ class OpenAIBackend(Backend):
                           meta={"finish_reason": getattr(ch, "finish_reason", None), **({} if u else {"usage_estimated": True})})
 
     async def aclose(self):
-        if self._client is not None: await self._client.close(); self._client = None
+        "Forget this backend's client (the endpoint's shared client stays open for the others; see `close_clients`)."
+        self._client = None
+
+    @classmethod
+    async def close_clients(cls):
+        "Close every shared client of the running event loop."
+        for c in cls._clients.pop(asyncio.get_running_loop(), {}).values(): await c.close()
 
 def _err_text(e) -> str:
     s = str(getattr(e, "message", None) or e)
@@ -380,7 +397,8 @@ class HFBackend(Backend):
         greedy = p.get("greedy", False) or p.get("temperature", 1.0) == 0
         stop = p.get("stop") or []
         if isinstance(stop, str): stop = [stop]
-        req = _HFRequest(messages, int(p.get("max_new_tokens") or p.get("max_tokens") or 512), not greedy,
+        n_new = params.get("max_new_tokens") or params.get("max_tokens") or self.defaults.get("max_new_tokens") or self.defaults.get("max_tokens") or 512
+        req = _HFRequest(messages, int(n_new), not greedy,
                          float(p.get("temperature", 1.0)), float(p.get("top_p", 1.0)), list(stop), asyncio.get_running_loop().create_future())
         self.requests += 1
         t0 = time.perf_counter()
@@ -443,6 +461,7 @@ class ReplayBackend(Backend):
 
 # %% ../nbs/01_backends.ipynb #c1763aac
 BACKEND_KINDS = ("synthetic", *PRESETS, "hf")
+_HF_SHARED: dict = {}   # (path, options) -> HFBackend: one loaded model and one batching queue per spec
 
 def get_backend(spec: str, **kw) -> Backend:
     "Build the backend named by `spec` (see `BACKEND_KINDS`); `kw` go to its constructor."
@@ -456,5 +475,7 @@ def get_backend(spec: str, **kw) -> Backend:
         return OpenAIBackend(rest, preset=kind, **kw)
     if kind == "hf":
         if not rest: raise ValueError("hf: needs a model path or hub name, e.g. hf:/models/tiny")
-        return HFBackend(rest, **kw)
+        key = (rest, repr(sorted(kw.items())))
+        if key not in _HF_SHARED: _HF_SHARED[key] = HFBackend(rest, **kw)
+        return _HF_SHARED[key]
     raise ValueError(f"unknown backend kind {kind!r} in {spec!r}; choose from {', '.join(BACKEND_KINDS)}")

@@ -6,14 +6,16 @@ Docs: https://madlab.github.io/madlab/scoring.html.md"""
 
 # %% ../nbs/05_scoring.ipynb #0d3a5cf9
 from __future__ import annotations
-import collections, random, re
+import collections, json, random, re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 from .core import *
 
 # %% auto #0
-__all__ = ['FORMATS', 'AnswerFormat', 'register_format', 'answer_format', 'final_number', 'toy_arith_items', 'majority_vote',
-           'plurality_vote', 'agreement']
+__all__ = ['FORMATS', 'KKS_PHASES', 'AnswerFormat', 'register_format', 'answer_format', 'final_number', 'toy_arith_items',
+           'vote_key', 'majority_vote', 'plurality_vote', 'agreement', 'extract_json', 'final_choice', 'kks_players',
+           'roles_of', 'synthetic_kks_belief', 'synthetic_kks_position', 'kks_positions', 'phase_accuracy', 'kks_flips',
+           'flip_summary', 'kks_consensus', 'kks_games', 'kks_decisions', 'agent_usage']
 
 # %% ../nbs/05_scoring.ipynb #78748a11
 @dataclass
@@ -24,6 +26,7 @@ class AnswerFormat:
     parse: Callable[[str], Any]            # reply -> answer or None
     score: Callable[[Any, Any], bool] = lambda a, g: a is not None and a == g
     options: dict = field(default_factory=dict)   # Ask.options for synthetic agents (choices, labels, ...)
+    bind: Callable|None = None             # item -> AnswerFormat specialised to that item (e.g. its players)
 
 FORMATS: dict[str, AnswerFormat] = {}
 
@@ -35,7 +38,8 @@ def answer_format(item) -> AnswerFormat:
     "The answer format for `item`'s task."
     task = getattr(item, "task", None)
     if task not in FORMATS: raise ValueError(f"no answer format for task {task!r}; known tasks: {', '.join(sorted(FORMATS))}")
-    return FORMATS[task]
+    fmt = FORMATS[task]
+    return fmt.bind(item) if fmt.bind is not None else fmt
 
 # %% ../nbs/05_scoring.ipynb #c5755135
 _NUM = r"-?\$?\d[\d,]*(?:\.\d+)?"
@@ -69,20 +73,285 @@ def toy_arith_items(n: int = 10, seed: int = 0) -> list[Item]:
     return out
 
 # %% ../nbs/05_scoring.ipynb #41372284
+def vote_key(a):
+    "What counts as the same vote: `a.vote_key()` if defined, a role assignment's roles, else `a` itself (hashable) or its JSON."
+    if a is None: return None
+    if callable(getattr(a, "vote_key", None)): return a.vote_key()
+    roles = getattr(a, "roles", None)
+    if isinstance(roles, dict): return tuple(sorted(roles.items(), key=lambda kv: str(kv[0])))
+    try: hash(a); return a
+    except TypeError: return json.dumps(to_jsonable(a), sort_keys=True)
+
 def majority_vote(answers, strict: bool = True):
     "The most common valid answer and the counts; with `strict`, `None` unless it has more than half of all votes (invalid ones included)."
     answers = list(answers)
-    counts = collections.Counter(a for a in answers if a is not None)
+    first = {}
+    for a in answers:
+        if a is not None: first.setdefault(vote_key(a), a)
+    counts = collections.Counter(vote_key(a) for a in answers if a is not None)
     if not counts: return None, counts
     (top, n), *rest = counts.most_common()
     if rest and rest[0][1] == n: return None, counts                     # tie
     if strict and n * 2 <= len(answers): return None, counts
-    return top, counts
+    return first[top], counts
 
 def plurality_vote(answers): return majority_vote(answers, strict=False)
 
 def agreement(answers) -> float:
     "Share of all answers (invalid included) that equal the most common valid one."
     answers = list(answers)
-    counts = collections.Counter(a for a in answers if a is not None)
+    counts = collections.Counter(vote_key(a) for a in answers if a is not None)
     return counts.most_common(1)[0][1] / len(answers) if counts and answers else 0.0
+
+# %% ../nbs/05_scoring.ipynb #c73d42dd
+_FENCE = re.compile(r"```(?:json)?\s*(\{.*?\})\s*```", re.S | re.I)
+
+def _balanced(text):
+    "Balanced `{...}` spans of `text`, outermost, in order."
+    out, depth, start, instr, esc = [], 0, None, False, False
+    for i, ch in enumerate(text):
+        if instr:
+            if esc: esc = False
+            elif ch == "\\": esc = True
+            elif ch == '"': instr = False
+            continue
+        if ch == '"' and depth: instr = True
+        elif ch == "{":
+            if depth == 0: start = i
+            depth += 1
+        elif ch == "}" and depth:
+            depth -= 1
+            if depth == 0: out.append(text[start:i + 1])
+    return out
+
+def _loads_loose(s):
+    try: return json.loads(s)
+    except json.JSONDecodeError: pass
+    t = re.sub(r",\s*([}\]])", r"\1", s)                       # trailing commas
+    try: return json.loads(t)
+    except json.JSONDecodeError: pass
+    if "'" in t and '"' not in t:
+        try: return json.loads(t.replace("'", '"'))
+        except json.JSONDecodeError: pass
+    return None
+
+def extract_json(text):
+    "The last JSON object in `text` (a dict), or None."
+    if not isinstance(text, str): return None
+    for cands in (_FENCE.findall(text), _balanced(text)):
+        for c in reversed(cands):
+            d = _loads_loose(c)
+            if isinstance(d, dict): return d
+    return None
+
+# %% ../nbs/05_scoring.ipynb #755d5ee5
+def final_choice(text: str, choices="ABCD"):
+    "The chosen option letter in `text` (upper-case letters, or any case in parentheses), or None."
+    if not isinstance(text, str): return None
+    up, lo = "".join(choices).upper(), "".join(choices).lower()
+    lead = r"(?i:answer)(?:\s+(?i:is))?\s*[:\-]?\s*"
+    for pat in (lead + rf"\(([{up}{lo}])\)", lead + rf"([{up}])\b", rf"\b(?i:option|choice)\s+\(?([{up}])\)?\b", rf"^\s*\(?([{up}])\)?[.)]?\s*$"):
+        m = re.findall(pat, text, flags=re.M)
+        if m: return m[-1].upper()
+    return None
+
+register_format("gsm8k", AnswerFormat("number", "Solve it step by step, then end with 'The answer is N.' where N is a number.", final_number, _num_eq))
+register_format("mmlu", AnswerFormat("choice", "Think it through, then end with 'Answer: X' where X is one of A, B, C, D.", final_choice,
+                                     lambda a, g: a is not None and str(a).upper() == str(g).upper(), {"choices": ["A", "B", "C", "D"]}))
+
+# %% ../nbs/05_scoring.ipynb #7367b7b6
+from .backends import Persona, Ask, synthetic_responder, synthetic_rng, believes_gold, conform, synthetic_confidence
+from .puzzles import KKS_ROLES, kks_answer_format, parse_kks_answer, score_kks
+
+def kks_players(item) -> list:
+    "The players of a Knight-Knave-Spy item, in game order."
+    data = getattr(item, "data", None)
+    if getattr(data, "players", None): return list(data.players)
+    return list(getattr(item, "gold", None) or {})
+
+def _kks_bind(item):
+    players = kks_players(item)
+    return AnswerFormat("kks.full", "Deduce the role of every player. " + kks_answer_format(players, confidence=True),
+                        lambda s: parse_kks_answer(s, players), lambda a, g: a is not None and bool(score_kks(a, g)["correct"]),
+                        {"players": players, "confidence": True})
+
+register_format("kks", AnswerFormat("kks.full", "", lambda s: None, bind=_kks_bind))
+
+# %% ../nbs/05_scoring.ipynb #b5a93bd0
+def roles_of(answer) -> dict|None:
+    "The player -> role dict of a full answer (a `KKSAnswer` or a plain dict), or None."
+    if answer is None: return None
+    if isinstance(answer, dict): return answer
+    r = getattr(answer, "roles", None)
+    return r if isinstance(r, dict) else None
+
+def synthetic_kks_belief(persona: Persona, ask: Ask, player: str) -> str:
+    "A synthetic agent's own (initial) role for `player`: gold with probability `skill`, else a wrong role fixed per agent, game and player."
+    gold = (getattr(ask.item, "gold", None) or {}).get(player)
+    item_id = getattr(ask.item, "id", None)
+    wrong = synthetic_rng(persona, "wrong", ask.agent, item_id, player).choice([r for r in KKS_ROLES if r != gold])
+    if gold is None: return wrong
+    return gold if believes_gold(persona, ask, player) else wrong
+
+def synthetic_kks_position(persona, ask, rng, player, previous=None, peer_roles=()):
+    "The role a synthetic agent states for `player`: its current position (else its own belief), possibly moved to the peers' majority."
+    own = (previous or {}).get(player) or synthetic_kks_belief(persona, ask, player)
+    return conform(persona, rng, own, list(peer_roles)) if peer_roles else own
+
+@synthetic_responder("kks.full")
+def _kks_full_reply(ask, persona, rng):
+    players = ask.options.get("players") or kks_players(ask.item)
+    gold = getattr(ask.item, "gold", None) or {}
+    prev = roles_of(ask.previous) or {}
+    peers = [roles_of(v) or {} for v in (ask.peers or {}).values()]
+    roles = {}
+    for p in players:
+        moving = peers and (ask.focus is None or ask.focus == p)
+        roles[p] = synthetic_kks_position(persona, ask, rng, p, prev, [pr.get(p) for pr in peers] if moving else ())
+    conf = round(sum(synthetic_confidence(persona, rng, roles[p] == gold.get(p)) for p in players) / max(1, len(players)))
+    out = {"players": [{"name": p, "role": roles[p]} for p in players]}
+    if ask.options.get("confidence", True): out["confidence"] = conf
+    p0 = players[0] if players else "the first player"
+    out["explanation"] = f"Assuming {p0} tells the truth and checking each statement against the hint, the assignment above is the only consistent one I found."
+    return json.dumps(out)
+
+# %% ../nbs/05_scoring.ipynb #2030f589
+KKS_PHASES = ("initial", "debate", "self_adjustment", "final")
+
+def _transcripts(ts):
+    if isinstance(ts, Transcript): return [ts]
+    if isinstance(ts, dict): return list(ts.values())
+    return list(getattr(ts, "transcripts", {}).values()) if hasattr(ts, "transcripts") else list(ts)
+
+def _debaters(t): return [a["name"] for a in t.team if a.get("role") != "supervisor"]
+
+def kks_positions(transcripts) -> "pd.DataFrame":
+    "One row per (game, agent, round, player) position stated in a debate phase."
+    import pandas as pd
+    rows = []
+    for t in _transcripts(transcripts):
+        item, gid = t.item, t.meta.get("id")
+        gold, players = getattr(item, "gold", None) or {}, kks_players(item)
+        names = set(_debaters(t))
+        for r in t.rounds:
+            if r.phase not in KKS_PHASES: continue
+            for tu in r.turns:
+                if tu.agent not in names: continue
+                a = tu.answer if tu.error is None else None
+                single = r.phase == "debate" or (a is not None and roles_of(a) is None and hasattr(a, "role"))
+                if single:
+                    p = getattr(a, "player", None) if a is not None and getattr(a, "player", None) in players else (r.meta.get("focus") or tu.focus)
+                    stated = {p: getattr(a, "role", None) if a is not None else None}
+                else: stated = {p: (roles_of(a) or {}).get(p) for p in players}
+                for p, role in stated.items():
+                    if role not in KKS_ROLES: role = None
+                    rows.append({"game": gid, "n_players": len(players), "agent": tu.agent, "phase": r.phase, "round": r.index,
+                                 "step": r.meta.get("depth"), "focus": r.meta.get("focus"), "player": p,
+                                 "slot": players.index(p) + 1 if p in players else None, "role": role, "gold": gold.get(p),
+                                 "valid": role is not None, "correct": role is not None and role == gold.get(p),
+                                 "confidence": getattr(a, "confidence", None) if a is not None else None})
+    cols = ["game", "n_players", "agent", "phase", "round", "step", "focus", "player", "slot", "role", "gold", "valid", "correct", "confidence"]
+    df = pd.DataFrame(rows, columns=cols)
+    df["confidence"] = pd.to_numeric(df["confidence"], errors="coerce")
+    return df
+
+def phase_accuracy(positions, by="agent") -> "pd.DataFrame":
+    "Mean per-player accuracy of `by` (rows) in each phase (columns, in debate order)."
+    df = positions.pivot_table(index=by, columns="phase", values="correct", aggfunc="mean")
+    return df[[p for p in KKS_PHASES if p in df.columns]]
+
+# %% ../nbs/05_scoring.ipynb #b56b22b0
+def kks_flips(positions) -> "pd.DataFrame":
+    "One row per change of a stated role between an agent's consecutive valid positions on a player."
+    import pandas as pd
+    rows = []
+    v = positions[positions.valid].sort_values(["game", "agent", "player", "round"])
+    for (g, a, p), grp in v.groupby(["game", "agent", "player"], sort=False):
+        prev = None
+        for r in grp.itertuples():
+            if prev is not None and prev.role != r.role:
+                kind = "incorrect→correct" if r.correct else ("correct→incorrect" if prev.correct else "incorrect→incorrect")
+                rows.append({"game": g, "agent": a, "player": p, "from_phase": prev.phase, "to_phase": r.phase, "from_round": prev.round,
+                             "to_round": r.round, "from_role": prev.role, "to_role": r.role, "gold": r.gold, "kind": kind})
+            prev = r
+    return pd.DataFrame(rows, columns=["game", "agent", "player", "from_phase", "to_phase", "from_round", "to_round", "from_role", "to_role", "gold", "kind"])
+
+def flip_summary(positions, start="initial", end="final") -> "pd.DataFrame":
+    "Per agent, how its positions on players changed from phase `start` to phase `end`."
+    import pandas as pd
+    a = positions[positions.phase == start].drop_duplicates(["game", "agent", "player"], keep="last").set_index(["game", "agent", "player"])
+    b = positions[positions.phase == end].drop_duplicates(["game", "agent", "player"], keep="last").set_index(["game", "agent", "player"])
+    j = a[["role", "correct", "valid"]].merge(b[["role", "correct", "valid"]], left_index=True, right_index=True, suffixes=("_start", "_end"))
+    def kind(r):
+        if not (r.valid_start and r.valid_end): return "invalid"
+        if r.correct_start and r.correct_end: return "kept correct"
+        if r.correct_end: return "fixed"
+        if r.correct_start: return "broken"
+        return "kept wrong" if r.role_start == r.role_end else "changed, still wrong"
+    j["kind"] = [kind(r) for r in j.itertuples()] if len(j) else []
+    cols = ["kept correct", "fixed", "broken", "kept wrong", "changed, still wrong", "invalid"]
+    out = j.reset_index().pivot_table(index="agent", columns="kind", values="player", aggfunc="count", fill_value=0) if len(j) else pd.DataFrame()
+    return out.reindex(columns=cols, fill_value=0)
+
+# %% ../nbs/05_scoring.ipynb #ac1b05aa
+def kks_consensus(positions) -> "pd.DataFrame":
+    "One row per (game, round, player): agreement among the agents' positions."
+    import pandas as pd
+    rows = []
+    for (g, rnd, p), grp in positions.groupby(["game", "round", "player"], sort=True):
+        roles = [r if isinstance(r, str) else None for r in grp.role]
+        top, _ = majority_vote(roles)
+        counts = collections.Counter(r for r in roles if r is not None)
+        best = counts.most_common(1)[0][0] if counts else None
+        gold = grp.gold.iloc[0]
+        rows.append({"game": g, "round": rnd, "phase": grp.phase.iloc[0], "focus": grp.focus.iloc[0], "player": p, "agents": len(roles),
+                     "valid": sum(r is not None for r in roles), "agreement": agreement(roles), "unanimous": len(counts) == 1 and None not in roles,
+                     "plurality": best, "majority": top, "majority_correct": top is not None and top == gold, "gold": gold})
+    return pd.DataFrame(rows, columns=["game", "round", "phase", "focus", "player", "agents", "valid", "agreement", "unanimous", "plurality", "majority", "majority_correct", "gold"])
+
+# %% ../nbs/05_scoring.ipynb #83ed2f00
+def kks_games(transcripts) -> "pd.DataFrame":
+    "One row per game: the team decision and how it scored."
+    import pandas as pd
+    rows = []
+    for t in _transcripts(transcripts):
+        res, players = t.result or {}, kks_players(t.item)
+        per = res.get("per_player") or {}
+        turns = [tu for r in t.rounds for tu in r.turns]
+        live = [tu for tu in turns if not tu.cached and tu.error is None]
+        rows.append({"game": t.meta.get("id"), "n_players": len(players), "status": t.meta.get("status"), "correct": bool(res.get("correct", False)),
+                     "n_correct": sum(bool(v) for v in per.values()), "accuracy": sum(bool(v) for v in per.values()) / max(1, len(players)),
+                     "supervisor_used": bool(res.get("supervisor_used", False)), "n_supervised": len(res.get("supervised") or []),
+                     "rounds": len(t.rounds), "turns": len(turns), "invalid": sum(not tu.valid for tu in turns),
+                     "calls": sum(tu.usage.calls for tu in live), "tokens": sum(tu.usage.total_tokens for tu in live),
+                     "assignment": json.dumps(res.get("assignment")), "gold": json.dumps(getattr(t.item, "gold", None))})
+    return pd.DataFrame(rows)
+
+def kks_decisions(transcripts) -> "pd.DataFrame":
+    "One row per (game, player): the final majority, the team's decision, who made it, and whether it is right."
+    import pandas as pd
+    rows = []
+    for t in _transcripts(transcripts):
+        res, players, gold = t.result or {}, kks_players(t.item), getattr(t.item, "gold", None) or {}
+        dec, maj, sup = res.get("assignment") or {}, res.get("majority") or {}, set(res.get("supervised") or [])
+        for i, p in enumerate(players):
+            rows.append({"game": t.meta.get("id"), "player": p, "slot": i + 1, "gold": gold.get(p), "majority": maj.get(p), "decision": dec.get(p),
+                         "by": "supervisor" if p in sup else "majority", "correct": dec.get(p) is not None and dec.get(p) == gold.get(p)})
+    return pd.DataFrame(rows, columns=["game", "player", "slot", "gold", "majority", "decision", "by", "correct"])
+
+def agent_usage(transcripts) -> "pd.DataFrame":
+    "One row per (game, agent): calls, tokens, invalid replies, errors and cache hits."
+    import pandas as pd
+    rows = collections.defaultdict(lambda: collections.Counter())
+    for t in _transcripts(transcripts):
+        for r in t.rounds:
+            for tu in r.turns:
+                c = rows[(t.meta.get("id"), tu.agent)]
+                live = not tu.cached and tu.error is None
+                c["turns"] += 1; c["invalid"] += not tu.valid; c["errors"] += tu.error is not None; c["cached"] += bool(tu.cached)
+                if live: c["calls"] += tu.usage.calls; c["prompt_tokens"] += tu.usage.prompt_tokens; c["completion_tokens"] += tu.usage.completion_tokens
+                c["latency"] += tu.latency or 0
+    cols = ["turns", "calls", "prompt_tokens", "completion_tokens", "invalid", "errors", "cached", "latency"]
+    df = pd.DataFrame([{"game": g, "agent": a, **{k: c.get(k, 0) for k in cols}} for (g, a), c in rows.items()], columns=["game", "agent", *cols])
+    df["tokens"] = df.prompt_tokens + df.completion_tokens
+    return df

@@ -21,26 +21,23 @@
 Run it alone: `python tests/fake_openai_server.py --port 8001 --latency 0.05 --reply "The answer is 42."`.
 """
 from __future__ import annotations
-import argparse, json, threading, time, uuid
+import argparse, asyncio, json, threading, time, uuid
 from collections import deque
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 __all__ = ["FakeOpenAIServer"]
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-    request_queue_size = 256
+_REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 429: "Too Many Requests",
+            500: "Internal Server Error", 502: "Bad Gateway", 503: "Service Unavailable"}
 
 class FakeOpenAIServer:
+    "A scripted OpenAI-compatible HTTP/1.1 server (asyncio, in its own thread); see the module docs."
     def __init__(self, schedule=(), default="ok", reply="The answer is 42.", latency: float = 0.0, route=None,
                  host="127.0.0.1", port: int = 0, model="fake-model"):
         self.schedule, self.default, self.reply, self.latency, self.route = deque(schedule), default, reply, latency, route
         self.host, self.port, self.model = host, port, model
         self.hits, self.log, self.auth_headers = 0, [], []
         self._lock = threading.Lock()
-        self._httpd = self._thread = None
-        self._stopping = threading.Event()
+        self._loop = self._server = self._thread = None
 
     @property
     def url(self) -> str: return f"http://{self.host}:{self.port}/v1"
@@ -62,73 +59,98 @@ class FakeOpenAIServer:
                 "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}],
                 "usage": {"prompt_tokens": pt, "completion_tokens": ct, "total_tokens": pt + ct}}
 
-    def _handler(self):
-        srv = self
-        class H(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            def log_message(self, *a): pass
+    @staticmethod
+    def _response(code, body, ctype="application/json", headers=()) -> bytes:
+        data = body if isinstance(body, bytes) else (body if isinstance(body, str) else json.dumps(body)).encode()
+        head = [f"HTTP/1.1 {code} {_REASONS.get(code, 'Status')}", f"Content-Type: {ctype}", f"Content-Length: {len(data)}",
+                *(f"{k}: {v}" for k, v in headers)]
+        return ("\r\n".join(head) + "\r\n\r\n").encode() + data          # one write: no Nagle/delayed-ACK stalls
 
-            def _send(self, code, body, ctype="application/json", headers=()):
-                data = body if isinstance(body, bytes) else (json.dumps(body) if not isinstance(body, str) else body).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(data)))
-                for k, v in headers: self.send_header(k, v)
-                self.end_headers()
-                self.wfile.write(data)
+    @staticmethod
+    def _error(code, msg, typ, headers=()) -> bytes:
+        return FakeOpenAIServer._response(code, {"error": {"message": msg, "type": typ, "code": code}}, headers=headers)
 
-            def _error(self, code, msg, typ, headers=()):
-                self._send(code, {"error": {"message": msg, "type": typ, "code": code}}, headers=headers)
+    async def _answer(self, method, path, headers, raw):
+        "The bytes to send back (None: drop the connection)."
+        path = path.split("?")[0].rstrip("/")
+        if method == "GET":
+            if path in ("/v1/models", "/models"):
+                return self._response(200, {"object": "list", "data": [{"id": self.model, "object": "model", "owned_by": "fake"}]})
+            if path == "/health": return self._response(200, {"status": "ok"})
+            return self._error(404, "not found", "not_found")
+        if method != "POST" or not path.endswith("/chat/completions"): return self._error(404, "not found", "not_found")
+        try: req = json.loads(raw or b"{}")
+        except json.JSONDecodeError: return self._error(400, "request body is not JSON", "invalid_request_error")
+        self.auth_headers.append(headers.get("authorization"))
+        b = self._next(req)
+        if self.latency: await asyncio.sleep(self.latency)
+        kind, _, arg = b.partition(":")
+        if kind == "ok": return self._response(200, self._completion(req))
+        if kind == "429": return self._error(429, "Rate limit reached, slow down", "rate_limit_exceeded", [("Retry-After", arg or "0")])
+        if kind in ("500", "502", "503"): return self._error(int(kind), "The server had an error", "server_error")
+        if kind == "401": return self._error(401, "Incorrect API key provided", "invalid_request_error")
+        if kind == "400": return self._error(400, "Invalid request: bad parameter", "invalid_request_error")
+        if kind == "timeout":
+            await asyncio.sleep(float(arg or 5))
+            return self._response(200, self._completion(req))
+        if kind == "nonjson": return self._response(200, "<html><body>502 Bad Gateway (proxy)</body></html>", "text/html")
+        if kind == "badjson": return self._response(200, '{"id": "x", "choices": [{"message": {"content": "tru')
+        if kind == "nochoices": return self._response(200, {"id": "x", "object": "chat.completion", "model": self.model})
+        if kind == "close": return None
+        return self._error(500, f"fake server: unknown behaviour {b!r}", "server_error")
 
-            def do_GET(self):
-                if self.path.rstrip("/") in ("/v1/models", "/models"):
-                    self._send(200, {"object": "list", "data": [{"id": srv.model, "object": "model", "owned_by": "fake"}]})
-                elif self.path == "/health": self._send(200, {"status": "ok"})
-                else: self._error(404, "not found", "not_found")
-
-            def do_POST(self):
-                n = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(n) if n else b""
-                if not self.path.rstrip("/").endswith("/chat/completions"): return self._error(404, "not found", "not_found")
-                try: req = json.loads(raw or b"{}")
-                except json.JSONDecodeError: return self._error(400, "request body is not JSON", "invalid_request_error")
-                srv.auth_headers.append(self.headers.get("Authorization"))
-                b = srv._next(req)
-                if srv.latency: time.sleep(srv.latency)
-                kind, _, arg = b.partition(":")
-                if kind == "ok": return self._send(200, srv._completion(req))
-                if kind == "429": return self._error(429, "Rate limit reached, slow down", "rate_limit_exceeded", [("Retry-After", arg or "0")])
-                if kind in ("500", "502", "503"): return self._error(int(kind), "The server had an error", "server_error")
-                if kind == "401": return self._error(401, "Incorrect API key provided", "invalid_request_error")
-                if kind == "400": return self._error(400, "Invalid request: bad parameter", "invalid_request_error")
-                if kind == "timeout":
-                    srv._stopping.wait(float(arg or 5))
-                    if srv._stopping.is_set(): return
-                    try: return self._send(200, srv._completion(req))
-                    except OSError: return          # the client gave up long ago
-                if kind == "nonjson": return self._send(200, "<html><body>502 Bad Gateway (proxy)</body></html>", "text/html")
-                if kind == "badjson": return self._send(200, '{"id": "x", "choices": [{"message": {"content": "tru')
-                if kind == "nochoices": return self._send(200, {"id": "x", "object": "chat.completion", "model": srv.model})
-                if kind == "close":
-                    self.close_connection = True
-                    try: self.connection.shutdown(2)
-                    except OSError: pass
-                    return
-                return self._error(500, f"fake server: unknown behaviour {b!r}", "server_error")
-        return H
+    async def _conn(self, reader, writer):
+        try:
+            while True:
+                line = await reader.readline()
+                if not line: break
+                method, path, *_ = line.decode("latin-1").split()
+                headers = {}
+                while True:
+                    h = await reader.readline()
+                    if h in (b"\r\n", b"\n", b""): break
+                    k, _, v = h.decode("latin-1").partition(":")
+                    headers[k.strip().lower()] = v.strip()
+                n = int(headers.get("content-length") or 0)
+                raw = await reader.readexactly(n) if n else b""
+                out = await self._answer(method, path, headers, raw)
+                if out is None: break
+                writer.write(out)
+                await writer.drain()
+                if headers.get("connection", "").lower() == "close": break
+        except (ConnectionError, asyncio.IncompleteReadError, ValueError, asyncio.CancelledError): pass
+        finally:
+            try: writer.close()
+            except Exception: pass
 
     def start(self) -> FakeOpenAIServer:
-        self._httpd = _Server((self.host, self.port), self._handler())
-        self.port = self._httpd.server_address[1]
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name=f"fake-openai-{self.port}", daemon=True)
+        ready = threading.Event()
+        def run():
+            self._loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(self._loop)
+            self._server = self._loop.run_until_complete(asyncio.start_server(self._conn, self.host, self.port, backlog=512))
+            self.port = self._server.sockets[0].getsockname()[1]
+            ready.set()
+            self._loop.run_forever()
+            for t in asyncio.all_tasks(self._loop): t.cancel()
+            self._loop.run_until_complete(asyncio.sleep(0))
+            self._loop.close()
+        self._thread = threading.Thread(target=run, name="fake-openai", daemon=True)
         self._thread.start()
+        ready.wait(10)
         return self
 
     def stop(self):
-        self._stopping.set()
-        if self._httpd is not None:
-            self._httpd.shutdown(); self._httpd.server_close(); self._httpd = None
+        if self._loop is None or self._loop.is_closed(): return
+        async def close():
+            self._server.close()
+            for t in asyncio.all_tasks():
+                if t is not asyncio.current_task(): t.cancel()
+        try:
+            asyncio.run_coroutine_threadsafe(close(), self._loop).result(5)
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        except RuntimeError: pass
+        self._thread.join(5)
 
     def __enter__(self): return self.start()
     def __exit__(self, *a): self.stop()

@@ -104,3 +104,102 @@ def test_concurrency_is_bounded(fake_server):
     dt = time.perf_counter() - t0
     assert len(out) == 9 and srv.hits == 9
     assert dt >= 0.29, dt             # 9 calls, 3 at a time, 0.1 s each: at least 3 waves
+
+# ---- debates over a flaky server: failures stay in their rows, nothing is lost ----------------------------
+
+import re
+from madlab.agents import Agent
+from madlab.debate import Debate, comparable
+from madlab.run import run_many
+from madlab.scoring import toy_arith_items
+import madlab.protocols.baselines  # noqa: F401  (registers "du")
+
+def solve(req) -> str:
+    "A correct reply for the toy arithmetic question in the request (what a perfect model would say)."
+    text = " ".join(str(m.get("content", "")) for m in req["messages"])
+    a, b, c = map(int, re.search(r"What is (\d+) \+ (\d+) \* (\d+)\?", text).groups())
+    return f"Step by step: {b} * {c} = {b * c}, plus {a}. The answer is {a + b * c}."
+
+def team_for(srv, n=3, **kw):
+    kw = {"max_retries": 1, "timeout": 2.0, "max_wait": 0.02, "api_key": KEY, **kw}
+    return [Agent(f"A{i}", "openai:fake-model", backend=OpenAIBackend("fake-model", base_url=srv.url, **kw)) for i in range(n)]
+
+def test_exhausted_retries_fail_their_rows_and_the_batch_completes(fake_server):
+    items = toy_arith_items(8, seed=5)
+    broken = {items[2].prompt, items[5].prompt}
+    def route(req):
+        text = " ".join(str(m.get("content", "")) for m in req["messages"])
+        return "500" if any(p in text for p in broken) else None
+    srv = fake_server(reply=solve, route=route, schedule=["429", "nonjson", "500"])   # a few transient faults too
+    res = run_many("du", items, team_for(srv, max_retries=3), rounds=1, concurrency=4, cache=False, progress=False)
+    df = res.df.set_index("item_id")
+    assert list(res.df.item_id) == [it.id for it in items] and set(res.transcripts) == set(df.index)   # every item has its row
+    bad, good = [items[2].id, items[5].id], [it.id for i, it in enumerate(items) if i not in (2, 5)]
+    assert df.loc[good, "correct"].all() and (df.loc[good, "errors"] == 0).all() and (df.loc[good, "calls"] == 6).all()
+    assert (df.loc[good, "status"] == "done").all()
+    for iid in bad:
+        row, t = df.loc[iid], res.transcripts[iid]
+        assert not row.correct and row.errors == 6 and row.invalid == 6 and row.calls == 0
+        assert all("gave up after 4 attempts" in tu.error for r in t.rounds for tu in r.turns)
+        assert all(tu.answer is None and not tu.valid for r in t.rounds for tu in r.turns)
+    # each broken call was tried exactly max_retries + 1 = 4 times: 2 items x 6 calls x 4 attempts
+    routed = [r for _, b, r in srv.log if any(p in " ".join(str(m["content"]) for m in r["messages"]) for p in broken)]
+    assert len(routed) == 2 * 6 * 4
+
+def test_a_debate_that_raises_is_a_failed_row(fake_server):
+    "A debate whose protocol fails (here: an agent spec the synthetic backend cannot answer) is a failed row; the rest run."
+    items = toy_arith_items(4, seed=6)
+    srv = fake_server(reply=solve)
+    team = team_for(srv, 2)
+    from madlab.core import Item
+    items.insert(1, Item("weird-1", "no-such-task", "What?", gold=1))    # no answer format: the protocol raises
+    res = run_many("du", items, team, rounds=1, concurrency=3, cache=False, progress=False)
+    df = res.df.set_index("item_id")
+    assert len(df) == 5 and df.loc["weird-1", "status"] == "failed" and "no answer format" in df.loc["weird-1", "error"]
+    assert (df.drop("weird-1").status == "done").all() and df.drop("weird-1").correct.all()
+
+def test_second_cached_run_makes_no_calls(fake_server, tmp_path):
+    items = toy_arith_items(5, seed=7)
+    srv = fake_server(reply=solve)
+    cache = str(tmp_path / "cache")
+    r1 = run_many("du", items, team_for(srv), rounds=2, concurrency=5, cache=cache, progress=False)
+    hits = srv.hits
+    assert hits == 5 * 9 and r1.df.calls.sum() == hits and r1.cache == {"hits": 0, "misses": hits}
+    r2 = run_many("du", items, team_for(srv), rounds=2, concurrency=5, cache=cache, progress=False)
+    assert srv.hits == hits                                  # zero backend calls
+    assert r2.df.calls.sum() == 0 and (r2.df.cached_calls == 9).all() and r2.cache == {"hits": hits, "misses": 0}
+    for it in items:
+        t1, t2 = r1.transcripts[it.id], r2.transcripts[it.id]
+        assert all(tu.cached for r in t2.rounds for tu in r.turns)
+        assert comparable(t1) == comparable(t2)
+    cols = ["item_id", "status", "correct", "answer", "invalid", "turns"]
+    assert r1.df[cols].equals(r2.df[cols])
+
+def test_cache_with_a_single_debate(fake_server, tmp_path):
+    item = toy_arith_items(1, seed=8)[0]
+    srv = fake_server(reply=solve)
+    cache = str(tmp_path / "c")
+    t1 = Debate("du", item, team_for(srv), rounds=1, cache=cache).run()
+    n = srv.hits
+    t2 = Debate("du", item, team_for(srv), rounds=1, cache=cache).run()
+    assert n == 6 and srv.hits == n and comparable(t1) == comparable(t2) and t1.result["correct"]
+
+def test_backends_share_one_client_per_endpoint(fake_server):
+    import asyncio
+    srv = fake_server()
+    a, b, c = backend(srv), backend(srv), backend(srv, api_key="sk-other")
+    async def clients(): return a._get_client(), b._get_client(), c._get_client()
+    ca, cb, cc = run_sync(clients())
+    assert ca is cb and cc is not ca
+
+def test_dropped_backends_do_not_stall_the_others(fake_server):
+    "Regression: garbage-collecting a dropped client's pooled connections inside the running loop stalled other requests until their timeout."
+    import asyncio, gc
+    srv = fake_server(latency=0.02)
+    for _ in range(4):
+        b = backend(srv, max_concurrency=120, timeout=3, max_retries=0)
+        async def burst(): return await asyncio.gather(*(b.complete(MSGS) for _ in range(120)), return_exceptions=True)
+        t0 = time.perf_counter()
+        out = run_sync(burst())
+        assert not [e for e in out if isinstance(e, Exception)] and time.perf_counter() - t0 < 2.5
+        del b; gc.collect()

@@ -48,6 +48,11 @@ def test_per_request_max_new_tokens(hf):
     for c, n in zip(out, limits): assert 0 <= c.usage.completion_tokens <= n, (c.usage, n)
     assert max(c.usage.completion_tokens for c in out) > 1   # the random model does not stop at once everywhere
 
+def test_openai_style_max_tokens_is_respected(hf):
+    "`max_tokens` (what agents written for `openai:` pass) beats the backend's default `max_new_tokens`."
+    out = gather(hf, [(qs(i), {"greedy": True, "max_tokens": 2}) for i in range(3)])
+    assert all(c.usage.completion_tokens <= 2 for c in out)
+
 def test_greedy_is_deterministic(hf):
     a = run_sync(hf.complete(qs(5), greedy=True, max_new_tokens=10))
     b = run_sync(hf.complete(qs(5), temperature=0, max_new_tokens=10))
@@ -68,3 +73,49 @@ def test_stop_strings_cut(hf):
     cut = run_sync(hf.complete(qs(7), greedy=True, max_new_tokens=16, stop=[stop])).text
     assert cut == full[: full.index(stop)] and stop not in cut
     assert run_sync(hf.complete(qs(7), greedy=True, max_new_tokens=16, stop=stop)).text == cut   # a plain string works too
+
+# ---- debates served in process ----------------------------------------------------------------------------
+
+from madlab.agents import Agent
+from madlab.debate import Debate
+from madlab.run import run_many
+from madlab.scoring import final_number, toy_arith_items
+import madlab.protocols.baselines  # noqa: F401  (registers "du")
+
+def test_concurrent_debates_share_batched_generate_calls(tiny_model_dir):
+    b = HFBackend(tiny_model_dir)
+    team = [Agent(f"Llama-{i}", f"hf:{tiny_model_dir}", params={"max_new_tokens": 8, "greedy": True}, backend=b) for i in range(3)]
+    items = toy_arith_items(6, seed=2)
+    res = run_many("du", items, team, rounds=1, concurrency=6, cache=False, progress=False)
+    df = res.df
+    assert list(df.item_id) == [it.id for it in items] and set(df.status) == {"done"} and (df.errors == 0).all()
+    assert b.requests == 6 * 3 * 2 == df.calls.sum()
+    assert b.generate_calls < b.requests and b.generate_calls <= b.requests // 3, (b.generate_calls, b.batch_sizes)
+    assert max(b.batch_sizes) >= 6
+    for t in res.transcripts.values():
+        for r in t.rounds:
+            for tu in r.turns:
+                assert tu.usage.completion_tokens <= 8 and tu.answer == final_number(tu.reply)
+    assert not df.correct.any()       # a random model does not do arithmetic
+
+def test_spec_string_team_shares_one_model(tiny_model_dir):
+    "Agents naming the same `hf:` spec share one backend: one model load, one batching queue."
+    spec = f"hf:{tiny_model_dir}"
+    team = [{"name": f"H{i}", "spec": spec, "params": {"max_new_tokens": 3, "greedy": True}} for i in range(3)]
+    b = get_backend(spec)
+    r0, g0 = b.requests, b.generate_calls
+    res = run_many("du", toy_arith_items(3, seed=9), team, rounds=1, concurrency=3, cache=False, progress=False)
+    assert set(res.df.status) == {"done"} and b.requests - r0 == 18 and b.generate_calls - g0 <= 4
+
+def test_debates_with_asyncio_gather(tiny_model_dir):
+    b = HFBackend(tiny_model_dir)
+    items = toy_arith_items(4, seed=4)
+    def team(): return [Agent(f"L{i}", f"hf:{tiny_model_dir}", params={"max_new_tokens": 4, "greedy": True}, backend=b) for i in range(2)]
+    debates = [Debate("du", it, team(), rounds=1) for it in items]
+    async def go(): return await asyncio.gather(*(d.arun() for d in debates))
+    ts = run_sync(go())
+    assert all(d.meta["status"] == "done" for d in debates) and len(ts) == 4
+    assert b.requests == 16 and b.generate_calls <= 4, b.batch_sizes
+    # greedy: the same debate again gives the same transcript text
+    again = Debate("du", items[0], team(), rounds=1).run()
+    assert [tu.reply for r in again.rounds for tu in r.turns] == [tu.reply for r in ts[0].rounds for tu in r.turns]
