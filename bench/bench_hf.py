@@ -37,7 +37,7 @@ def measure(path, n, max_new, **kw):
 
 def main(n=32, max_new=32):
     import torch
-    torch.set_num_threads(os.cpu_count() or 1)
+    torch.set_num_threads(int(os.environ.get("BENCH_TORCH_THREADS", 1)))   # 1: stable on a shared CPU; more threads spin against other load
     worst = None
     with tempfile.TemporaryDirectory() as d:
         for label, kw in (("tiny (hidden 64, 2 layers: the test model)", dict(hidden=64, layers=2)),

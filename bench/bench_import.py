@@ -25,7 +25,7 @@ def main(n=7):
     py = statistics.median(base)
     print(f"python -c 'import madlab; import madlab.core, madlab.backends, madlab.agents'  (median of {n} fresh processes)")
     print(f"  import time inside the process : {inproc * 1000:7.1f} ms   (target < {TARGET * 1000:.0f} ms)")
-    print(f"  whole process wall time        : {wall * 1000:7.1f} ms   (bare `python -c pass`: {py * 1000:.1f} ms; ratio {wall / py:.2f}x)")
+    print(f"  whole process wall time        : {wall * 1000:7.1f} ms   (bare interpreter: {py * 1000:.1f} ms; ratio {wall / py:.2f}x)")
     print(f"  heavy modules loaded           : {heavy or 'none'}")
     assert not heavy, f"importing madlab loaded {heavy}"
     print("OK" if inproc < TARGET else f"SLOW: {inproc:.3f} s >= {TARGET} s")

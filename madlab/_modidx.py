@@ -566,5 +566,6 @@ d = { 'settings': { 'branch': 'main',
                                 'madlab.widgets._rounds_item': ('widgets.html#_rounds_item', 'madlab/widgets.py'),
                                 'madlab.widgets._score_one': ('widgets.html#_score_one', 'madlab/widgets.py'),
                                 'madlab.widgets._short': ('widgets.html#_short', 'madlab/widgets.py'),
+                                'madlab.widgets._team_column': ('widgets.html#_team_column', 'madlab/widgets.py'),
                                 'madlab.widgets._usage_html': ('widgets.html#_usage_html', 'madlab/widgets.py'),
                                 'madlab.widgets.positions': ('widgets.html#positions', 'madlab/widgets.py')}}}

@@ -218,6 +218,8 @@ class Transcript:
     def to_json(self, path=None, indent=1) -> str:
         "JSON text; written to `path` too when given."
         s = json.dumps(self.to_dict(), indent=indent, ensure_ascii=False)
+        try: s.encode("utf-8")
+        except UnicodeEncodeError: s = json.dumps(self.to_dict(), indent=indent, ensure_ascii=True)  # lone surrogates: escape, keep every character
         if path is not None:
             from pathlib import Path
             Path(path).parent.mkdir(parents=True, exist_ok=True); Path(path).write_text(s, encoding="utf-8")

@@ -119,10 +119,10 @@ async def arun_many(protocol, items, team=None, *, concurrency: int = 8, seed: i
             rows[iid] = debate_row(t)
             if out is not None:
                 folder = out / "debates" / safe_name(iid)
-                t.to_json(folder / "transcript.json")
-                if on_done is not None:
-                    try: on_done(d, folder)
-                    except Exception as e: rows[iid]["error"] = f"writing outputs failed: {type(e).__name__}: {e}"
+                try:
+                    t.to_json(folder / "transcript.json")
+                    if on_done is not None: on_done(d, folder)
+                except Exception as e: rows[iid]["error"] = f"writing outputs failed: {type(e).__name__}: {e}"
             bar.update()
 
     try: await asyncio.gather(*(one(iid, it) for iid, it in todo))

@@ -31,6 +31,10 @@ def jupyter_lab(root_dir: Path, home: Path, timeout: float = 90):
            "--LabApp.extension_manager=readonly",
            f"--LabApp.user_settings_dir={home / 'settings'}", f"--LabApp.workspaces_dir={home / 'workspaces'}"]
     if hasattr(os, "geteuid") and os.geteuid() == 0: cmd.append("--allow-root")       # containers and CI runners often run as root
+    settings = home / "settings"      # render every cell (no windowing) and ask nothing about news
+    for name, value in {"@jupyterlab/notebook-extension/tracker.jupyterlab-settings": '{"windowingMode": "none"}',
+                        "@jupyterlab/apputils-extension/notification.jupyterlab-settings": '{"fetchNews": "false", "checkForUpdates": false}'}.items():
+        (settings / name).parent.mkdir(parents=True, exist_ok=True); (settings / name).write_text(value)
     log = open(home / "jupyter.log", "wb")
     p = subprocess.Popen(cmd, cwd=root_dir, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     base = f"http://127.0.0.1:{port}"

@@ -2,7 +2,7 @@
 Playwright, run all cells, click Step until the debate ends (the round header and the positions grid change with every
 click), fork once, and save a screenshot to test-artifacts/."""
 from __future__ import annotations
-import os, shutil, time
+import json, os, re, shutil, time
 from pathlib import Path
 import pytest
 from jupyter_helpers import CHROMIUM, CHROMIUM_ARGS, ROOT, jupyter_lab
@@ -73,18 +73,22 @@ def test_stepper_in_jupyterlab(tmp_path):
             assert "status done" in header.inner_text() and "result:" in header.inner_text()
             assert grid.locator("td.madlab-cell.right, td.madlab-cell.wrong").count() >= 4 * 3
             assert len(set(seen)) == len(seen)
+            n = int(re.search(r"Round (\d+) of (\d+)", header.inner_text()).group(2))
+            assert n in (clicks, clicks - 1)                           # the last click may only find that the debate is over
             # browse back and forward
             stepper.locator("button.madlab-back").click()
-            _wait(lambda: f"Round {clicks - 1} of {clicks}" in header.inner_text(), 10, "Back to show the previous round")
+            _wait(lambda: f"Round {n - 1} of {n}" in header.inner_text(), 10, "Back to show the previous round")
             stepper.locator("button.madlab-forward").click()
-            _wait(lambda: f"Round {clicks} of {clicks}" in header.inner_text(), 10, "Forward")
+            _wait(lambda: f"Round {n} of {n}" in header.inner_text(), 10, "Forward")
 
             # fork at round 2 with the first message there edited, then step the new branch
             stepper.locator(".madlab-fork-round select").select_option(index=1)
             stepper.locator(".madlab-fork-agent select").select_option(index=0)
             text = stepper.locator(".madlab-fork-text textarea")
             _wait(lambda: text.input_value().strip().startswith("{"), 10, "the chosen message in the editor")
-            text.fill('{"player": "X", "role": "knave", "agree_with": [], "disagree_with": [], "agree_reasoning": "", "disagree_reasoning": "edited in the browser"}')
+            msg = json.loads(text.input_value())                      # a debate reply on the player in focus: flip its role
+            msg.update(role="knave" if msg.get("role") != "knave" else "knight", disagree_reasoning="edited in the browser")
+            text.fill(json.dumps(msg))
             stepper.locator("button.madlab-fork").click()
             _wait(lambda: "fork 1" in header.inner_text(), 30, "the forked branch to show")
             assert "Round 2 of 2+" in header.inner_text()

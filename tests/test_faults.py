@@ -196,7 +196,7 @@ def test_dropped_backends_do_not_stall_the_others(fake_server):
     "Regression: garbage-collecting a dropped client's pooled connections inside the running loop stalled other requests until their timeout."
     import asyncio, gc
     srv = fake_server(latency=0.02)
-    for _ in range(4):
+    for _ in range(6):
         b = backend(srv, max_concurrency=120, timeout=3, max_retries=0)
         async def burst(): return await asyncio.gather(*(b.complete(MSGS) for _ in range(120)), return_exceptions=True)
         t0 = time.perf_counter()

@@ -717,13 +717,16 @@ def sample_path() -> Path:
     raise ValueError("S4's sample (data/s4/sample.csv) is not in this install; pass a CSV of prompts, e.g. XSTest's xstest_prompts.csv")
 
 def run_s4(data=None, n: int|None = None, agents=None, out="results", seed: int = 0, concurrency: int = 8, cache=True, rules="default",
-           progress: bool = True, **options):
+           progress: bool|None = None, **options):
     "Triage prompts (an XSTest-format CSV, a list of safety `Item`s, or S4's sample) with S4; writes `results.csv` and `summary.txt` to `out`. Returns `(RunResult, summary)`."
     from madlab.run import run_many          # running many debates sits above the protocols
     from madlab.tasks import load_xstest
     if data is None: data = sample_path()
     items = list(data) if isinstance(data, (list, tuple)) else load_xstest(data)
     if n is not None: items = items[:int(n)]
+    if progress is None:
+        import sys
+        progress = sys.stderr.isatty()
     t0 = time.perf_counter()
     res = run_many("s4", items, _team_members(agents), concurrency=concurrency, seed=seed, cache=cache, out=out, progress=progress,
                    rules=rules, **options)
