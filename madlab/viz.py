@@ -286,8 +286,6 @@ def write_game_outputs(t: Transcript, folder) -> list:
     return paths
 
 # %% ../nbs/20_viz.ipynb #fb5aa501
-_RUN_KEYS = ("depth", "self_adjustment", "confidence", "majority_vote", "order", "supervisor", "prompts")
-
 def _items(games):
     out = []
     for g in games:
