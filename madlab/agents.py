@@ -110,6 +110,7 @@ _PROVIDER = {"openai": "OpenAI", "gemini": "Gemini", "qwen": "Qwen", "ollama": "
 def agent_name(spec: str) -> str:
     "A readable name for an agent built from `spec`."
     kind, _, rest = spec.partition(":")
+    if kind == "replay" and "#" in rest: return rest.rsplit("#", 1)[1]
     prov = _PROVIDER.get(kind, kind.capitalize())
     if kind == "hf": rest = os.path.basename(rest.rstrip("/")) or rest
     if kind == "synthetic":

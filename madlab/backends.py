@@ -45,6 +45,8 @@ class Backend:
     synthetic: bool = False
     async def complete(self, messages: list[dict], ctx: Ask|None = None, **params) -> Completion: raise NotImplementedError
     def cache_key_extra(self, ctx: Ask|None): "Extra data that decides the reply besides messages and params."; return None
+    @property
+    def identity(self) -> str: "What the cache keys on: the spec, plus the endpoint where there is one."; return self.spec
     async def aclose(self): pass
     def __repr__(self): return f"{type(self).__name__}({self.spec!r})"
 
@@ -229,6 +231,8 @@ class OpenAIBackend(Backend):
         self._client, self.calls, self.attempts = None, 0, 0
 
     def __repr__(self): return f"OpenAIBackend({self.spec!r}, base_url={self.base_url!r})"  # never the key
+    @property
+    def identity(self) -> str: return f"{self.spec}@{self.base_url or 'https://api.openai.com/v1'}"
 
     def _sem(self):
         per_loop = self._semaphores.setdefault(asyncio.get_running_loop(), {})
@@ -422,7 +426,7 @@ class CachedBackend(Backend):
         self.hits = self.misses = 0
 
     def key(self, messages, ctx, params) -> str:
-        return stable_hash(self.inner.spec, messages, sorted(params.items()), ctx.agent if ctx else None,
+        return stable_hash(self.inner.identity, messages, sorted(params.items()), ctx.agent if ctx else None,
                            ctx.sample if ctx else 0, self.inner.cache_key_extra(ctx))
 
     async def complete(self, messages, ctx=None, **params) -> Completion:
@@ -443,15 +447,16 @@ class CachedBackend(Backend):
 # %% ../nbs/01_backends.ipynb #5ce8413d
 class ReplayBackend(Backend):
     "Serve recorded replies; unmatched requests go to `fallback` or raise `ReplayMiss`."
-    def __init__(self, turns: list, fallback: Backend|None = None, spec="replay:"):
-        self.fallback, self.spec = fallback, spec
+    def __init__(self, turns: list, fallback: Backend|None = None, spec="replay:", agent: str|None = None):
+        self.fallback, self.spec, self.agent = fallback, spec, agent
         self.synthetic = getattr(fallback, "synthetic", False)
         self._script = collections.defaultdict(collections.deque)
-        for t in turns: self._script[stable_hash(t.agent, t.messages)].append(t)
+        for t in turns:
+            if agent is None or t.agent == agent: self._script[stable_hash(agent or t.agent, t.messages)].append(t)
         self.replayed = 0
 
     async def complete(self, messages, ctx=None, **params) -> Completion:
-        q = self._script.get(stable_hash(ctx.agent if ctx else None, messages))
+        q = self._script.get(stable_hash(self.agent or (ctx.agent if ctx else None), messages))
         if q:
             t = q.popleft(); self.replayed += 1
             if t.error is not None: raise BackendError(t.error)
@@ -460,7 +465,7 @@ class ReplayBackend(Backend):
         return await self.fallback.complete(messages, ctx, **params)
 
 # %% ../nbs/01_backends.ipynb #c1763aac
-BACKEND_KINDS = ("synthetic", *PRESETS, "hf")
+BACKEND_KINDS = ("synthetic", *PRESETS, "hf", "replay")
 _HF_SHARED: dict = {}   # (path, options) -> HFBackend: one loaded model and one batching queue per spec
 
 def get_backend(spec: str, **kw) -> Backend:
@@ -478,4 +483,11 @@ def get_backend(spec: str, **kw) -> Backend:
         key = (rest, repr(sorted(kw.items())))
         if key not in _HF_SHARED: _HF_SHARED[key] = HFBackend(rest, **kw)
         return _HF_SHARED[key]
+    if kind == "replay":
+        path, _, agent = rest.partition("#")
+        if not path or not agent: raise ValueError("replay: needs a transcript path and an agent name: replay:PATH#AGENT")
+        t = Transcript.from_json(open(path, encoding="utf-8").read())
+        names = [a["name"] for a in t.team]
+        if agent not in names: raise ValueError(f"replay: {path} has no agent {agent!r}; its agents: {', '.join(names)}")
+        return ReplayBackend([tu for r in t.rounds for tu in r.turns], spec=spec, agent=agent)
     raise ValueError(f"unknown backend kind {kind!r} in {spec!r}; choose from {', '.join(BACKEND_KINDS)}")

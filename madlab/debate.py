@@ -69,7 +69,10 @@ def get_protocol(name) -> Protocol:
 # %% ../nbs/06_debate.ipynb #4b4d82e0
 class Debate:
     "One debate: a protocol over one item with one team."
-    def __init__(self, protocol, item, team=None, *, seed: int = 0, budget: Budget|None = None, cache=False, id: str|None = None, **options):
+    def __init__(self, protocol, item, team=None, *, seed: int = 0, budget: Budget|None = None, cache=False, id: str|None = None,
+                 on_error: str = "fail", **options):
+        if on_error not in ("fail", "continue"): raise ValueError(f"on_error must be 'fail' or 'continue'; got {on_error!r}")
+        self.on_error = on_error
         self.protocol = get_protocol(protocol)
         self.settings = self.protocol.validate(options)
         self.item, self.seed = item, seed
@@ -138,6 +141,14 @@ class Debate:
         r.history_lengths = {a.name: len(a.history) for a in self.agents}
         self.rounds.append(r)
         self._emit("round", round=r)
+        failed = [t for t in r.turns if t.error is not None]
+        if failed and self.on_error == "fail":
+            self.done = True
+            err = f"{failed[0].agent}: {failed[0].error}" + (f" (and {len(failed) - 1} more failed calls)" if len(failed) > 1 else "")
+            self.meta.update(status="failed", error=err, finished=time.time())
+            if self._gen is not None: await run_async(self._gen.aclose())
+            self._emit("done", debate=self)
+            raise BackendError(err)
         return r
 
     def step(self) -> Round|None:
@@ -188,6 +199,12 @@ def _edit_turns(rounds, round_index, agent=None, reply=None, turn=None):
     turns = [new if t is old else t for t in turns]
     return turns, {"round": round_index, "agent": old.agent, "turn": idx, "original": old.reply, "reply": reply}
 
+def _mark_edit(d: Debate) -> Debate:
+    e = d.meta["forked_from"].get("edit")
+    if e and e["round"] < len(d.rounds) and e["turn"] < len(d.rounds[e["round"]].turns):
+        d.rounds[e["round"]].turns[e["turn"]].meta["edited"] = True
+    return d
+
 async def _advance(d: Debate, n: int) -> Debate:
     for _ in range(n):
         if await d.astep() is None: break
@@ -204,11 +221,11 @@ def _fork(self: Debate, round_index: int, *, agent: str|None = None, reply: str|
 def fork(self: Debate, round_index: int, *, agent: str|None = None, reply: str|None = None, turn: int|None = None) -> Debate:
     "A new debate replayed up to round `round_index` (with `agent`'s reply there replaced by `reply`, if given), ready to continue live."
     d = _fork(self, round_index, agent=agent, reply=reply, turn=turn)
-    return run_sync(_advance(d, round_index + 1))
+    return _mark_edit(run_sync(_advance(d, round_index + 1)))
 
 async def afork(self: Debate, round_index: int, **kw) -> Debate:
     "`fork` for use inside a running event loop."
-    return await run_async(_advance(_fork(self, round_index, **kw), round_index + 1))
+    return _mark_edit(await run_async(_advance(_fork(self, round_index, **kw), round_index + 1)))
 
 def from_transcript(t, team=None, live: bool = False) -> Debate:
     "Rebuild the debate a transcript records (replaying every round without calls); `live=True` lets it continue on the real backends."

@@ -83,7 +83,8 @@ def _cache_stats(agents):
     return {"hits": h, "misses": m} if seen else {}
 
 async def arun_many(protocol, items, team=None, *, concurrency: int = 8, seed: int = 0, budget: Budget|None = None, cache=True,
-                    out=None, resume: bool = True, progress: bool = True, on_done: Callable|None = None, desc: str|None = None, **options) -> RunResult:
+                    out=None, resume: bool = True, progress: bool = True, on_done: Callable|None = None, desc: str|None = None,
+                    on_error: str = "fail", **options) -> RunResult:
     "Async `run_many`."
     from tqdm.auto import tqdm
     proto = get_protocol(protocol)
@@ -110,7 +111,7 @@ async def arun_many(protocol, items, team=None, *, concurrency: int = 8, seed: i
         async with sem:
             if stop["reason"]:
                 rows[iid] = {"item_id": iid, "protocol": proto.name, "status": "not_run", "error": stop["reason"]}; bar.update(); return
-            d = Debate(proto, it, agents, seed=seed, budget=budget, id=iid, **options)
+            d = Debate(proto, it, agents, seed=seed, budget=budget, id=iid, on_error=on_error, **options)
             try: await d.arun()
             except BudgetExceeded as e: stop["reason"] = stop["reason"] or str(e)
             except Exception: pass           # recorded in d.meta by the debate itself

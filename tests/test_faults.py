@@ -137,14 +137,15 @@ def test_exhausted_retries_fail_their_rows_and_the_batch_completes(fake_server):
     bad, good = [items[2].id, items[5].id], [it.id for i, it in enumerate(items) if i not in (2, 5)]
     assert df.loc[good, "correct"].all() and (df.loc[good, "errors"] == 0).all() and (df.loc[good, "calls"] == 6).all()
     assert (df.loc[good, "status"] == "done").all()
-    for iid in bad:
+    for iid in bad:   # the debate fails after its first round (on_error="fail"), keeping that round in its transcript
         row, t = df.loc[iid], res.transcripts[iid]
-        assert not row.correct and row.errors == 6 and row.invalid == 6 and row.calls == 0
+        assert row.status == "failed" and "gave up after 4 attempts" in row.error
+        assert row.correct is not True and row.errors == 3 and row.invalid == 3 and row.calls == 0 and len(t.rounds) == 1
         assert all("gave up after 4 attempts" in tu.error for r in t.rounds for tu in r.turns)
         assert all(tu.answer is None and not tu.valid for r in t.rounds for tu in r.turns)
-    # each broken call was tried exactly max_retries + 1 = 4 times: 2 items x 6 calls x 4 attempts
+    # each broken call was tried exactly max_retries + 1 = 4 times: 2 items x 3 calls x 4 attempts
     routed = [r for _, b, r in srv.log if any(p in " ".join(str(m["content"]) for m in r["messages"]) for p in broken)]
-    assert len(routed) == 2 * 6 * 4
+    assert len(routed) == 2 * 3 * 4
 
 def test_a_debate_that_raises_is_a_failed_row(fake_server):
     "A debate whose protocol fails (here: an agent spec the synthetic backend cannot answer) is a failed row; the rest run."
