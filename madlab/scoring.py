@@ -12,10 +12,11 @@ from typing import Any, Callable
 from .core import *
 
 # %% auto #0
-__all__ = ['FORMATS', 'KKS_PHASES', 'AnswerFormat', 'register_format', 'answer_format', 'final_number', 'toy_arith_items',
-           'vote_key', 'majority_vote', 'plurality_vote', 'agreement', 'extract_json', 'final_choice', 'kks_players',
-           'roles_of', 'synthetic_kks_belief', 'synthetic_kks_position', 'kks_positions', 'phase_accuracy', 'kks_flips',
-           'flip_summary', 'kks_consensus', 'kks_games', 'kks_decisions', 'agent_usage']
+__all__ = ['FORMATS', 'KKS_PHASES', 'CHANGE_KINDS', 'AnswerFormat', 'register_format', 'answer_format', 'final_number',
+           'toy_arith_items', 'vote_key', 'majority_vote', 'plurality_vote', 'agreement', 'extract_json',
+           'final_choice', 'kks_players', 'roles_of', 'synthetic_kks_belief', 'synthetic_kks_position', 'kks_positions',
+           'phase_accuracy', 'kks_flips', 'position_changes', 'flip_summary', 'kks_consensus', 'kks_games',
+           'kks_decisions', 'agent_usage']
 
 # %% ../nbs/05_scoring.ipynb #78748a11
 @dataclass
@@ -276,12 +277,16 @@ def kks_flips(positions) -> "pd.DataFrame":
             prev = r
     return pd.DataFrame(rows, columns=["game", "agent", "player", "from_phase", "to_phase", "from_round", "to_round", "from_role", "to_role", "gold", "kind"])
 
-def flip_summary(positions, start="initial", end="final") -> "pd.DataFrame":
-    "Per agent, how its positions on players changed from phase `start` to phase `end`."
-    import pandas as pd
-    a = positions[positions.phase == start].drop_duplicates(["game", "agent", "player"], keep="last").set_index(["game", "agent", "player"])
-    b = positions[positions.phase == end].drop_duplicates(["game", "agent", "player"], keep="last").set_index(["game", "agent", "player"])
-    j = a[["role", "correct", "valid"]].merge(b[["role", "correct", "valid"]], left_index=True, right_index=True, suffixes=("_start", "_end"))
+CHANGE_KINDS = ("kept correct", "fixed", "broken", "kept wrong", "changed, still wrong", "invalid")
+
+def position_changes(positions, start="initial", end="final") -> "pd.DataFrame":
+    "One row per (game, agent, player): the position at phase `start` and at `end` (`_start`/`_end` columns) and the kind of change (`CHANGE_KINDS`)."
+    key = ["game", "agent", "player"]
+    cols = ["role", "correct", "valid"]
+    a = positions[positions.phase == start].drop_duplicates(key, keep="last").set_index(key)
+    b = positions[positions.phase == end].drop_duplicates(key, keep="last").set_index(key)
+    extra = [c for c in ("slot",) if c in a.columns]
+    j = a[cols + extra].rename(columns={c: f"{c}_start" for c in cols}).join(b[cols].rename(columns={c: f"{c}_end" for c in cols}), how="inner")
     def kind(r):
         if not (r.valid_start and r.valid_end): return "invalid"
         if r.correct_start and r.correct_end: return "kept correct"
@@ -289,9 +294,14 @@ def flip_summary(positions, start="initial", end="final") -> "pd.DataFrame":
         if r.correct_start: return "broken"
         return "kept wrong" if r.role_start == r.role_end else "changed, still wrong"
     j["kind"] = [kind(r) for r in j.itertuples()] if len(j) else []
-    cols = ["kept correct", "fixed", "broken", "kept wrong", "changed, still wrong", "invalid"]
-    out = j.reset_index().pivot_table(index="agent", columns="kind", values="player", aggfunc="count", fill_value=0) if len(j) else pd.DataFrame()
-    return out.reindex(columns=cols, fill_value=0)
+    return j.reset_index()
+
+def flip_summary(positions, start="initial", end="final") -> "pd.DataFrame":
+    "Per agent, how many of its positions on players changed in each way (`CHANGE_KINDS`) from phase `start` to phase `end`."
+    import pandas as pd
+    j = position_changes(positions, start, end)
+    out = j.pivot_table(index="agent", columns="kind", values="player", aggfunc="count", fill_value=0) if len(j) else pd.DataFrame()
+    return out.reindex(columns=list(CHANGE_KINDS), fill_value=0)
 
 # %% ../nbs/05_scoring.ipynb #ac1b05aa
 def kks_consensus(positions) -> "pd.DataFrame":

@@ -13,6 +13,7 @@ import madlab
 from .core import *
 from .agents import make_team, agent_name, DEFAULT_TEAM
 from .scoring import (KKS_PHASES, kks_players, roles_of, kks_positions, kks_flips, flip_summary, kks_consensus, kks_games,
+                            position_changes, CHANGE_KINDS,
                             kks_decisions, agent_usage, phase_accuracy)
 from .run import run_many, safe_name, RunResult
 import madlab.protocols.controlmad
@@ -77,28 +78,16 @@ def prediction_matrix(frames, game=None, phase="final") -> "go.Figure":
     return fig
 
 # %% ../nbs/20_viz.ipynb #f0d8292b
-_KINDS = ["kept correct", "fixed", "broken", "kept wrong", "changed, still wrong", "invalid"]
+_KINDS = list(CHANGE_KINDS)
 _KIND_COLOURS = {"kept correct": _RIGHT, "fixed": "#8fd18f", "broken": _WRONG, "kept wrong": "#7a1f2b", "changed, still wrong": "#b5838d", "invalid": _INVALID}
 
-def _changes(pos, by):
-    a = pos[pos.phase == "initial"].drop_duplicates(["game", "agent", "player"], keep="last").set_index(["game", "agent", "player"])
-    b = pos[pos.phase == "final"].drop_duplicates(["game", "agent", "player"], keep="last").set_index(["game", "agent", "player"])
-    j = a[["role", "correct", "valid", "slot"]].merge(b[["role", "correct", "valid"]], left_index=True, right_index=True, suffixes=("_i", "_f")).reset_index()
-    def kind(r):
-        if not (r.valid_i and r.valid_f): return "invalid"
-        if r.correct_i and r.correct_f: return "kept correct"
-        if r.correct_f: return "fixed"
-        if r.correct_i: return "broken"
-        return "kept wrong" if r.role_i == r.role_f else "changed, still wrong"
-    j["kind"] = [kind(r) for r in j.itertuples()] if len(j) else []
-    return j
 
 def player_changes(frames) -> "go.Figure":
     "Stacked bars per player (one game) or player slot (many games): how the agents' positions changed from initial to final."
     import plotly.graph_objects as go
     pos = frames["positions"]
     one = pos.game.nunique() == 1
-    j = _changes(pos, None)
+    j = position_changes(pos)
     key = "player" if one else "slot"
     if not len(j): return go.Figure().update_layout(title="Initial → final changes per player (no data)")
     c = j.groupby([key, "kind"]).size().unstack(fill_value=0).reindex(columns=_KINDS, fill_value=0)
