@@ -7,7 +7,6 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 from madlab.cli import main
-from test_openai_serve import served  # noqa: F401  (the shared server fixture)
 
 pytestmark = pytest.mark.slow
 

@@ -11,42 +11,6 @@ from madlab.run import run_many
 from madlab.scoring import final_number, toy_arith_items
 import madlab.protocols.baselines  # noqa: F401  (registers "du")
 
-def _cli() -> str:
-    exe = Path(sys.executable).parent / "transformers"
-    return str(exe) if exe.exists() else "transformers"
-
-@pytest.fixture(scope="module")
-def served(tiny_model_dir, tmp_path_factory):
-    "`transformers serve MODEL_DIR` on a free port; yields (base_url, model name); killed (process group) at teardown."
-    port = free_port()
-    home = tmp_path_factory.mktemp("hf-home")
-    (home / "hub").mkdir()               # /v1/models scans the hub cache and fails when the folder is missing
-    env = {**os.environ, "HF_HOME": str(home), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1",
-           "TOKENIZERS_PARALLELISM": "false", "NO_COLOR": "1"}
-    log = open(home / "serve.log", "wb")
-    proc = subprocess.Popen([_cli(), "serve", tiny_model_dir, "--host", "127.0.0.1", "--port", str(port), "--device", "cpu",
-                             "--log-level", "warning"], stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 120
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"transformers serve exited with {proc.returncode}:\n{(home / 'serve.log').read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(f"{url}/v1/models", timeout=2) as r:
-                    if r.status == 200: break
-            except OSError: pass
-            if time.time() > deadline: raise RuntimeError(f"transformers serve not ready after 120 s:\n{(home / 'serve.log').read_text()[-3000:]}")
-            time.sleep(0.3)
-        yield f"{url}/v1", tiny_model_dir
-    finally:
-        try: os.killpg(proc.pid, signal.SIGTERM)
-        except ProcessLookupError: pass
-        try: proc.wait(10)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL); proc.wait(10)
-        log.close()
-
 def test_models_lists_the_served_model(served):
     import json
     url, model = served
