@@ -21,14 +21,16 @@ class BudgetExceeded(Exception):
 
 @dataclass
 class Budget:
-    "Limits on calls and tokens, charged as calls complete."
+    "Limits on calls and tokens; calls in flight count against `max_calls`, tokens are charged as calls complete."
     max_calls: int|None = None
     max_tokens: int|None = None
     calls: int = 0
     tokens: int = 0
+    pending: int = 0          # calls started and not yet finished
 
     def check(self):
-        if self.max_calls is not None and self.calls >= self.max_calls: raise BudgetExceeded(f"call budget spent ({self.calls}/{self.max_calls} calls)")
+        if self.max_calls is not None and self.calls + self.pending >= self.max_calls:
+            raise BudgetExceeded(f"call budget spent ({self.calls}/{self.max_calls} calls" + (f", {self.pending} in flight)" if self.pending else ")"))
         if self.max_tokens is not None and self.tokens >= self.max_tokens: raise BudgetExceeded(f"token budget spent ({self.tokens}/{self.max_tokens} tokens)")
 
     def charge(self, usage: Usage, cached=False):
@@ -83,18 +85,22 @@ class Agent:
                       phase=phase if phase is not None else (ask.phase if ask else None), round=round if round is not None else (ask.round if ask else None))
         messages = self.history.to_messages()
         turn = Turn(self.name, messages=messages, receivers=receivers, focus=focus)
-        if self.budget is not None: self.budget.check()
+        budget = self.budget
+        if budget is not None: budget.check(); budget.pending += 1
         self._emit("call_start", phase=phase, round=round, focus=focus)
         t0 = time.perf_counter()
         try:
             c = await self.backend.complete(messages, ask, **{**self.params, **params})
-        except (BudgetExceeded, asyncio.CancelledError): raise
+        except (BudgetExceeded, asyncio.CancelledError):
+            if budget is not None: budget.pending -= 1
+            raise
         except Exception as e:
+            if budget is not None: budget.pending -= 1
             turn.error = str(e) if isinstance(e, BackendError) else f"{type(e).__name__}: {e}"
             turn.latency = time.perf_counter() - t0
             self._emit("call_end", turn=turn)
             return turn
-        if self.budget is not None: self.budget.charge(c.usage, c.cached)
+        if budget is not None: budget.pending -= 1; budget.charge(c.usage, c.cached)
         turn.reply, turn.usage, turn.latency, turn.cached = c.text, c.usage, c.latency, c.cached
         self.history.add("assistant", c.text, sender=self.name, receivers=receivers, phase=phase, round=round, focus=focus)
         if parse is not None:
@@ -118,9 +124,14 @@ def agent_name(spec: str) -> str:
     rest = re.sub(r"[^A-Za-z0-9._-]+", "-", rest).strip("-")
     return f"{prov}-{rest}" if rest else prov
 
+def _split_specs(s: str) -> list[str]:
+    "'synthetic:strong,seed=1,openai:gpt-5-nano' -> the two specs (a comma starts a new spec only before `KIND:`)."
+    kinds = "|".join(map(re.escape, BACKEND_KINDS))
+    return [x.strip() for x in re.split(rf",(?=\s*(?:{kinds}):)", s) if x.strip()]
+
 def make_team(members, budget: Budget|None = None) -> list[Agent]:
-    "Agents from specs (`str`), dicts (`name`, `spec`, `system`, `params`, `role`) or `Agent`s, with unique names."
-    if isinstance(members, str): members = [s.strip() for s in members.split(",") if s.strip()]
+    "Agents from specs (`str`, or one comma-separated string), dicts (`name`, `spec`, `system`, `params`, `role`) or `Agent`s, with unique names."
+    if isinstance(members, str): members = _split_specs(members)
     agents, seen = [], {}
     for m in members:
         if isinstance(m, Agent): a = m.fresh()

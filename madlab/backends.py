@@ -187,6 +187,12 @@ def synthetic_backend(rest: str = "") -> SyntheticBackend:
     fields = set(Persona.__dataclass_fields__)
     bad = [k for k in kw if k not in fields]
     if bad: raise ValueError(f"unknown synthetic option(s) {', '.join(bad)}; allowed: {', '.join(sorted(fields))}")
+    for k, v in kw.items():
+        if k == "seed":
+            if not isinstance(v, int) or isinstance(v, bool): raise ValueError(f"synthetic option seed must be an integer; got {v!r}")
+        elif not isinstance(v, (int, float)) or isinstance(v, bool): raise ValueError(f"synthetic option {k} must be a number; got {v!r}")
+        elif k == "latency" and v < 0: raise ValueError(f"synthetic option latency must be >= 0 seconds; got {v!r}")
+        elif k != "latency" and not 0 <= v <= 1: raise ValueError(f"synthetic option {k} must be between 0 and 1; got {v!r}")
     return SyntheticBackend(replace(base, **kw), spec=f"synthetic:{rest}")
 
 # %% ../nbs/01_backends.ipynb #5390250c
@@ -209,11 +215,21 @@ def _backoff(attempt: int, max_wait: float, base: float = 0.2) -> float:
     return min(max_wait, step * (1 + random.random() * 0.5))
 
 def _retry_after(exc) -> float|None:
+    "Seconds the server asks us to wait: `Retry-After` (seconds or an HTTP date) or `retry-after-ms`; None when absent."
     resp = getattr(exc, "response", None)
     if resp is None: return None
+    ms = resp.headers.get("retry-after-ms")
+    try:
+        if ms is not None: return max(0.0, float(ms) / 1000)
+    except ValueError: pass
     v = resp.headers.get("retry-after")
-    try: return float(v) if v is not None else None
-    except ValueError: return None
+    if v is None: return None
+    try: return max(0.0, float(v))
+    except ValueError: pass
+    try:
+        import email.utils
+        return max(0.0, email.utils.parsedate_to_datetime(v).timestamp() - time.time())
+    except (TypeError, ValueError, IndexError, OverflowError): return None
 
 class OpenAIBackend(Backend):
     "Any OpenAI-compatible chat completions endpoint through the official async client."
@@ -314,6 +330,7 @@ class _HFRequest:
     top_p: float
     stop: list
     future: Any = None
+    eos: list = field(default_factory=list)   # extra end-of-sequence token ids for this request
 
 class HFBackend(Backend):
     "A transformers model in this process; concurrent requests are batched into one `generate` call."
@@ -364,7 +381,7 @@ class HFBackend(Backend):
         res = []
         for i, r in enumerate(reqs):
             ids = out[i, n_in:].tolist()[: r.max_new_tokens]
-            cut = next((j for j, t in enumerate(ids) if t in eos), None)
+            cut = next((j for j, t in enumerate(ids) if t in eos or t in r.eos), None)
             ids = ids if cut is None else ids[:cut]
             text = tok.decode(ids, skip_special_tokens=True)
             for s in r.stop:
@@ -401,9 +418,11 @@ class HFBackend(Backend):
         greedy = p.get("greedy", False) or p.get("temperature", 1.0) == 0
         stop = p.get("stop") or []
         if isinstance(stop, str): stop = [stop]
+        eos = p.get("eos_token_id", p.get("stop_token_ids")) or []
+        if isinstance(eos, int): eos = [eos]
         n_new = params.get("max_new_tokens") or params.get("max_tokens") or self.defaults.get("max_new_tokens") or self.defaults.get("max_tokens") or 512
         req = _HFRequest(messages, int(n_new), not greedy,
-                         float(p.get("temperature", 1.0)), float(p.get("top_p", 1.0)), list(stop), asyncio.get_running_loop().create_future())
+                         float(p.get("temperature", 1.0)), float(p.get("top_p", 1.0)), list(stop), asyncio.get_running_loop().create_future(), [int(x) for x in eos])
         self.requests += 1
         t0 = time.perf_counter()
         self._queue.append(req)
@@ -447,9 +466,9 @@ class CachedBackend(Backend):
 # %% ../nbs/01_backends.ipynb #5ce8413d
 class ReplayBackend(Backend):
     "Serve recorded replies; unmatched requests go to `fallback` or raise `ReplayMiss`."
-    def __init__(self, turns: list, fallback: Backend|None = None, spec="replay:", agent: str|None = None):
+    def __init__(self, turns: list, fallback: Backend|None = None, spec="replay:", agent: str|None = None, synthetic: bool|None = None):
         self.fallback, self.spec, self.agent = fallback, spec, agent
-        self.synthetic = getattr(fallback, "synthetic", False)
+        self.synthetic = bool(synthetic) if synthetic is not None else getattr(fallback, "synthetic", False)  # as recorded
         self._script = collections.defaultdict(collections.deque)
         for t in turns:
             if agent is None or t.agent == agent: self._script[stable_hash(agent or t.agent, t.messages)].append(t)
@@ -489,5 +508,6 @@ def get_backend(spec: str, **kw) -> Backend:
         t = Transcript.from_json(open(path, encoding="utf-8").read())
         names = [a["name"] for a in t.team]
         if agent not in names: raise ValueError(f"replay: {path} has no agent {agent!r}; its agents: {', '.join(names)}")
-        return ReplayBackend([tu for r in t.rounds for tu in r.turns], spec=spec, agent=agent)
+        syn = next(a.get("synthetic") for a in t.team if a["name"] == agent)
+        return ReplayBackend([tu for r in t.rounds for tu in r.turns], spec=spec, agent=agent, synthetic=syn)
     raise ValueError(f"unknown backend kind {kind!r} in {spec!r}; choose from {', '.join(BACKEND_KINDS)}")

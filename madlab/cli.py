@@ -25,16 +25,20 @@ def run():
     "Run a debate experiment (ControlMAD's Knight-Knave-Spy games, S4 safety triage)."
 
 # %% ../nbs/40_cli.ipynb #52076d89
+_MAX_GAMES = 100_000
+
 def parse_games(spec: str) -> list[int]:
-    "1-based game positions from '1-20', '3' or '1,4,7-9'."
-    out = []
+    "1-based game positions from '1-20', '3' or '1,4,7-9' (at most 100,000 of them)."
+    out, seen = [], set()
     for part in str(spec).split(","):
         part = part.strip()
         m = re.fullmatch(r"(\d+)(?:\s*-\s*(\d+))?", part)
         if not m: raise ValueError(f"{spec!r} is not a game range; use e.g. 1-20, 3 or 1,4,7-9")
         a, b = int(m.group(1)), int(m.group(2) or m.group(1))
         if a < 1 or b < a: raise ValueError(f"{part!r}: games are numbered from 1 and a range goes up (e.g. 1-20)")
-        out += [i for i in range(a, b + 1) if i not in out]
+        if b - a + 1 + len(out) > _MAX_GAMES: raise ValueError(f"{spec!r} selects more than {_MAX_GAMES:,} games; give a smaller range")
+        new = [i for i in range(a, b + 1) if i not in seen]
+        out += new; seen.update(new)
     return out
 
 def default_data_dir() -> Path|None:
@@ -44,9 +48,14 @@ def default_data_dir() -> Path|None:
         if p.is_dir(): return p
     return None
 
+def _read_games(f):
+    "The games in one JSONL file; a file that is not ControlMAD's format is a usage error of `--data`."
+    from madlab.puzzles import load_controlmad
+    try: return load_controlmad(f)
+    except (ValueError, OSError) as e: raise click.BadParameter(f"not a file of Knight-Knave-Spy games in ControlMAD's JSONL format ({e})", param_hint="'--data'") from None
+
 def load_games(data, size: int|None, positions: list[int]):
     "The puzzles at `positions` (1-based) of size `size` from `data` (a folder of `<size>.jsonl` files or one file)."
-    from madlab.puzzles import load_controlmad
     path = Path(data)
     if path.is_dir():
         size = size or 6
@@ -54,11 +63,11 @@ def load_games(data, size: int|None, positions: list[int]):
         if not f.exists():
             have = sorted(int(p.stem) for p in path.glob("*.jsonl") if p.stem.isdigit())
             raise click.BadParameter(f"no games of size {size} in {path} (sizes there: {', '.join(map(str, have)) or 'none'})", param_hint="'--size'")
-        games = load_controlmad(f)
+        games = _read_games(f)
     else:
-        games = load_controlmad(path)
+        games = _read_games(path)
         if size is not None: games = [g for g in games if g.n_players == size]
-        if not games: raise click.BadParameter(f"{path} holds no games of size {size}", param_hint="'--size'")
+        if not games: raise click.BadParameter(f"{path} holds no games" + (f" of size {size}" if size is not None else ""), param_hint="'--size'" if size is not None else "'--data'")
     bad = [i for i in positions if i > len(games)]
     if bad: raise click.BadParameter(f"there are only {len(games)} games of this size in {path}; got {bad[0]}", param_hint="'--games'")
     return [games[i - 1] for i in positions]
@@ -86,6 +95,12 @@ def _agents_cb(ctx, param, value):
         try: get_backend(s)
         except (ValueError, TypeError) as e: raise click.BadParameter(str(e)) from None
     return specs
+
+def _out_dir(out) -> Path:
+    "Create the output folder, or fail as a usage error of `--out`."
+    try: Path(out).mkdir(parents=True, exist_ok=True)
+    except OSError as e: raise click.BadParameter(f"cannot create the output folder {out}: {e.strerror or e}", param_hint="'--out'") from None
+    return Path(out)
 
 def _spec_cb(ctx, param, value):
     if value is None: return None
@@ -122,6 +137,7 @@ def controlmad_cmd(size, games, agents, team_file, depth, confidence, self_adjus
         data = default_data_dir()
         if data is None: raise click.BadParameter("madlab's data/kks/ folder was not found; point --data at a folder of <size>.jsonl files", param_hint="'--data'")
     puzzles = load_games(data, size, games)
+    _out_dir(out)
     team = agents
     if team_file:
         from madlab.agents import load_team
@@ -134,6 +150,7 @@ def controlmad_cmd(size, games, agents, team_file, depth, confidence, self_adjus
                                       cache=cache, resume=resume, max_tokens=max_tokens, temperature=temperature,
                                       progress=sys.stderr.isatty() if progress is None else progress, data=data)
     except ValueError as e: raise click.ClickException(str(e)) from None
+    except OSError as e: raise click.ClickException(f"writing the outputs failed: {e}") from None
     click.echo(controlmad_summary(res, run_dir))
 
 # %% ../nbs/40_cli.ipynb #931bfb69
@@ -149,8 +166,14 @@ def s4_cmd(data, n, agents, out, seed, concurrency, cache):
     "Run the S4 safety-triage debate (Utility, Accuracy and Safety agents) over prompts."
     try: from madlab.protocols.s4 import run_s4
     except ImportError as e: raise click.ClickException(f"the S4 protocol is not available in this install ({e})") from None
+    if data is not None:
+        from madlab.tasks import load_xstest
+        try: load_xstest(data)
+        except (ValueError, OSError) as e: raise click.BadParameter(f"not a CSV of prompts in XSTest's format (columns id, prompt, label) ({e})", param_hint="'--data'") from None
+    _out_dir(out)
     try: _, summary = run_s4(data=data, n=n, agents=agents, out=out, seed=seed, concurrency=concurrency, cache=cache)
     except ValueError as e: raise click.ClickException(str(e)) from None
+    except OSError as e: raise click.ClickException(f"writing the outputs failed: {e}") from None
     click.echo(summary)
 
 _P_HELP = ("-p, --param NAME VALUE...", "A notebook parameter and the values to sweep; repeatable, e.g. -p depth 1 2 3 -p size 4 6")

@@ -32,7 +32,7 @@ def to_jsonable(o):
     if isinstance(o, tuple): return {"__tuple__": [to_jsonable(x) for x in o]}
     if isinstance(o, list): return [to_jsonable(x) for x in o]
     if isinstance(o, dict):
-        if all(isinstance(k, str) for k in o) and "__type__" not in o and "__tuple__" not in o:
+        if all(isinstance(k, str) for k in o) and not {"__type__", "__tuple__", "__items__"} & set(o):
             return {k: to_jsonable(v) for k, v in o.items()}
         return {"__items__": [[to_jsonable(k), to_jsonable(v)] for k, v in o.items()]}
     if o is None or isinstance(o, (str, int, float, bool)): return o

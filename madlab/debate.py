@@ -184,7 +184,7 @@ def _replayed(debate_or_none, protocol, item, team_infos, settings, seed, turns,
         live = (fallbacks or {}).get(info["name"])
         mine = [t for t in turns if t.agent == info["name"]]
         a = Agent(info["name"], info["spec"], info.get("system"), dict(info.get("params") or {}), info.get("role"), dict(info.get("meta") or {}),
-                  backend=ReplayBackend(mine, fallback=live, spec=info["spec"]))
+                  backend=ReplayBackend(mine, fallback=live, spec=info["spec"], synthetic=info.get("synthetic")))
         members.append(a)
     return Debate(protocol, item, members, seed=seed, **settings, **kw)
 
@@ -227,13 +227,22 @@ async def afork(self: Debate, round_index: int, **kw) -> Debate:
     "`fork` for use inside a running event loop."
     return _mark_edit(await run_async(_advance(_fork(self, round_index, **kw), round_index + 1)))
 
+async def _rebuild(d: Debate, t: Transcript) -> Debate:
+    "Replay the rounds `t` recorded; finish only when `t` finished, so a stopped or stepped debate stays open."
+    try:
+        await _advance(d, len(t.rounds))
+        if t.meta.get("status") == "done": await _advance(d, 1)
+    except Exception:
+        if t.meta.get("status") == "done": raise    # a finished debate must replay to its end
+    return d                                        # a failed or stopped one ends where it did (see `d.meta`)
+
 def from_transcript(t, team=None, live: bool = False) -> Debate:
     "Rebuild the debate a transcript records (replaying every round without calls); `live=True` lets it continue on the real backends."
     if not isinstance(t, Transcript): t = Transcript.from_json(t)
     turns = [tu for r in t.rounds for tu in r.turns]
     fallbacks = {a["name"]: get_backend(a["spec"]) for a in t.team} if live else None
     d = _replayed(None, t.protocol, t.item, t.team, t.settings, t.settings.get("seed", 0), turns, fallbacks, id=t.meta.get("id"))
-    return run_sync(_advance(d, len(t.rounds) + 1))
+    return run_sync(_rebuild(d, t))
 
 Debate.fork, Debate.afork, Debate.from_transcript = fork, afork, staticmethod(from_transcript)
 

@@ -103,7 +103,7 @@ def run_combination(notebook, params: dict, folder, kernel: str|None = None, tim
     import papermill as pm
     notebook, folder = Path(notebook).resolve(), Path(folder).resolve()
     folder.mkdir(parents=True, exist_ok=True)
-    for f in ("_SUCCESS", "_FAILED"): (folder / f).unlink(missing_ok=True)
+    for f in ("_SUCCESS", "_FAILED", "results.parquet"): (folder / f).unlink(missing_ok=True)   # a stale table never passes for this run's
     t0, name = time.time(), folder.name
     _madlab_on_path()
     try:

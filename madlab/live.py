@@ -42,10 +42,15 @@ def _decision_of(a):
     return d if isinstance(d, str) and d.upper() in _DECISIONS else None
 
 def _answer_key(a):
-    "What two answers are compared by: the decision, the answer or label, else the JSON of the answer."
+    "What two answers are compared by: the decision, a `vote_key()`, a role assignment, one player's role, the answer or label, else the JSON of the answer."
     if a is None: return None
     d = _decision_of(a)
     if d: return d.upper()
+    if callable(getattr(a, "vote_key", None)): return ("vote", json.dumps(to_jsonable(a.vote_key()), sort_keys=True, default=str))
+    roles = a.get("roles") if isinstance(a, dict) else getattr(a, "roles", None)
+    if isinstance(roles, dict): return ("roles", json.dumps(to_jsonable(roles), sort_keys=True, default=str))
+    player, role = (getattr(a, "player", None), getattr(a, "role", None)) if not isinstance(a, dict) else (None, None)
+    if isinstance(player, str) and isinstance(role, str): return ("role", player, role)
     if isinstance(a, dict):
         for k in ("answer", "label"):
             if k in a: return json.dumps(to_jsonable(a[k]), sort_keys=True, default=str)
@@ -61,13 +66,17 @@ def _badge(dec) -> str: return f'<span class="mlv-badge {_esc(dec.upper())}">{_e
 
 def turn_stance(turn: Turn, latest: dict|None = None, answered_before: bool = False) -> str:
     "How a turn is coloured: 'challenge', 'agree', 'invalid' or '' (neutral)."
-    if turn.error is not None or (turn.answer is None and turn.reply is not None): return "invalid"
+    if turn.error is not None or (turn.reply is not None and (turn.answer is None or getattr(turn.answer, "valid", True) is False)): return "invalid"
     a = turn.answer
     s = str(turn.meta.get("stance") or (a.get("stance") if isinstance(a, dict) else getattr(a, "stance", None)) or "").lower()
     if s in ("disagree", "challenge", "oppose"): return "challenge"
     if s in ("agree", "support"): return "agree"
-    others = [v for k, v in (latest or {}).items() if k != turn.agent and v is not None]
+    named = {k: (a.get(k) if isinstance(a, dict) else getattr(a, k, None)) for k in ("disagree_with", "agree_with")}   # ControlMAD's debate replies
+    if named["disagree_with"]: return "challenge"
+    if named["agree_with"]: return "agree"
     key = _answer_key(a)
+    kind = lambda k: (k[0], k[1]) if isinstance(k, tuple) and k[0] == "role" else k[0] if isinstance(k, tuple) else "plain"
+    others = [v for n, v in (latest or {}).items() if n != turn.agent and v is not None and kind(v) == kind(key)]   # like with like
     if turn.receivers or not answered_before or not others or key is None: return ""
     return "agree" if key in others else "challenge"
 

@@ -236,6 +236,7 @@ class Puzzle:
         n = self.n_players
         for who, s in [(self.players[i], s) for i, s in enumerate(self.statements)] + [(f"hint {k+1}", h) for k, h in enumerate(self.hints)]:
             if s is None: continue
+            if not isinstance(s, _Statement): raise TypeError(f"{who}'s statement is not a statement type ({', '.join(STATEMENT_TYPES)}): {s!r}")
             for j in s.mentions():
                 if not 0 <= j < n: raise ValueError(f"{who}'s statement mentions player index {j}, but players are 0..{n-1}")
             for j in s.refs():
@@ -374,6 +375,9 @@ class _Model:
 def solve(puzzle: Puzzle, limit: int|None=None) -> list[dict]:
     "Every solution of `puzzle` (or the first `limit`), each a dict player name -> 'knight'/'knave'/'spy'."
     puzzle.check()
+    if limit is not None:
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0: raise ValueError(f"limit must be None or an int >= 0; got {limit!r}")
+        if limit == 0: return []
     sols = _Model(puzzle).solve(limit)
     if limit is None: sols = sorted(sols)
     return [{p: KKS_ROLES[r] for p, r in zip(puzzle.players, s)} for s in sols]
@@ -622,10 +626,14 @@ def _one_game(rng, n, n_spies, hints, mix, names):
 def generate(n_players: int, count: int = 1, seed: int = 0, n_spies: int = 1, hints: int = 1,
              statement_mix: dict|None = None, difficulty: str = "medium", names: list|None = None) -> list[Puzzle]:
     """`count` games of `n_players`, each with exactly one solution; the same arguments give the same games on any machine.
-    `hints` game-manager hints (the first states the number of spies, as in ControlMAD; 0 for none);
+    `hints` game-manager hints, at least 1 (the first states the number of spies, as in ControlMAD);
     `statement_mix` weights over `STATEMENT_TYPES` (default: the `difficulty` preset of `DIFFICULTY`)."""
     if isinstance(seed, bool) or not isinstance(seed, int): raise TypeError("seed must be an int")
-    if n_players < 2: raise ValueError("n_players must be at least 2")
+    if isinstance(n_players, bool) or not isinstance(n_players, int) or n_players < 2: raise ValueError(f"n_players must be an int >= 2; got {n_players!r}")
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0: raise ValueError(f"count must be an int >= 0; got {count!r}")
+    if isinstance(hints, bool) or not isinstance(hints, int) or hints < 1:
+        raise ValueError(f"hints must be an int >= 1 (the first is the spy count: without it spies are unconstrained and no game "
+                         f"has a unique solution; ControlMAD's format needs it too); got {hints!r}")
     if not 0 <= n_spies <= n_players: raise ValueError(f"n_spies must be in 0..{n_players}")
     if difficulty not in DIFFICULTY: raise ValueError(f"difficulty must be one of {', '.join(DIFFICULTY)}")
     mix = dict(statement_mix if statement_mix is not None else DIFFICULTY[difficulty])
@@ -754,6 +762,8 @@ def _conditional(text, i):
     start = max(text.rfind(c, 0, i) for c in ".!?\n;") + 1
     return bool(_COND.search(text, start, i)) or bool(re.match(r"[^.!?\n]*?\b(would|could|might)\b", text[i:]))
 
+_HEDGE = re.compile(r"\s*[,;:]?\s*\(?\s*(?:or|unless|if|when|provided|assuming|maybe|perhaps|possibly|probably|likely)\b|\s*\?", re.I)
+
 def _roles_from_text(text, players):
     "Roles from lines such as 'Alice is a knight' / '- Bob: knave', then from unconditional sentences when they agree."
     out = {}
@@ -761,7 +771,8 @@ def _roles_from_text(text, players):
         n = re.escape(p)
         lines = re.findall(rf"^[\s>*#\-\d.)]*\**{n}\**\s*(?:is\s+(?:a|an|the)\s+|:\s*|=\s*|-+>?\s*|\u2013\s*|\u2192\s*|\(\s*)\**(knight|knave|spy)\**\)?\s*\.?\s*$", text, re.I | re.M)
         if lines: out[p] = lines[-1].lower(); continue
-        found = {m.group(1).lower() for m in re.finditer(rf"\b{n} is (?:a|an) (knight|knave|spy)\b", text, re.I) if not _conditional(text, m.start())}
+        found = {m.group(1).lower() for m in re.finditer(rf"\b{n} is (?:a|an) (knight|knave|spy)\b", text, re.I)
+                 if not _conditional(text, m.start()) and not _HEDGE.match(text, m.end())}
         if len(found) == 1: out[p] = found.pop()
     return out
 

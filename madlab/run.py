@@ -111,13 +111,17 @@ async def arun_many(protocol, items, team=None, *, concurrency: int = 8, seed: i
         async with sem:
             if stop["reason"]:
                 rows[iid] = {"item_id": iid, "protocol": proto.name, "status": "not_run", "error": stop["reason"]}; bar.update(); return
-            d = Debate(proto, it, agents, seed=seed, budget=budget, id=iid, on_error=on_error, **options)
-            try: await d.arun()
-            except BudgetExceeded as e: stop["reason"] = stop["reason"] or str(e)
-            except Exception: pass           # recorded in d.meta by the debate itself
-            t = d.transcript
-            transcripts[iid] = t
-            rows[iid] = debate_row(t)
+            try:
+                d = Debate(proto, it, agents, seed=seed, budget=budget, id=iid, on_error=on_error, **options)
+                try: await d.arun()
+                except BudgetExceeded as e: stop["reason"] = stop["reason"] or str(e)
+                except Exception: pass           # recorded in d.meta by the debate itself
+                t = d.transcript
+                rows[iid] = debate_row(t)
+                transcripts[iid] = t
+            except Exception as e:              # a debate that cannot even be built or summarised is a failed row too
+                rows[iid] = {"item_id": iid, "protocol": proto.name, "status": "failed", "error": f"{type(e).__name__}: {e}"}
+                bar.update(); return
             if out is not None:
                 folder = out / "debates" / safe_name(iid)
                 try:

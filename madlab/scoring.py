@@ -350,18 +350,18 @@ def kks_decisions(transcripts) -> "pd.DataFrame":
     return pd.DataFrame(rows, columns=["game", "player", "slot", "gold", "majority", "decision", "by", "correct"])
 
 def agent_usage(transcripts) -> "pd.DataFrame":
-    "One row per (game, agent): calls, tokens, invalid replies, errors and cache hits."
+    "One row per (game, agent, phase): replies, calls, tokens, invalid replies, errors and cache hits."
     import pandas as pd
     rows = collections.defaultdict(lambda: collections.Counter())
     for t in _transcripts(transcripts):
         for r in t.rounds:
             for tu in r.turns:
-                c = rows[(t.meta.get("id"), tu.agent)]
+                c = rows[(t.meta.get("id"), tu.agent, r.phase)]
                 live = not tu.cached and tu.error is None
                 c["turns"] += 1; c["invalid"] += not tu.valid; c["errors"] += tu.error is not None; c["cached"] += bool(tu.cached)
                 if live: c["calls"] += tu.usage.calls; c["prompt_tokens"] += tu.usage.prompt_tokens; c["completion_tokens"] += tu.usage.completion_tokens
                 c["latency"] += tu.latency or 0
     cols = ["turns", "calls", "prompt_tokens", "completion_tokens", "invalid", "errors", "cached", "latency"]
-    df = pd.DataFrame([{"game": g, "agent": a, **{k: c.get(k, 0) for k in cols}} for (g, a), c in rows.items()], columns=["game", "agent", *cols])
+    df = pd.DataFrame([{"game": g, "agent": a, "phase": ph, **{k: c.get(k, 0) for k in cols}} for (g, a, ph), c in rows.items()], columns=["game", "agent", "phase", *cols])
     df["tokens"] = df.prompt_tokens + df.completion_tokens
     return df

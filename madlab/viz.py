@@ -387,6 +387,10 @@ def controlmad_summary(res, run_dir=None) -> str:
         u = use.sum(numeric_only=True)
         L.append(f"replies: {int(u.turns)} ({int(u.invalid)} invalid, {int(u.errors)} errors); calls {int(u.calls)}, cached {int(u.cached)}; "
                  f"tokens {int(u.tokens):,} (prompt {int(u.prompt_tokens):,}, completion {int(u.completion_tokens):,})")
+        if "phase" in use and u.invalid:
+            inv = use.groupby("phase", sort=False).invalid.sum()
+            order = [p for p in ("initial", "order", *KKS_PHASES[1:], "supervisor") if p in inv.index] + [p for p in inv.index if p not in (*KKS_PHASES, "order", "supervisor")]
+            L.append("invalid replies by phase: " + ", ".join(f"{p} {int(inv[p])}" for p in order))
     if res.stopped: L.append(f"stopped early: {res.stopped}")
     if run_dir is not None: L.append(f"outputs: {run_dir}")
     return "\n".join(L)

@@ -182,6 +182,7 @@ def _usage_html(rounds, pos) -> str:
 class _Branch:
     def __init__(self, name, debate=None, transcript=None, origin=None):
         self.name, self.debate, self.transcript, self.origin, self.pos = name, debate, transcript, origin, -1
+        self.error = None                      # the last action's error on this branch, shown until the next action
     @property
     def src(self): return self.debate if self.debate is not None else self.transcript
     @property
@@ -218,7 +219,7 @@ class DebateStepper(W.VBox):
         else: raise TypeError(f"DebateStepper takes a Debate, a Transcript or a transcript path; got {type(source).__name__}")
         self.live = live                       # let a transcript's branches continue on the recorded backends when forked
         self.branches: dict[str, _Branch] = {"main": main}
-        self.current, self.busy, self.error, self._stop, self._calls, self._tasks = "main", False, None, False, 0, set()
+        self.current, self.busy, self._stop, self._calls, self._tasks = "main", False, False, 0, set()
         self._attach(main)
         main.pos = len(main.rounds) - 1 if main.debate is not None else -1   # a transcript starts before its first round
         self.b_back = _button("Back", "madlab-back", "show the previous round", "arrow-left")
@@ -257,6 +258,10 @@ class DebateStepper(W.VBox):
         return self.branch.debate
     @property
     def pos(self) -> int: return self.branch.pos
+    @property
+    def error(self) -> str|None:
+        "The error of the last action on the branch shown (None when it went well)."
+        return self.branch.error
 
     def _attach(self, b):
         if b.debate is not None: b.debate.listeners.append(self._on_event)
@@ -298,9 +303,10 @@ class DebateStepper(W.VBox):
         return await self._busy(f"running round {len(b.rounds) + 1}", self._step_once(b))
 
     async def _step_once(self, b):
-        r = await b.debate.astep()
-        if r is not None: b.pos = len(b.rounds) - 1
-        return r
+        n = len(b.rounds)
+        try: return await b.debate.astep()
+        finally:
+            if len(b.rounds) > n: b.pos = len(b.rounds) - 1    # a round that failed is kept: show it, with its errors
 
     async def arun(self):
         "Run the shown branch to its end, showing each round as it comes."
@@ -364,7 +370,8 @@ class DebateStepper(W.VBox):
         self.w_busy.value = f"<span class='madlab-spinner'>⏳ {_E(label)} · {self._calls} calls done</span>" if label else ""
 
     async def _busy(self, label, coro, running=False):
-        self.busy, self.error = True, None
+        b = self.branch
+        self.busy, b.error = True, None
         self._set_busy(label); self._refresh(running=running)
         task = asyncio.ensure_future(coro)
         try:
@@ -373,7 +380,7 @@ class DebateStepper(W.VBox):
                 if not task.done(): self._set_busy(label)
             return task.result()
         except Exception as e:
-            self.error = f"{type(e).__name__}: {e}"
+            b.error = f"{type(e).__name__}: {e}"
             return None
         finally:
             self.busy = False
@@ -393,7 +400,7 @@ class DebateStepper(W.VBox):
         self.w_branch.disabled = self.busy
         self.b_fork.disabled = self.busy or not rounds or (b.debate is None and not self.live)
         self.w_header.value = _header_html(rounds, pos, b.status, b.name, b.result, b.done)
-        err = self.error or (b.src.meta.get("error") if b.status in ("failed", "stopped") else None)
+        err = b.error or (b.src.meta.get("error") if b.status in ("failed", "stopped") else None)
         self.w_error.value = f"<div class='madlab-error-text' style='color:#b00'>⚠ {_E(str(err))}</div>" if err else ""
         cap = f"positions after round {pos + 1} ({rounds[pos].name}); outlined: changed in this round" if pos >= 0 else ""
         team = None

@@ -58,13 +58,19 @@ def test_stepper_in_jupyterlab(tmp_path):
             header, grid = stepper.locator(".madlab-header"), stepper.locator(".madlab-positions")
             step = stepper.locator("button.madlab-step")
             assert "not started" in header.inner_text()
+            # record every text the busy indicator shows (a MutationObserver misses none, however short a round is)
+            page.evaluate("""() => { window.__madlabBusy = [];
+                const el = document.querySelector('.madlab-stepper .madlab-busy');
+                new MutationObserver(ms => { for (const m of ms) { if (el.textContent) window.__madlabBusy.push(el.textContent);
+                    for (const n of m.addedNodes) if (n.textContent) window.__madlabBusy.push(n.textContent); } })
+                  .observe(el, {childList: true, subtree: true, characterData: true}); }""")
             seen, clicks = [], 0
             while step.is_enabled() and clicks < 40:
                 h0, g0 = header.inner_text(), grid.inner_html()
                 step.click(); clicks += 1
-                _wait(lambda: header.inner_text() != h0 and step.is_enabled() or "status done" in header.inner_text() and header.inner_text() != h0,
-                      30, f"the header to change after click {clicks}")
-                assert grid.inner_html() != g0, f"the positions grid did not change after click {clicks}"
+                # each piece of the widget is its own comm message: wait for the header and the grid (its caption names the round)
+                _wait(lambda: header.inner_text() != h0 and grid.inner_html() != g0 and (step.is_enabled() or "status done" in header.inner_text()),
+                      30, f"the round header and the positions grid to change after click {clicks}")
                 seen.append(header.inner_text())
                 # the grid is players x agents: every cell coloured right/wrong once the first round has run
                 assert grid.locator("td.madlab-cell").count() >= 4 * 3
@@ -73,6 +79,9 @@ def test_stepper_in_jupyterlab(tmp_path):
             assert "status done" in header.inner_text() and "result:" in header.inner_text()
             assert grid.locator("td.madlab-cell.right, td.madlab-cell.wrong").count() >= 4 * 3
             assert len(set(seen)) == len(seen)
+            busy = page.evaluate("() => window.__madlabBusy")
+            assert any("running round" in b for b in busy), busy          # each round in flight showed progress
+            assert not stepper.locator(".madlab-busy").inner_text().strip()  # and the indicator cleared
             n = int(re.search(r"Round (\d+) of (\d+)", header.inner_text()).group(2))
             assert n in (clicks, clicks - 1)                           # the last click may only find that the debate is over
             # browse back and forward
@@ -93,11 +102,10 @@ def test_stepper_in_jupyterlab(tmp_path):
             _wait(lambda: "fork 1" in header.inner_text(), 30, "the forked branch to show")
             assert "Round 2 of 2+" in header.inner_text()
             assert stepper.locator(".madlab-branch select option").count() == 2
-            assert "edited" in stepper.locator(".madlab-columns").inner_text()
+            _wait(lambda: "edited" in stepper.locator(".madlab-columns").inner_text() and step.is_enabled(), 10, "the edited message in the columns")
             h0, g0 = header.inner_text(), grid.inner_html()
             step.click()
-            _wait(lambda: header.inner_text() != h0 and "Round 3" in header.inner_text(), 30, "a step in the forked branch")
-            assert grid.inner_html() != g0
+            _wait(lambda: "Round 3" in header.inner_text() and grid.inner_html() != g0, 30, "a step in the forked branch")
             stepper.locator(".madlab-compare-table").wait_for(state="visible", timeout=10_000)
             stepper.scroll_into_view_if_needed()
             page.screenshot(path=str(ARTIFACTS / "stepper.png"), full_page=False)
@@ -108,3 +116,46 @@ def test_stepper_in_jupyterlab(tmp_path):
             raise
         finally:
             browser.close()
+
+
+def _execute(kc, code: str, timeout: float = 60) -> str:
+    "Run `code` on the kernel; its stdout (raises on an error)."
+    out = []
+    def hook(msg):
+        if msg["msg_type"] == "stream": out.append(msg["content"]["text"])
+        elif msg["msg_type"] == "error": out.append("\n".join(msg["content"]["traceback"]))
+    reply = kc.execute_interactive(code, timeout=timeout, output_hook=hook)
+    assert reply["content"]["status"] == "ok", "".join(out)
+    return "".join(out).strip()
+
+def test_stepper_round_in_flight_does_not_block_kernel(tmp_path):
+    """A real kernel: a Step click (the comm message JupyterLab sends) starts a slow round; while it is in flight the
+    kernel answers other cells at once, the stepper shows progress, and the round lands when it is done."""
+    pytest.importorskip("ipykernel")
+    from jupyter_client.manager import start_new_kernel
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "JPY_"))}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    env["MADLAB_CACHE"], env["IPYTHONDIR"] = str(tmp_path / "cache"), str(tmp_path / "ipython")
+    km, kc = start_new_kernel(kernel_name="python3", env=env, cwd=str(tmp_path), startup_timeout=120)
+    try:
+        model_id = _execute(kc, "\n".join([
+            "import madlab.protocols.baselines",
+            "from madlab.debate import Debate",
+            "from madlab.scoring import toy_arith_items",
+            "from madlab.widgets import DebateStepper",
+            "s = DebateStepper(Debate('du', toy_arith_items(1, seed=3)[0], ['synthetic:strong,latency=4', 'synthetic:weak,latency=4'], rounds=1))",
+            "print(s.b_step.model_id)"]))
+        # what the browser sends when Step is clicked
+        kc.shell_channel.send(kc.session.msg("comm_msg", {"comm_id": model_id, "data": {"method": "custom", "content": {"event": "click"}}}))
+        t0, states = time.time(), []
+        while time.time() - t0 < 3:                     # the round takes 4 s: every answer here comes while it is in flight
+            t1 = time.time()
+            states.append(_execute(kc, "print(s.busy, 'running round 1' in s.w_busy.value, s.pos)", timeout=10))
+            assert time.time() - t1 < 1.5, f"the kernel took {time.time() - t1:.1f}s to answer while a round ran"
+            time.sleep(0.2)
+        assert "True True -1" in states, states
+        _wait(lambda: _execute(kc, "print(s.busy, s.pos)") == "False 0", 60, "the round to land")
+        assert _execute(kc, "print(s.error, s.w_busy.value == '', 'Round 1 of 1+' in s.w_header.value)") == "None True True"
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)

@@ -1,6 +1,6 @@
 """The `madlab` command line: help lists every option, usage errors exit 2 naming the option, the thin wrappers pass their options on."""
 from __future__ import annotations
-import shutil, subprocess, sys, types
+import shutil, subprocess, sys, time, types
 from pathlib import Path
 import pandas as pd
 import pytest
@@ -46,6 +46,25 @@ def test_usage_errors_exit_2_and_name_the_option(args, option, words):
     assert option in r.output, r.output
     for w in words: assert w in r.output, (w, r.output)
 
+def test_odd_inputs_are_usage_errors_not_tracebacks(tmp_path):
+    notes = tmp_path / "notes.jsonl"; notes.write_text("# not a game\n")
+    empty = tmp_path / "empty.jsonl"; empty.write_text("")
+    binary = tmp_path / "bin.jsonl"; binary.write_bytes(b"\xff\xfe\x00garbage")
+    cases = [(["--data", str(notes)], "--data", "malformed JSON"),
+             (["--data", str(empty)], "--data", "holds no games"),
+             (["--data", str(binary)], "--data", "ControlMAD's JSONL format"),
+             (["--data", str(tmp_path), "--size", "6"], "--size", "no games of size 6"),
+             (["--games", "1-1000000000000"], "--games", "more than 100,000 games"),
+             (["--games", "1-3", "--size", "4", "--out", str(notes / "sub")], "--out", "cannot create the output folder")]
+    for args, option, words in cases:
+        t0 = time.perf_counter()
+        r = invoke("run", "controlmad", "--out", str(tmp_path / "o"), *args)
+        assert r.exit_code == 2 and option in r.output and words in r.output, (args, r.output, r.exception)
+        assert time.perf_counter() - t0 < 10 and "Traceback" not in r.output
+    for args, option, words in [(["--data", str(notes)], "--data", "missing columns"), (["--n", "1", "--out", str(notes / "sub")], "--out", "cannot create")]:
+        r = invoke("run", "s4", *args)
+        assert r.exit_code == 2 and option in r.output and words in r.output, (args, r.output, r.exception)
+
 def test_agents_and_team_are_exclusive(tmp_path):
     f = tmp_path / "team.yaml"; f.write_text("- {spec: 'synthetic:strong'}\n")
     r = invoke("run", "controlmad", "--agents", "synthetic:weak", "--team", str(f))
@@ -59,7 +78,7 @@ def test_s4_wrapper_passes_options(monkeypatch, tmp_path):
     def run_s4(**kw): seen.update(kw); return object(), "S4 summary: 3 prompts"
     mod = types.ModuleType("madlab.protocols.s4"); mod.run_s4 = run_s4
     monkeypatch.setitem(sys.modules, "madlab.protocols.s4", mod)
-    csv = tmp_path / "p.csv"; csv.write_text("prompt\nhi\n")
+    csv = tmp_path / "p.csv"; csv.write_text("id,prompt,type,label\n1,hi,greeting,safe\n")
     r = invoke("run", "s4", "--data", str(csv), "--n", "3", "--agents", "synthetic:strong,seed=1,synthetic:weak", "--out", str(tmp_path), "--seed", "4", "--concurrency", "2", "--no-cache")
     assert r.exit_code == 0, r.output
     assert "S4 summary: 3 prompts" in r.output

@@ -196,11 +196,16 @@ def test_backends_share_one_client_per_endpoint(fake_server):
 def test_dropped_backends_do_not_stall_the_others(fake_server):
     "Regression: garbage-collecting a dropped client's pooled connections inside the running loop stalled other requests until their timeout."
     import asyncio, gc
+    # A stall shows as requests that time out (errors) or a burst near the timeout; a slow, busy machine only makes
+    # bursts slower, so the first (cold: imports, new connections) burst is not timed and the bound sits well above
+    # a normal burst (~0.5 s) yet below the client timeout.
     srv = fake_server(latency=0.02)
-    for _ in range(6):
-        b = backend(srv, max_concurrency=120, timeout=3, max_retries=0)
+    for k in range(6):
+        b = backend(srv, max_concurrency=120, timeout=8, max_retries=0)
         async def burst(): return await asyncio.gather(*(b.complete(MSGS) for _ in range(120)), return_exceptions=True)
         t0 = time.perf_counter()
         out = run_sync(burst())
-        assert not [e for e in out if isinstance(e, Exception)] and time.perf_counter() - t0 < 2.5
+        dt = time.perf_counter() - t0
+        assert not [e for e in out if isinstance(e, Exception)], [e for e in out if isinstance(e, Exception)][:3]
+        assert k == 0 or dt < 6, dt
         del b; gc.collect()

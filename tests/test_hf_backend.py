@@ -74,6 +74,16 @@ def test_stop_strings_cut(hf):
     assert cut == full[: full.index(stop)] and stop not in cut
     assert run_sync(hf.complete(qs(7), greedy=True, max_new_tokens=16, stop=stop)).text == cut   # a plain string works too
 
+def test_per_request_eos_token_ids(hf):
+    "Extra end-of-sequence ids (`eos_token_id` / `stop_token_ids`) end only the request that names them, in a shared batch."
+    every = list(range(len(hf.tokenizer)))
+    g0 = hf.generate_calls
+    cut, full, cut2 = gather(hf, [(qs(8), {"greedy": True, "max_new_tokens": 6, "eos_token_id": every}),
+                                  (qs(8), {"greedy": True, "max_new_tokens": 6}),
+                                  (qs(8), {"greedy": True, "max_new_tokens": 6, "stop_token_ids": every})])
+    assert hf.generate_calls - g0 == 1
+    assert (cut.text, cut.usage.completion_tokens, cut2.text) == ("", 0, "") and full.usage.completion_tokens > 0
+
 # ---- debates served in process ----------------------------------------------------------------------------
 
 from madlab.agents import Agent

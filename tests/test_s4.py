@@ -180,6 +180,9 @@ def test_html_log_shows_challenges_and_revisions():
     for c in t.rounds[1].turns:
         assert f"{c.agent}</b>\n→ {c.receivers[0]}" in page or f"→ {c.receivers[0]}" in page
     assert "challenges" in page and "revision" in page and "final vote" in page
+    for r in t.rounds[2].turns:                                       # every revision's before and after
+        b = r.meta["before"]
+        assert f"<b>{r.agent}</b>" in page and f"before: {b['decision']} (confidence {b['confidence']:g}, risk {b['risk']:g}) → after: {r.answer.decision}" in page
     assert "before" in json.dumps(t.to_dict()) and t.to_json()
     assert Transcript.from_json(t.to_json()).rounds[1].turns[0].receivers == t.rounds[1].turns[0].receivers
 

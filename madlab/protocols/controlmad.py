@@ -6,7 +6,7 @@ Docs: https://madlab.github.io/madlab/controlmad.html.md"""
 
 # %% ../../nbs/10_controlmad.ipynb #1907afae
 from __future__ import annotations
-import collections, json
+import collections, json, logging
 from dataclasses import dataclass, field
 from ..core import *
 from ..backends import Ask, CachedBackend, get_backend, synthetic_responder, synthetic_confidence
@@ -165,6 +165,7 @@ def _kks_supervisor_reply(ask, persona, rng):
 
 # %% ../../nbs/10_controlmad.ipynb #ce4ef087
 _SUP_BACKENDS: dict = {}
+_log = logging.getLogger("madlab.controlmad")
 
 def _supervisor(d, team, spec):
     for a in d.agents:
@@ -264,7 +265,9 @@ async def controlmad(d,
         valid = [t.answer for t in r.turns if t.valid]
         issues = {t.agent: t.error or t.meta.get("parse_error") or "no order" for t in r.turns if not t.valid}
         if valid: seq, source = combine_orders(valid, players), "agents"
-        else: source = "truth (fallback)"; r.meta["fallback"] = "no agent proposed a valid order, so the game's order is used: " + "; ".join(f"{k}: {v}" for k, v in issues.items())
+        else:
+            source = "truth (fallback)"; r.meta["fallback"] = "no agent proposed a valid order, so the game's order is used: " + "; ".join(f"{k}: {v}" for k, v in issues.items())
+            _log.warning("controlmad: game %s: %s", d.meta.get("id"), r.meta["fallback"])
         r.meta.update(order=seq, order_source=source, **({"issues": issues} if issues else {}))
         stats["invalid"] += sum(not t.valid for t in r.turns)
         yield r

@@ -16,10 +16,10 @@ from ..debate import protocol
 
 # %% auto #0
 __all__ = ['DECISIONS', 'UTILITY', 'ACCURACY', 'SAFETY', 'DEFAULT_ROLES', 'DEFAULT_SPECS', 'DECISION_RULES', 'ANALYSIS_PROMPT',
-           'CHALLENGE_PROMPT', 'REVISION_PROMPT', 'ScreenResult', 'screen_input', 'Role', 's4_team', 'Position',
-           'parse_position', 'Challenge', 'parse_challenge', 'Vote', 'position_vote', 'guard_overconfidence',
-           'Decision', 'default_rules', 'strict_rules', 'decision_rule', 'decide', 's4', 's4_summary', 'sample_path',
-           'run_s4']
+           'CHALLENGE_PROMPT', 'REVISION_PROMPT', 'S4_PROMPTS', 'ScreenResult', 'screen_input', 'Role', 's4_team',
+           'Position', 'parse_position', 'Challenge', 'parse_challenge', 'Vote', 'position_vote',
+           'guard_overconfidence', 'Decision', 'default_rules', 'strict_rules', 'decision_rule', 'decide', 's4_prompts',
+           's4', 's4_summary', 'sample_path', 'run_s4']
 
 # %% ../../nbs/11_s4.ipynb #c984d40c
 _log = logging.getLogger("madlab.s4")
@@ -60,12 +60,16 @@ _PATTERNS = [
     ("injection", rf"\b{_OVERRIDE_VERB}\s+(?:all\s+)?(?:of\s+)?your\s+(?:\w+\s+)?{_TARGET}\b"),
     ("injection", rf"\b{_OVERRIDE_VERB}\s+(?:all|any)\s+(?:of\s+)?(?:the\s+)?{_TARGET}\s+(?:you\s+(?:were|have been|'ve been)\s+given|above|before)"),
     ("injection", rf"\b{_OVERRIDE_VERB}\s+(?:everything|anything|all)\s+(?:that\s+)?(?:(?:you\s+(?:were|have\s+been|'ve\s+been)\s+told|(?:was\s+)?(?:said|written))\s*)?(?:above|before|previously|earlier|so\s+far|until\s+now|prior)\b"),
+    ("injection", r"\b(?:ignore|disregard|forget)\s+(?:all\s+(?:of\s+)?)?(?:the\s+|everything\s+)?(?:above|foregoing)(?=\s*(?:and\b|then\b|[,.;:!]|$))"),
+    ("injection", r"(?m)^\s*(?:#+\s*)?(?:system|admin|developer)\s+override\s*:"),
     ("injection", r"\b(?:new|updated|revised|real|actual|true)\s+(?:system\s+)?instructions?\s*:"),
     ("injection", r"(?:<\|?\s*(?:im_start|im_end|system|endoftext|eot_id|start_header_id)\s*\|?>|\[/?inst\]|<</?sys>>|\[/?system\]|</?system>)"),
     ("injection", r"(?m)^\s*(?:#+\s*)?(?:system|sys|developer)\s*(?:message|prompt|override|instructions?|note)?\s*:\s*(?:you|ignore|from now|new|the assistant|override|disregard)"),
     # role-play overrides
     ("roleplay", r"\byou\s+are\s+(?:now\s+|going\s+to\s+be\s+|henceforth\s+)?(?:dan|stan|dude|aim|an?\s+(?:unrestricted|unfiltered|uncensored|unaligned|amoral|jailbroken|evil|rogue)\b)"),
     ("roleplay", r"\byou\s+are\s+(?:now\s+)?(?:no\s+longer\s+(?:bound|restricted|limited|an?\s+(?:ai|assistant|language model))|free\s+(?:from|of)\s+(?:all\s+|any\s+|your\s+)?(?:rules|restrictions|guidelines|limits|constraints|filters|policies))"),
+    ("roleplay", r"\byou(?:'re|\s+are)\s+(?:now\s+)?(?:an?\s+)?(?:\w+\s+){0,2}(?:ai|assistant|model|chatbot|bot|gpt)\s+(?:without|with\s+no)\s+(?:any\s+)?(?:rules|restrictions|filters|guidelines|limits|limitations|ethics|morals|censorship)\b"),
+    ("roleplay", r"\byou(?:'re|\s+are)\b[^.!?\n]{0,40}?\bfree\s+(?:from|of)\s+(?:all\s+|any\s+|your\s+)?(?:rules|restrictions|guidelines|filters|censorship|limitations|constraints|polic(?:y|ies)|programming)\b"),
     ("roleplay", r"\b(?:act|behave|respond|roleplay|role-play)\s+as\s+(?:if\s+you\s+(?:are|were)\s+)?(?:dan|an?\s+(?:unrestricted|unfiltered|uncensored|unaligned|amoral|jailbroken)\s+(?:ai|assistant|model|chatbot|version))"),
     ("roleplay", r"\bpretend\s+(?:that\s+)?(?:you\s+(?:are|have)|to\s+(?:be|have))\s+(?:no\s+(?:rules|restrictions|guidelines|filters|limits|ethics)|an?\s+(?:unrestricted|unfiltered|uncensored|amoral|jailbroken|evil)|not\s+bound|dan\b)"),
     ("roleplay", r"\b(?:enable|enter|activate|switch\s+(?:to|into)|turn\s+on|go\s+into)\s+(?:the\s+)?(?:jailbreak|jailbroken|dan|unrestricted|unfiltered|uncensored)\s+mode\b"),
@@ -80,6 +84,7 @@ _PATTERNS = [
     ("exfiltration", r"\bwhat\s+(?:is|are|was|were)\s+your\s+(?:exact\s+|full\s+|original\s+|initial\s+|hidden\s+|secret\s+|system\s+)*(?:instructions|system\s*prompt|prompt|rules\s+you\s+were\s+given)\b"),
     ("exfiltration", r"\b(?:repeat|print|output|copy|recite|echo)\s+(?:back\s+)?(?:everything|all(?:\s+the)?\s+(?:text|words)|the\s+(?:text|words|lines))\s+(?:above|before\s+this|preceding|prior\s+to\s+this)"),
     ("exfiltration", r"\b(?:repeat|print|output)\s+the\s+words\s+above\s+starting\s+with"),
+    ("exfiltration", r"\bwhat\s+(?:was|is|were)\s+(?:written|said|typed|stated|the\s+(?:first|initial)\s+(?:text|message|line)s?)\s+(?:at|in)\s+the\s+(?:very\s+)?(?:beginning|start|top)\s+of\s+(?:this|our|the)\s+(?:conversation|chat|prompt|context|session)\b"),
     # attempts to switch off safety
     ("override", r"\b(?:bypass|disable|turn\s+off|deactivate|circumvent|switch\s+off|remove|override|evade)\s+(?:all\s+)?(?:of\s+)?(?:your|the\s+(?:model'?s|assistant'?s|ai'?s))\s+(?:\w+\s+)?(?:safety|content|moderation|ethical|ethics)\s*(?:filters?|guidelines|guardrails|protocols|checks|mechanisms|restrictions|rules|training|settings|policy|policies|layer|module)?"),
     ("override", r"\b(?:bypass|disable|turn\s+off|deactivate|circumvent|switch\s+off)\s+(?:all\s+)?(?:the\s+)?(?:safety|content|moderation)\s+(?:filters?|guardrails|moderation|policies|checks)\s+(?:on|of|in|for)\s+(?:you|this\s+(?:ai|model|assistant|chat))"),
@@ -286,9 +291,11 @@ class Position:
     reasoning: str = ""
     changed: bool|None = None      # revisions: whether the agent says it changed its decision
     why: str|None = None           # revisions: why it changed (or kept) it
+    before: str|None = None        # revisions: the agent's round-1 vote (set by the protocol, for logs)
 
     def summary(self) -> str:
         s = f"{self.decision or '?'} (confidence {_fmt(self.confidence)}, risk {_fmt(self.risk)})"
+        if self.before: s = f"before: {self.before} → after: {s}"
         if self.changed is not None: s += " · changed" if self.changed else " · kept"
         return s
 
@@ -545,6 +552,21 @@ Your initial analysis was {decision} (confidence {confidence:g}, risk {risk:g}):
 Reconsider. Keep your decision if the challenges do not convince you; change it if they do.
 Reply with JSON only: {{"decision": one of {decisions}, "confidence": 0-100, "risk": 0-100, "reasoning": "...", "changed": true or false, "why": "why you changed or kept your decision"}}"""
 
+S4_PROMPTS = {"analysis": ANALYSIS_PROMPT, "challenge": CHALLENGE_PROMPT, "revision": REVISION_PROMPT}
+_PROMPT_FIELDS = {"role": "", "question": "", "text": "", "decisions": "", "target": "", "target_role": "", "decision": "", "confidence": 0.0,
+                  "risk": 0.0, "reasoning": "", "k": 0, "names": ""}
+
+def s4_prompts(overrides: dict|None = None) -> dict:
+    "`S4_PROMPTS` (the analysis, challenge and revision prompts) with `overrides` merged over them; unknown names and fields are errors."
+    bad = [k for k in (overrides or {}) if k not in S4_PROMPTS]
+    if bad: raise ValueError(f"unknown S4 prompt(s) {', '.join(map(repr, bad))}; prompts are: {', '.join(S4_PROMPTS)}")
+    for k, v in (overrides or {}).items():
+        if not isinstance(v, str): raise TypeError(f"S4 prompt {k!r} must be a string")
+        try: v.format(**_PROMPT_FIELDS)
+        except KeyError as e: raise ValueError(f"S4 prompt {k!r} uses unknown field {e.args[0]!r}; fields are: {', '.join(_PROMPT_FIELDS)}") from None
+        except (ValueError, IndexError) as e: raise ValueError(f"S4 prompt {k!r} is not a valid format string: {e}") from None
+    return {**S4_PROMPTS, **(overrides or {})}
+
 def _request_text(item) -> str:
     t = item.text() if hasattr(item, "text") and callable(item.text) else (item if isinstance(item, str) else str(item))
     return t.replace("</request>", "</ request>")
@@ -585,10 +607,12 @@ async def s4(d,
              screen: bool = True, # screen the request for attacks first; blocked requests are refused without calling any model
              max_chars: int = 8000, # longest request the screen lets through
              confidence_cap: float = 95, # over-confidence guard: on a split vote, confidences above this are capped and flagged
+             prompts: dict|None = None, # overrides of `S4_PROMPTS` entries ("analysis", "challenge", "revision")
             ):
     "S4 safety triage: independent analysis, N·(N-1) targeted challenges, revision, and a final vote decided by plain rules."
     if callable(rules): d.settings["rules"] = rules = _rule_name(rules)   # transcripts store the registered name
     _rule_name(rules)
+    P = s4_prompts(prompts)
     item, gold = d.item, getattr(d.item, "gold", None)
     text = _request_text(item)
     if screen:
@@ -606,7 +630,7 @@ async def s4(d,
     r = d.new_round("initial analysis", "analysis")
     def analyse(a):
         role = roles_of[a.name]
-        q = ANALYSIS_PROMPT.format(role=role.name, question=role.question, text=text, decisions=" | ".join(role.decisions))
+        q = P["analysis"].format(role=role.name, question=role.question, text=text, decisions=" | ".join(role.decisions))
         return a.ask(q, kind="s4.analysis", parse=parse_position, phase="analysis", round=r.index, ask=Ask(item=item, options=ropt[a.name]))
     r.turns = await d.gather(analyse(a) for a in d.agents)
     initial = {t.agent: _turn_vote(t, roles_of[t.agent]) for t in r.turns}
@@ -619,7 +643,7 @@ async def s4(d,
         for b in d.agents:
             if b is a: continue
             tv = initial[b.name]
-            q = CHALLENGE_PROMPT.format(target=b.name, role=roles_of[a.name].name, target_role=roles_of[b.name].name, decision=tv.decision,
+            q = P["challenge"].format(target=b.name, role=roles_of[a.name].name, target_role=roles_of[b.name].name, decision=tv.decision,
                                         confidence=tv.confidence, risk=tv.risk, reasoning=tv.reasoning or "(no readable reasoning)")
             t = await a.ask(q, kind="s4.challenge", parse=parse_challenge, phase="challenge", round=r.index, focus=b.name, receivers=[b.name],
                             ask=Ask(item=item, previous=mine.decision, peers={b.name: tv.decision},
@@ -639,7 +663,7 @@ async def s4(d,
     def revise(a):
         role, mine = roles_of[a.name], initial[a.name]
         got = [t.agent for t in challenges if t.meta["target"] == a.name]
-        q = REVISION_PROMPT.format(k=len(got), names=", ".join(got) or "nobody", decision=mine.decision, confidence=mine.confidence, risk=mine.risk,
+        q = P["revision"].format(k=len(got), names=", ".join(got) or "nobody", decision=mine.decision, confidence=mine.confidence, risk=mine.risk,
                                    reasoning=mine.reasoning or "(no readable reasoning)", decisions=" | ".join(role.decisions))
         return a.ask(q, kind="s4.revision", parse=parse_position, phase="revision", round=r.index,
                      ask=Ask(item=item, previous=mine.decision, peers={s: initial[s].decision for s in got}, options={**ropt[a.name], "own": _vote_dict(mine)}))
@@ -647,6 +671,7 @@ async def s4(d,
     revised = {t.agent: _turn_vote(t, roles_of[t.agent]) for t in r.turns}
     for t in r.turns:
         b, a_ = initial[t.agent], revised[t.agent]
+        if t.answer is not None: t.answer.before = f"{b.decision} (confidence {b.confidence:g}, risk {b.risk:g})"   # the HTML log shows before and after
         t.meta.update(role=roles_of[t.agent].name, before=_vote_dict(b), after=_vote_dict(a_), changed=b.decision != a_.decision,
                       says_changed=t.answer.changed if t.answer else None, why=t.answer.why if t.answer else None, flags=a_.flags,
                       challenges_from=[c.agent for c in challenges if c.meta["target"] == t.agent])
