@@ -208,7 +208,7 @@ def parse_sweep_params(tokens) -> dict:
 @click.argument("notebook", type=click.Path(exists=True, dir_okay=False))
 @click.argument("params", nargs=-1, type=click.UNPROCESSED)
 @click.option("--out", default="runs", show_default=True, type=click.Path(file_okay=False), help="Output folder (executed notebooks, out/summary.parquet)")
-@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True, help="Notebooks run at once")
+@click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True, help="Notebooks run at once, each in its own process")
 @click.option("--scheduler", metavar="ADDRESS", default=None, help="A Dask scheduler address (tcp://host:port) to run on  [default: this machine]")
 def sweep_cmd(notebook, params, out, workers, scheduler):
     "Run a papermill NOTEBOOK once per combination of parameter values and collect the results."
