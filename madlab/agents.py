@@ -13,7 +13,8 @@ from .core import *
 from .backends import *
 
 # %% auto #0
-__all__ = ['DEFAULT_TEAM', 'BudgetExceeded', 'Budget', 'Agent', 'agent_name', 'make_team', 'default_team', 'load_team']
+__all__ = ['DEFAULT_TEAM', 'BudgetExceeded', 'Budget', 'Agent', 'agent_name', 'split_specs', 'make_team', 'default_team',
+           'load_team']
 
 # %% ../nbs/02_agents.ipynb #8c8826c0
 class BudgetExceeded(Exception):
@@ -124,14 +125,13 @@ def agent_name(spec: str) -> str:
     rest = re.sub(r"[^A-Za-z0-9._-]+", "-", rest).strip("-")
     return f"{prov}-{rest}" if rest else prov
 
-def _split_specs(s: str) -> list[str]:
-    "'synthetic:strong,seed=1,openai:gpt-5-nano' -> the two specs (a comma starts a new spec only before `KIND:`)."
-    kinds = "|".join(map(re.escape, BACKEND_KINDS))
-    return [x.strip() for x in re.split(rf",(?=\s*(?:{kinds}):)", s) if x.strip()]
+def split_specs(s: str) -> list[str]:
+    "Backend specs from one string: `;` separates them, and so does a comma before `KIND:`, so `key=value` options stay with their spec."
+    return [x.strip() for x in re.split(r";|,(?=\s*[A-Za-z][\w-]*:)", s) if x.strip()]
 
 def make_team(members, budget: Budget|None = None) -> list[Agent]:
     "Agents from specs (`str`, or one comma-separated string), dicts (`name`, `spec`, `system`, `params`, `role`) or `Agent`s, with unique names."
-    if isinstance(members, str): members = _split_specs(members)
+    if isinstance(members, str): members = split_specs(members)
     agents, seen = [], {}
     for m in members:
         if isinstance(m, Agent): a = m.fresh()

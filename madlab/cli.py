@@ -9,10 +9,11 @@ from __future__ import annotations
 import re, sys
 from pathlib import Path
 import click
+from .agents import split_specs
 
 # %% auto #0
-__all__ = ['main', 'run', 'parse_games', 'default_data_dir', 'load_games', 'split_specs', 'controlmad_cmd', 's4_cmd',
-           'parse_sweep_params', 'sweep_cmd']
+__all__ = ['main', 'run', 'parse_games', 'default_data_dir', 'load_games', 'controlmad_cmd', 's4_cmd', 'parse_sweep_params',
+           'sweep_cmd']
 
 # %% ../nbs/40_cli.ipynb #5ed24ad8
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
@@ -76,15 +77,6 @@ def load_games(data, size: int|None, positions: list[int]):
 def _games_cb(ctx, param, value):
     try: return parse_games(value)
     except ValueError as e: raise click.BadParameter(str(e)) from None
-
-def split_specs(value: str) -> list[str]:
-    "Backend specs from a comma-separated list; `key=value` pieces belong to the spec before them (`synthetic:strong,seed=1,openai:m`)."
-    out = []
-    for tok in (t.strip() for t in value.split(",")):
-        if not tok: continue
-        if out and re.match(r"^[A-Za-z_]\w*=", tok): out[-1] += "," + tok
-        else: out.append(tok)
-    return out
 
 def _agents_cb(ctx, param, value):
     if value is None: return None

@@ -6,13 +6,14 @@ Docs: https://madlab.github.io/madlab/core.html.md"""
 
 # %% ../nbs/00_core.ipynb #65a0f81d
 from __future__ import annotations
-import asyncio, dataclasses, hashlib, html, importlib, json, threading, time, uuid
+import ast, asyncio, dataclasses, hashlib, html, importlib, json, re, threading, time, uuid
 from dataclasses import dataclass, field
 from typing import Any
 
 # %% auto #0
 __all__ = ['ROLES', 'serializable', 'to_jsonable', 'from_jsonable', 'Message', 'ChatHistory', 'Usage', 'Completion', 'Turn',
-           'Round', 'Item', 'Transcript', 'runtime_loop', 'run_sync', 'run_async', 'stable_hash', 'new_id']
+           'Round', 'Item', 'Transcript', 'json_objects', 'extract_json', 'runtime_loop', 'run_sync', 'run_async',
+           'stable_hash', 'new_id']
 
 # %% ../nbs/00_core.ipynb #8692c509
 _TYPES: dict[str, type] = {}
@@ -301,6 +302,52 @@ def _render_transcript_html(t, title=None, standalone=True):
     return _ENV.from_string(_TEMPLATE).render(t=t, standalone=standalone, css=_CSS, usage=t.usage,
         title=title or f"{t.protocol} debate {t.meta.get('id', '')}", settings=json.dumps(to_jsonable(t.settings)) if t.settings else "",
         status=t.meta.get("status"), item_text=item_text, result=res, show=_show, klass=_turn_class)
+
+# %% ../nbs/00_core.ipynb #e4a6359f
+def _brace_spans(text):
+    "Every top-level balanced {...} span in `text`, skipping braces inside quoted strings."
+    out, stack, q, esc = [], [], None, False
+    for i, c in enumerate(text):
+        if q:
+            if esc: esc = False
+            elif c == "\\": esc = True
+            elif c == q: q = None
+        elif c == '"' or (c == "'" and stack and not (i and text[i-1].isalnum())): q = c
+        elif c == "{": stack.append(i)
+        elif c == "}" and stack:
+            s = stack.pop()
+            if not stack: out.append((s, i + 1))
+    return out
+
+def _loads(s):
+    "JSON, or loose JSON (trailing commas, single or curly quotes, Python literals); None when unreadable. Never evaluates code."
+    if len(s) > 200_000: return None
+    try: return json.loads(s)
+    except ValueError: pass
+    t = re.sub(r",\s*([}\]])", r"\1", s.replace("\u201c", '"').replace("\u201d", '"').replace("\u2018", "'").replace("\u2019", "'"))
+    try: return json.loads(t)
+    except ValueError: pass
+    t = re.sub(r"\btrue\b", "True", re.sub(r"\bfalse\b", "False", re.sub(r"\bnull\b", "None", t)))
+    try: return ast.literal_eval(t)   # literals only: never runs code
+    except Exception: return None
+
+def json_objects(text, spans: bool = False) -> list:
+    "The dicts written in `text`, in order (with their `(start, end)` spans when `spans`)."
+    if not isinstance(text, str): return []
+    found = []
+    for m in re.finditer(r"```(?:json|JSON)?\s*(.*?)```", text, re.S):
+        o = _loads(m.group(1).strip())
+        if isinstance(o, dict): found.append((o, m.span()))
+    if not found:
+        for a, b in _brace_spans(text):
+            o = _loads(text[a:b])
+            if isinstance(o, dict): found.append((o, (a, b)))
+    return found if spans else [o for o, _ in found]
+
+def extract_json(text) -> dict|None:
+    "The last JSON object in `text`, or None."
+    objs = json_objects(text)
+    return objs[-1] if objs else None
 
 # %% ../nbs/00_core.ipynb #030c2c7b
 _LOOP = None

@@ -10,7 +10,7 @@ import ast, dataclasses, html, itertools, json, random, re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from .core import Item, serializable, to_jsonable, from_jsonable
+from .core import Item, serializable, to_jsonable, from_jsonable, json_objects
 
 # %% auto #0
 __all__ = ['KKS_ROLES', 'NAMES', 'STATEMENT_TYPES', 'DIFFICULTY', 'RoleCount', 'TruthCount', 'SameRole', 'SameTruth',
@@ -693,45 +693,6 @@ def _role(v):
     m = _ROLE_RE.match(v) if isinstance(v, str) else None
     return None if m is None else ("spy" if m.group(1).lower() in ("spy", "spie") else m.group(1).lower())
 
-def _brace_spans(text):
-    "Every balanced {...} span in `text` (outermost first), skipping braces inside quoted strings."
-    out, stack, q, esc = [], [], None, False
-    for i, c in enumerate(text):
-        if q:
-            if esc: esc = False
-            elif c == "\\": esc = True
-            elif c == q: q = None
-        elif c == '"' or (c == "'" and stack and not (i and text[i-1].isalnum())): q = c
-        elif c == "{": stack.append(i)
-        elif c == "}" and stack:
-            s = stack.pop()
-            if not stack: out.append((s, i + 1))
-    return out
-
-def _loads(s):
-    "JSON, or loose JSON (trailing commas, single quotes, Python literals); None when unreadable. Never evaluates code."
-    if len(s) > 200_000: return None
-    try: return json.loads(s)
-    except ValueError: pass
-    t = re.sub(r",\s*([}\]])", r"\1", s.replace("\u201c", '"').replace("\u201d", '"').replace("\u2018", "'").replace("\u2019", "'"))
-    try: return json.loads(t)
-    except ValueError: pass
-    t = re.sub(r"\btrue\b", "True", re.sub(r"\bfalse\b", "False", re.sub(r"\bnull\b", "None", t)))
-    try: return ast.literal_eval(t)
-    except Exception: return None
-
-def _json_objects(text):
-    "Dicts found in `text`, in order: fenced blocks first, then every top-level {...} span."
-    objs, spans = [], []
-    for m in re.finditer(r"```(?:json|JSON)?\s*(.*?)```", text, re.S):
-        o = _loads(m.group(1).strip())
-        if isinstance(o, dict): objs.append(o); spans.append(m.span())
-    if not objs:
-        for a, b in _brace_spans(text):
-            o = _loads(text[a:b])
-            if isinstance(o, dict): objs.append(o); spans.append((a, b))
-    return objs, spans
-
 def _lower_keys(d): return {str(k).strip().lower(): v for k, v in d.items()} if isinstance(d, dict) else {}
 
 def _roles_from_obj(d, players):
@@ -791,7 +752,8 @@ def parse_kks_answer(text, players) -> KKSAnswer:
     "A `KKSAnswer` with an entry for every player of `players` (names, or a `Puzzle`); unreadable players get None."
     players = list(players.players if isinstance(players, Puzzle) else players)
     text = text if isinstance(text, str) else ""
-    objs, spans = _json_objects(text)
+    found = json_objects(text, spans=True)
+    objs, spans = [o for o, _ in found], [sp for _, sp in found]
     best = next(((o, s) for o, s in zip(reversed(objs), reversed(spans)) if _roles_from_obj(o, players)), None)
     if best is not None:
         obj, span = best
@@ -809,7 +771,7 @@ def parse_player_role(text, player) -> str|None:
     "The role a debate reply gives `player` (ControlMAD's `{\"player_role\": name, \"role\": ...}`, a full answer, or prose), or None."
     text = text if isinstance(text, str) else ""
     if _role(text): return _role(text)
-    objs, _ = _json_objects(text)
+    objs = json_objects(text)
     for o in reversed(objs):
         k = _lower_keys(o)
         who = k.get("player_role", k.get("player", k.get("name")))

@@ -10,13 +10,13 @@ import collections, json, random, re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 from .core import *
+from .tasks import extract_number, numbers_match, parse_choice
 
 # %% auto #0
-__all__ = ['FORMATS', 'KKS_PHASES', 'CHANGE_KINDS', 'AnswerFormat', 'register_format', 'answer_format', 'final_number',
-           'toy_arith_items', 'vote_key', 'majority_vote', 'plurality_vote', 'agreement', 'extract_json',
-           'final_choice', 'kks_players', 'roles_of', 'synthetic_kks_belief', 'synthetic_kks_position', 'kks_positions',
-           'phase_accuracy', 'kks_flips', 'position_changes', 'flip_summary', 'kks_consensus', 'kks_games',
-           'kks_decisions', 'agent_usage']
+__all__ = ['FORMATS', 'KKS_PHASES', 'CHANGE_KINDS', 'AnswerFormat', 'register_format', 'answer_format', 'toy_arith_items',
+           'vote_key', 'majority_vote', 'plurality_vote', 'agreement', 'kks_players', 'roles_of',
+           'synthetic_kks_belief', 'synthetic_kks_position', 'kks_positions', 'phase_accuracy', 'kks_flips',
+           'position_changes', 'flip_summary', 'kks_consensus', 'kks_games', 'kks_decisions', 'agent_usage']
 
 # %% ../nbs/05_scoring.ipynb #78748a11
 @dataclass
@@ -43,25 +43,7 @@ def answer_format(item) -> AnswerFormat:
     return fmt.bind(item) if fmt.bind is not None else fmt
 
 # %% ../nbs/05_scoring.ipynb #c5755135
-_NUM = r"-?\$?\d[\d,]*(?:\.\d+)?"
-def final_number(text: str):
-    "The final number in `text` (an int when whole), or None."
-    if not isinstance(text, str): return None
-    for pat in (r"\\boxed\{\s*(" + _NUM + r")", r"####\s*(" + _NUM + r")", r"answer is[:\s]*(" + _NUM + r")"):
-        m = re.findall(pat, text, flags=re.I)
-        if m: return _to_num(m[-1])
-    m = re.findall(_NUM, text)
-    return _to_num(m[-1]) if m else None
-
-def _to_num(s):
-    s = s.replace(",", "").replace("$", "")
-    try: v = float(s)
-    except ValueError: return None
-    return int(v) if v.is_integer() else v
-
-def _num_eq(a, g): return a is not None and g is not None and abs(float(a) - float(g)) < 1e-6
-
-register_format("arith", AnswerFormat("number", "Think step by step, then end with 'The answer is N.'", final_number, _num_eq))
+register_format("arith", AnswerFormat("number", "Think step by step, then end with 'The answer is N.'", extract_number, numbers_match))
 
 # %% ../nbs/05_scoring.ipynb #6c6d7581
 def toy_arith_items(n: int = 10, seed: int = 0) -> list[Item]:
@@ -105,59 +87,8 @@ def agreement(answers) -> float:
     return counts.most_common(1)[0][1] / len(answers) if counts and answers else 0.0
 
 # %% ../nbs/05_scoring.ipynb #c73d42dd
-_FENCE = re.compile(r"```(?:json)?\s*(\{.*?\})\s*```", re.S | re.I)
-
-def _balanced(text):
-    "Balanced `{...}` spans of `text`, outermost, in order."
-    out, depth, start, instr, esc = [], 0, None, False, False
-    for i, ch in enumerate(text):
-        if instr:
-            if esc: esc = False
-            elif ch == "\\": esc = True
-            elif ch == '"': instr = False
-            continue
-        if ch == '"' and depth: instr = True
-        elif ch == "{":
-            if depth == 0: start = i
-            depth += 1
-        elif ch == "}" and depth:
-            depth -= 1
-            if depth == 0: out.append(text[start:i + 1])
-    return out
-
-def _loads_loose(s):
-    try: return json.loads(s)
-    except json.JSONDecodeError: pass
-    t = re.sub(r",\s*([}\]])", r"\1", s)                       # trailing commas
-    try: return json.loads(t)
-    except json.JSONDecodeError: pass
-    if "'" in t and '"' not in t:
-        try: return json.loads(t.replace("'", '"'))
-        except json.JSONDecodeError: pass
-    return None
-
-def extract_json(text):
-    "The last JSON object in `text` (a dict), or None."
-    if not isinstance(text, str): return None
-    for cands in (_FENCE.findall(text), _balanced(text)):
-        for c in reversed(cands):
-            d = _loads_loose(c)
-            if isinstance(d, dict): return d
-    return None
-
-# %% ../nbs/05_scoring.ipynb #755d5ee5
-def final_choice(text: str, choices="ABCD"):
-    "The chosen option letter in `text` (upper-case letters, or any case in parentheses), or None."
-    if not isinstance(text, str): return None
-    up, lo = "".join(choices).upper(), "".join(choices).lower()
-    lead = r"(?i:answer)(?:\s+(?i:is))?\s*[:\-]?\s*"
-    for pat in (lead + rf"\(([{up}{lo}])\)", lead + rf"([{up}])\b", rf"\b(?i:option|choice)\s+\(?([{up}])\)?\b", rf"^\s*\(?([{up}])\)?[.)]?\s*$"):
-        m = re.findall(pat, text, flags=re.M)
-        if m: return m[-1].upper()
-    return None
-
-register_format("gsm8k", AnswerFormat("number", "Solve it step by step, then end with 'The answer is N.' where N is a number.", final_number, _num_eq))
-register_format("mmlu", AnswerFormat("choice", "Think it through, then end with 'Answer: X' where X is one of A, B, C, D.", final_choice,
+register_format("gsm8k", AnswerFormat("number", "Solve it step by step, then end with 'The answer is N.' where N is a number.", extract_number, numbers_match))
+register_format("mmlu", AnswerFormat("choice", "Think it through, then end with 'Answer: X' where X is one of A, B, C, D.", parse_choice,
                                      lambda a, g: a is not None and str(a).upper() == str(g).upper(), {"choices": ["A", "B", "C", "D"]}))
 
 # %% ../nbs/05_scoring.ipynb #7367b7b6

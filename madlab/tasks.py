@@ -186,11 +186,15 @@ def parse_choice(text, letters: str = "ABCD"):
     "The letter a reply chooses ('The answer is (B)', 'Answer: C', '\\boxed{D}', '{\"answer\": \"A\"}', a lone 'B.'), or None."
     if not isinstance(text, str): return None
     L = re.escape(letters)
-    pats = [rf'"(?:answer|choice)"\s*:\s*"\(?([{L}])\)?"', rf"\\boxed\{{\s*\(?([{L}])\)?\s*\}}",
-            rf"\b(?:final\s+)?answer(?:\s+is)?\s*[:=]?\s*(?:option\s+|choice\s+)?\**\(?([{L}])\b\)?(?![\w'])"]
-    for p in pats:
+    for p in (rf'"(?:answer|choice)"\s*:\s*"\(?([{L}])\)?"', rf"\\boxed\{{\s*\(?([{L}])\)?\s*\}}"):
         ms = re.findall(p, text, re.I)
         if ms: return ms[-1].upper()
+    ans, opt = r"\b(?:final\s+)?answer", r"(?:option\s+|choice\s+)?\**"
+    said = list(re.finditer(rf"{ans}\s*[:=]\s*{opt}\(?([{L}])\)?\**(?![\w'])"      # "Answer: c", "Final answer: **B**"
+                            rf"|{ans}\s+is\s*:?\s*{opt}\(([{L}])\)"                 # "the answer is (b)"
+                            rf"|{ans}\s+is\s*:?\s*{opt}(?-i:([{L}]))\**(?![\w'])",   # "the answer is D", not "... is a tricky one"
+                            text, re.I))
+    if said: return next(g for g in said[-1].groups() if g).upper()
     m = re.fullmatch(rf"\s*\**\(?([{L}])\)?[.:)]?\**(?:\s.*)?", text, re.S)
     if m and (len(text.strip()) <= 3 or re.match(rf"\s*\**\(?[{L}][.:)]", text)): return m.group(1)
     m = re.findall(rf"^\s*\**\(?([{L}])\)?\**\.?\s*$", text, re.M)

@@ -8,7 +8,8 @@ from madlab.core import run_sync
 from madlab.backends import OpenAIBackend, get_backend
 from madlab.debate import Debate
 from madlab.run import run_many
-from madlab.scoring import final_number, toy_arith_items
+from madlab.scoring import toy_arith_items
+from madlab.tasks import extract_number as final_number
 import madlab.protocols.baselines  # noqa: F401  (registers "du")
 
 def test_models_lists_the_served_model(served):

@@ -13,7 +13,7 @@ from ..backends import Ask, CachedBackend, get_backend, synthetic_responder, syn
 from ..agents import Agent
 from ..debate import protocol
 from ..puzzles import KKS_ROLES, kks_answer_format, parse_kks_answer, parse_player_role, score_kks
-from ..scoring import extract_json, kks_players, agreement, roles_of, synthetic_kks_belief, synthetic_kks_position
+from ..scoring import kks_players, agreement, roles_of, synthetic_kks_belief, synthetic_kks_position
 from ..scoring import majority_vote as _majority
 
 # %% auto #0

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Callable
 from ..core import *
 from ..backends import Ask, synthetic_responder, synthetic_rng, believes_gold, conform, synthetic_confidence
+from ..agents import split_specs
 from ..debate import protocol
 
 # %% auto #0
@@ -223,16 +224,11 @@ DEFAULT_SPECS = ("synthetic:skill=0.8,susceptibility=0.3,malformed=0.01,seed=1",
                  "synthetic:skill=0.85,susceptibility=0.3,seed=2",
                  "synthetic:skill=0.85,susceptibility=0.15,seed=3")
 
-def _split_specs(s: str) -> list[str]:
-    "Split 'synthetic:strong,seed=1,openai:gpt-5-nano' (or ';'-separated) into specs: a comma starts a new spec only before KIND:."
-    parts = [p.strip() for p in re.split(r";|,\s*(?=[A-Za-z][\w-]*:)", s)]
-    return [p for p in parts if p]
-
 def s4_team(specs=None, roles=None) -> list[dict]:
     "Team members named after their roles (Utility, Accuracy, Safety by default), with role system prompts."
     roles = [Role(**r) if isinstance(r, dict) else r for r in (roles or DEFAULT_ROLES)]
     if specs is None: specs = DEFAULT_SPECS
-    if isinstance(specs, str): specs = _split_specs(specs)
+    if isinstance(specs, str): specs = split_specs(specs)
     out = []
     for i, s in enumerate(specs):
         if isinstance(s, dict): out.append(s); continue
@@ -241,32 +237,10 @@ def s4_team(specs=None, roles=None) -> list[dict]:
     return out
 
 # %% ../../nbs/11_s4.ipynb #33e17d77
-def _json_obj(text: str) -> dict|None:
-    "The first JSON object in `text` (fenced or bare, forgiving single quotes and trailing commas), or None."
-    if not isinstance(text, str): return None
-    cands = re.findall(r"```(?:json)?\s*(\{.*?\})\s*```", text, re.S)
-    i = text.find("{")
-    while i != -1:
-        depth, instr, esc = 0, None, False
-        for j in range(i, len(text)):
-            ch = text[j]
-            if instr:
-                if esc: esc = False
-                elif ch == "\\": esc = True
-                elif ch == instr: instr = None
-            elif ch == '"': instr = ch
-            elif ch == "{": depth += 1
-            elif ch == "}":
-                depth -= 1
-                if depth == 0: cands.append(text[i:j + 1]); break
-        i = text.find("{", i + 1) if not cands else -1
-    for c in cands:
-        for s in (c, re.sub(r",\s*([}\]])", r"\1", c), re.sub(r",\s*([}\]])", r"\1", c.replace("'", '"'))):
-            try:
-                o = json.loads(s)
-                if isinstance(o, dict): return o
-            except json.JSONDecodeError: pass
-    return None
+def _json_obj(text) -> dict|None:
+    "The first JSON object in `text`, or None."
+    objs = json_objects(text)
+    return objs[0] if objs else None
 
 def _num(v):
     if isinstance(v, bool) or v is None: return None
@@ -702,7 +676,7 @@ def _team_members(agents):
         if p.suffix in (".yaml", ".yml", ".json") and p.exists():
             from madlab.agents import load_team
             return load_team(p)
-        return s4_team(_split_specs(agents))
+        return s4_team(split_specs(agents))
     return s4_team(list(agents))
 
 def s4_summary(df, seconds: float|None = None, title: str = "S4") -> str:
