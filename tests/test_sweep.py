@@ -83,13 +83,6 @@ def test_sweep_on_dask_local_cluster(tmp_path):
         df = sweep(EXP, {"protocol": ["single"], "n_items": ["2"]}, out=tmp_path / "b", scheduler=cluster.scheduler_address, progress=False)
         assert set(df.combo_status) == {"done"} and len(df) == 2
 
-def _cli_has_sweep() -> bool:
-    try:
-        import madlab.cli as cli
-    except Exception: return False
-    return "sweep" in (getattr(getattr(cli, "main", None), "commands", None) or {}) or hasattr(cli, "sweep")
-
-@pytest.mark.skipif(not _cli_has_sweep(), reason="madlab.cli has no `sweep` command yet")
 def test_cli_sweep(tmp_path):
     out = tmp_path / "runs"
     args = ["sweep", str(EXP), "-p", "depth", "1", "2", "-p", "n_items", "2", "--out", str(out)]
