@@ -6,7 +6,7 @@ Docs: https://madlab.github.io/madlab/agents.html.md"""
 
 # %% ../nbs/02_agents.ipynb #404b9fcf
 from __future__ import annotations
-import asyncio, json, os, re, time, traceback
+import asyncio, os, re, time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 from .core import *
@@ -14,7 +14,7 @@ from .backends import *
 
 # %% auto #0
 __all__ = ['DEFAULT_TEAM', 'BudgetExceeded', 'Budget', 'Agent', 'agent_name', 'split_specs', 'make_team', 'default_team',
-           'load_team']
+           'load_team', 'with_cache']
 
 # %% ../nbs/02_agents.ipynb #8c8826c0
 class BudgetExceeded(Exception):
@@ -166,3 +166,15 @@ def load_team(path) -> list[Agent]:
     if isinstance(data, dict): data = data.get("agents")
     if not isinstance(data, list): raise ValueError(f"{path}: a team file holds a list of agents (or agents: [...])")
     return make_team(data)
+
+# %% ../nbs/02_agents.ipynb #aacdb854
+def with_cache(agents: list[Agent], cache=True) -> list[Agent]:
+    "Wrap the agents' backends in `CachedBackend` (`cache`: True for the default folder, a path, or False/None for no cache)."
+    if cache is False or cache is None: return agents
+    path = os.fspath(cache) if isinstance(cache, (str, os.PathLike)) else None
+    wrapped = {}
+    for a in agents:
+        if not isinstance(a.backend, CachedBackend):
+            if id(a.backend) not in wrapped: wrapped[id(a.backend)] = CachedBackend(a.backend, path)
+            a.backend = wrapped[id(a.backend)]
+    return agents

@@ -6,7 +6,7 @@ Docs: https://madlab.github.io/madlab/backends.html.md"""
 
 # %% ../nbs/01_backends.ipynb #92d17c7d
 from __future__ import annotations
-import asyncio, collections, json, math, os, random, re, time, weakref
+import asyncio, collections, json, math, os, random, time, weakref
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 from .core import *
@@ -293,7 +293,7 @@ class OpenAIBackend(Backend):
                 async for attempt in tenacity.AsyncRetrying(retry=tenacity.retry_if_exception_type(retryable), wait=wait,
                                                             stop=tenacity.stop_after_attempt(self.max_retries + 1), reraise=True):
                     with attempt: r = await self._once(messages, params)
-            except openai.AuthenticationError as e: raise BackendError(f"{self.spec}: authentication failed at {self.base_url or 'api.openai.com'} (check the API key in the environment)") from None
+            except openai.AuthenticationError: raise BackendError(f"{self.spec}: authentication failed at {self.base_url or 'api.openai.com'} (check the API key in the environment)") from None
             except openai.PermissionDeniedError as e: raise BackendError(f"{self.spec}: permission denied ({e.status_code})") from None
             except openai.NotFoundError as e: raise BackendError(f"{self.spec}: not found at {self.base_url} (is the model name right?)") from None
             except openai.BadRequestError as e: raise BackendError(f"{self.spec}: bad request: {_err_text(e)}") from None
@@ -346,7 +346,7 @@ class HFBackend(Backend):
         self._executor = None
 
     def _load(self):
-        import torch, transformers
+        import transformers
         tok = transformers.AutoTokenizer.from_pretrained(self.path)
         tok.padding_side = "left"
         if tok.pad_token is None: tok.pad_token = tok.eos_token

@@ -7,8 +7,8 @@ Docs: https://madlab.github.io/madlab/debate.html.md"""
 # %% ../nbs/06_debate.ipynb #cb4f60c4
 from __future__ import annotations
 import asyncio, inspect, random, time, traceback
-from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from dataclasses import dataclass, replace
+from typing import Callable
 from fastcore.docments import docments
 import madlab
 from .core import *
@@ -79,10 +79,7 @@ class Debate:
         self.rng = random.Random(seed)
         self.budget = budget
         self.agents = make_team(list(team) if team is not None else list(DEFAULT_TEAM), budget)
-        if cache:
-            path = cache if isinstance(cache, str) else None
-            for a in self.agents:
-                if not isinstance(a.backend, CachedBackend): a.backend = CachedBackend(a.backend, path)
+        with_cache(self.agents, cache)
         self.rounds: list[Round] = []
         self.result: dict = {}
         self.listeners: list[Callable] = []

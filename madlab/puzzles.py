@@ -6,11 +6,11 @@ Docs: https://madlab.github.io/madlab/puzzles.html.md"""
 
 # %% ../nbs/03_puzzles.ipynb #82dc4d8b
 from __future__ import annotations
-import ast, dataclasses, html, itertools, json, random, re
+import html, itertools, json, random, re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from .core import Item, serializable, to_jsonable, from_jsonable, json_objects
+from .core import Item, serializable, json_objects
 
 # %% auto #0
 __all__ = ['KKS_ROLES', 'NAMES', 'STATEMENT_TYPES', 'DIFFICULTY', 'RoleCount', 'TruthCount', 'SameRole', 'SameTruth',

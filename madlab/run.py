@@ -6,10 +6,10 @@ Docs: https://madlab.github.io/madlab/run.html.md"""
 
 # %% ../nbs/08_run.ipynb #c3e79668
 from __future__ import annotations
-import asyncio, json, os, re, time
+import asyncio, json, re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 import pandas as pd
 from .core import *
 from .backends import *
@@ -64,16 +64,7 @@ class RunResult:
     def _repr_html_(self): return f"<p>{self.summary()}</p>" + self.df._repr_html_()
 
 def _shared_team(team, cache, budget):
-    agents = make_team(list(team) if team is not None else list(DEFAULT_TEAM), budget)
-    if cache is not False and cache is not None:
-        path = cache if isinstance(cache, (str, os.PathLike)) else None
-        wrapped = {}
-        for a in agents:
-            b = a.backend
-            if not isinstance(b, CachedBackend):
-                if id(b) not in wrapped: wrapped[id(b)] = CachedBackend(b, str(path) if path else None)
-                a.backend = wrapped[id(b)]
-    return agents
+    return with_cache(make_team(list(team) if team is not None else list(DEFAULT_TEAM), budget), cache)
 
 def _cache_stats(agents):
     seen, h, m = set(), 0, 0

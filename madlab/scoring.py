@@ -6,7 +6,7 @@ Docs: https://madlab.github.io/madlab/scoring.html.md"""
 
 # %% ../nbs/05_scoring.ipynb #0d3a5cf9
 from __future__ import annotations
-import collections, json, random, re
+import collections, json, random
 from dataclasses import dataclass, field
 from typing import Any, Callable
 from .core import *

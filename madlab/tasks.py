@@ -7,7 +7,7 @@ Docs: https://madlab.github.io/madlab/tasks.html.md"""
 # %% ../nbs/04_tasks.ipynb #ced417bf
 from __future__ import annotations
 import csv, json, re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from .core import Item, serializable

@@ -6,7 +6,7 @@ Docs: https://madlab.github.io/madlab/viz.html.md"""
 
 # %% ../nbs/20_viz.ipynb #52ff449e
 from __future__ import annotations
-import hashlib, html, json, os, time
+import hashlib, json, time
 from pathlib import Path
 import pandas as pd
 import madlab

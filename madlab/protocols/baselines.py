@@ -6,10 +6,9 @@ Docs: https://madlab.github.io/madlab/baselines.html.md"""
 
 # %% ../../nbs/07_baselines.ipynb #af3a06b9
 from __future__ import annotations
-from ..core import *
 from ..backends import Ask
 from ..debate import protocol
-from ..scoring import answer_format, majority_vote, plurality_vote, agreement, toy_arith_items
+from ..scoring import answer_format, majority_vote, plurality_vote, agreement
 
 # %% auto #0
 __all__ = ['DU_UPDATE', 'single', 'self_consistency', 'du']
@@ -51,7 +50,6 @@ async def self_consistency(d,
     r = d.new_round("independent answers", "final")
     q = _question(d.item, fmt)
     async def sample(a, k):
-        from madlab.agents import Agent
         solo = a.fresh()    # each sample starts from an empty history
         solo.listeners = a.listeners
         t = await solo.ask(q, kind=fmt.kind, parse=fmt.parse, phase="final", round=0, ask=Ask(item=d.item, sample=k, options=fmt.options))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import collections, json, logging, re, time, unicodedata, base64, binascii
 from dataclasses import dataclass, field, asdict, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 from ..core import *
 from ..backends import Ask, synthetic_responder, synthetic_rng, believes_gold, conform, synthetic_confidence
 from ..agents import split_specs
@@ -377,17 +377,21 @@ def _counts(votes):
 
 def _split(counts): return ", ".join(f"{n} {d}" for d, n in counts.items())
 
-def _stats(votes):
+def _vote_facts(votes):
+    "What every rule set reports (agreement, counts, max risk, vetoes), and the decision that precedes any rule: no votes or a VETO -> REFUSE."
     counts = _counts(votes)
-    top = max(counts.values()) if counts else 0
-    return counts, (top / len(votes) if votes else 0.0), (max(v.risk for v in votes) if votes else None), [v.agent for v in votes if v.decision == "VETO"]
+    vetoes = [v.agent for v in votes if v.decision == "VETO"]
+    kw = dict(agreement=max(counts.values()) / len(votes) if votes else 0.0, counts=counts,
+              max_risk=max(v.risk for v in votes) if votes else None, veto=bool(vetoes), vetoed_by=vetoes)
+    if not votes: return kw, Decision("REFUSE", "no votes", "no_votes", **kw)
+    if vetoes: return kw, Decision("REFUSE", f"safety veto by {', '.join(vetoes)}", "veto", **kw)
+    return kw, None
 
 def default_rules(votes: list[Vote]) -> Decision:
     "Any VETO -> REFUSE; unanimous -> that decision; >= 2/3 -> the majority decision; otherwise WARN with the split."
-    counts, agree, max_risk, vetoes = _stats(votes)
-    kw = dict(agreement=agree, counts=counts, max_risk=max_risk, veto=bool(vetoes), vetoed_by=vetoes)
-    if not votes: return Decision("REFUSE", "no votes", "no_votes", **kw)
-    if vetoes: return Decision("REFUSE", f"safety veto by {', '.join(vetoes)}", "veto", **kw)
+    kw, first = _vote_facts(votes)
+    if first: return first
+    counts = kw["counts"]
     top, n = collections.Counter(v.decision for v in votes).most_common(1)[0]
     if n == len(votes): return Decision(top, f"unanimous {top}", "unanimous", **kw)
     if 3 * n >= 2 * len(votes): return Decision(top, f"{n} of {len(votes)} agents vote {top} ({_split(counts)})", "majority", **kw)
@@ -396,10 +400,9 @@ def default_rules(votes: list[Vote]) -> Decision:
 # %% ../../nbs/11_s4.ipynb #7b68e601
 def strict_rules(votes: list[Vote]) -> Decision:
     "The public S4 rule set: veto, then low confidence, then the share of ACT votes and the maximum risk."
-    counts, agree, max_risk, vetoes = _stats(votes)
-    kw = dict(agreement=agree, counts=counts, max_risk=max_risk, veto=bool(vetoes), vetoed_by=vetoes)
-    if not votes: return Decision("REFUSE", "no votes", "no_votes", **kw)
-    if vetoes: return Decision("REFUSE", f"safety veto by {', '.join(vetoes)}", "veto", **kw)
+    kw, first = _vote_facts(votes)
+    if first: return first
+    counts, max_risk = kw["counts"], kw["max_risk"]
     low = [v for v in votes if v.confidence < 40]
     if low: return Decision("REFUSE", f"confidence below 40: {', '.join(f'{v.agent} ({v.confidence:g})' for v in low)}", "low_confidence", **kw)
     act = counts.get("ACT", 0) / len(votes)
@@ -433,8 +436,7 @@ def decide(votes: list[Vote], rules="default") -> Decision:
     if isinstance(out, Decision): d = out
     else:
         dec, reason = (out if isinstance(out, tuple) else (out, f"rule {getattr(fn, '__name__', 'custom')}"))
-        counts, agree, max_risk, vetoes = _stats(votes)
-        d = Decision(str(dec).upper(), reason, getattr(fn, "__name__", "custom"), agree, counts, max_risk, bool(vetoes), vetoes)
+        d = Decision(str(dec).upper(), reason, getattr(fn, "__name__", "custom"), **_vote_facts(votes)[0])
     if d.decision == "VETO": d = replace(d, decision="REFUSE")
     if d.decision not in DECISIONS[:3]: raise ValueError(f"decision rules returned {d.decision!r}; expected ACT, WARN or REFUSE")
     return d
