@@ -6,14 +6,26 @@ Docs: https://madlab.github.io/madlab/core.html.md"""
 
 # %% ../nbs/00_core.ipynb #65a0f81d
 from __future__ import annotations
-import ast, asyncio, dataclasses, hashlib, html, importlib, json, re, threading, time, uuid
+import ast, asyncio, dataclasses, hashlib, html, importlib, json, os, re, tempfile, threading, time, uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 # %% auto #0
-__all__ = ['ROLES', 'serializable', 'to_jsonable', 'from_jsonable', 'Message', 'ChatHistory', 'Usage', 'Completion', 'Turn',
-           'Round', 'Item', 'Transcript', 'json_objects', 'extract_json', 'runtime_loop', 'run_sync', 'run_async',
-           'stable_hash', 'new_id']
+__all__ = ['ROLES', 'OptionError', 'serializable', 'to_jsonable', 'from_jsonable', 'Message', 'ChatHistory', 'Usage',
+           'Completion', 'Answer', 'answer_valid', 'answer_key', 'answer_summary', 'answer_view', 'Turn', 'Round',
+           'Item', 'write_atomic', 'Transcript', 'json_objects', 'extract_json', 'runtime_loop', 'run_sync',
+           'run_async', 'stable_hash', 'new_id']
+
+# %% ../nbs/00_core.ipynb #84f5c85e
+class OptionError(ValueError):
+    "A bad value for an option; `option` names it (the command line reports it as `--option`)."
+    def __init__(self, option: str, message: str):
+        super().__init__(f"{option}: {message}")
+        self.option, self.message = option, message
+
+    @property
+    def flag(self) -> str: return "--" + self.option.replace("_", "-")
 
 # %% ../nbs/00_core.ipynb #8692c509
 _TYPES: dict[str, type] = {}
@@ -143,6 +155,43 @@ class Completion:
     model: str|None = None
     meta: dict = field(default_factory=dict)
 
+# %% ../nbs/00_core.ipynb #be5c193f
+class Answer:
+    "Base of every parsed answer: override what differs from these defaults."
+    confidence = None                                  # self-reported confidence, when the answer gives one
+    @property
+    def valid(self) -> bool: return True               # False: the reply could not be read as an answer
+    stance = None                                      # towards the peers: "agree", "challenge", ... (a field or property in subclasses)
+    decision = None                                    # the headline decision (e.g. "REFUSE"), if the answer has one
+    def parts(self) -> dict: return {}                 # focus -> value, for answers about several players or topics
+    def vote_key(self): return json.dumps(to_jsonable(self.parts() or self.decision), sort_keys=True)  # what "the same answer" means
+    def summary(self) -> str: return ", ".join(f"{k}={v}" for k, v in self.parts().items()) or str(self.decision)
+
+# %% ../nbs/00_core.ipynb #8313b3ec
+def answer_valid(a) -> bool:
+    "Whether `a` is a readable answer."
+    return a is not None and bool(a.valid if isinstance(a, Answer) else True)
+
+def answer_key(a):
+    "What two answers are compared by (None for an invalid one)."
+    if not answer_valid(a): return None
+    if isinstance(a, Answer): return a.vote_key()
+    if isinstance(a, float) and a.is_integer(): return int(a)
+    try: hash(a); return a
+    except TypeError: return json.dumps(to_jsonable(a), sort_keys=True, ensure_ascii=False)
+
+def answer_summary(a) -> str:
+    "A short text for `a` (\"invalid\" for None)."
+    if a is None: return "invalid"
+    if isinstance(a, Answer): return a.summary()
+    return a if isinstance(a, str) else json.dumps(to_jsonable(a), ensure_ascii=False)
+
+def answer_view(a) -> dict:
+    "Everything a view shows of `a`: valid, summary, key, confidence, stance, decision and parts."
+    c = isinstance(a, Answer)
+    return {"valid": answer_valid(a), "summary": answer_summary(a), "key": answer_key(a), "confidence": a.confidence if c else None,
+            "stance": a.stance if c else None, "decision": (a.decision if c else None), "parts": dict(a.parts()) if c else {}}
+
 # %% ../nbs/00_core.ipynb #2f64f76d
 @serializable
 @dataclass
@@ -163,8 +212,7 @@ class Turn:
     @property
     def valid(self) -> bool:
         "True when the call succeeded and the reply parsed."
-        ok = getattr(self.answer, "valid", True)
-        return self.error is None and self.answer is not None and bool(ok)
+        return self.error is None and answer_valid(self.answer)
 
 @serializable
 @dataclass
@@ -196,6 +244,22 @@ class Item:
 
     def text(self) -> str: return self.prompt
 
+# %% ../nbs/00_core.ipynb #725613a3
+def write_atomic(path, data, encoding: str = "utf-8") -> Path:
+    "Write `data` (str or bytes) to `path` atomically (temporary file, fsync, rename); the parent folder is created."
+    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
+    raw = data.encode(encoding, "surrogatepass") if isinstance(data, str) else bytes(data)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(raw); f.flush(); os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try: os.unlink(tmp)
+        except OSError: pass
+        raise
+    return path
+
 # %% ../nbs/00_core.ipynb #5ef22f8a
 @serializable
 @dataclass
@@ -221,26 +285,28 @@ class Transcript:
         s = json.dumps(self.to_dict(), indent=indent, ensure_ascii=False)
         try: s.encode("utf-8")
         except UnicodeEncodeError: s = json.dumps(self.to_dict(), indent=indent, ensure_ascii=True)  # lone surrogates: escape, keep every character
-        if path is not None:
-            from pathlib import Path
-            Path(path).parent.mkdir(parents=True, exist_ok=True); Path(path).write_text(s, encoding="utf-8")
+        if path is not None: write_atomic(path, s)
         return s
     @classmethod
     def from_json(cls, s_or_path) -> Transcript:
-        "Read a transcript from JSON text or a file path."
-        from pathlib import Path
-        s = s_or_path
-        if isinstance(s, Path) or (isinstance(s, str) and not s.lstrip().startswith("{")): s = Path(s).read_text(encoding="utf-8")
-        t = from_jsonable(json.loads(s))
-        if not isinstance(t, cls): raise TypeError("not a transcript")
+        "Read a transcript from JSON text, or from a file when given a `Path` (or a string naming an existing file)."
+        where, s = "the JSON text", s_or_path
+        if isinstance(s, str) and not s.lstrip("\ufeff \t\r\n").startswith("{") and len(s) < 4096 and "\n" not in s and Path(s).is_file(): s = Path(s)
+        if isinstance(s, os.PathLike):
+            where = str(s)
+            try: s = Path(s).read_bytes().decode("utf-8-sig")
+            except UnicodeDecodeError as e: raise ValueError(f"{where}: not a madlab transcript (not UTF-8 text: {e.reason})") from None
+        if not isinstance(s, str): raise TypeError(f"Transcript.from_json takes JSON text or a Path; got {type(s).__name__}")
+        try: t = from_jsonable(json.loads(s.lstrip("\ufeff")))
+        except (ValueError, TypeError, RecursionError) as e:
+            raise ValueError(f"{where}: not a madlab transcript ({type(e).__name__}: {str(e)[:200]})") from None
+        if not isinstance(t, cls): raise ValueError(f"{where}: not a madlab transcript (it holds {type(t).__name__})")
         return t
 
     def to_html(self, path=None, title=None) -> str:
         "A standalone HTML page; every piece of model text is escaped."
         page = _render_transcript_html(self, title=title, standalone=True)
-        if path is not None:
-            from pathlib import Path
-            Path(path).parent.mkdir(parents=True, exist_ok=True); Path(path).write_text(page, encoding="utf-8")
+        if path is not None: write_atomic(path, page)
         return page
     def _repr_html_(self): return _render_transcript_html(self, standalone=False)
 
