@@ -45,7 +45,7 @@ def parse_games(spec: str) -> list[int]:
 def default_data_dir() -> Path|None:
     "madlab's `data/kks/`: next to the package (a source checkout), else in the current folder."
     import madlab
-    for p in (Path(madlab.__file__).resolve().parent.parent / "data" / "kks", Path.cwd() / "data" / "kks"):
+    for p in (Path(madlab.__file__).resolve().parent / "data" / "kks", Path.cwd() / "data" / "kks"):
         if p.is_dir(): return p
     return None
 

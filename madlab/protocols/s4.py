@@ -713,7 +713,7 @@ def s4_summary(df, seconds: float|None = None, title: str = "S4") -> str:
 def sample_path() -> Path:
     "S4's own sample: 20 prompts written for madlab (safe look-alikes, unsafe requests, attacks) in XSTest's CSV format."
     import madlab
-    for p in (Path(madlab.__file__).resolve().parent.parent / "data" / "s4" / "sample.csv", Path.cwd() / "data" / "s4" / "sample.csv"):
+    for p in (Path(madlab.__file__).resolve().parent / "data" / "s4" / "sample.csv", Path.cwd() / "data" / "s4" / "sample.csv"):
         if p.is_file(): return p
     raise ValueError("S4's sample (data/s4/sample.csv) is not in this install; pass a CSV of prompts, e.g. XSTest's xstest_prompts.csv")
 
