@@ -487,6 +487,22 @@ class ReplayBackend(Backend):
 BACKEND_KINDS = ("synthetic", *PRESETS, "hf", "replay")
 _HF_SHARED: dict = {}   # (path, options) -> HFBackend: one loaded model and one batching queue per spec
 
+def _replay_backend(spec, path, agent) -> ReplayBackend:
+    "The backend of `replay:PATH#AGENT`, checked now: a ValueError says what is wrong (no file, not a transcript, no such agent)."
+    from pathlib import Path
+    p = Path(path)
+    if not p.is_file(): raise ValueError(f"{spec}: no transcript file {path}" + (" (it is a folder)" if p.is_dir() else ""))
+    try: t = Transcript.from_json(p)                   # its errors name the file
+    except OSError as e: raise ValueError(f"{spec}: cannot read {path} ({e.strerror or e})") from None
+    team = [a for a in t.team if isinstance(a, dict)] if isinstance(t.team, list) else []
+    names = [str(a.get("name")) for a in team]
+    if agent not in names: raise ValueError(f"{spec}: {path} has no agent {agent!r}; its agents: {', '.join(names) or 'none'}")
+    rounds = t.rounds if isinstance(t.rounds, list) else [None]
+    if not all(isinstance(r, Round) and isinstance(r.turns, list) and all(isinstance(tu, Turn) for tu in r.turns) for r in rounds):
+        raise ValueError(f"{path}: not a madlab transcript (its rounds are not madlab rounds of turns)")
+    syn = next(a.get("synthetic") for a in team if str(a.get("name")) == agent)
+    return ReplayBackend([tu for r in rounds for tu in r.turns], spec=spec, agent=agent, synthetic=syn)
+
 def get_backend(spec: str, **kw) -> Backend:
     "Build the backend named by `spec` (see `BACKEND_KINDS`); `kw` go to its constructor."
     if isinstance(spec, Backend): return spec
@@ -505,9 +521,5 @@ def get_backend(spec: str, **kw) -> Backend:
     if kind == "replay":
         path, _, agent = rest.partition("#")
         if not path or not agent: raise ValueError("replay: needs a transcript path and an agent name: replay:PATH#AGENT")
-        t = Transcript.from_json(open(path, encoding="utf-8").read())
-        names = [a["name"] for a in t.team]
-        if agent not in names: raise ValueError(f"replay: {path} has no agent {agent!r}; its agents: {', '.join(names)}")
-        syn = next(a.get("synthetic") for a in t.team if a["name"] == agent)
-        return ReplayBackend([tu for r in t.rounds for tu in r.turns], spec=spec, agent=agent, synthetic=syn)
+        return _replay_backend(spec, path, agent)
     raise ValueError(f"unknown backend kind {kind!r} in {spec!r}; choose from {', '.join(BACKEND_KINDS)}")

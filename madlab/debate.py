@@ -6,33 +6,74 @@ Docs: https://madlab.github.io/madlab/debate.html.md"""
 
 # %% ../nbs/06_debate.ipynb #cb4f60c4
 from __future__ import annotations
-import asyncio, inspect, random, time, traceback
-from dataclasses import dataclass, replace
-from typing import Callable
+import asyncio, inspect, math, random, time, traceback, types, typing
+from dataclasses import dataclass, field, replace
+from typing import Callable, Literal
+from fastcore.basics import patch
 from fastcore.docments import docments
 import madlab
 from .core import *
 from .backends import *
 from .agents import *
+from .scoring import answer_format
 
 # %% auto #0
-__all__ = ['PROTOCOLS', 'Protocol', 'protocol', 'get_protocol', 'Debate', 'fork', 'afork', 'from_transcript', 'comparable']
+__all__ = ['PROTOCOLS', 'Protocol', 'protocol', 'protocol_hook', 'get_protocol', 'Debate', 'fork', 'afork', 'from_transcript',
+           'comparable']
 
 # %% ../nbs/06_debate.ipynb #a8ec8595
+def _type_name(tp) -> str:
+    if typing.get_origin(tp) is Literal: return " or ".join(map(repr, typing.get_args(tp)))
+    if typing.get_origin(tp) in (typing.Union, types.UnionType): return " or ".join(_type_name(a) for a in typing.get_args(tp))
+    return {type(None): "None", bool: "true/false", int: "an integer", float: "a number", str: "a string", dict: "a mapping", list: "a list"}.get(tp, getattr(tp, "__name__", str(tp)))
+
+def _fits(v, tp) -> bool:
+    "Whether value `v` fits annotation `tp` (unknown annotations accept anything)."
+    o = typing.get_origin(tp)
+    if o is Literal: return any(v == a and type(v) is type(a) for a in typing.get_args(tp))
+    if o in (typing.Union, types.UnionType): return any(_fits(v, a) for a in typing.get_args(tp))
+    if tp is type(None): return v is None
+    if tp is bool: return isinstance(v, bool)
+    if tp is int: return isinstance(v, int) and not isinstance(v, bool)
+    if tp is float: return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    if tp in (str, dict, list, tuple): return isinstance(v, tp)
+    if tp is Callable or o is Callable or tp is typing.Callable: return callable(v)
+    return True
+
 @dataclass
 class Protocol:
-    "A registered debate protocol and its documented options."
+    "A registered debate protocol: its function, documented and typed options, the tasks it runs on, and hooks for its reports."
     name: str
     fn: Callable
-    options: dict          # option -> default
-    docs: dict             # option -> one-line doc
+    options: dict                                  # option -> default
+    docs: dict                                     # option -> one-line doc
     doc: str = ""
+    types: dict = field(default_factory=dict)      # option -> annotation
+    tasks: tuple|None = None                       # tasks it runs on (None: any task with an answer format)
+    limits: dict = field(default_factory=dict)     # option -> (lowest, highest) allowed
+    hooks: dict = field(default_factory=dict)      # "report", "log_html", "log_text", "row" -> function (see `run`)
+
+    def check_option(self, k, v):
+        "Raise `OptionError` unless `v` is an allowed value of option `k`."
+        tp = self.types.get(k)
+        if tp is not None and not _fits(v, tp): raise OptionError(k, f"must be {_type_name(tp)}; got {v!r}")
+        lo, hi = self.limits.get(k, (None, None))
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and ((lo is not None and v < lo) or (hi is not None and v > hi)):
+            raise OptionError(k, f"must be in {lo}..{hi}; got {v!r}")
 
     def validate(self, opts: dict) -> dict:
-        "All options with defaults filled in; unknown ones are an error naming the valid ones."
+        "All options with defaults filled in; an unknown option or a bad value is an `OptionError`."
         bad = [k for k in opts if k not in self.options]
-        if bad: raise ValueError(f"unknown option(s) {', '.join(map(repr, bad))} for protocol {self.name!r}; valid options: {', '.join(self.options) or '(none)'}")
+        if bad: raise OptionError(bad[0], f"unknown option for protocol {self.name!r}; valid options: {', '.join(self.options) or '(none)'}")
+        for k, v in opts.items(): self.check_option(k, v)
         return {**self.options, **opts}
+
+    def check_item(self, item):
+        "Raise `ValueError` unless the protocol runs on `item`'s task."
+        task = getattr(item, "task", None)
+        if self.tasks is not None and task not in self.tasks:
+            raise ValueError(f"protocol {self.name!r} runs on {' or '.join(map(repr, self.tasks))} items; item {getattr(item, 'id', '?')!r} is a {task!r} item")
+        if self.tasks is None: answer_format(item)     # needs an answer format; the error lists the known tasks
 
     def _repr_markdown_(self):
         rows = "\n".join(f"| `{k}` | `{v!r}` | {self.docs.get(k) or ''} |" for k, v in self.options.items())
@@ -40,17 +81,26 @@ class Protocol:
 
 PROTOCOLS: dict[str, Protocol] = {}
 
-def protocol(name: str):
-    "Register an async-generator protocol under `name`."
+def protocol(name: str, tasks=None, limits: dict|None = None):
+    "Register an async-generator protocol under `name`, running on `tasks` (None: any task with an answer format), numbers within `limits`."
     def deco(fn):
         if not inspect.isasyncgenfunction(fn): raise TypeError(f"protocol {name!r} must be an async generator function (async def ... yield)")
         sig = list(inspect.signature(fn).parameters.values())[1:]
         missing = [p.name for p in sig if p.default is inspect.Parameter.empty]
         if missing: raise TypeError(f"protocol {name!r}: options need defaults: {', '.join(missing)}")
         docs = {k: v for k, v in docments(fn).items() if k != "return"}
-        PROTOCOLS[name] = Protocol(name, fn, {p.name: p.default for p in sig}, {p.name: docs.get(p.name) for p in sig}, (inspect.getdoc(fn) or "").split("\n")[0])
+        try: hints = typing.get_type_hints(fn)
+        except Exception: hints = {}
+        PROTOCOLS[name] = Protocol(name, fn, {p.name: p.default for p in sig}, {p.name: docs.get(p.name) for p in sig}, (inspect.getdoc(fn) or "").split("\n")[0],
+                                   {p.name: hints[p.name] for p in sig if p.name in hints}, tuple(tasks) if tasks is not None else None, dict(limits or {}))
         fn.protocol_name = name
         return fn
+    return deco
+
+def protocol_hook(name: str, kind: str):
+    "Register a function as protocol `name`'s `kind` hook: `report`, `log_html`, `log_text` or `row` (see `run`)."
+    if kind not in ("report", "log_html", "log_text", "row"): raise ValueError(f"hook kind must be report, log_html, log_text or row; got {kind!r}")
+    def deco(fn): get_protocol(name).hooks[kind] = fn; return fn
     return deco
 
 def _load_protocol_modules():
@@ -71,10 +121,12 @@ class Debate:
     "One debate: a protocol over one item with one team."
     def __init__(self, protocol, item, team=None, *, seed: int = 0, budget: Budget|None = None, cache=False, id: str|None = None,
                  on_error: str = "fail", **options):
-        if on_error not in ("fail", "continue"): raise ValueError(f"on_error must be 'fail' or 'continue'; got {on_error!r}")
+        if on_error not in ("fail", "continue"): raise OptionError("on_error", f"must be 'fail' or 'continue'; got {on_error!r}")
+        if not isinstance(seed, int) or isinstance(seed, bool): raise OptionError("seed", f"must be an integer; got {seed!r}")
         self.on_error = on_error
         self.protocol = get_protocol(protocol)
         self.settings = self.protocol.validate(options)
+        self.protocol.check_item(item)
         self.item, self.seed = item, seed
         self.rng = random.Random(seed)
         self.budget = budget
@@ -108,6 +160,12 @@ class Debate:
         "Run agent calls concurrently, keeping their order."
         if len(coros) == 1 and not inspect.isawaitable(coros[0]): coros = tuple(coros[0])
         return list(await asyncio.gather(*coros))
+
+    def members(self, agents=None) -> list[Agent]:
+        "Agents by name or as given (None: the whole team)."
+        if agents is None: return list(self.agents)
+        if isinstance(agents, (str, Agent)): agents = [agents]
+        return [a if isinstance(a, Agent) else self.agent(a) for a in agents]
 
     async def _next(self):
         if self._gen is None:
@@ -172,6 +230,30 @@ class Debate:
 
     def _repr_html_(self): return self.transcript._repr_html_()
     def __repr__(self): return f"Debate({self.protocol.name!r}, item={self.meta['id']!r}, agents={[a.name for a in self.agents]}, rounds={len(self.rounds)}, status={self.meta['status']!r})"
+
+# %% ../nbs/06_debate.ipynb #a785b423
+@patch
+async def ask(self: Debate, agents, prompt, *, ask=None, **kw) -> list[Turn]:
+    "Ask `agents` (names or `Agent`s; None: everyone) `prompt` concurrently; `prompt` and `ask` may be functions of the agent."
+    def one(a):
+        return a.ask(prompt(a) if callable(prompt) else prompt, ask=ask(a) if callable(ask) else ask, **kw)
+    return await self.gather(one(a) for a in self.members(agents))
+
+@patch
+def deliver(self: Debate, turns, to="others", *, text=None, among=None, **kw) -> int:
+    "Show each turn's reply (or `text(turn)`; None skips it) to `to`: 'others', 'self', names, or a function of the turn. The number of messages delivered."
+    pool, n = self.members(among), 0
+    for t in turns:
+        msg = text(t) if text is not None else (t.reply if t.reply is not None else f"(no reply: {t.error or 'empty'})")
+        if msg is None: continue
+        if to == "others": names = [a.name for a in pool if a.name != t.agent]
+        elif to == "self": names = []
+        elif callable(to): names = list(to(t) or [])
+        else: names = [to] if isinstance(to, str) else list(to)
+        for a in pool:
+            if a.name in names and a.name != t.agent:
+                a.hear(msg, sender=t.agent, receivers=names, **kw); n += 1
+    return n
 
 # %% ../nbs/06_debate.ipynb #67273378
 def _replayed(debate_or_none, protocol, item, team_infos, settings, seed, turns, fallbacks=None, **kw) -> Debate:

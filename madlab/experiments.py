@@ -133,14 +133,22 @@ def _gather(out: Path, combos: list, names: list, infos: dict) -> pd.DataFrame:
         if df[c].dtype == object and df[c].map(lambda v: isinstance(v, (list, dict))).any(): df[c] = df[c].map(lambda v: json.dumps(v) if isinstance(v, (list, dict)) else v)
     return df
 
-def _client(scheduler):
-    from distributed import Client
-    return (scheduler, False) if isinstance(scheduler, Client) else (Client(scheduler), True)
+_CONNECT_TIMEOUT = 5   # seconds to reach a Dask scheduler before giving up
+
+def _client(scheduler, timeout: float|None = None):
+    "(client, whether we own it): `scheduler` when it is a `Client`, else a new one connected to it; an unreachable scheduler is an `OptionError`."
+    from madlab.core import OptionError
+    try: from distributed import Client
+    except ImportError: raise OptionError("scheduler", "running on a Dask scheduler needs the `distributed` package") from None
+    if isinstance(scheduler, Client): return scheduler, False
+    try: return Client(scheduler, timeout=_CONNECT_TIMEOUT if timeout is None else timeout), True
+    except Exception as e: raise OptionError("scheduler", f"cannot reach the Dask scheduler at {scheduler}: {e}") from None
 
 def sweep(notebook, params: dict, out="runs", workers: int = 2, scheduler=None, kernel: str|None = None,
           cache: str|None = None, timeout: float|None = None, progress: bool = True) -> pd.DataFrame:
     "Run `notebook` for every combination of `params` into `out/`; the gathered results (also in `out/summary.parquet`)."
     from tqdm.auto import tqdm
+    from madlab.core import OptionError
     notebook, out = Path(notebook).resolve(), Path(out).resolve()
     if not notebook.exists(): raise FileNotFoundError(f"no notebook {notebook}")
     spec = notebook_parameters(notebook)
@@ -150,39 +158,41 @@ def sweep(notebook, params: dict, out="runs", workers: int = 2, scheduler=None, 
     combos = combinations(params)
     names = [combo_name(c) for c in combos]
     if len(set(names)) != len(names): raise ValueError("two combinations map to the same folder name; use simpler values")
-    out.mkdir(parents=True, exist_ok=True)
+    try: out.mkdir(parents=True, exist_ok=True)
+    except OSError as e: raise OptionError("out", f"cannot create the output folder {out}: {e.strerror or e}") from None
     extra = {}
     if "cache" in spec and "cache" not in params: extra["cache"] = str(Path(cache).resolve() if cache else out / ".cache")
-    _write_atomic(out / "sweep.json", json.dumps({"notebook": str(notebook), "params": params, "combinations": names}, indent=1, default=str))
     infos = {n: {"name": n, "status": "skipped", "error": None} for n in names if (out / n / "_SUCCESS").exists()}
     todo = [(c, n) for c, n in zip(combos, names) if n not in infos]
-    bar = tqdm(total=len(combos), initial=len(combos) - len(todo), desc=f"sweep {notebook.stem}", disable=not progress)
+    client, own = _client(scheduler) if todo and scheduler is not None else (None, False)   # an unreachable scheduler fails before any work
     args = lambda c, n: (str(notebook), {**c, **extra}, str(out / n), kernel, timeout)
     import madlab.experiments as me               # workers import the function from the package, never from __main__
     run = me.run_combination
     try:
-        if todo and scheduler is not None:
-            from distributed import as_completed as das_completed
-            client, own = _client(scheduler)
-            try:
+        try: _write_atomic(out / "sweep.json", json.dumps({"notebook": str(notebook), "params": params, "combinations": names}, indent=1, default=str))
+        except OSError as e: raise OptionError("out", f"cannot write to the output folder {out}: {e.strerror or e}") from None
+        bar = tqdm(total=len(combos), initial=len(combos) - len(todo), desc=f"sweep {notebook.stem}", disable=not progress)
+        try:
+            if client is not None:
+                from distributed import as_completed as das_completed
                 futs = {client.submit(run, *args(c, n), pure=False, key=f"madlab-sweep-{n}-{time.time_ns()}"): n for c, n in todo}
                 for f in das_completed(futs):
                     n = futs[f]
                     try: infos[n] = f.result()
                     except Exception as e: infos[n] = {"name": n, "status": "failed", "error": f"{type(e).__name__}: {e}"}
                     bar.update()
-            finally:
-                if own: client.close()
-        elif todo:
-            import multiprocessing as mp
-            with ProcessPoolExecutor(max_workers=max(1, min(workers, len(todo))), mp_context=mp.get_context("spawn")) as pool:
-                futs = {pool.submit(run, *args(c, n)): n for c, n in todo}
-                for f in as_completed(futs):
-                    n = futs[f]
-                    try: infos[n] = f.result()
-                    except Exception as e: infos[n] = {"name": n, "status": "failed", "error": f"{type(e).__name__}: {e}"}
-                    bar.update()
-    finally: bar.close()
+            elif todo:
+                import multiprocessing as mp
+                with ProcessPoolExecutor(max_workers=max(1, min(workers, len(todo))), mp_context=mp.get_context("spawn")) as pool:
+                    futs = {pool.submit(run, *args(c, n)): n for c, n in todo}
+                    for f in as_completed(futs):
+                        n = futs[f]
+                        try: infos[n] = f.result()
+                        except Exception as e: infos[n] = {"name": n, "status": "failed", "error": f"{type(e).__name__}: {e}"}
+                        bar.update()
+        finally: bar.close()
+    finally:
+        if own: client.close()
     df = _gather(out, combos, names, infos)
     tmp = out / "summary.parquet.tmp"
     df.to_parquet(tmp); tmp.replace(out / "summary.parquet")

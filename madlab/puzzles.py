@@ -466,17 +466,25 @@ def _jsonl_files(path):
     if not path.exists(): raise FileNotFoundError(path)
     return [path]
 
+def _jsonl_records(f):
+    "(line number, JSON value) of every non-blank line of `f`; a `KKSFormatError` naming the line that is not UTF-8 JSON."
+    with open(f, "rb") as fh:
+        for ln, raw in enumerate(fh, 1):
+            try: line = raw.decode("utf-8-sig" if ln == 1 else "utf-8")
+            except UnicodeDecodeError as e: raise KKSFormatError(f, ln, None, f"not UTF-8 text ({e.reason} at byte {e.start + 1} of the line)") from None
+            if not line.strip(): continue
+            try: d = json.loads(line)
+            except json.JSONDecodeError as e: raise KKSFormatError(f, ln, None, f"malformed JSON ({e.msg} at column {e.colno})") from None
+            except RecursionError: raise KKSFormatError(f, ln, None, "malformed JSON (nested too deeply)") from None
+            except ValueError as e: raise KKSFormatError(f, ln, None, f"malformed JSON ({str(e)[:200]})") from None   # e.g. an integer of 5000 digits
+            yield ln, d
+
 def load_controlmad(path, prefix: str|None=None) -> list[Puzzle]:
     "Puzzles (with gold solutions) from a ControlMAD JSONL file, or every `*.jsonl` in a folder (sizes in numeric order)."
     out = []
     for f in _jsonl_files(path):
         pre = prefix or f.resolve().parent.name
-        with open(f, encoding="utf-8") as fh:
-            for ln, line in enumerate(fh, 1):
-                if not line.strip(): continue
-                try: d = json.loads(line)
-                except json.JSONDecodeError as e: raise KKSFormatError(f, ln, None, f"malformed JSON ({e.msg} at column {e.colno})") from None
-                out.append(_puzzle_from_record(d, (f, ln), pre))
+        for ln, d in _jsonl_records(f): out.append(_puzzle_from_record(d, (f, ln), pre))
     return out
 
 # %% ../nbs/05_puzzles.ipynb #6ac985c2

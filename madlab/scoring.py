@@ -13,8 +13,8 @@ from .core import *
 from .tasks import extract_number, numbers_match, parse_choice
 
 # %% auto #0
-__all__ = ['FORMATS', 'KKS_PHASES', 'CHANGE_KINDS', 'AnswerFormat', 'register_format', 'answer_format', 'toy_arith_items',
-           'vote_key', 'majority_vote', 'plurality_vote', 'agreement', 'kks_players', 'roles_of',
+__all__ = ['FORMATS', 'vote_key', 'KKS_PHASES', 'CHANGE_KINDS', 'AnswerFormat', 'register_format', 'answer_format',
+           'score_result', 'toy_arith_items', 'majority_vote', 'plurality_vote', 'agreement', 'kks_players', 'roles_of',
            'synthetic_kks_belief', 'synthetic_kks_position', 'kks_positions', 'phase_accuracy', 'kks_flips',
            'position_changes', 'flip_summary', 'kks_consensus', 'kks_games', 'kks_decisions', 'agent_usage']
 
@@ -28,6 +28,8 @@ class AnswerFormat:
     score: Callable[[Any, Any], bool] = lambda a, g: a is not None and a == g
     options: dict = field(default_factory=dict)   # Ask.options for synthetic agents (choices, labels, ...)
     bind: Callable|None = None             # item -> AnswerFormat specialised to that item (e.g. its players)
+    metrics: Callable|None = None          # (answer, gold) -> dict of further metrics (e.g. per-player accuracy)
+    refusal: Any = None                    # the answer that means "refused" (what an input screen's block counts as), if the task has one
 
 FORMATS: dict[str, AnswerFormat] = {}
 
@@ -45,6 +47,17 @@ def answer_format(item) -> AnswerFormat:
 # %% ../nbs/03_scoring.ipynb #c5755135
 register_format("arith", AnswerFormat("number", "Think step by step, then end with 'The answer is N.'", extract_number, numbers_match))
 
+# %% ../nbs/03_scoring.ipynb #44d777d4
+def score_result(item, result) -> dict:
+    "Score a debate's decision `result['answer']` against `item.gold` with the task's format: `correct` (None without gold) and the format's metrics."
+    fmt = answer_format(item)
+    answer, gold = (result or {}).get("answer"), getattr(item, "gold", None)
+    if gold is None: return {"correct": None}
+    ok = answer_valid(answer)
+    out = {"correct": bool(ok and fmt.score(answer, gold))}
+    if fmt.metrics is not None: out.update(fmt.metrics(answer if ok else None, gold))
+    return out
+
 # %% ../nbs/03_scoring.ipynb #6c6d7581
 def toy_arith_items(n: int = 10, seed: int = 0) -> list[Item]:
     "`n` arithmetic questions (`task='arith'`), the same for the same seed."
@@ -56,22 +69,15 @@ def toy_arith_items(n: int = 10, seed: int = 0) -> list[Item]:
     return out
 
 # %% ../nbs/03_scoring.ipynb #41372284
-def vote_key(a):
-    "What counts as the same vote: `a.vote_key()` if defined, a role assignment's roles, else `a` itself (hashable) or its JSON."
-    if a is None: return None
-    if callable(getattr(a, "vote_key", None)): return a.vote_key()
-    roles = getattr(a, "roles", None)
-    if isinstance(roles, dict): return tuple(sorted(roles.items(), key=lambda kv: str(kv[0])))
-    try: hash(a); return a
-    except TypeError: return json.dumps(to_jsonable(a), sort_keys=True)
+vote_key = answer_key     # the one definition of "the same answer" (`madlab.core.answer_key`)
 
 def majority_vote(answers, strict: bool = True):
     "The most common valid answer and the counts; with `strict`, `None` unless it has more than half of all votes (invalid ones included)."
     answers = list(answers)
-    first = {}
+    first, counts = {}, collections.Counter()
     for a in answers:
-        if a is not None: first.setdefault(vote_key(a), a)
-    counts = collections.Counter(vote_key(a) for a in answers if a is not None)
+        k = answer_key(a)
+        if k is not None: first.setdefault(k, a); counts[k] += 1
     if not counts: return None, counts
     (top, n), *rest = counts.most_common()
     if rest and rest[0][1] == n: return None, counts                     # tie
@@ -83,7 +89,7 @@ def plurality_vote(answers): return majority_vote(answers, strict=False)
 def agreement(answers) -> float:
     "Share of all answers (invalid included) that equal the most common valid one."
     answers = list(answers)
-    counts = collections.Counter(vote_key(a) for a in answers if a is not None)
+    counts = collections.Counter(k for k in map(answer_key, answers) if k is not None)
     return counts.most_common(1)[0][1] / len(answers) if counts and answers else 0.0
 
 # %% ../nbs/03_scoring.ipynb #c73d42dd

@@ -6,7 +6,7 @@ Docs: https://madlab.github.io/madlab/tasks.html.md"""
 
 # %% ../nbs/04_tasks.ipynb #ced417bf
 from __future__ import annotations
-import csv, json, re
+import csv, io, json, re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -70,15 +70,27 @@ def numbers_match(a, b, tol: float = 1e-6) -> bool:
     except (TypeError, ValueError): return False
 
 # %% ../nbs/04_tasks.ipynb #35ac1da6
+def _json_value(text, where):
+    "The JSON value in `text`; a ValueError naming `where` (e.g. 'file.jsonl:3') when it is not JSON."
+    try: return json.loads(text)
+    except json.JSONDecodeError as e: raise ValueError(f"{where}: malformed JSON ({e.msg} at column {e.colno})") from None
+    except RecursionError: raise ValueError(f"{where}: malformed JSON (nested too deeply)") from None
+    except ValueError as e: raise ValueError(f"{where}: malformed JSON ({str(e)[:200]})") from None   # e.g. an integer of 5000 digits
+
+def _utf8_lines(path):
+    "(line number, text) of every line of `path` (split on '\\n' only, as JSONL is); a ValueError naming the line that is not UTF-8."
+    with open(path, "rb") as fh:
+        for ln, raw in enumerate(fh, 1):
+            try: yield ln, raw.decode("utf-8-sig" if ln == 1 else "utf-8")
+            except UnicodeDecodeError as e: raise ValueError(f"{path}:{ln}: not UTF-8 text ({e.reason} at byte {e.start + 1} of the line)") from None
+
 def _read_jsonl(path):
     path = Path(path)
-    with open(path, encoding="utf-8") as fh:
-        for ln, line in enumerate(fh, 1):
-            if not line.strip(): continue
-            try: d = json.loads(line)
-            except json.JSONDecodeError as e: raise ValueError(f"{path}:{ln}: malformed JSON ({e.msg} at column {e.colno})") from None
-            if not isinstance(d, dict): raise ValueError(f"{path}:{ln}: a record must be a JSON object")
-            yield ln, d
+    for ln, line in _utf8_lines(path):
+        if not line.strip(): continue
+        d = _json_value(line, f"{path}:{ln}")
+        if not isinstance(d, dict): raise ValueError(f"{path}:{ln}: a record must be a JSON object")
+        yield ln, d
 
 def gsm8k_gold(answer: str):
     "The gold number of a GSM8K `answer` (the text after its last '####')."
@@ -102,21 +114,45 @@ def load_gsm8k(path, limit: int|None = None) -> list[Item]:
 # %% ../nbs/04_tasks.ipynb #eb334799
 SAFETY_DECISIONS = ("ACT", "WARN", "REFUSE", "VETO")
 
+_CSV_FIELD_LIMIT = 16 * 2**20   # 16 MiB: the csv module's default limit (128 KiB) rejects long prompts
+
+def _csv_text(path) -> str:
+    "The text of the CSV file `path` (UTF-8, a byte-order mark dropped); a ValueError naming the line that is not UTF-8."
+    b = Path(path).read_bytes()
+    try: return b.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        ln = b.count(b"\n", 0, e.start) + 1
+        raise ValueError(f"{path}:{ln}: not UTF-8 text ({e.reason}); is it a CSV file?") from None
+
+def _csv_rows(path):
+    "(line number, row) for every row of the CSV file `path`; fields up to `_CSV_FIELD_LIMIT`; bad CSV is a ValueError naming the line."
+    rows = csv.reader(io.StringIO(_csv_text(path), newline=""))
+    while True:
+        old = csv.field_size_limit(_CSV_FIELD_LIMIT)   # process-wide: raised only while reading a row
+        try: r = next(rows)
+        except StopIteration: return
+        except csv.Error as e: raise ValueError(f"{path}:{rows.line_num}: malformed CSV ({e})") from None
+        finally: csv.field_size_limit(old)
+        yield rows.line_num, r
+
 def load_xstest(path) -> list[Item]:
     "XSTest prompts as safety items (`task='safety'`, gold 'ACT' for safe and 'REFUSE' for unsafe prompts)."
     path = Path(path)
     if path.is_dir(): path = path / "xstest_prompts.csv"
+    rows = _csv_rows(path)
+    _, cols = next(rows, (1, []))
+    missing = {"id", "prompt", "label"} - set(cols)
+    if missing: raise ValueError(f"{path}:1: missing columns {', '.join(sorted(missing))}")
     out = []
-    with open(path, encoding="utf-8", newline="") as fh:
-        rows = csv.DictReader(fh)
-        missing = {"id", "prompt", "label"} - set(rows.fieldnames or [])
-        if missing: raise ValueError(f"{path}:1: missing columns {', '.join(sorted(missing))}")
-        for r in rows:
-            ln = rows.line_num
-            label = (r["label"] or "").strip().lower()
-            if label not in ("safe", "unsafe"): raise ValueError(f"{path}:{ln}: field label: expected 'safe' or 'unsafe', got {r['label']!r}")
-            meta = {k: r.get(k) for k in ("type", "focus", "note", "label") if r.get(k) is not None}
-            out.append(Item(f"xstest-{r['id']}", "safety", r["prompt"], "ACT" if label == "safe" else "REFUSE", meta=meta))
+    for ln, r in rows:
+        if not r: continue                                  # a blank line
+        r = dict(zip(cols, r + [None] * (len(cols) - len(r))))
+        for k in ("id", "prompt"):
+            if r[k] is None: raise ValueError(f"{path}:{ln}: field {k}: missing (the row has too few columns)")
+        label = (r["label"] or "").strip().lower()
+        if label not in ("safe", "unsafe"): raise ValueError(f"{path}:{ln}: field label: expected 'safe' or 'unsafe', got {r['label']!r}")
+        meta = {k: r.get(k) for k in ("type", "focus", "note", "label") if r.get(k) is not None}
+        out.append(Item(f"xstest-{r['id']}", "safety", r["prompt"], "ACT" if label == "safe" else "REFUSE", meta=meta))
     return out
 
 # %% ../nbs/04_tasks.ipynb #3a864e60
@@ -172,14 +208,12 @@ def load_mmlu(path, split: str = "test", subjects=None) -> list[Item]:
     for f in _mmlu_files(path, split):
         subject = re.sub(r"_(test|dev|val)$", "", f.stem)
         if subjects is not None and subject not in subjects: continue
-        with open(f, encoding="utf-8", newline="") as fh:
-            rows = csv.reader(fh)
-            for k, r in enumerate(rows):
-                if len(r) != 6: raise ValueError(f"{f}:{rows.line_num}: expected 6 columns (question, A, B, C, D, answer), got {len(r)}")
-                gold = r[5].strip().upper()
-                if gold not in "ABCD" or len(gold) != 1: raise ValueError(f"{f}:{rows.line_num}: field answer: expected A, B, C or D, got {r[5]!r}")
-                prompt = r[0].strip() + "\n\n" + "\n".join(f"{l}. {c}" for l, c in zip("ABCD", r[1:5]))
-                out.append(Item(f"mmlu-{subject}-{k:03d}", "mmlu", prompt, gold, meta={"subject": subject, "question": r[0], "choices": r[1:5]}))
+        for k, (ln, r) in enumerate(_csv_rows(f)):
+            if len(r) != 6: raise ValueError(f"{f}:{ln}: expected 6 columns (question, A, B, C, D, answer), got {len(r)}")
+            gold = r[5].strip().upper()
+            if gold not in "ABCD" or len(gold) != 1: raise ValueError(f"{f}:{ln}: field answer: expected A, B, C or D, got {r[5]!r}")
+            prompt = r[0].strip() + "\n\n" + "\n".join(f"{l}. {c}" for l, c in zip("ABCD", r[1:5]))
+            out.append(Item(f"mmlu-{subject}-{k:03d}", "mmlu", prompt, gold, meta={"subject": subject, "question": r[0], "choices": r[1:5]}))
     return out
 
 def parse_choice(text, letters: str = "ABCD"):

@@ -1,18 +1,17 @@
-"""S4: the input screen on adversarial and benign inputs, zero backend calls for attacks, the decision rules,
+"""S4: zero backend calls for attacks (the screen itself is tested in test_guards.py), the decision rules,
 targeted challenges, the HTML log, the live view, and `madlab run s4` end to end on XSTest."""
 from __future__ import annotations
-import csv, json, logging, os, subprocess, sys, threading, time
+import json, logging, os, subprocess, sys, threading, time
 from pathlib import Path
 import pytest
 
-from adversarial_inputs import ADVERSARIAL, BENIGN, QUOTED
+from adversarial_inputs import ADVERSARIAL, BENIGN
 from madlab.core import Completion, Item, Round, Transcript, Turn, Usage
 from madlab.backends import Backend
 from madlab.agents import Agent
 from madlab.debate import Debate
 from madlab.run import run_many
-from madlab.protocols.s4 import (ScreenResult, Vote, decide, default_rules, strict_rules, decision_rule, run_s4, s4_team,
-                                 screen_input, SAFETY, UTILITY)
+from madlab.protocols.s4 import Vote, decide, default_rules, strict_rules, decision_rule, run_s4, s4_team, SAFETY, UTILITY
 
 ROOT = Path(__file__).resolve().parent.parent
 XSTEST = Path(os.environ.get("MADLAB_XSTEST", ROOT.parent / "shared" / "data" / "xstest" / "xstest_prompts.csv"))
@@ -22,39 +21,6 @@ needs_xstest = pytest.mark.skipif(not XSTEST.is_file(), reason=f"XSTest not foun
 def _as_prompt(text) -> str:
     "Raw bytes reach madlab as text decoded with surrogateescape (as a file read with errors='surrogateescape' would give)."
     return text.decode("utf-8", "surrogateescape") if isinstance(text, bytes) else text
-
-
-# -- the input screen -----------------------------------------------------------------------------------------------------
-
-def test_set_sizes():
-    assert len(ADVERSARIAL) >= 30 and len(BENIGN) >= len(ADVERSARIAL)
-    assert len({n for n, _, _ in ADVERSARIAL + BENIGN}) == len(ADVERSARIAL) + len(BENIGN)
-
-@pytest.mark.parametrize("name,text,expected", ADVERSARIAL, ids=[c[0] for c in ADVERSARIAL])
-def test_attack_is_blocked(name, text, expected):
-    r = screen_input(text)
-    assert isinstance(r, ScreenResult)
-    assert r.blocked and r.category == expected, (name, r)
-    assert r.reason
-    if isinstance(text, bytes):    # the same input as decoded text is blocked too
-        assert screen_input(_as_prompt(text)).blocked
-
-@pytest.mark.parametrize("name,text,expected", BENIGN, ids=[c[0] for c in BENIGN])
-def test_benign_look_alike_passes(name, text, expected):
-    r = screen_input(text)
-    assert not r.blocked, (name, r.reason)
-    assert r.reason is None and bool(r)
-
-def test_quoted_attack_is_blocked_by_design():
-    # a question that quotes an attack verbatim cannot be told from the attack: documented behaviour
-    for name, text, expected in QUOTED: assert screen_input(text).category == expected
-
-@needs_xstest
-def test_no_xstest_prompt_is_blocked():
-    rows = list(csv.DictReader(open(XSTEST, encoding="utf-8")))
-    assert len(rows) == 450
-    blocked = [(r["id"], r["prompt"], screen_input(r["prompt"]).reason) for r in rows if screen_input(r["prompt"]).blocked]
-    assert blocked == []      # safe ones must pass; unsafe ones are harmful requests, not attacks: the agents judge them
 
 
 # -- attacks never reach a backend ----------------------------------------------------------------------------------------

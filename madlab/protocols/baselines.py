@@ -6,6 +6,7 @@ Docs: https://madlab.github.io/madlab/baselines.html.md"""
 
 # %% ../../nbs/07_baselines.ipynb #af3a06b9
 from __future__ import annotations
+from typing import Literal
 from ..backends import Ask
 from ..debate import protocol
 from ..scoring import answer_format, majority_vote, plurality_vote, agreement
@@ -16,32 +17,28 @@ __all__ = ['DU_UPDATE', 'single', 'self_consistency', 'du']
 # %% ../../nbs/07_baselines.ipynb #c5dcfa22
 def _question(item, fmt): return f"{item.prompt}\n\n{fmt.instructions}"
 
-def _finish(d, fmt, final_turns, vote=plurality_vote):
-    answers = [t.answer for t in final_turns]
+def _finish(d, final_turns, vote=plurality_vote):
+    "The team's decision: the vote over the final answers (scored later by the task, never here)."
+    answers = [t.answer if t.error is None else None for t in final_turns]
     team, counts = vote(answers)
-    gold = getattr(d.item, "gold", None)
-    d.result = {"answer": team, "gold": gold, "correct": bool(team is not None and fmt.score(team, gold)),
-                "agreement": agreement(answers), "invalid": sum(not t.valid for t in final_turns),
+    d.result = {"answer": team, "agreement": agreement(answers), "invalid": sum(not t.valid for t in final_turns),
                 "votes": {str(k): v for k, v in counts.items()}}
 
-def _ask_all(d, r, fmt, prompt, phase, prev=None):
-    def one(a):
-        peers = {b: v for b, v in (prev or {}).items() if b != a.name}
-        return a.ask(prompt, kind=fmt.kind, parse=fmt.parse, phase=phase, round=r.index,
-                     ask=Ask(item=d.item, peers=peers, previous=(prev or {}).get(a.name), options=fmt.options))
-    return d.gather(one(a) for a in d.agents)
+def _asking(d, fmt, prev=None):
+    "The `Ask` each agent's call carries: the item and, after the first round, its own and its peers' previous answers."
+    return lambda a: Ask(item=d.item, options=fmt.options, previous=(prev or {}).get(a.name),
+                         peers={b: v for b, v in (prev or {}).items() if b != a.name})
 
-@protocol("single")
+@protocol("single", limits={})
 async def single(d):
     "The first agent answers alone."
     fmt = answer_format(d.item)
     r = d.new_round("answer", "final")
-    a = d.agents[0]
-    r.turns = [await a.ask(_question(d.item, fmt), kind=fmt.kind, parse=fmt.parse, phase="final", round=0, ask=Ask(item=d.item, options=fmt.options))]
-    _finish(d, fmt, r.turns)
+    r.turns = await d.ask(d.agents[:1], _question(d.item, fmt), kind=fmt.kind, parse=fmt.parse, phase="final", round=0, ask=_asking(d, fmt))
+    _finish(d, r.turns)
     yield r
 
-@protocol("self_consistency")
+@protocol("self_consistency", limits={"samples": (1, 100)})
 async def self_consistency(d,
                            samples: int = 1, # independent answers per agent
                           ):
@@ -56,31 +53,27 @@ async def self_consistency(d,
         if k == 0: a.history = solo.history
         return t
     r.turns = await d.gather(sample(a, k) for a in d.agents for k in range(samples))
-    _finish(d, fmt, r.turns)
+    _finish(d, r.turns)
     yield r
 
 DU_UPDATE = ("These are the answers of the other agents:\n{others}\n\nUsing their reasoning as additional advice, "
              "can you give an updated answer? Examine your own solution and theirs step by step. {instructions}")
 
-@protocol("du")
+@protocol("du", limits={"rounds": (0, 20)})
 async def du(d,
              rounds: int = 2, # debate rounds after the independent answers
-             vote: str = "plurality", # "plurality" or "majority" (strict: more than half)
+             vote: Literal["plurality", "majority"] = "plurality", # "plurality" or "majority" (strict: more than half)
             ):
     "Du et al. (2023): agents answer, then for `rounds` rounds each sees all others' latest replies and updates; a vote decides."
-    if vote not in ("plurality", "majority"): raise ValueError(f"vote must be 'plurality' or 'majority'; got {vote!r}")
     fmt = answer_format(d.item)
     r = d.new_round("independent answers", "initial")
-    r.turns = await _ask_all(d, r, fmt, _question(d.item, fmt), "initial")
+    r.turns = await d.ask(None, _question(d.item, fmt), kind=fmt.kind, parse=fmt.parse, phase="initial", round=r.index, ask=_asking(d, fmt))
     yield r
     for k in range(1, rounds + 1):
         prev_turns = r.turns
-        prev = {t.agent: t.answer for t in prev_turns}
         r = d.new_round(f"debate round {k}", "debate", depth=k)
-        for a in d.agents:
-            for t in prev_turns:
-                if t.agent != a.name: a.hear(t.reply or "(no reply)", sender=t.agent, phase="debate", round=r.index)
-        others = "(see the messages above)"
-        r.turns = await _ask_all(d, r, fmt, DU_UPDATE.format(others=others, instructions=fmt.instructions), "debate", prev)
+        d.deliver(prev_turns, "others", phase="debate", round=r.index)
+        r.turns = await d.ask(None, DU_UPDATE.format(others="(see the messages above)", instructions=fmt.instructions), kind=fmt.kind, parse=fmt.parse,
+                              phase="debate", round=r.index, ask=_asking(d, fmt, {t.agent: t.answer for t in prev_turns}))
         yield r
-    _finish(d, fmt, r.turns, majority_vote if vote == "majority" else plurality_vote)
+    _finish(d, r.turns, majority_vote if vote == "majority" else plurality_vote)

@@ -6,7 +6,7 @@ Docs: https://madlab.github.io/madlab/s4.html.md"""
 
 # %% ../../nbs/11_s4.ipynb #7cb38e90
 from __future__ import annotations
-import collections, json, logging, re, time, unicodedata, base64, binascii
+import collections, json, logging, re, time
 from dataclasses import dataclass, field, asdict, replace
 from pathlib import Path
 from typing import Callable
@@ -14,163 +14,15 @@ from ..core import *
 from ..backends import Ask, synthetic_responder, synthetic_rng, believes_gold, conform, synthetic_confidence
 from ..agents import split_specs
 from ..debate import protocol
+from ..guards import ScreenResult, screen_input
+
+_log = logging.getLogger("madlab.s4")
 
 # %% auto #0
 __all__ = ['DECISIONS', 'UTILITY', 'ACCURACY', 'SAFETY', 'DEFAULT_ROLES', 'DEFAULT_SPECS', 'DECISION_RULES', 'ANALYSIS_PROMPT',
-           'CHALLENGE_PROMPT', 'REVISION_PROMPT', 'S4_PROMPTS', 'ScreenResult', 'screen_input', 'Role', 's4_team',
-           'Position', 'parse_position', 'Challenge', 'parse_challenge', 'Vote', 'position_vote',
-           'guard_overconfidence', 'Decision', 'default_rules', 'strict_rules', 'decision_rule', 'decide', 's4_prompts',
-           's4', 's4_summary', 'sample_path', 'run_s4']
-
-# %% ../../nbs/11_s4.ipynb #c984d40c
-_log = logging.getLogger("madlab.s4")
-
-@serializable
-@dataclass
-class ScreenResult:
-    "What `screen_input` decided about one input."
-    blocked: bool
-    reason: str|None = None      # why it was blocked (None when it passed)
-    category: str|None = None    # injection, roleplay, exfiltration, override, empty, oversize, encoding, hidden
-    match: str|None = None       # the matched text (normalised, at most 80 characters)
-    obfuscated: bool = False     # the match needed unicode normalisation, de-leeting or de-spacing
-
-    def __bool__(self): return not self.blocked
-    def summary(self): return f"blocked ({self.category}): {self.reason}" if self.blocked else "passed"
-
-# %% ../../nbs/11_s4.ipynb #29039d3f
-_INVISIBLE = re.compile("[\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0"
-                        "\U000e0000-\U000e007f\U000e0100-\U000e01ef]")
-_TAGS = re.compile("[\U000e0020-\U000e007e]")
-_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
-_SURROGATE = re.compile("[\ud800-\udfff]")
-# Cyrillic and Greek letters that look like Latin ones (matching copy only).
-_CONFUSABLES = str.maketrans({**dict(zip("аеіјорсухѕԁһԛԝвнкмтАВЕЅІЈКМНОРСТХУԜ", "aeijopcyxsdhqwbhkmtabesijkmhopctxyw")),
-                              **dict(zip("αβεικνορτυχϲ", "abeiknoptuxc"))})
-_LEET = str.maketrans("013457@$!|", "oieastasii")
-
-# %% ../../nbs/11_s4.ipynb #11fcc3e0
-_W = r"[\s\-_.,:;'\"*`~]*"    # separators allowed inside phrases
-_OVERRIDE_VERB = r"(?:ignore|disregard|forget|skip|override|overrule|bypass|drop|discard|abandon|neglect|set aside|throw out|stop following|do not follow|don't follow)"
-_QUAL = r"(?:previous|prior|preceding|above|earlier|foregoing|initial|original|system|developer)"
-_TARGET = r"(?:instructions?|directives?|prompts?|rules|guidelines|guardrails|directions|commands|programming|constraints|restrictions|policies|polic(?:y)|safeguards|context|training|orders)"
-
-_PATTERNS = [
-    # instruction overrides, many phrasings
-    ("injection", rf"\b{_OVERRIDE_VERB}\s+(?:(?:all|any|each|every|of|the|your|these|those|its|other|above|very)\s+){{0,3}}{_QUAL}\s+(?:\w+\s+)?{_TARGET}\b"),
-    ("injection", rf"\b{_OVERRIDE_VERB}\s+(?:all\s+)?(?:of\s+)?your\s+(?:\w+\s+)?{_TARGET}\b"),
-    ("injection", rf"\b{_OVERRIDE_VERB}\s+(?:all|any)\s+(?:of\s+)?(?:the\s+)?{_TARGET}\s+(?:you\s+(?:were|have been|'ve been)\s+given|above|before)"),
-    ("injection", rf"\b{_OVERRIDE_VERB}\s+(?:everything|anything|all)\s+(?:that\s+)?(?:(?:you\s+(?:were|have\s+been|'ve\s+been)\s+told|(?:was\s+)?(?:said|written))\s*)?(?:above|before|previously|earlier|so\s+far|until\s+now|prior)\b"),
-    ("injection", r"\b(?:ignore|disregard|forget)\s+(?:all\s+(?:of\s+)?)?(?:the\s+|everything\s+)?(?:above|foregoing)(?=\s*(?:and\b|then\b|[,.;:!]|$))"),
-    ("injection", r"(?m)^\s*(?:#+\s*)?(?:system|admin|developer)\s+override\s*:"),
-    ("injection", r"\b(?:new|updated|revised|real|actual|true)\s+(?:system\s+)?instructions?\s*:"),
-    ("injection", r"(?:<\|?\s*(?:im_start|im_end|system|endoftext|eot_id|start_header_id)\s*\|?>|\[/?inst\]|<</?sys>>|\[/?system\]|</?system>)"),
-    ("injection", r"(?m)^\s*(?:#+\s*)?(?:system|sys|developer)\s*(?:message|prompt|override|instructions?|note)?\s*:\s*(?:you|ignore|from now|new|the assistant|override|disregard)"),
-    # role-play overrides
-    ("roleplay", r"\byou\s+are\s+(?:now\s+|going\s+to\s+be\s+|henceforth\s+)?(?:dan|stan|dude|aim|an?\s+(?:unrestricted|unfiltered|uncensored|unaligned|amoral|jailbroken|evil|rogue)\b)"),
-    ("roleplay", r"\byou\s+are\s+(?:now\s+)?(?:no\s+longer\s+(?:bound|restricted|limited|an?\s+(?:ai|assistant|language model))|free\s+(?:from|of)\s+(?:all\s+|any\s+|your\s+)?(?:rules|restrictions|guidelines|limits|constraints|filters|policies))"),
-    ("roleplay", r"\byou(?:'re|\s+are)\s+(?:now\s+)?(?:an?\s+)?(?:\w+\s+){0,2}(?:ai|assistant|model|chatbot|bot|gpt)\s+(?:without|with\s+no)\s+(?:any\s+)?(?:rules|restrictions|filters|guidelines|limits|limitations|ethics|morals|censorship)\b"),
-    ("roleplay", r"\byou(?:'re|\s+are)\b[^.!?\n]{0,40}?\bfree\s+(?:from|of)\s+(?:all\s+|any\s+|your\s+)?(?:rules|restrictions|guidelines|filters|censorship|limitations|constraints|polic(?:y|ies)|programming)\b"),
-    ("roleplay", r"\b(?:act|behave|respond|roleplay|role-play)\s+as\s+(?:if\s+you\s+(?:are|were)\s+)?(?:dan|an?\s+(?:unrestricted|unfiltered|uncensored|unaligned|amoral|jailbroken)\s+(?:ai|assistant|model|chatbot|version))"),
-    ("roleplay", r"\bpretend\s+(?:that\s+)?(?:you\s+(?:are|have)|to\s+(?:be|have))\s+(?:no\s+(?:rules|restrictions|guidelines|filters|limits|ethics)|an?\s+(?:unrestricted|unfiltered|uncensored|amoral|jailbroken|evil)|not\s+bound|dan\b)"),
-    ("roleplay", r"\b(?:enable|enter|activate|switch\s+(?:to|into)|turn\s+on|go\s+into)\s+(?:the\s+)?(?:jailbreak|jailbroken|dan|unrestricted|unfiltered|uncensored)\s+mode\b"),
-    ("roleplay", r"\b(?:jailbreak|dan|unrestricted|unfiltered|uncensored)\s+mode\s+(?:enabled|activated|on)\b"),
-    ("roleplay", r"\bdo\s+anything\s+now\b.{0,80}\b(?:rules|restrictions|limits|polic(?:y|ies)|filters|censorship|dan)\b"),
-    ("roleplay", r"\b(?:from\s+now\s+on|henceforth|for\s+the\s+rest\s+of\s+this\s+(?:conversation|chat)|starting\s+now)\b.{0,60}\b(?:no\s+(?:rules|restrictions|limits|filters|guidelines|ethics)|without\s+(?:any\s+)?(?:rules|restrictions|limits|filters|guidelines|ethics|censorship)|unfiltered|uncensored|unrestricted|jailbroken|ignore)"),
-    ("roleplay", r"\b(?:respond|answer|reply|talk|speak|write)\s+(?:freely\s+|to\s+me\s+)?without\s+(?:any\s+)?(?:restrictions|filters|censorship|content\s+polic(?:y|ies)|safety\s+(?:filters|guidelines|rules)|ethical\s+(?:guidelines|constraints|limits|rules)|guardrails|limitations)"),
-    # system-prompt exfiltration
-    ("exfiltration", r"\b(?:reveal|show|print|repeat|output|display|tell|give|leak|dump|write\s+out|share|recite|spell\s+out|copy|paste|list|disclose|expose|return|echo|translate)\s+(?:me\s+|us\s+)?(?:back\s+)?(?:all\s+|out\s+)?(?:of\s+)?(?:your|the|this)\s+(?:\w+\s+){0,3}?(?:system\s*prompt|system\s+message|initial\s+prompt|hidden\s+prompt|secret\s+prompt|pre-?prompt|meta\s*prompt|developer\s+(?:message|prompt|instructions)|system\s+instructions|hidden\s+instructions|secret\s+instructions|original\s+instructions|initial\s+instructions)"),
-    ("exfiltration", r"\b(?:reveal|show|print|repeat|output|display|tell\s+me|give\s+me|leak|dump|recite|disclose|quote)\s+(?:me\s+)?(?:all\s+)?(?:of\s+)?your\s+(?:hidden|secret|internal|system|original|initial|exact|full|complete|confidential|underlying|verbatim)\s+(?:\w+\s+)?(?:instructions|rules|guidelines|configuration|prompt)\b"),
-    ("exfiltration", r"\b(?:reveal|print|leak|dump|recite|disclose)\s+(?:all\s+)?(?:of\s+)?your\s+(?:instructions|prompt|guidelines)\b"),
-    ("exfiltration", r"\bwhat\s+(?:is|are|was|were)\s+your\s+(?:exact\s+|full\s+|original\s+|initial\s+|hidden\s+|secret\s+|system\s+)*(?:instructions|system\s*prompt|prompt|rules\s+you\s+were\s+given)\b"),
-    ("exfiltration", r"\b(?:repeat|print|output|copy|recite|echo)\s+(?:back\s+)?(?:everything|all(?:\s+the)?\s+(?:text|words)|the\s+(?:text|words|lines))\s+(?:above|before\s+this|preceding|prior\s+to\s+this)"),
-    ("exfiltration", r"\b(?:repeat|print|output)\s+the\s+words\s+above\s+starting\s+with"),
-    ("exfiltration", r"\bwhat\s+(?:was|is|were)\s+(?:written|said|typed|stated|the\s+(?:first|initial)\s+(?:text|message|line)s?)\s+(?:at|in)\s+the\s+(?:very\s+)?(?:beginning|start|top)\s+of\s+(?:this|our|the)\s+(?:conversation|chat|prompt|context|session)\b"),
-    # attempts to switch off safety
-    ("override", r"\b(?:bypass|disable|turn\s+off|deactivate|circumvent|switch\s+off|remove|override|evade)\s+(?:all\s+)?(?:of\s+)?(?:your|the\s+(?:model'?s|assistant'?s|ai'?s))\s+(?:\w+\s+)?(?:safety|content|moderation|ethical|ethics)\s*(?:filters?|guidelines|guardrails|protocols|checks|mechanisms|restrictions|rules|training|settings|policy|policies|layer|module)?"),
-    ("override", r"\b(?:bypass|disable|turn\s+off|deactivate|circumvent|switch\s+off)\s+(?:all\s+)?(?:the\s+)?(?:safety|content|moderation)\s+(?:filters?|guardrails|moderation|policies|checks)\s+(?:on|of|in|for)\s+(?:you|this\s+(?:ai|model|assistant|chat))"),
-    # other languages
-    ("injection", r"\b(?:ignora|olvida|omite)\s+(?:todas\s+)?(?:las\s+)?(?:instrucciones|reglas|indicaciones)\s+(?:anteriores|previas)"),
-    ("injection", r"\b(?:ignoriere|vergiss|missachte)\s+(?:alle\s+)?(?:vorherigen|bisherigen|obigen|vorigen)\s+(?:anweisungen|regeln|instruktionen|befehle)"),
-    ("injection", r"\b(?:ignore[zr]?|oublie[zr]?)\s+(?:toutes\s+)?(?:les\s+)?(?:instructions|consignes|r[eè]gles)\s+(?:pr[eé]c[eé]dentes|ant[eé]rieures|ci-dessus)"),
-    ("injection", r"(?:忽略|无视|忘记|忽視|無視)(?:之前|以上|上面|先前|前面|所有)(?:的)?(?:所有)?(?:的)?(?:指令|指示|规则|規則|提示)"),
-]
-_COMPILED = [(c, re.compile(p, re.I | re.S)) for c, p in _PATTERNS]
-
-# Patterns for text with all separators removed (catches "i g n o r e  p r e v i o u s ...").
-_COMPACT = [
-    ("injection", re.compile(r"(?:ignore|disregard|forget|override|bypass)(?:all|any)?(?:of)?(?:the|your)?(?:previous|prior|preceding|above|earlier|initial|original|system)(?:instructions?|prompts?|rules|guidelines|directions|directives)")),
-    ("injection", re.compile(r"(?:ignore|disregard|forget)(?:all)?(?:of)?your(?:instructions|rules|guidelines|programming|training)")),
-    ("roleplay", re.compile(r"youarenow(?:dan|unrestricted|unfiltered|uncensored|jailbroken|freefrom)")),
-    ("roleplay", re.compile(r"(?:developer|jailbreak|dan|god)modeenabled")),
-    ("exfiltration", re.compile(r"(?:reveal|print|repeat|show|output|leak|dump)(?:me)?(?:your|the)(?:full|entire|exact|original|hidden|secret|initial)*systemprompt")),
-]
-# (category, pattern, context): the pattern counts only with the context somewhere in the text. "DAN" is matched case-sensitively.
-_CASED = [("roleplay", re.compile(r"\bDAN\b"), re.compile(r"\b(?:you\s+are|act\s+as|pretend|mode|do\s+anything\s+now|jailbr|stay\s+in\s+character)", re.I)),
-          ("roleplay", re.compile(r"\b(?:developer|dev|god|sudo|admin)\s+mode\b", re.I),
-           re.compile(r"\b(?:content\s+polic|polic(?:y|ies)\b|filter|censor|restriction|guideline|refus|openai|chatgpt|jailbr|no\s+rules|ethic)", re.I))]
-
-_B64 = re.compile(r"(?<![A-Za-z0-9+/=])[A-Za-z0-9+/]{16,}={0,2}(?![A-Za-z0-9+/=])")
-
-# %% ../../nbs/11_s4.ipynb #a5a04fff
-def _variants(text):
-    "Matching copies of `text`: NFKC without invisible characters; homoglyphs mapped; de-leeted."
-    base = unicodedata.normalize("NFKC", _INVISIBLE.sub("", text))
-    base = re.sub(r"[^\S\n]+", " ", base).strip()
-    low = base.casefold()
-    mapped = low.translate(_CONFUSABLES)
-    leet = mapped.translate(_LEET)
-    return base, low, mapped, leet
-
-def _match(text):
-    "The first (category, matched text, obfuscated) found in `text`, or None."
-    base, low, mapped, leet = _variants(text)
-    plain = re.sub(r"\s+", " ", text.casefold())
-    for i, v in enumerate((low, mapped, leet)):
-        for cat, rx in _COMPILED:
-            m = rx.search(v)
-            if m: return cat, m.group(0)[:80], (i > 0 or m.group(0) not in plain)
-    for cat, rx, ctx in _CASED:
-        if (m := rx.search(base)) and ctx.search(base): return cat, m.group(0), False
-    compact = re.sub(r"[^a-z]", "", leet)
-    for cat, rx in _COMPACT:
-        m = rx.search(compact)
-        if m: return cat, m.group(0)[:80], True
-    return None
-
-def _decoded_b64(text):
-    for tok in _B64.findall(text):
-        try: raw = base64.b64decode(tok + "=" * (-len(tok) % 4), validate=True)
-        except (binascii.Error, ValueError): continue
-        try: s = raw.decode("utf-8")
-        except UnicodeDecodeError: continue
-        if s and sum(ch.isprintable() or ch.isspace() for ch in s) / len(s) > 0.95: yield s
-
-def screen_input(text, max_chars: int = 8000) -> ScreenResult:
-    "Screen a query before any agent sees it: prompt injection, role-play overrides, system-prompt exfiltration, empty, oversize and malformed input."
-    if isinstance(text, (bytes, bytearray)):
-        try: text = bytes(text).decode("utf-8")
-        except UnicodeDecodeError as e: return ScreenResult(True, f"malformed encoding: invalid UTF-8 at byte {e.start}", "encoding")
-    if not isinstance(text, str): return ScreenResult(True, f"not text: {type(text).__name__}", "encoding")
-    if m := _SURROGATE.search(text): return ScreenResult(True, f"malformed encoding: lone surrogate U+{ord(m.group()):04X} at {m.start()}", "encoding")
-    if "\ufffd" in text: return ScreenResult(True, "malformed encoding: replacement character U+FFFD (the text was decoded from invalid bytes)", "encoding")
-    if m := _CONTROL.search(text): return ScreenResult(True, f"malformed input: control character U+{ord(m.group()):04X} at {m.start()}", "encoding")
-    if m := re.search("[\ufffe\uffff]", text): return ScreenResult(True, f"malformed encoding: non-character U+{ord(m.group()):04X}", "encoding")
-    visible = _INVISIBLE.sub("", text)
-    if not visible.strip(): return ScreenResult(True, "empty input" if not text else "empty input (only whitespace or invisible characters)", "empty")
-    if len(text) > max_chars: return ScreenResult(True, f"input too long: {len(text)} characters (limit {max_chars})", "oversize")
-    hidden = "".join(chr(ord(c) - 0xE0000) for c in _TAGS.findall(text))
-    if len(hidden) > 8: return ScreenResult(True, f"hidden text in invisible Unicode tag characters: {hidden[:60]!r}", "hidden", hidden[:80], True)
-    found = _match(text)
-    if found is None:
-        for s in _decoded_b64(text):
-            f = _match(s)
-            if f: found = (f[0], f[1], True); break
-    if found is None: return ScreenResult(False)
-    cat, snippet, obf = found
-    what = {"injection": "prompt injection", "roleplay": "role-play override", "exfiltration": "system-prompt exfiltration",
-            "override": "attempt to switch off safety"}[cat]
-    return ScreenResult(True, f"{what}{' (obfuscated)' if obf else ''}: {snippet!r}", cat, snippet, obf)
+           'CHALLENGE_PROMPT', 'REVISION_PROMPT', 'S4_PROMPTS', 'Role', 's4_team', 'Position', 'parse_position',
+           'Challenge', 'parse_challenge', 'Vote', 'position_vote', 'guard_overconfidence', 'Decision', 'default_rules',
+           'strict_rules', 'decision_rule', 'decide', 's4_prompts', 's4', 's4_summary', 'sample_path', 'run_s4']
 
 # %% ../../nbs/11_s4.ipynb #ef892e0f
 DECISIONS = ("ACT", "WARN", "REFUSE", "VETO")
