@@ -1,4 +1,4 @@
-"""The `madlab` command: run ControlMAD (and S4) experiments and papermill sweeps from a shell.
+"""The `madlab` command: `madlab run PROTOCOL` for every protocol, `madlab protocols`, `madlab rescore` and papermill sweeps, from a shell.
 
 Docs: https://madlab.github.io/madlab/cli.html.md"""
 
@@ -6,78 +6,121 @@ Docs: https://madlab.github.io/madlab/cli.html.md"""
 
 # %% ../nbs/40_cli.ipynb #e65bccc5
 from __future__ import annotations
-import re, sys
+import hashlib, json, math, re, signal, sys, typing, types
 from pathlib import Path
 import click
+from .core import OptionError
 from .agents import split_specs
 
 # %% auto #0
-__all__ = ['main', 'run', 'parse_games', 'default_data_dir', 'load_games', 'controlmad_cmd', 's4_cmd', 'parse_sweep_params',
-           'sweep_cmd']
+__all__ = ['parse_items', 'TASKS', 'main', 'run', 'parse_games', 'default_data_dir', 'load_items', 'run_name', 'protocol_command',
+           'protocols_cmd', 'rescore_cmd', 'parse_sweep_params', 'sweep_cmd']
 
 # %% ../nbs/40_cli.ipynb #5ed24ad8
+class _Protocols(click.Group):
+    "`madlab run PROTOCOL`: a command per registered protocol, made when asked for."
+    def list_commands(self, ctx):
+        from madlab.debate import PROTOCOLS, _load_protocol_modules
+        _load_protocol_modules()
+        return sorted(k for k in PROTOCOLS if not k.startswith("_") and k != "example_echo")
+    def get_command(self, ctx, name):
+        from madlab.debate import get_protocol
+        try: return protocol_command(get_protocol(name))
+        except ValueError: return None
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
 @click.version_option(package_name="madlab", message="madlab %(version)s")
 def main():
     "madlab: a research lab for multi-agent LLM debate."
 
-@main.group()
+@main.group(cls=_Protocols)
 def run():
-    "Run a debate experiment (ControlMAD's Knight-Knave-Spy games, S4 safety triage)."
+    "Run a debate protocol over a task's items; writes a run folder (results table, transcripts, logs, the protocol's report)."
 
 # %% ../nbs/40_cli.ipynb #52076d89
-_MAX_GAMES = 100_000
+_MAX_ITEMS = 100_000
 
 def parse_games(spec: str) -> list[int]:
-    "1-based game positions from '1-20', '3' or '1,4,7-9' (at most 100,000 of them)."
+    "1-based positions from '1-20', '3' or '1,4,7-9' (at most 100,000 of them)."
     out, seen = [], set()
     for part in str(spec).split(","):
         part = part.strip()
         m = re.fullmatch(r"(\d+)(?:\s*-\s*(\d+))?", part)
-        if not m: raise ValueError(f"{spec!r} is not a game range; use e.g. 1-20, 3 or 1,4,7-9")
+        if not m: raise ValueError(f"{spec!r} is not a range of items; use e.g. 1-20, 3 or 1,4,7-9")
         a, b = int(m.group(1)), int(m.group(2) or m.group(1))
-        if a < 1 or b < a: raise ValueError(f"{part!r}: games are numbered from 1 and a range goes up (e.g. 1-20)")
-        if b - a + 1 + len(out) > _MAX_GAMES: raise ValueError(f"{spec!r} selects more than {_MAX_GAMES:,} games; give a smaller range")
+        if a < 1 or b < a: raise ValueError(f"{part!r}: items are numbered from 1 and a range goes up (e.g. 1-20)")
+        if b - a + 1 + len(out) > _MAX_ITEMS: raise ValueError(f"{spec!r} selects more than {_MAX_ITEMS:,} games; give a smaller range")
         new = [i for i in range(a, b + 1) if i not in seen]
         out += new; seen.update(new)
     return out
 
-def default_data_dir() -> Path|None:
-    "madlab's `data/kks/`: next to the package (a source checkout), else in the current folder."
-    import madlab
-    for p in (Path(madlab.__file__).resolve().parent / "data" / "kks", Path.cwd() / "data" / "kks"):
-        if p.is_dir(): return p
-    return None
-
-def _read_games(f):
-    "The games in one JSONL file; a file that is not ControlMAD's format is a usage error of `--data`."
-    from madlab.puzzles import load_controlmad
-    try: return load_controlmad(f)
-    except (ValueError, OSError) as e: raise click.BadParameter(f"not a file of Knight-Knave-Spy games in ControlMAD's JSONL format ({e})", param_hint="'--data'") from None
-
-def load_games(data, size: int|None, positions: list[int]):
-    "The puzzles at `positions` (1-based) of size `size` from `data` (a folder of `<size>.jsonl` files or one file)."
-    path = Path(data)
-    if path.is_dir():
-        size = size or 6
-        f = path / f"{size}.jsonl"
-        if not f.exists():
-            have = sorted(int(p.stem) for p in path.glob("*.jsonl") if p.stem.isdigit())
-            raise click.BadParameter(f"no games of size {size} in {path} (sizes there: {', '.join(map(str, have)) or 'none'})", param_hint="'--size'")
-        games = _read_games(f)
-    else:
-        games = _read_games(path)
-        if size is not None: games = [g for g in games if g.n_players == size]
-        if not games: raise click.BadParameter(f"{path} holds no games" + (f" of size {size}" if size is not None else ""), param_hint="'--size'" if size is not None else "'--data'")
-    bad = [i for i in positions if i > len(games)]
-    if bad: raise click.BadParameter(f"there are only {len(games)} games of this size in {path}; got {bad[0]}", param_hint="'--games'")
-    return [games[i - 1] for i in positions]
+parse_items = parse_games
 
 # %% ../nbs/40_cli.ipynb #0d23b0a4
-def _games_cb(ctx, param, value):
-    try: return parse_games(value)
-    except ValueError as e: raise click.BadParameter(str(e)) from None
+def default_data_dir() -> Path:
+    "madlab's Knight-Knave-Spy games, shipped inside the package."
+    import madlab
+    return Path(madlab.__file__).resolve().parent / "data" / "kks"
 
+def _bad_data(msg): return click.BadParameter(msg, param_hint="'--data'")
+
+def _kks_items(data, size):
+    from madlab.puzzles import load_controlmad
+    path = Path(data) if data is not None else default_data_dir()
+    try:
+        if path.is_dir():
+            size = size or 6
+            f = path / f"{size}.jsonl"
+            if not f.exists():
+                have = sorted(int(p.stem) for p in path.glob("*.jsonl") if p.stem.isdigit())
+                raise click.BadParameter(f"no games of size {size} in {path} (sizes there: {', '.join(map(str, have)) or 'none'})", param_hint="'--size'")
+            games = load_controlmad(f)
+        else:
+            games = load_controlmad(path)
+            if size is not None: games = [g for g in games if g.n_players == size]
+            if not games: raise click.BadParameter(f"{path} holds no games" + (f" of size {size}" if size is not None else ""), param_hint="'--size'" if size is not None else "'--data'")
+    except (ValueError, OSError) as e: raise _bad_data(f"not a file of Knight-Knave-Spy games in ControlMAD's JSONL format ({e})") from None
+    return [g.to_item() for g in games]
+
+def _safety_items(data, size):
+    from madlab.tasks import load_xstest
+    if data is None:
+        import madlab
+        data = Path(madlab.__file__).resolve().parent / "data" / "s4" / "sample.csv"
+    try: return load_xstest(data)
+    except (ValueError, OSError) as e: raise _bad_data(f"not a CSV of prompts in XSTest's format (columns id, prompt, label) ({e})") from None
+
+def _file_items(loader, what):
+    def load(data, size):
+        if data is None: raise click.BadParameter(f"this task needs --data: {what}", param_hint="'--data'")
+        try: return loader(data)
+        except (ValueError, OSError) as e: raise _bad_data(f"not {what} ({e})") from None
+    return load
+
+def _arith_items(data, size):
+    from madlab.scoring import toy_arith_items
+    return toy_arith_items(100)
+
+def _tasks():
+    from madlab import tasks as T
+    return {"kks": _kks_items, "safety": _safety_items, "arith": _arith_items,
+            "gsm8k": _file_items(T.load_gsm8k, "GSM8K's JSONL (question, answer)"), "mmlu": _file_items(T.load_mmlu, "MMLU CSV files"),
+            "market": _file_items(T.load_market, "a JSONL file of market news records")}
+
+TASKS = ("kks", "safety", "arith", "gsm8k", "mmlu", "market")
+
+def load_items(task, data=None, size=None, items=None, n=None) -> list:
+    "The items of `task` from `data` (default: madlab's own), at 1-based positions `items` or the first `n`."
+    got = _tasks()[task](data, size)
+    if items:
+        bad = [i for i in items if i > len(got)]
+        if bad: raise click.BadParameter(f"there are only {len(got)} items in the data; got {bad[0]}", param_hint="'--items'")
+        got = [got[i - 1] for i in items]
+    if n is not None: got = got[:n]
+    if not got: raise click.BadParameter("no items to run", param_hint="'--data'")
+    return got
+
+# %% ../nbs/40_cli.ipynb #e2552528
 def _agents_cb(ctx, param, value):
     if value is None: return None
     specs = split_specs(value)
@@ -88,12 +131,6 @@ def _agents_cb(ctx, param, value):
         except (ValueError, TypeError) as e: raise click.BadParameter(str(e)) from None
     return specs
 
-def _out_dir(out) -> Path:
-    "Create the output folder, or fail as a usage error of `--out`."
-    try: Path(out).mkdir(parents=True, exist_ok=True)
-    except OSError as e: raise click.BadParameter(f"cannot create the output folder {out}: {e.strerror or e}", param_hint="'--out'") from None
-    return Path(out)
-
 def _spec_cb(ctx, param, value):
     if value is None: return None
     from madlab.backends import get_backend
@@ -101,72 +138,150 @@ def _spec_cb(ctx, param, value):
     except (ValueError, TypeError) as e: raise click.BadParameter(str(e)) from None
     return value
 
-@run.command("controlmad")
-@click.option("--size", type=click.IntRange(min=2), default=None, help="Players per game: picks <size>.jsonl in the data folder  [default: 6]")
-@click.option("--games", default="1-20", show_default=True, callback=_games_cb, help="1-based positions of the games: 1-20, 3 or 1,4,7-9")
-@click.option("--agents", metavar="SPEC,SPEC,...", callback=_agents_cb, help="Backend specs of the team, e.g. synthetic:strong,openai:gpt-5-nano  [default: madlab's synthetic team]")
-@click.option("--team", "team_file", type=click.Path(exists=True, dir_okay=False), help="A YAML/JSON team file (names, specs, system prompts, per-agent params); instead of --agents")
-@click.option("--depth", type=click.IntRange(min=0), default=1, show_default=True, help="Debate rounds per player")
-@click.option("--confidence/--no-confidence", default=True, show_default=True, help="Ask for a self-reported confidence (1-10)")
-@click.option("--self-adjustment/--no-self-adjustment", default=True, show_default=True, help="A revised full solution after each player's debate")
-@click.option("--majority-vote/--no-majority-vote", default=True, show_default=True, help="Decide by strict majority (supervisor only where there is none); off: the supervisor decides every player")
-@click.option("--order", type=click.Choice(["truth", "agents"]), default="truth", show_default=True, help="Debate order: the game's player order, or proposed by the agents")
-@click.option("--supervisor", metavar="SPEC", callback=_spec_cb, help="Backend spec of the supervisor  [default: the first agent's backend]")
-@click.option("--data", type=click.Path(exists=True), help="ControlMAD's JSONL folder (groundtruth/) or one .jsonl file  [default: madlab's data/kks/]")
-@click.option("--out", default="results", show_default=True, type=click.Path(file_okay=False), help="Output folder; the run goes into OUT/<run name>/")
-@click.option("--concurrency", type=click.IntRange(min=1), default=8, show_default=True, help="Games run at once")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the debate")
-@click.option("--max-tokens", type=click.IntRange(min=1), default=None, help="Max completion tokens per call, for every agent")
-@click.option("--temperature", type=click.FloatRange(min=0), default=None, help="Sampling temperature, for every agent")
-@click.option("--cache/--no-cache", default=True, show_default=True, help="Use the on-disk response cache ($MADLAB_CACHE)")
-@click.option("--resume/--no-resume", default=True, show_default=True, help="Skip games already finished in the run folder")
-@click.option("--progress/--no-progress", default=None, help="Show a progress bar  [default: when stderr is a terminal]")
-def controlmad_cmd(size, games, agents, team_file, depth, confidence, self_adjustment, majority_vote, order, supervisor, data, out,
-                   concurrency, seed, max_tokens, temperature, cache, resume, progress):
-    "Run ControlMAD's Knight-Knave-Spy debate over games and write results, logs and figures."
-    if agents and team_file: raise click.UsageError("give either --agents or --team, not both")
-    if data is None:
-        data = default_data_dir()
-        if data is None: raise click.BadParameter("madlab's data/kks/ folder was not found; point --data at a folder of <size>.jsonl files", param_hint="'--data'")
-    puzzles = load_games(data, size, games)
-    _out_dir(out)
-    team = agents
-    if team_file:
-        from madlab.agents import load_team
-        try: team = load_team(team_file)
-        except Exception as e: raise click.BadParameter(f"{team_file}: {e}", param_hint="'--team'") from None
-    from madlab.viz import run_controlmad, controlmad_summary
+def _items_cb(ctx, param, value):
+    if value is None: return None
+    try: return parse_games(value)
+    except ValueError as e: raise click.BadParameter(str(e)) from None
+
+def _finite_cb(ctx, param, value):
+    if value is not None and not math.isfinite(value): raise click.BadParameter(f"must be a finite number; got {value}")
+    return value
+
+def _out_cb(ctx, param, value):
+    if value is None or not str(value).strip(): raise click.BadParameter("must name a folder")
+    return value
+
+def _file_cb(ctx, param, value):
+    "A YAML/JSON file holding a mapping or a list (a protocol's prompts, roles ...)."
+    if value is None: return None
+    import yaml
+    try: data = yaml.safe_load(Path(value).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e: raise click.BadParameter(f"{value}: not a readable YAML/JSON file ({str(e).splitlines()[0]})") from None
+    return data
+
+def _flag(name): return "--" + name.replace("_", "-")
+
+def _option_param(proto, name):
+    "The click option of one protocol option."
+    from madlab.debate import _type_name
+    tp, default, doc = proto.types.get(name), proto.options[name], proto.docs.get(name) or ""
+    args = typing.get_args(tp) if typing.get_origin(tp) in (typing.Union, types.UnionType) else (tp,)
+    core = [a for a in args if a is not type(None)]
+    lo, hi = proto.limits.get(name, (None, None))
+    if core == [bool]: return click.Option([f"{_flag(name)}/--no-{name.replace('_', '-')}"], default=default, show_default=True, help=doc)
+    if len(core) == 1 and typing.get_origin(core[0]) is typing.Literal:
+        return click.Option([_flag(name)], type=click.Choice([str(x) for x in typing.get_args(core[0])]), default=default, show_default=True, help=doc)
+    if core and core[0] is int: return click.Option([_flag(name)], type=click.IntRange(lo, hi), default=default, show_default=True, help=doc)
+    if core and core[0] is float: return click.Option([_flag(name)], type=click.FloatRange(lo, hi), default=default, show_default=True, help=doc, callback=_finite_cb)
+    if core and core[0] in (dict, list): return click.Option([_flag(name)], metavar="FILE", default=None, callback=_file_cb, help=f"{doc} (a YAML/JSON file)")
+    if name == "supervisor": return click.Option([_flag(name)], metavar="SPEC", default=default, callback=_spec_cb, help=doc)
+    return click.Option([_flag(name)], default=default, show_default=default is not None, help=doc)
+
+# %% ../nbs/40_cli.ipynb #a286d2ed
+def _common_params(proto):
+    default_task = proto.tasks[0] if proto.tasks else "arith"
+    tasks = list(proto.tasks) if proto.tasks else [t for t in TASKS if t not in ("kks", "safety")] + ["kks", "safety"]
+    O = click.Option
+    return [
+        O(["--task"], type=click.Choice(tasks), default=default_task, show_default=True, help="The task whose items are debated"),
+        O(["--data"], type=click.Path(exists=True), help="The task's data: a file or folder (ControlMAD's groundtruth/ folder for kks)  [default: madlab's own]"),
+        O(["--size"], type=click.IntRange(min=2), default=None, help="Knight-Knave-Spy players per game: picks <size>.jsonl in the data folder  [default: 6]"),
+        O(["--items", "--games", "items"], metavar="RANGE", callback=_items_cb, help="1-based positions of the items: 1-20, 3 or 1,4,7-9  [default: all; 1-20 for games]"),
+        O(["--n"], type=click.IntRange(min=1), default=None, help="Run the first N items (after --items)"),
+        O(["--agents"], metavar="SPEC,SPEC,...", callback=_agents_cb, help="Backend specs of the team, e.g. synthetic:strong,openai:gpt-5-nano  [default: the protocol's synthetic team]"),
+        O(["--team", "team_file"], type=click.Path(exists=True, dir_okay=False), help="A YAML/JSON team file (names, specs, system prompts, per-agent params); instead of --agents"),
+        O(["--out"], default="results", show_default=True, type=click.Path(file_okay=False), callback=_out_cb, help="Output folder; the run goes into OUT/<run name>/"),
+        O(["--name"], default=None, help="The run folder's name  [default: from the protocol, task, team and options]"),
+        O(["--concurrency"], type=click.IntRange(1, 10_000), default=8, show_default=True, help="Debates run at once"),
+        O(["--seed"], type=int, default=0, show_default=True, help="Seed of the debates"),
+        O(["--max-tokens"], type=click.IntRange(1, 1_000_000), default=None, help="Max completion tokens per call, for every agent"),
+        O(["--temperature"], type=click.FloatRange(0, 2), default=None, callback=_finite_cb, help="Sampling temperature in 0..2, for every agent"),
+        O(["--cache/--no-cache"], default=True, show_default=True, help="Use the on-disk response cache ($MADLAB_CACHE)"),
+        O(["--resume/--no-resume"], default=True, show_default=True, help="Skip items already finished in the run folder"),
+        O(["--progress/--no-progress"], default=None, help="Show a progress bar  [default: when stderr is a terminal]"),
+    ]
+
+# %% ../nbs/40_cli.ipynb #bf09424b
+def run_name(proto, items, team, settings, seed=0) -> str:
+    "The run folder's name: protocol, task (and game sizes), team, the options that differ from their defaults, seed."
+    tasks = sorted({str(getattr(it, "task", "")) for it in items})
+    sizes = sorted({it.meta["n_players"] for it in items if isinstance(getattr(it, "meta", None), dict) and "n_players" in it.meta})
+    size = (f"{sizes[0]}" if len(sizes) == 1 else f"{sizes[0]}-{sizes[-1]}") if sizes else ""
+    names = "+".join(a.name for a in team)
+    if len(names) > 80: names = f"{len(team)}agents-" + hashlib.sha256(names.encode()).hexdigest()[:8]
+    parts = [proto.name, "+".join(tasks) + size, names]
+    for k, v in settings.items():
+        if v == proto.options.get(k): continue
+        if isinstance(v, bool): parts.append(k if v else f"no-{k}")
+        elif isinstance(v, (int, float, str)) and len(str(v)) <= 24: parts.append(f"{k}-{v}")
+        else: parts.append(f"{k}-" + hashlib.sha256(json.dumps(v, sort_keys=True, default=str).encode()).hexdigest()[:6])
+    if seed: parts.append(f"seed{seed}")
+    return re.sub(r"[^A-Za-z0-9._+-]+", "_", "_".join(parts))[:200]
+
+class _Interrupt(KeyboardInterrupt): pass
+
+def _raise_interrupt(signum, frame): raise _Interrupt()
+
+def _run_protocol(proto, kw):
+    "The body of `madlab run PROTOCOL`."
+    from madlab.agents import make_team, load_team, DEFAULT_TEAM
+    from madlab.run import run_experiment
+    opts = {k: kw.pop(k) for k in list(kw) if k in proto.options}
+    opts = {k: v for k, v in opts.items() if not (v is None and proto.options[k] is None)}
+    if kw["agents"] and kw["team_file"]: raise click.UsageError("give either --agents or --team, not both")
+    items_pos = kw["items"] if kw["items"] is not None else (list(range(1, 21)) if kw["task"] == "kks" and kw["n"] is None else None)
+    items = load_items(kw["task"], kw["data"], kw["size"], items_pos, kw["n"])
+    team = kw["agents"]
+    if kw["team_file"]:
+        try: team = load_team(kw["team_file"])
+        except Exception as e: raise click.BadParameter(f"{kw['team_file']}: {e}", param_hint="'--team'") from None
+    if not kw["team_file"] and "team" in proto.hooks: team = proto.hooks["team"](team)     # e.g. S4 gives the specs their roles
+    members = make_team(list(team) if team is not None else list(DEFAULT_TEAM))
+    try: settings = proto.validate(opts)
+    except OptionError as e: raise click.BadParameter(e.message, param_hint=f"'{e.flag}'") from None
+    out = Path(kw["out"]) / (kw["name"] or run_name(proto, items, [a for a in members if a.role != "supervisor"], {k: v for k, v in settings.items()}, kw["seed"]))
+    progress = sys.stderr.isatty() if kw["progress"] is None else kw["progress"]
+    old = signal.signal(signal.SIGTERM, _raise_interrupt) if hasattr(signal, "SIGTERM") else None
     try:
-        res, run_dir = run_controlmad(puzzles, team, out=out, depth=depth, self_adjustment=self_adjustment, confidence=confidence,
-                                      majority_vote=majority_vote, order=order, supervisor=supervisor, concurrency=concurrency, seed=seed,
-                                      cache=cache, resume=resume, max_tokens=max_tokens, temperature=temperature,
-                                      progress=sys.stderr.isatty() if progress is None else progress, data=data)
+        res = run_experiment(proto, items, members, out, seed=kw["seed"], concurrency=kw["concurrency"], cache=kw["cache"], resume=kw["resume"],
+                             progress=progress, max_tokens=kw["max_tokens"], temperature=kw["temperature"], on_error="fail",
+                             notes={"data": str(kw["data"]) if kw["data"] else None, "task": kw["task"]}, **opts)
+    except OptionError as e: raise click.BadParameter(e.message, param_hint=f"'{e.flag}'") from None
     except ValueError as e: raise click.ClickException(str(e)) from None
     except OSError as e: raise click.ClickException(f"writing the outputs failed: {e}") from None
-    click.echo(controlmad_summary(res, run_dir))
+    finally:
+        if old is not None: signal.signal(signal.SIGTERM, old)
+    click.echo(res.summary())
+    if res.interrupted: sys.exit(130)
+    if res.failed or res.df.empty: sys.exit(1)
+
+def protocol_command(proto) -> click.Command:
+    "`madlab run PROTOCOL`: the protocol's options and the common ones."
+    def callback(**kw): _run_protocol(proto, kw)
+    params = [_option_param(proto, k) for k in proto.options] + _common_params(proto)
+    return click.Command(proto.name, callback=callback, params=params, help=(proto.doc or proto.name),
+                         short_help=(proto.doc or "").split(":")[0][:80], context_settings={"max_content_width": 110})
 
 # %% ../nbs/40_cli.ipynb #931bfb69
-@run.command("s4")
-@click.option("--data", type=click.Path(exists=True, dir_okay=False), help="A CSV of prompts to triage  [default: S4's own sample]")
-@click.option("--n", type=click.IntRange(min=1), default=None, help="Number of prompts to run  [default: all]")
-@click.option("--agents", metavar="SPEC,SPEC,...", callback=_agents_cb, help="Backend specs of the Utility, Accuracy and Safety agents  [default: synthetic]")
-@click.option("--out", default="results", show_default=True, type=click.Path(file_okay=False), help="Output folder")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed")
-@click.option("--concurrency", type=click.IntRange(min=1), default=8, show_default=True, help="Prompts run at once")
-@click.option("--cache/--no-cache", default=True, show_default=True, help="Use the on-disk response cache")
-def s4_cmd(data, n, agents, out, seed, concurrency, cache):
-    "Run the S4 safety-triage debate (Utility, Accuracy and Safety agents) over prompts."
-    try: from madlab.protocols.s4 import run_s4
-    except ImportError as e: raise click.ClickException(f"the S4 protocol is not available in this install ({e})") from None
-    if data is not None:
-        from madlab.tasks import load_xstest
-        try: load_xstest(data)
-        except (ValueError, OSError) as e: raise click.BadParameter(f"not a CSV of prompts in XSTest's format (columns id, prompt, label) ({e})", param_hint="'--data'") from None
-    _out_dir(out)
-    try: _, summary = run_s4(data=data, n=n, agents=agents, out=out, seed=seed, concurrency=concurrency, cache=cache)
+@main.command("protocols")
+def protocols_cmd():
+    "List every protocol with its description and options."
+    from madlab.debate import get_protocol
+    for name in run.list_commands(None):
+        p = get_protocol(name)
+        click.echo(f"{name}: {p.doc}" + (f"  [tasks: {', '.join(p.tasks)}]" if p.tasks else ""))
+        for k, v in p.options.items():
+            click.echo(f"    {_flag(k)} (default {v!r}): {p.docs.get(k) or ''}")
+
+@main.command("rescore")
+@click.argument("run_dir", type=click.Path(exists=True, file_okay=False))
+def rescore_cmd(run_dir):
+    "Re-score a finished run from its transcripts (no backend calls) and rewrite its results table and report."
+    from madlab.run import rescore
+    try: res = rescore(run_dir)
+    except OptionError as e: raise click.BadParameter(e.message, param_hint="RUN_DIR") from None
     except ValueError as e: raise click.ClickException(str(e)) from None
-    except OSError as e: raise click.ClickException(f"writing the outputs failed: {e}") from None
-    click.echo(summary)
+    click.echo(res.summary())
 
 _P_HELP = ("-p, --param NAME VALUE...", "A notebook parameter and the values to sweep; repeatable, e.g. -p depth 1 2 3 -p size 4 6")
 
@@ -208,6 +323,7 @@ def sweep_cmd(notebook, params, out, workers, scheduler):
     try: from madlab.experiments import sweep
     except ImportError as e: raise click.ClickException(f"sweeps are not available in this install ({e})") from None
     try: df = sweep(notebook, grid, out=out, workers=workers, scheduler=scheduler)
+    except OptionError as e: raise click.BadParameter(e.message, param_hint=f"'{e.flag}'") from None
     except ValueError as e: raise click.ClickException(str(e)) from None
     import pandas as pd
     with pd.option_context("display.width", 200, "display.max_columns", 30): click.echo(df.to_string())

@@ -18,8 +18,8 @@ from .agents import *
 from .scoring import answer_format
 
 # %% auto #0
-__all__ = ['PROTOCOLS', 'Protocol', 'protocol', 'protocol_hook', 'get_protocol', 'Debate', 'fork', 'afork', 'from_transcript',
-           'comparable']
+__all__ = ['PROTOCOLS', 'HOOKS', 'Protocol', 'protocol', 'protocol_hook', 'get_protocol', 'Debate', 'fork', 'afork',
+           'from_transcript', 'comparable']
 
 # %% ../nbs/06_debate.ipynb #a8ec8595
 def _type_name(tp) -> str:
@@ -51,7 +51,7 @@ class Protocol:
     types: dict = field(default_factory=dict)      # option -> annotation
     tasks: tuple|None = None                       # tasks it runs on (None: any task with an answer format)
     limits: dict = field(default_factory=dict)     # option -> (lowest, highest) allowed
-    hooks: dict = field(default_factory=dict)      # "report", "log_html", "log_text", "row" -> function (see `run`)
+    hooks: dict = field(default_factory=dict)      # "team", "report", "log_html", "log_text", "row" -> function (see `run`)
 
     def check_option(self, k, v):
         "Raise `OptionError` unless `v` is an allowed value of option `k`."
@@ -97,9 +97,11 @@ def protocol(name: str, tasks=None, limits: dict|None = None):
         return fn
     return deco
 
+HOOKS = ("team", "report", "log_html", "log_text", "row")
+
 def protocol_hook(name: str, kind: str):
-    "Register a function as protocol `name`'s `kind` hook: `report`, `log_html`, `log_text` or `row` (see `run`)."
-    if kind not in ("report", "log_html", "log_text", "row"): raise ValueError(f"hook kind must be report, log_html, log_text or row; got {kind!r}")
+    "Register a function as protocol `name`'s `kind` hook: `team` (its default team), `report`, `log_html`, `log_text` or `row` (see `run`)."
+    if kind not in HOOKS: raise ValueError(f"hook kind must be one of {', '.join(HOOKS)}; got {kind!r}")
     def deco(fn): get_protocol(name).hooks[kind] = fn; return fn
     return deco
 

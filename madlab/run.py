@@ -214,7 +214,7 @@ def _params(max_tokens, temperature) -> dict:
     return p
 
 def _check_items(proto, items) -> list:
-    items = list(items)
+    items = [it.to_item() if hasattr(it, "to_item") else it for it in items]   # puzzles become task items
     ids = [str(getattr(it, "id", i)) for i, it in enumerate(items)]
     dup = sorted({i for i in ids if ids.count(i) > 1})
     if dup: raise ValueError(f"item ids must be unique within a run; repeated: {', '.join(dup[:5])}")
@@ -264,7 +264,8 @@ async def arun_experiment(protocol, items, team=None, out=None, *, seed: int = 0
     params = _params(max_tokens, temperature)
     items = _check_items(proto, items)
     ids = [str(getattr(it, "id", i)) for i, it in enumerate(items)]
-    agents = make_team(list(team) if team is not None else list(DEFAULT_TEAM), budget)
+    if team is None: team = proto.hooks["team"]() if "team" in proto.hooks else list(DEFAULT_TEAM)
+    agents = make_team(list(team), budget)
     for a in agents: a.params.update(params)
     with_cache(agents, cache)
     folder = RunFolder(out).create() if out is not None else None

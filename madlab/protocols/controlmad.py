@@ -8,6 +8,7 @@ Docs: https://madlab.github.io/madlab/controlmad.html.md"""
 from __future__ import annotations
 import collections, json, logging
 from dataclasses import dataclass, field
+from typing import Literal
 from ..core import *
 from ..backends import Ask, CachedBackend, get_backend, synthetic_responder, synthetic_confidence
 from ..agents import Agent
@@ -77,7 +78,7 @@ def _fill(P, name, **kw): return P[name].format_map(_Strict({k: "" for k in PROM
 # %% ../../nbs/10_controlmad.ipynb #df1ea1bd
 @serializable
 @dataclass
-class PlayerPosition:
+class PlayerPosition(Answer):
     "An agent's stated position on one player during that player's debate."
     player: str
     role: str|None = None
@@ -88,6 +89,10 @@ class PlayerPosition:
 
     @property
     def valid(self) -> bool: return self.role in KKS_ROLES
+    @property
+    def stance(self) -> str|None: return "challenge" if self.disagree_with else ("agree" if self.agree_with else None)
+    def parts(self) -> dict: return {self.player: self.role}
+    def vote_key(self): return (self.player, self.role)
     def summary(self) -> str:
         s = f"{self.player}={self.role or '?'}"
         if self.agree_with: s += f"; agrees with {', '.join(self.agree_with)}"
@@ -199,19 +204,17 @@ def _mark(turn, gold, players):
         sc = score_kks(roles_of(a) or {}, {p: gold[p] for p in players if p in gold})
         turn.meta.update(correct=sc["correct"], n_correct=sc["n_correct"])
 
-@protocol("controlmad")
+@protocol("controlmad", tasks=("kks",), limits={"depth": (0, 20)})
 async def controlmad(d,
                      depth: int = 1, # debate rounds per player
                      self_adjustment: bool = True, # after each player's debate, every agent gives a revised complete solution
                      confidence: bool = True, # ask for a self-reported confidence (1-10) with every answer
                      majority_vote: bool = True, # decide players by strict majority of the final votes (supervisor where there is none); False: the supervisor decides every player
-                     order: str = "truth", # debate order: "truth" (the game's player order) or "agents" (proposed by the agents, validated)
+                     order: Literal["truth", "agents"] = "truth", # debate order: "truth" (the game's player order) or "agents" (proposed by the agents, validated)
                      supervisor: str|None = None, # backend spec of the supervisor; None: the first agent's backend
                      prompts: dict|None = None, # overrides of `PROMPTS` entries
                     ):
     "ControlMAD's Knight-Knave-Spy debate: initial proposals, per-player debates, self-adjustment, final discussion, majority vote, supervisor."
-    if not isinstance(depth, int) or isinstance(depth, bool) or depth < 0: raise ValueError(f"depth must be an integer >= 0; got {depth!r}")
-    if order not in ("truth", "agents"): raise ValueError(f"order must be 'truth' or 'agents'; got {order!r}")
     P = controlmad_prompts(prompts)
     item = d.item
     players, gold = kks_players(item), getattr(item, "gold", None) or {}
@@ -346,10 +349,7 @@ async def controlmad(d,
 
     assignment = {p: (decided.get(p) if p in undecided else majority[p]) for p in players}
     assignment = {p: (v if v in KKS_ROLES else None) for p, v in assignment.items()}
-    res = {"assignment": assignment, "gold": dict(gold) if gold else None}
-    if gold:
-        sc = score_kks(assignment, gold)
-        res.update(correct=sc["correct"], per_player=sc["per_player"], n_correct=sc["n_correct"], accuracy=sc["n_correct"] / len(players))
+    res = {"answer": assignment, "assignment": assignment}     # the decision; the task scores it (`score_result`)
     res.update(n_players=len(players), majority=majority, votes=counts, supervisor_used=bool(undecided), supervised=undecided,
                undecided=sum(v is None for v in assignment.values()), order=seq, order_source=source,
                final_agreement=sum(agreement(votes[p]) for p in players) / len(players), invalid_replies=stats["invalid"])

@@ -13,7 +13,7 @@ from typing import Callable
 from ..core import *
 from ..backends import Ask, synthetic_responder, synthetic_rng, believes_gold, conform, synthetic_confidence
 from ..agents import split_specs
-from ..debate import protocol
+from ..debate import protocol, protocol_hook
 from ..guards import ScreenResult, screen_input
 
 _log = logging.getLogger("madlab.s4")
@@ -22,7 +22,7 @@ _log = logging.getLogger("madlab.s4")
 __all__ = ['DECISIONS', 'UTILITY', 'ACCURACY', 'SAFETY', 'DEFAULT_ROLES', 'DEFAULT_SPECS', 'DECISION_RULES', 'ANALYSIS_PROMPT',
            'CHALLENGE_PROMPT', 'REVISION_PROMPT', 'S4_PROMPTS', 'Role', 's4_team', 'Position', 'parse_position',
            'Challenge', 'parse_challenge', 'Vote', 'position_vote', 'guard_overconfidence', 'Decision', 'default_rules',
-           'strict_rules', 'decision_rule', 'decide', 's4_prompts', 's4', 's4_summary', 'sample_path', 'run_s4']
+           'strict_rules', 'decision_rule', 'decide', 's4_prompts', 's4', 's4_summary', 's4_report']
 
 # %% ../../nbs/11_s4.ipynb #ef892e0f
 DECISIONS = ("ACT", "WARN", "REFUSE", "VETO")
@@ -423,15 +423,14 @@ def _turn_vote(t: Turn, role: Role) -> Vote:
 
 # %% ../../nbs/11_s4.ipynb #b655a055
 def _blocked_result(sr: ScreenResult, gold, agents) -> dict:
-    return {"decision": "REFUSE", "reason": f"blocked by the input screen: {sr.reason}", "rule": "input_screen", "expected": gold,
-            "correct": (gold == "REFUSE") if gold in ("ACT", "REFUSE") else None, "agreement": None, "max_risk": None,
+    return {"answer": "REFUSE", "decision": "REFUSE", "reason": f"blocked by the input screen: {sr.reason}", "rule": "input_screen", "agreement": None, "max_risk": None,
             "veto": False, "vetoed_by": [], "changed_mind": [], "n_agents": len(agents), "n_changed": 0, "initial_votes": {}, "votes": {},
             "blocked": True, "screen": sr.category, "screen_reason": sr.reason, "invalid_votes": [], "overconfident": [], "challenges": 0}
 
-@protocol("s4")
+@protocol("s4", tasks=("safety",), limits={"max_chars": (1, 10_000_000), "confidence_cap": (0, 100)})
 async def s4(d,
              roles: list|None = None, # roles (`Role`s or dicts) matched to agents by `Agent.role`, else by position; None: Utility, Accuracy, Safety
-             rules: str = "default", # decision rules: "default", "strict" (the public S4 rules), a registered name, or a function of the votes
+             rules: str|Callable = "default", # decision rules: "default", "strict" (the public S4 rules), a registered name, or a function of the votes
              screen: bool = True, # screen the request for attacks first; blocked requests are refused without calling any model
              max_chars: int = 8000, # longest request the screen lets through
              confidence_cap: float = 95, # over-confidence guard: on a split vote, confidences above this are capped and flagged
@@ -511,8 +510,7 @@ async def s4(d,
     r.turns = [Turn(v.agent, answer=v, meta={"role": v.role, "vote": v.decision, "from": "revision", "flags": v.flags}) for v in votes]
     r.meta.update(decision=dec.decision, rule=dec.rule)
     changed = [n for n, v in zip(names, votes) if v.decision != initial[n].decision]
-    d.result = {"decision": dec.decision, "reason": dec.reason, "rule": dec.rule, "expected": gold,
-                "correct": (dec.decision == gold) if gold in ("ACT", "REFUSE") else None,
+    d.result = {"answer": dec.decision, "decision": dec.decision, "reason": dec.reason, "rule": dec.rule,
                 "agreement": round(100 * dec.agreement, 1), "max_risk": dec.max_risk, "veto": dec.veto, "vetoed_by": dec.vetoed_by,
                 "changed_mind": changed, "n_agents": len(names), "n_changed": len(changed),
                 "initial_votes": {n: initial[n].decision for n in names}, "votes": {v.agent: v.decision for v in votes},
@@ -523,19 +521,18 @@ async def s4(d,
     yield r
 
 # %% ../../nbs/11_s4.ipynb #9e63ddfe
-def _team_members(agents):
-    if agents is None: return s4_team()
-    if isinstance(agents, str):
-        p = Path(agents)
-        if p.suffix in (".yaml", ".yml", ".json") and p.exists():
-            from madlab.agents import load_team
-            return load_team(p)
-        return s4_team(split_specs(agents))
-    return s4_team(list(agents))
+@protocol_hook("s4", "team")
+def _s4_default_team(specs=None): return s4_team(specs)
+
+@protocol_hook("s4", "row")
+def _s4_row(t) -> dict:
+    it = t.item
+    return {"prompt": getattr(it, "prompt", None), "type": (getattr(it, "meta", None) or {}).get("type")}
 
 def s4_summary(df, seconds: float|None = None, title: str = "S4") -> str:
     "A text summary of an S4 results table: confusion matrix, accuracy, veto and change-of-mind rates."
     import pandas as pd
+    df = df.assign(expected=df["gold"]) if "gold" in df else df
     done = df[df.decision.notna()] if "decision" in df else df.iloc[:0]
     lines = [f"{title}: {len(df)} prompts, {len(done)} decided" + (f" in {seconds:.1f} s" if seconds is not None else "")]
     if len(done):
@@ -562,42 +559,7 @@ def s4_summary(df, seconds: float|None = None, title: str = "S4") -> str:
     if len(bad): lines.append(f"not decided: {len(bad)} ({', '.join(f'{v} {k}' for k, v in bad.status.value_counts().items())})")
     return "\n".join(lines)
 
-def sample_path() -> Path:
-    "S4's own sample: 20 prompts written for madlab (safe look-alikes, unsafe requests, attacks) in XSTest's CSV format."
-    import madlab
-    for p in (Path(madlab.__file__).resolve().parent / "data" / "s4" / "sample.csv", Path.cwd() / "data" / "s4" / "sample.csv"):
-        if p.is_file(): return p
-    raise ValueError("S4's sample (data/s4/sample.csv) is not in this install; pass a CSV of prompts, e.g. XSTest's xstest_prompts.csv")
-
-def run_s4(data=None, n: int|None = None, agents=None, out="results", seed: int = 0, concurrency: int = 8, cache=True, rules="default",
-           progress: bool|None = None, **options):
-    "Triage prompts (an XSTest-format CSV, a list of safety `Item`s, or S4's sample) with S4; writes `results.csv` and `summary.txt` to `out`. Returns `(RunResult, summary)`."
-    from madlab.run import run_many          # running many debates sits above the protocols
-    from madlab.tasks import load_xstest
-    if data is None: data = sample_path()
-    items = list(data) if isinstance(data, (list, tuple)) else load_xstest(data)
-    if n is not None: items = items[:int(n)]
-    if progress is None:
-        import sys
-        progress = sys.stderr.isatty()
-    t0 = time.perf_counter()
-    res = run_many("s4", items, _team_members(agents), concurrency=concurrency, seed=seed, cache=cache, out=out, progress=progress,
-                   rules=rules, **options)
-    secs = time.perf_counter() - t0
-    df = res.df
-    by_id = {str(getattr(it, "id", i)): it for i, it in enumerate(items)}
-    df.insert(1, "prompt", df.item_id.map(lambda i: getattr(by_id.get(str(i)), "prompt", None)))
-    df.insert(2, "type", df.item_id.map(lambda i: (getattr(by_id.get(str(i)), "meta", None) or {}).get("type")))
-    if "expected" not in df: df["expected"] = df.item_id.map(lambda i: getattr(by_id.get(str(i)), "gold", None))
-    if "decision" not in df: df["decision"] = None
-    first = ["item_id", "prompt", "type", "expected", "decision", "correct", "reason", "rule", "agreement", "max_risk", "veto",
-             "changed_mind", "n_changed", "blocked", "screen"]
-    res.df = df[[c for c in first if c in df] + [c for c in df if c not in first]]
-    name = Path(str(data)).name if not isinstance(data, (list, tuple)) else f"{len(items)} items"
-    summary = s4_summary(res.df, secs, title=f"S4 on {name}")
-    if res.stopped: summary += f"\nstopped early: {res.stopped}"
-    if out is not None:
-        o = Path(out); o.mkdir(parents=True, exist_ok=True)
-        res.df.to_csv(o / "results.csv", index=False)
-        (o / "summary.txt").write_text(summary + "\n", encoding="utf-8")
-    return res, summary
+@protocol_hook("s4", "report")
+def s4_report(res, folder=None) -> str:
+    "S4's summary of a run (see `s4_summary`)."
+    return s4_summary(res.df, title="S4")
