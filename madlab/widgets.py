@@ -12,6 +12,7 @@ import ipywidgets as W
 import pandas as pd
 from .core import *
 from .debate import Debate
+from .scoring import score_result
 
 # %% auto #0
 __all__ = ['positions', 'DebateStepper']
@@ -192,7 +193,12 @@ class _Branch:
     @property
     def status(self): return self.src.meta.get("status")
     @property
-    def result(self): return self.src.result
+    def result(self):
+        "The debate's result, with the task's score of its decision (`correct`, ...) merged in."
+        res = self.src.result
+        if not res: return res
+        try: return {**res, **score_result(self.src.item, res)}
+        except Exception: return res
     @property
     def agents(self):
         "The team, less agents that have not spoken yet in this branch (such as a supervisor waiting for a tie)."

@@ -11,7 +11,7 @@ from madlab.backends import Backend
 from madlab.agents import Agent
 from madlab.debate import Debate
 from madlab.run import run_many
-from madlab.protocols.s4 import Vote, decide, default_rules, strict_rules, decision_rule, run_s4, s4_team, SAFETY, UTILITY
+from madlab.protocols.s4 import Vote, decide, default_rules, strict_rules, decision_rule, s4_team, SAFETY, UTILITY
 
 ROOT = Path(__file__).resolve().parent.parent
 XSTEST = Path(os.environ.get("MADLAB_XSTEST", ROOT.parent / "shared" / "data" / "xstest" / "xstest_prompts.csv"))
