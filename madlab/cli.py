@@ -114,7 +114,7 @@ def load_items(task, data=None, size=None, items=None, n=None) -> list:
     got = _tasks()[task](data, size)
     if items:
         bad = [i for i in items if i > len(got)]
-        if bad: raise click.BadParameter(f"there are only {len(got)} items in the data; got {bad[0]}", param_hint="'--items'")
+        if bad: raise click.BadParameter(f"there are only {len(got)} items in the data; got {bad[0]}", param_hint="'--items' / '--games'")
         got = [got[i - 1] for i in items]
     if n is not None: got = got[:n]
     if not got: raise click.BadParameter("no items to run", param_hint="'--data'")

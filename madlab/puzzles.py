@@ -10,7 +10,7 @@ import html, itertools, json, random, re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from .core import Item, serializable, json_objects
+from .core import Answer, Item, serializable, json_objects
 
 # %% auto #0
 __all__ = ['KKS_ROLES', 'NAMES', 'STATEMENT_TYPES', 'DIFFICULTY', 'RoleCount', 'TruthCount', 'SameRole', 'SameTruth',
@@ -671,7 +671,7 @@ def kks_answer_format(players=None, confidence: bool = False) -> str:
 
 @serializable
 @dataclass
-class KKSAnswer:
+class KKSAnswer(Answer):
     "A parsed answer to a KKS game: a role (or None: missing or unreadable) for every player."
     roles: dict                          # player name -> "knight"/"knave"/"spy", or None (invalid for that player)
     confidence: int|None = None          # self-reported, 1-10
@@ -681,6 +681,9 @@ class KKSAnswer:
     def valid(self) -> bool: return bool(self.roles) and all(r is not None for r in self.roles.values())
     @property
     def n_invalid(self) -> int: return sum(r is None for r in self.roles.values())
+
+    def parts(self) -> dict: return dict(self.roles)
+    def vote_key(self): return tuple(sorted(self.roles.items(), key=lambda kv: str(kv[0])))
 
     def summary(self) -> str:
         s = ", ".join(f"{p}={r or '?'}" for p, r in self.roles.items())

@@ -190,7 +190,7 @@ def test_locked_folder_refuses_python_and_cli(tmp_path):
     try:
         with pytest.raises(OptionError) as e:
             run_experiment("du", toy_arith_items(2, seed=0), out=run, cache=False)
-        assert e.value.flag == "out" and "in use" in str(e.value), str(e.value)
+        assert e.value.flag in ("out", "--out") and "in use" in str(e.value), str(e.value)
         t0 = time.perf_counter()
         with pytest.raises(OptionError, match="in use"):
             run_experiment("du", toy_arith_items(2, seed=0), out=run, cache=False, lock_timeout=0.5)
@@ -346,6 +346,37 @@ RUNS = {
     "controlmad": ["run", "controlmad", "--size", "4", "--games", "1-2"],
     "s4": ["run", "s4", "--n", "3"],
 }
+N_ITEMS = {"du": 3, "controlmad": 2, "s4": 3, "s4-python": 3}
+
+
+def _check_layout_and_rescore(run: Path, proto: str, monkeypatch, cache: Path):
+    for n in ("config.json", "results.csv", "results.parquet", "summary.txt"):
+        assert (run / n).is_file(), f"{proto}: no {n} in {sorted(p.name for p in run.iterdir())}"
+    df = pd.read_parquet(run / "results.parquet")
+    assert len(df) == N_ITEMS[proto] and (df.status == "done").all(), df[["item_id", "status", "error"]]
+    cfg = json.loads((run / "config.json").read_text())
+    assert cfg["protocol"] == proto.split("-")[0] and len(cfg["items"]) == N_ITEMS[proto], cfg
+    for iid in df.item_id:
+        d = RunFolder(run).item_dir(iid)
+        have = sorted(p.name for p in d.iterdir()) if d.is_dir() else []
+        for n in ("transcript.json", "log.html", "log.txt"):
+            assert n in have, f"{proto}/{iid}: no {n} in {have}"
+        assert any(h.startswith("chat_") and h.endswith(".json") for h in have), f"{proto}/{iid}: no chat_*.json in {have}"
+    saved, saved_csv = df.copy(), pd.read_csv(run / "results.csv")
+    (run / "results.csv").unlink(); (run / "results.parquet").unlink()
+
+    with monkeypatch.context() as m:
+        _no_backends(m)
+        rr = cli("rescore", run)
+    assert rr.exit_code == 0, show(rr)
+    assert not cache.exists(), "rescore made a response cache"
+    new, new_csv = pd.read_parquet(run / "results.parquet"), pd.read_csv(run / "results.csv")
+    drop = ["seconds", "resumed"]
+    pd.testing.assert_frame_equal(new.drop(columns=drop), saved.drop(columns=drop), obj=f"{proto} rescored results.parquet")
+    pd.testing.assert_frame_equal(new_csv.drop(columns=drop), saved_csv.drop(columns=drop), obj=f"{proto} rescored results.csv")
+    # rescoring resumes nothing: the table should say what the run said
+    assert list(new.resumed) == list(saved.resumed), (f"{proto}: rescore changed the 'resumed' column {list(saved.resumed)} -> {list(new.resumed)}; "
+                                                      f"its summary:\n{rr.output}")
 
 
 @pytest.mark.parametrize("proto", list(RUNS))
@@ -356,33 +387,16 @@ def test_layout_and_rescore_reproduces_the_table(tmp_path, monkeypatch, proto, _
     assert r.exit_code == 0, show(r)
     run = run_dir_of(r)
     assert run.parent == out and run.is_dir(), show(r)
-    for n in ("config.json", "results.csv", "results.parquet", "summary.txt"):
-        assert (run / n).is_file(), f"{proto}: no {n} in {sorted(p.name for p in run.iterdir())}"
-    df = pd.read_parquet(run / "results.parquet")
-    n_items = {"du": 3, "controlmad": 2, "s4": 3}[proto]
-    assert len(df) == n_items and (df.status == "done").all(), df[["item_id", "status", "error"]]
-    cfg = json.loads((run / "config.json").read_text())
-    assert cfg["protocol"] == proto and len(cfg["items"]) == n_items
-    for iid in df.item_id:
-        d = RunFolder(run).item_dir(iid)
-        have = sorted(p.name for p in d.iterdir()) if d.is_dir() else []
-        for n in ("transcript.json", "log.html", "log.txt"):
-            assert n in have, f"{proto}/{iid}: no {n} in {have}"
-        assert any(h.startswith("chat_") and h.endswith(".json") for h in have), f"{proto}/{iid}: no chat_*.json in {have}"
-    saved = df.copy()
-    saved_csv = pd.read_csv(run / "results.csv")
-    (run / "results.csv").unlink(); (run / "results.parquet").unlink()
+    _check_layout_and_rescore(run, proto, monkeypatch, _cache)
 
-    with monkeypatch.context() as m:
-        _no_backends(m)
-        rr = cli("rescore", run)
-    assert rr.exit_code == 0, show(rr)
-    assert not _cache.exists(), "rescore made a response cache"
-    new = pd.read_parquet(run / "results.parquet")
-    drop = ["seconds"]
-    pd.testing.assert_frame_equal(new.drop(columns=drop), saved.drop(columns=drop), obj=f"{proto} rescored results.parquet")
-    pd.testing.assert_frame_equal(pd.read_csv(run / "results.csv").drop(columns=drop), saved_csv.drop(columns=drop),
-                                  obj=f"{proto} rescored results.csv")
+
+def test_layout_and_rescore_s4_python(tmp_path, monkeypatch, _cache):
+    "The same for S4 run from Python (so the layout is checked even while `madlab run s4` fails)."
+    from madlab.tasks import load_xstest
+    items = load_xstest(Path(madlab.__file__).resolve().parent / "data" / "s4" / "sample.csv")[:3]
+    res = run_experiment("s4", items, out=tmp_path / "run", cache=False)
+    assert res.failed == 0, res.summary()
+    _check_layout_and_rescore(tmp_path / "run", "s4-python", monkeypatch, _cache)
 
 
 # 10 -----------------------------------------------------------------------------------------------------------------
