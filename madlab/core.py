@@ -245,10 +245,10 @@ class Item:
     def text(self) -> str: return self.prompt
 
 # %% ../nbs/00_core.ipynb #725613a3
-def write_atomic(path, data, encoding: str = "utf-8") -> Path:
-    "Write `data` (str or bytes) to `path` atomically (temporary file, fsync, rename); the parent folder is created."
+def write_atomic(path, data, encoding: str = "utf-8", errors: str = "replace") -> Path:
+    "Write `data` (str or bytes) to `path` atomically (temporary file, fsync, rename); the parent folder is created. Text that cannot be encoded (a lone surrogate) is replaced, so the file stays valid UTF-8."
     path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
-    raw = data.encode(encoding, "surrogatepass") if isinstance(data, str) else bytes(data)
+    raw = data.encode(encoding, errors) if isinstance(data, str) else bytes(data)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -446,6 +446,6 @@ async def run_async(coro):
 # %% ../nbs/00_core.ipynb #03ccd2e1
 def stable_hash(*parts) -> str:
     "A hex digest of JSON-serialisable `parts`, the same on every machine."
-    return hashlib.sha256(json.dumps(to_jsonable(list(parts)), sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+    return hashlib.sha256(json.dumps(to_jsonable(list(parts)), sort_keys=True, ensure_ascii=False).encode("utf-8", "surrogatepass")).hexdigest()
 
 def new_id() -> str: return uuid.uuid4().hex[:12]

@@ -261,6 +261,9 @@ async def arun_experiment(protocol, items, team=None, out=None, *, seed: int = 0
     settings = proto.validate(options)
     if not isinstance(concurrency, int) or isinstance(concurrency, bool) or not 1 <= concurrency <= 10_000: raise OptionError("concurrency", f"must be an integer in 1..10000; got {concurrency!r}")
     if not isinstance(seed, int) or isinstance(seed, bool): raise OptionError("seed", f"must be an integer; got {seed!r}")
+    if "screen" in proto.options and screen is not None and not callable(screen):   # S4's own `screen` option, not an input screen
+        options["screen"], screen = screen, None
+        settings = proto.validate(options)
     params = _params(max_tokens, temperature)
     items = _check_items(proto, items)
     ids = [str(getattr(it, "id", i)) for i, it in enumerate(items)]
@@ -353,12 +356,12 @@ async def arun_experiment(protocol, items, team=None, out=None, *, seed: int = 0
         if lock is not None: lock.release()
 
 # %% ../nbs/08_run.ipynb #49f94d58
-def _finish_run(proto, ids, transcripts, rows, folder, agents, status, problems, t0) -> RunResult:
+def _finish_run(proto, ids, transcripts, rows, folder, agents, status, problems, t0, resumed: dict|None = None) -> RunResult:
     "The results table of everything finished (in the folder, when there is one), written with the protocol's report."
     if folder is not None:
         found, bad = folder.transcripts()
         problems = problems + [b for b in bad if "transcript.json.unreadable" not in b]
-        every = {i: {**debate_row(t), "resumed": i not in rows} for i, t in found.items()}
+        every = {i: {**debate_row(t), "resumed": resumed.get(i, False) if resumed is not None else i not in rows} for i, t in found.items()}
         every.update({i: {**r, "resumed": False} for i, r in rows.items() if i not in found})
         order = _order((folder.read_config() or {}).get("items") or ids, list(every))
         table = [every[i] for i in order]
@@ -408,6 +411,11 @@ def rescore(out, lock_timeout: float = 0) -> RunResult:
     proto = get_protocol(cfg.get("protocol"))
     lock = folder.lock(lock_timeout)
     try:
-        found, _ = folder.transcripts()
-        return _finish_run(proto, list(cfg.get("items") or []), {}, {}, folder, [], {"reason": None, "failed": 0, "interrupted": False}, [], time.perf_counter())
+        resumed = {}
+        try:
+            old = pd.read_parquet(folder.path / "results.parquet", columns=["item_id", "resumed"])
+            resumed = {str(i): bool(r) for i, r in zip(old.item_id, old.resumed)}
+        except Exception: pass                      # no table yet (or an unreadable one): every row counts as not resumed
+        return _finish_run(proto, list(cfg.get("items") or []), {}, {}, folder, [], {"reason": None, "failed": 0, "interrupted": False}, [], time.perf_counter(),
+                           resumed=resumed)
     finally: lock.release()
