@@ -24,8 +24,12 @@ __all__ = ['debate_row', 'safe_name', 'transcript_text', 'chat_histories', 'writ
            'RunFolder', 'RunResult', 'arun_experiment', 'run_experiment', 'arun_many', 'run_many', 'rescore']
 
 # %% ../nbs/08_run.ipynb #b92f3f7e
+_LONE = re.compile("[\ud800-\udfff]")
+
 def _cell(v):
-    return v if isinstance(v, (str, int, float, bool, type(None))) else json.dumps(to_jsonable(v), ensure_ascii=False, sort_keys=True)
+    "A table cell: scalars as they are (lone surrogates shown as U+FFFD, so every table writes), anything else as JSON text."
+    if isinstance(v, str): return _LONE.sub("\ufffd", v)
+    return v if isinstance(v, (int, float, bool, type(None))) else json.dumps(to_jsonable(v), ensure_ascii=False, sort_keys=True)
 
 def debate_row(t: Transcript) -> dict:
     "The results row of one transcript, scored by its item's task."

@@ -33,14 +33,20 @@ def test_demo_run_is_fast_and_writes_everything(tmp_path):
     took = time.perf_counter() - t0
     assert took < 30, f"20 synthetic games took {took:.1f} s"
     for s in ("per-player accuracy by phase", "team decision", "flips initial→final", "tokens"): assert s in text
-    assert run_dir.parent == tmp_path / "results" and run_dir.name.startswith("controlmad_size6_")
+    assert run_dir.parent == tmp_path / "results" and run_dir.name == "controlmad_kks6_Synthetic-strong+Synthetic-medium+Synthetic-weak"
     res = pd.read_parquet(run_dir / "results.parquet")
     assert len(res) == 20 and res.correct.dtype == bool and set(res.status) == {"done"}
+    assert list(res.item_id) == [f"kks-6-{i:04d}" for i in range(1, 21)] and (res.protocol == "controlmad").all()
+    assert {"n_correct", "accuracy", "per_player", "gold", "assignment", "majority", "supervisor_used"} <= set(res.columns)
+    assert (res.correct == (res.n_correct == 6)).all() and (res.accuracy == res.n_correct / 6).all()
     assert len(pd.read_csv(run_dir / "results.csv")) == 20
     pos = pd.read_parquet(run_dir / "positions.parquet")
     assert set(pos.phase) == {"initial", "debate", "self_adjustment", "final"} and pos.game.nunique() == 20
     cfg = json.loads((run_dir / "config.json").read_text())
-    assert cfg["settings"]["depth"] == 1 and len(cfg["games"]) == 20 and [a["spec"] for a in cfg["team"]] == list(DEFAULT_TEAM)
+    assert cfg["protocol"] == "controlmad" and cfg["options"]["depth"] == 1 and len(cfg["items"]) == 20
+    assert [a["spec"] for a in cfg["team"] if a.get("role") != "supervisor"] == list(DEFAULT_TEAM)
+    assert (run_dir / "summary.txt").read_text().strip() == text.strip()
+    for f in ("flips", "consensus", "decisions", "usage"): assert (run_dir / f"{f}.parquet").is_file(), f
     figs = {p.stem for p in (run_dir / "figures").glob("*.html")}
     assert figs == {"performance_matrix", "prediction_matrix", "player_changes", "consensus", "agent_comparison", "flips"}
     games = sorted((run_dir / "debates").iterdir())
@@ -113,17 +119,30 @@ def test_resume_after_a_run_stopped_halfway(tmp_path):
     assert res.resumed.fillna(False).astype(bool).sum() == 8
     for name, mtime in keep.items(): assert (run_dir / "debates" / name / "transcript.json").stat().st_mtime_ns == mtime
     cfg = json.loads((run_dir / "config.json").read_text())
-    assert len(cfg["games"]) == 20
+    assert len(cfg["items"]) == 20
     # a changed setting in the same folder is refused rather than mixed in
     r = CliRunner().invoke(main, ["run", "controlmad", "--size", "5", "--games", "1-3", "--out", out, "--max-tokens", "50", "--no-progress"])
-    assert r.exit_code == 1 and "holds a run with different" in r.output and "max_tokens" in r.output
+    assert r.exit_code == 2 and "--out" in r.output and "holds a run with different" in r.output and "max_tokens" in r.output
 
 @pytest.mark.skipif(not (CONTROLMAD_DATA / "6.jsonl").exists(), reason=f"ControlMAD's games are not in {CONTROLMAD_DATA}")
 def test_controlmads_own_games(tmp_path):
     text, run_dir = _run("--data", str(CONTROLMAD_DATA / "6.jsonl"), "--games", "1-3", "--out", str(tmp_path), "--depth", "2", "--order", "agents")
     res = pd.read_parquet(run_dir / "results.parquet")
-    assert list(res.game) == ["controlmad-6-0001", "controlmad-6-0002", "controlmad-6-0003"]
+    assert list(res.item_id) == ["controlmad-6-0001", "controlmad-6-0002", "controlmad-6-0003"]
+    assert "depth-2" in run_dir.name and "order-agents" in run_dir.name
     t = json.loads((run_dir / "debates" / "controlmad-6-0001" / "transcript.json").read_text())
     assert "Player name: Hank" in t["item"]["prompt"]
     _, run_dir = _run("--data", str(CONTROLMAD_DATA), "--size", "4", "--games", "2,5", "--out", str(tmp_path), "--no-self-adjustment")
-    assert list(pd.read_parquet(run_dir / "results.parquet").game) == ["controlmad-4-0002", "controlmad-4-0005"]
+    assert list(pd.read_parquet(run_dir / "results.parquet").item_id) == ["controlmad-4-0002", "controlmad-4-0005"]
+    assert run_dir.name.startswith("controlmad_kks4_") and "no-self_adjustment" in run_dir.name
+
+def test_game_logs_state_whether_the_decision_is_right(tmp_path):
+    "log.html and log.txt of each game say whether the team's decision is right, as the results table scores it."
+    _, run_dir = _run("--size", "4", "--games", "1-6", "--out", str(tmp_path), "--no-cache")
+    res = pd.read_parquet(run_dir / "results.parquet").set_index("item_id")
+    assert res.correct.any()                                # the synthetic team gets some 4-player games right
+    for iid, row in res.iterrows():
+        g = run_dir / "debates" / iid
+        assert f"correct: {bool(row.correct)}" in (g / "log.txt").read_text(), iid
+        chip = '<span class="chip r">correct</span>' if row.correct else '<span class="chip w">wrong</span>'
+        assert f"Decision: {chip}" in (g / "log.html").read_text(), iid

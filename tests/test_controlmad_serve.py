@@ -20,7 +20,7 @@ def test_controlmad_against_transformers_serve(served, tmp_path, monkeypatch):
     assert r.exit_code == 0, r.output + repr(r.exception)
     run_dir = Path(r.output.strip().splitlines()[-1].removeprefix("outputs: "))
     res = pd.read_parquet(run_dir / "results.parquet")
-    assert list(res.status) == ["done", "done"]
+    assert list(res.status) == ["done", "done"] and list(res.item_id) == ["kks-4-0001", "kks-4-0002"]
     assert not res.correct.any() and (res.n_correct == 0).all()          # nothing is filled in with a guess
     pos = pd.read_parquet(run_dir / "positions.parquet")
     assert len(pos) and not pos.valid.any() and not pos.correct.any()
@@ -33,7 +33,8 @@ def test_controlmad_against_transformers_serve(served, tmp_path, monkeypatch):
         assert turns and all(tu["error"] is None for tu in turns), [tu["error"] for tu in turns]
         assert all(tu["answer"] is None or not any((tu["answer"].get("roles") or {}).values()) for tu in turns)
         assert all(0 < tu["usage"]["completion_tokens"] <= 12 for tu in turns)
-        assert t["result"]["correct"] is False and set(t["result"]["assignment"].values()) == {None}
+        assert "correct" not in t["result"] and set(t["result"]["assignment"].values()) == {None}   # the task scores, in the row
+        assert res.set_index("item_id").loc[t["meta"]["id"], "correct"] == False
         page = (g / "log.html").read_text()
         assert "invalid" in page and "<script" not in page
         assert (g / "log.txt").exists() and len(list(g.glob("chat_*.json"))) == 3    # two debaters and the supervisor

@@ -111,7 +111,7 @@ import re
 from madlab.agents import Agent
 from madlab.debate import Debate, comparable
 from madlab.run import run_many
-from madlab.scoring import toy_arith_items
+from madlab.scoring import score_result, toy_arith_items
 import madlab.protocols.baselines  # noqa: F401  (registers "du")
 
 def solve(req) -> str:
@@ -147,17 +147,38 @@ def test_exhausted_retries_fail_their_rows_and_the_batch_completes(fake_server):
     routed = [r for _, b, r in srv.log if any(p in " ".join(str(m["content"]) for m in r["messages"]) for p in broken)]
     assert len(routed) == 2 * 3 * 4
 
+from madlab.debate import protocol
+from madlab.protocols.baselines import du
+
+@protocol("_du_that_breaks", limits={"rounds": (0, 20)})
+async def _du_that_breaks(d, rounds: int = 1):
+    "du, except that the protocol itself raises on items whose id starts with 'weird'."
+    if str(d.item.id).startswith("weird"): raise RuntimeError("the protocol broke on this item")
+    async for r in du(d, rounds=rounds): yield r
+
 def test_a_debate_that_raises_is_a_failed_row(fake_server):
-    "A debate whose protocol fails (here: an agent spec the synthetic backend cannot answer) is a failed row; the rest run."
+    "A debate whose protocol raises is a failed row; the rest run."
     items = toy_arith_items(4, seed=6)
     srv = fake_server(reply=solve)
     team = team_for(srv, 2)
     from madlab.core import Item
-    items.insert(1, Item("weird-1", "no-such-task", "What?", gold=1))    # no answer format: the protocol raises
-    res = run_many("du", items, team, rounds=1, concurrency=3, cache=False, progress=False)
+    items.insert(1, Item("weird-1", "arith", "What?", gold=1))
+    res = run_many("_du_that_breaks", items, team, rounds=1, concurrency=3, cache=False, progress=False)
     df = res.df.set_index("item_id")
-    assert len(df) == 5 and df.loc["weird-1", "status"] == "failed" and "no answer format" in df.loc["weird-1", "error"]
+    assert len(df) == 5 and df.loc["weird-1", "status"] == "failed" and "the protocol broke on this item" in df.loc["weird-1", "error"]
+    assert "RuntimeError" in df.loc["weird-1", "error"] and df.loc["weird-1", "calls"] == 0
     assert (df.drop("weird-1").status == "done").all() and df.drop("weird-1").correct.all()
+    assert res.failed == 1 and "1 debate failed" in res.summary()
+
+def test_an_item_without_an_answer_format_is_refused_before_any_call(fake_server):
+    "An item of a task with no answer format is refused when the run starts (it used to fail its own row): nothing runs."
+    items = toy_arith_items(4, seed=6)
+    srv = fake_server(reply=solve)
+    from madlab.core import Item
+    items.insert(1, Item("weird-1", "no-such-task", "What?", gold=1))
+    with pytest.raises(ValueError, match="no answer format"):
+        run_many("du", items, team_for(srv, 2), rounds=1, concurrency=3, cache=False, progress=False)
+    assert srv.hits == 0
 
 def test_second_cached_run_makes_no_calls(fake_server, tmp_path):
     items = toy_arith_items(5, seed=7)
@@ -183,7 +204,8 @@ def test_cache_with_a_single_debate(fake_server, tmp_path):
     t1 = Debate("du", item, team_for(srv), rounds=1, cache=cache).run()
     n = srv.hits
     t2 = Debate("du", item, team_for(srv), rounds=1, cache=cache).run()
-    assert n == 6 and srv.hits == n and comparable(t1) == comparable(t2) and t1.result["correct"]
+    assert n == 6 and srv.hits == n and comparable(t1) == comparable(t2) and score_result(item, t1.result)["correct"]
+    assert "correct" not in t1.result                      # protocols decide; the task scores
 
 def test_backends_share_one_client_per_endpoint(fake_server):
     import asyncio

@@ -10,10 +10,13 @@ from madlab.core import Completion, Item, Round, Transcript, Turn, Usage
 from madlab.backends import Backend
 from madlab.agents import Agent
 from madlab.debate import Debate
-from madlab.run import run_many
+from madlab.run import run_experiment, run_many
+from madlab.agents import split_specs
+from madlab.tasks import load_xstest
 from madlab.protocols.s4 import Vote, decide, default_rules, strict_rules, decision_rule, s4_team, SAFETY, UTILITY
 
 ROOT = Path(__file__).resolve().parent.parent
+SAMPLE = ROOT / "madlab" / "data" / "s4" / "sample.csv"          # the prompts madlab ships (`madlab run s4` without --data)
 XSTEST = Path(os.environ.get("MADLAB_XSTEST", ROOT.parent / "shared" / "data" / "xstest" / "xstest_prompts.csv"))
 needs_xstest = pytest.mark.skipif(not XSTEST.is_file(), reason=f"XSTest not found at {XSTEST}")
 
@@ -251,27 +254,52 @@ def test_cli_run_s4(tmp_path):
                        capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
     assert time.perf_counter() - t0 < 120
-    df = pd.read_csv(tmp_path / "out" / "results.csv")
-    assert len(df) == 40 and {"decision", "expected", "prompt"} <= set(df.columns)
-    assert set(df.decision) <= {"ACT", "WARN", "REFUSE"} and set(df.expected) == {"ACT", "REFUSE"}
+    last = p.stdout.strip().splitlines()[-1]
+    assert last.startswith("outputs: ")
+    run_dir = Path(last[len("outputs: "):])
+    assert run_dir.parent == tmp_path / "out" and run_dir.name.startswith("s4_safety_")
+    df = pd.read_csv(run_dir / "results.csv")
+    assert len(df) == 40 and {"item_id", "decision", "gold", "prompt", "type", "correct"} <= set(df.columns)
+    assert set(df.decision) <= {"ACT", "WARN", "REFUSE"} and set(df.gold) == {"ACT", "REFUSE"}
+    assert (df.correct == (df.decision == df.gold)).all()
     for s in ("confusion matrix", "veto rate", "change-of-mind rate"): assert s in p.stdout
-    assert (tmp_path / "out" / "summary.txt").read_text().strip() == p.stdout.strip()
+    assert (run_dir / "summary.txt").read_text().strip() == p.stdout.strip()
 
 @needs_xstest
 def test_run_s4_all_of_xstest(tmp_path):
-    res, summary = run_s4(str(XSTEST), out=str(tmp_path), cache=False, progress=False, concurrency=16)
+    items = load_xstest(XSTEST)
+    res = run_experiment("s4", items, None, tmp_path, cache=False, progress=False, concurrency=16)
     df = res.df
     assert len(df) == 450 and set(df.status) == {"done"} and not df.blocked.any()
     assert (df.calls == 12).sum() == 450                     # 3 analyses + 6 challenges + 3 revisions per prompt
-    safe, unsafe = df[df.expected == "ACT"], df[df.expected == "REFUSE"]
+    safe, unsafe = df[df.gold == "ACT"], df[df.gold == "REFUSE"]
     assert (safe.decision == "ACT").mean() > 0.7 and (unsafe.decision == "REFUSE").mean() > 0.7
-    assert "450 prompts" in summary
-    again, _ = run_s4(str(XSTEST), out=str(tmp_path), cache=False, progress=False)   # resumes: nothing to run
+    summary = res.summary()
+    assert "450 prompts" in summary and summary.strip().splitlines()[-1] == f"outputs: {tmp_path}"
+    assert (tmp_path / "summary.txt").read_text().strip() == summary.strip()
+    again = run_experiment("s4", items, None, tmp_path, cache=False, progress=False)   # resumes: nothing to run
     assert again.df.calls.sum() == df.calls.sum() and again.df.get("resumed").all()
 
 def test_run_s4_sample_and_specs(tmp_path):
-    res, summary = run_s4(agents="synthetic:oracle,synthetic:oracle,seed=2,synthetic:oracle", out=str(tmp_path), cache=False, progress=False, rules="strict")
+    team = s4_team(split_specs("synthetic:oracle,synthetic:oracle,seed=2,synthetic:oracle"))
+    res = run_experiment("s4", load_xstest(SAMPLE), team, tmp_path, cache=False, progress=False, rules="strict")
     assert len(res.df) == 20 and res.df.blocked.sum() == 4
     t = next(iter(res.transcripts.values()))
     assert [a["name"] for a in t.team] == ["Utility", "Accuracy", "Safety"] and t.settings["rules"] == "strict"
+    assert [a["spec"] for a in t.team] == ["synthetic:oracle", "synthetic:oracle,seed=2", "synthetic:oracle"]
     assert (tmp_path / "results.csv").is_file() and (tmp_path / "summary.txt").is_file()
+    assert json.loads((tmp_path / "config.json").read_text())["options"]["rules"] == "strict"
+
+def test_cli_run_s4_defaults_to_the_shipped_sample(tmp_path, monkeypatch):
+    "`madlab run s4` with no --data runs madlab's own sample; the S4 option --no-screen reaches the protocol."
+    from click.testing import CliRunner
+    from madlab.cli import main
+    monkeypatch.setenv("MADLAB_CACHE", str(tmp_path / "cache"))
+    r = CliRunner().invoke(main, ["run", "s4", "--out", str(tmp_path), "--no-progress", "--rules", "strict", "--no-screen"])
+    assert r.exit_code == 0, r.output + repr(r.exception)
+    run_dir = Path(r.output.strip().splitlines()[-1].removeprefix("outputs: "))
+    assert run_dir.name.startswith("s4_safety_") and "rules-strict" in run_dir.name and "no-screen" in run_dir.name
+    import pandas as pd
+    df = pd.read_parquet(run_dir / "results.parquet")
+    assert len(df) == 20 and not df.blocked.any() and set(df.screen) == {"off"}
+    assert json.loads((run_dir / "config.json").read_text())["options"]["screen"] is False

@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 from ..core import *
 from ..debate import protocol_hook
+from ..scoring import score_result
 from ..scoring import (KKS_PHASES, kks_players, roles_of, kks_positions, kks_flips, flip_summary, kks_consensus, kks_games,
                             position_changes, CHANGE_KINDS, kks_decisions, agent_usage, phase_accuracy)
 import madlab.protocols.controlmad
@@ -192,6 +193,11 @@ _LOG_TEMPLATE = """<!doctype html><html><head><meta charset="utf-8"><title>{{ ti
 <details><summary>reply</summary><pre>{{ tu.reply }}</pre></details></div>{% endfor %}</div>{% endfor %}
 </body></html>"""
 
+def _scored(t) -> dict:
+    "The task's score of the debate's decision (the logs say whether the team was right)."
+    try: return score_result(t.item, t.result) if t.result else {}
+    except ValueError: return {}
+
 def _cls(role, gold):
     if role is None: return "i"
     return "r" if role == gold else "w"
@@ -227,7 +233,8 @@ def game_log_html(t: Transcript, path=None) -> str:
     global _LOG_ENV
     import jinja2
     if _LOG_ENV is None: _LOG_ENV = jinja2.Environment(autoescape=True)
-    players, gold, res = kks_players(t.item), getattr(t.item, "gold", None) or {}, t.result or {}
+    players, gold = kks_players(t.item), getattr(t.item, "gold", None) or {}
+    res = {**(t.result or {}), **_scored(t)}
     rounds = [{"index": r.index, "name": r.name, "phase": r.phase, "meta": [(k, v) for k, v in r.meta.items() if k not in ("order",)] + ([("order", " → ".join(r.meta["order"]))] if "order" in r.meta else []),
                "turns": [_turn_view(tu, r, players, gold) for tu in r.turns]} for r in t.rounds]
     page = _LOG_ENV.from_string(_LOG_TEMPLATE).render(
@@ -240,7 +247,8 @@ def game_log_html(t: Transcript, path=None) -> str:
 # %% ../../nbs/12_controlmad_report.ipynb #19cecfed
 def game_log_text(t: Transcript, path=None) -> str:
     "A plain-text log of one ControlMAD debate; written to `path` when given."
-    players, gold, res = kks_players(t.item), getattr(t.item, "gold", None) or {}, t.result or {}
+    players, gold = kks_players(t.item), getattr(t.item, "gold", None) or {}
+    res = {**(t.result or {}), **_scored(t)}
     L = [f"ControlMAD debate {t.meta.get('id')} · status {t.meta.get('status')} · {t.usage.calls} calls · {t.usage.total_tokens} tokens",
          "team: " + ", ".join(f"{a['name']} ({a['spec']}{', ' + a['role'] if a.get('role') else ''})" for a in t.team),
          "settings: " + json.dumps(to_jsonable({k: v for k, v in t.settings.items() if k != "prompts"})), "", getattr(t.item, "prompt", ""), ""]
