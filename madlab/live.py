@@ -46,11 +46,11 @@ def _answer_key(a):
     if a is None: return None
     d = _decision_of(a)
     if d: return d.upper()
-    if callable(getattr(a, "vote_key", None)): return ("vote", json.dumps(to_jsonable(a.vote_key()), sort_keys=True, default=str))
-    roles = a.get("roles") if isinstance(a, dict) else getattr(a, "roles", None)
-    if isinstance(roles, dict): return ("roles", json.dumps(to_jsonable(roles), sort_keys=True, default=str))
     player, role = (getattr(a, "player", None), getattr(a, "role", None)) if not isinstance(a, dict) else (None, None)
     if isinstance(player, str) and isinstance(role, str): return ("role", player, role)
+    roles = a.get("roles") if isinstance(a, dict) else getattr(a, "roles", None)
+    if isinstance(roles, dict): return ("roles", json.dumps(to_jsonable(roles), sort_keys=True, default=str))
+    if callable(getattr(a, "vote_key", None)): return ("vote", json.dumps(to_jsonable(a.vote_key()), sort_keys=True, default=str))
     if isinstance(a, dict):
         for k in ("answer", "label"):
             if k in a: return json.dumps(to_jsonable(a[k]), sort_keys=True, default=str)
