@@ -241,7 +241,8 @@ def _run_protocol(proto, kw):
     except OptionError as e: raise click.BadParameter(e.message, param_hint=f"'{e.flag}'") from None
     out = Path(kw["out"]) / (kw["name"] or run_name(proto, items, [a for a in members if a.role != "supervisor"], {k: v for k, v in settings.items()}, kw["seed"]))
     progress = sys.stderr.isatty() if kw["progress"] is None else kw["progress"]
-    old = signal.signal(signal.SIGTERM, _raise_interrupt) if hasattr(signal, "SIGTERM") else None
+    try: old = signal.signal(signal.SIGTERM, _raise_interrupt)      # SIGTERM stops the run as Ctrl-C does
+    except (ValueError, AttributeError): old = None                 # not the main thread (e.g. a notebook kernel): Ctrl-C only
     try:
         res = run_experiment(proto, items, members, out, seed=kw["seed"], concurrency=kw["concurrency"], cache=kw["cache"], resume=kw["resume"],
                              progress=progress, max_tokens=kw["max_tokens"], temperature=kw["temperature"], on_error="fail",
