@@ -13,7 +13,7 @@ from .core import OptionError
 from .agents import split_specs
 
 # %% auto #0
-__all__ = ['parse_items', 'TASKS', 'main', 'run', 'parse_games', 'default_data_dir', 'load_items', 'run_name', 'protocol_command',
+__all__ = ['parse_items', 'main', 'run', 'parse_games', 'default_data_dir', 'load_items', 'run_name', 'protocol_command',
            'protocols_cmd', 'rescore_cmd', 'parse_sweep_params', 'sweep_cmd']
 
 # %% ../nbs/40_cli.ipynb #5ed24ad8
@@ -107,8 +107,6 @@ def _tasks():
             "gsm8k": _file_items(T.load_gsm8k, "GSM8K's JSONL (question, answer)"), "mmlu": _file_items(T.load_mmlu, "MMLU CSV files"),
             "market": _file_items(T.load_market, "a JSONL file of market news records")}
 
-TASKS = ("kks", "safety", "arith", "gsm8k", "mmlu", "market")
-
 def load_items(task, data=None, size=None, items=None, n=None) -> list:
     "The items of `task` from `data` (default: madlab's own), at 1-based positions `items` or the first `n`."
     got = _tasks()[task](data, size)
@@ -163,7 +161,6 @@ def _flag(name): return "--" + name.replace("_", "-")
 
 def _option_param(proto, name):
     "The click option of one protocol option."
-    from madlab.debate import _type_name
     tp, default, doc = proto.types.get(name), proto.options[name], proto.docs.get(name) or ""
     args = typing.get_args(tp) if typing.get_origin(tp) in (typing.Union, types.UnionType) else (tp,)
     core = [a for a in args if a is not type(None)]
@@ -180,7 +177,7 @@ def _option_param(proto, name):
 # %% ../nbs/40_cli.ipynb #a286d2ed
 def _common_params(proto):
     default_task = proto.tasks[0] if proto.tasks else "arith"
-    tasks = list(proto.tasks) if proto.tasks else [t for t in TASKS if t not in ("kks", "safety")] + ["kks", "safety"]
+    tasks = list(proto.tasks) if proto.tasks else list(_tasks())
     O = click.Option
     return [
         O(["--task"], type=click.Choice(tasks), default=default_task, show_default=True, help="The task whose items are debated"),
@@ -239,7 +236,7 @@ def _run_protocol(proto, kw):
     members = make_team(list(team) if team is not None else list(DEFAULT_TEAM))
     try: settings = proto.validate(opts)
     except OptionError as e: raise click.BadParameter(e.message, param_hint=f"'{e.flag}'") from None
-    out = Path(kw["out"]) / (kw["name"] or run_name(proto, items, [a for a in members if a.role != "supervisor"], {k: v for k, v in settings.items()}, kw["seed"]))
+    out = Path(kw["out"]) / (kw["name"] or run_name(proto, items, [a for a in members if a.role != "supervisor"], settings, kw["seed"]))
     progress = sys.stderr.isatty() if kw["progress"] is None else kw["progress"]
     try: old = signal.signal(signal.SIGTERM, _raise_interrupt)      # SIGTERM stops the run as Ctrl-C does
     except (ValueError, AttributeError): old = None                 # not the main thread (e.g. a notebook kernel): Ctrl-C only

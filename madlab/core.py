@@ -6,7 +6,7 @@ Docs: https://madlab.github.io/madlab/core.html.md"""
 
 # %% ../nbs/00_core.ipynb #65a0f81d
 from __future__ import annotations
-import ast, asyncio, dataclasses, hashlib, html, importlib, json, os, re, tempfile, threading, time, uuid
+import ast, asyncio, dataclasses, hashlib, html, importlib, io, json, math, os, re, tempfile, threading, time, uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,8 +14,8 @@ from typing import Any
 # %% auto #0
 __all__ = ['ROLES', 'OptionError', 'serializable', 'to_jsonable', 'from_jsonable', 'Message', 'ChatHistory', 'Usage',
            'Completion', 'Answer', 'answer_valid', 'answer_key', 'answer_summary', 'answer_view', 'Turn', 'Round',
-           'Item', 'write_atomic', 'Transcript', 'json_objects', 'extract_json', 'runtime_loop', 'run_sync',
-           'run_async', 'stable_hash', 'new_id']
+           'Item', 'write_atomic', 'write_parquet', 'Transcript', 'json_objects', 'extract_json', 'runtime_loop',
+           'run_sync', 'run_async', 'stable_hash', 'new_id']
 
 # %% ../nbs/00_core.ipynb #84f5c85e
 class OptionError(ValueError):
@@ -259,6 +259,17 @@ def write_atomic(path, data, encoding: str = "utf-8", errors: str = "replace") -
         except OSError: pass
         raise
     return path
+
+def write_parquet(df, path) -> Path:
+    "Write a pandas frame to `path` as Parquet, atomically; object columns holding mixed or non-scalar values become JSON text."
+    df = df.copy()
+    for c in df.columns:
+        if df[c].dtype != object: continue
+        vals = [v for v in df[c] if v is not None and not (isinstance(v, float) and math.isnan(v))]
+        if len({type(v) for v in vals}) > 1 or any(not isinstance(v, (str, bool, int, float)) for v in vals):
+            df[c] = [None if v is None or (isinstance(v, float) and math.isnan(v)) else (v if isinstance(v, str) else json.dumps(to_jsonable(v))) for v in df[c]]
+    buf = io.BytesIO(); df.to_parquet(buf, index=False)
+    return write_atomic(path, buf.getvalue())
 
 # %% ../nbs/00_core.ipynb #5ef22f8a
 @serializable

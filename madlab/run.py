@@ -6,7 +6,7 @@ Docs: https://madlab.github.io/madlab/run.html.md"""
 
 # %% ../nbs/08_run.ipynb #5a8ffaad
 from __future__ import annotations
-import asyncio, hashlib, html, io, json, logging, math, re, threading, time, traceback
+import asyncio, hashlib, html, json, math, re, time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -16,7 +16,7 @@ import madlab
 from .core import *
 from .backends import *
 from .agents import *
-from .scoring import score_result
+from .scoring import answer_format, score_result
 from .debate import *
 
 # %% auto #0
@@ -91,15 +91,8 @@ def write_item_outputs(t: Transcript, folder) -> list:
     return out
 
 def write_table(df: pd.DataFrame, folder) -> None:
-    "Write `results.parquet` and `results.csv` into `folder`, atomically (mixed-type columns become JSON text)."
-    df = df.copy()
-    for c in df.columns:
-        if df[c].dtype == object:
-            kinds = {type(v) for v in df[c] if v is not None and not (isinstance(v, float) and math.isnan(v))}
-            if len(kinds) > 1 or (kinds and not kinds <= {str, bool, int, float}):
-                df[c] = [None if v is None or (isinstance(v, float) and math.isnan(v)) else (v if isinstance(v, str) else json.dumps(to_jsonable(v))) for v in df[c]]
-    buf = io.BytesIO(); df.to_parquet(buf, index=False)
-    write_atomic(Path(folder) / "results.parquet", buf.getvalue())
+    "Write `results.parquet` and `results.csv` into `folder`, atomically (mixed-type columns become JSON text in the Parquet file)."
+    write_parquet(df, Path(folder) / "results.parquet")
     write_atomic(Path(folder) / "results.csv", df.to_csv(index=False))
 
 # %% ../nbs/08_run.ipynb #5a2d1a51
@@ -144,10 +137,12 @@ class RunFolder:
 
 # %% ../nbs/08_run.ipynb #646d3969
 @patch
-def transcripts(self: RunFolder) -> tuple[dict, list]:
-    "Every readable transcript in the folder by item id, and the problems (path: what is wrong, what to do) with the others."
-    found, problems = {}, []
+def transcripts(self: RunFolder, known: dict|None = None) -> tuple[dict, list]:
+    "Every readable transcript in the folder by item id (those in `known` taken from there, not read again), and the problems (path: what is wrong, what to do) with the others."
+    found, problems = dict(known or {}), []
+    skip = {safe_name(i) for i in found}
     for f in sorted((self.path / "debates").glob("*/transcript.json")):
+        if f.parent.name in skip: continue
         try: t = Transcript.from_json(f)
         except (ValueError, TypeError) as e:
             problems.append(f"{e}; delete that folder (or resume the run) to run the item again"); continue
@@ -238,7 +233,6 @@ def _order(ids, known):
 
 def _screened(proto, item, agents, settings, seed, sr) -> Transcript:
     "The transcript of an item an input screen blocked: no call made; the decision is the task's refusal (if it has one)."
-    from madlab.scoring import answer_format
     r = Round("input screen", "screen", 0, [], {"blocked": True, "category": sr.category, "reason": sr.reason})
     refusal = answer_format(item).refusal
     now = time.time()
@@ -352,28 +346,23 @@ async def arun_experiment(protocol, items, team=None, out=None, *, seed: int = 0
             waiter.cancel()
             await asyncio.gather(*tasks, waiter, return_exceptions=True)
             bar.close()
-        return _finish_run(proto, ids, transcripts, rows, folder, agents, status, problems, t0)
+        return _finish_run(proto, config.get("items", ids), transcripts, rows, folder, agents, status, problems, t0)
     except asyncio.CancelledError:
         status["interrupted"] = True
-        return _finish_run(proto, ids, transcripts, rows, folder, agents, status, problems, t0)
+        return _finish_run(proto, config.get("items", ids), transcripts, rows, folder, agents, status, problems, t0)
     finally:
         if lock is not None: lock.release()
 
 # %% ../nbs/08_run.ipynb #49f94d58
 def _finish_run(proto, ids, transcripts, rows, folder, agents, status, problems, t0, resumed: dict|None = None) -> RunResult:
-    "The results table of everything finished (in the folder, when there is one), written with the protocol's report."
-    if folder is not None:
-        found, bad = folder.transcripts()
-        problems = problems + [b for b in bad if "transcript.json.unreadable" not in b]
-        every = {i: {**debate_row(t), "resumed": resumed.get(i, False) if resumed is not None else i not in rows} for i, t in found.items()}
-        every.update({i: {**r, "resumed": False} for i, r in rows.items() if i not in found})
-        order = _order((folder.read_config() or {}).get("items") or ids, list(every))
-        table = [every[i] for i in order]
-        ts = {i: found[i] for i in order if i in found}
-    else:
-        table = [rows[i] if i in rows else {**debate_row(transcripts[i]), "resumed": True} for i in ids if i in rows or i in transcripts]
-        ts = {i: transcripts[i] for i in ids if i in transcripts}
-    df = pd.DataFrame(table)
+    "The results table of everything finished (in the folder, when there is one; `ids` gives the order), written with the protocol's report. Rows of this run are reused, transcripts in memory are not read again."
+    found, bad = folder.transcripts(known=transcripts) if folder is not None else (dict(transcripts), [])
+    problems = problems + bad
+    every = {i: {**(rows[i] if i in rows else debate_row(t)), "resumed": resumed.get(i, False) if resumed is not None else i not in rows} for i, t in found.items()}
+    every.update({i: {**r, "resumed": False} for i, r in rows.items() if i not in found})
+    order = _order(ids, list(every))
+    df = pd.DataFrame([every[i] for i in order])
+    ts = {i: found[i] for i in order if i in found}
     for c in ("calls", "cached_calls", "prompt_tokens", "completion_tokens", "invalid", "errors"):
         if c in df: df[c] = df[c].fillna(0).astype(int)
     res = RunResult(df, ts, status["reason"], _cache_stats(agents), str(folder.path) if folder else None, status["failed"], status["interrupted"], problems,

@@ -29,7 +29,7 @@ def _asking(d, fmt, prev=None):
     return lambda a: Ask(item=d.item, options=fmt.options, previous=(prev or {}).get(a.name),
                          peers={b: v for b, v in (prev or {}).items() if b != a.name})
 
-@protocol("single", limits={})
+@protocol("single")
 async def single(d):
     "The first agent answers alone."
     fmt = answer_format(d.item)

@@ -6,7 +6,7 @@ Docs: https://madlab.github.io/madlab/controlmad_report.html.md"""
 
 # %% ../../nbs/12_controlmad_report.ipynb #52ff449e
 from __future__ import annotations
-import io, json
+import json
 from pathlib import Path
 import pandas as pd
 from ..core import *
@@ -268,20 +268,13 @@ def game_log_text(t: Transcript, path=None) -> str:
 
 
 # %% ../../nbs/12_controlmad_report.ipynb #fb5aa501
-def _write_frame(df, path):
-    df = df.copy()
-    for c in df.columns:
-        if df[c].dtype == object and any(not isinstance(v, (str, bool, int, float, type(None))) for v in df[c]):
-            df[c] = [v if isinstance(v, (str, type(None))) else json.dumps(to_jsonable(v)) for v in df[c]]
-    buf = io.BytesIO(); df.to_parquet(buf, index=False); write_atomic(path, buf.getvalue())
-
 @protocol_hook("controlmad", "report")
 def controlmad_report(res, folder=None, figures: bool = True) -> str:
     "Write a ControlMAD run's frames and figures into `folder` (when given); the summary text."
     frames = controlmad_frames(res)
     res.frames = frames
     if folder is not None:
-        for k in ("positions", "flips", "consensus", "decisions", "usage"): _write_frame(frames[k], Path(folder) / f"{k}.parquet")
+        for k in ("positions", "flips", "consensus", "decisions", "usage"): write_parquet(frames[k], Path(folder) / f"{k}.parquet")
         if figures and len(frames["positions"]): res.figures = controlmad_figures(frames, Path(folder) / "figures")
     return controlmad_summary(res)
 
