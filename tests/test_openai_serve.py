@@ -8,7 +8,7 @@ from madlab.core import run_sync
 from madlab.backends import OpenAIBackend, get_backend
 from madlab.debate import Debate
 from madlab.run import run_many
-from madlab.scoring import toy_arith_items
+from madlab.scoring import toy_arith_items, score_result
 from madlab.tasks import extract_number as final_number
 import madlab.protocols.baselines  # noqa: F401  (registers "du")
 
@@ -44,7 +44,7 @@ def test_debate_end_to_end_through_the_real_client(served, monkeypatch):
         assert tu.answer == final_number(tu.reply) and tu.valid == (tu.answer is not None)
         assert tu.usage.calls == 1 and tu.usage.prompt_tokens > 0 and 0 < tu.usage.completion_tokens <= 8
     assert any(not tu.valid for tu in turns), [tu.reply for tu in turns]
-    assert t.result["correct"] is False and t.result["invalid"] == sum(not tu.valid for tu in t.rounds[-1].turns)
+    assert score_result(item, t.result)["correct"] is False and t.result["invalid"] == sum(not tu.valid for tu in t.rounds[-1].turns)
     assert t.usage.total_tokens > 0 and t.usage.calls == 6
     assert not t.synthetic and all(a["spec"] == f"openai:{model}" for a in t.team)
     # the later round's prompts carry the other agents' replies
