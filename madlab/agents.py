@@ -13,8 +13,8 @@ from .core import *
 from .backends import *
 
 # %% auto #0
-__all__ = ['DEFAULT_TEAM', 'BudgetExceeded', 'Budget', 'Agent', 'agent_name', 'split_specs', 'make_team', 'default_team',
-           'load_team', 'with_cache']
+__all__ = ['TEAM_ENDPOINT_FIELDS', 'DEFAULT_TEAM', 'BudgetExceeded', 'Budget', 'Agent', 'agent_name', 'split_specs', 'make_team',
+           'default_team', 'load_team', 'with_cache']
 
 # %% ../nbs/02_agents.ipynb #8c8826c0
 class BudgetExceeded(Exception):
@@ -97,11 +97,12 @@ class Agent:
             raise
         except Exception as e:
             if budget is not None: budget.pending -= 1
-            turn.error = str(e) if isinstance(e, BackendError) else f"{type(e).__name__}: {e}"
+            turn.error = scrub_secrets(str(e) if isinstance(e, BackendError) else f"{type(e).__name__}: {e}")   # no key reaches a record
             turn.latency = time.perf_counter() - t0
             self._emit("call_end", turn=turn)
             return turn
         if budget is not None: budget.pending -= 1; budget.charge(c.usage, c.cached)
+        c = replace(c, text=scrub_secrets(c.text))       # a server may echo a key back: it is never recorded
         turn.reply, turn.usage, turn.latency, turn.cached = c.text, c.usage, c.latency, c.cached
         self.history.add("assistant", c.text, sender=self.name, receivers=receivers, phase=phase, round=round, focus=focus)
         if parse is not None:
@@ -122,12 +123,15 @@ def agent_name(spec: str) -> str:
     if kind == "hf": rest = os.path.basename(rest.rstrip("/")) or rest
     if kind == "synthetic":
         rest = rest.split(",")[0] if rest and "=" not in rest.split(",")[0] else ""
+    elif kind in PRESETS: rest = rest.split(",")[0]              # endpoint options are not part of the name
     rest = re.sub(r"[^A-Za-z0-9._-]+", "-", rest).strip("-")
     return f"{prov}-{rest}" if rest else prov
 
 def split_specs(s: str) -> list[str]:
     "Backend specs from one string: `;` separates them, and so does a comma before `KIND:`, so `key=value` options stay with their spec."
     return [x.strip() for x in re.split(r";|,(?=\s*[A-Za-z][\w-]*:)", s) if x.strip()]
+
+TEAM_ENDPOINT_FIELDS = ("max_concurrency", "timeout", "max_retries")   # per member, or for every member at the top of a team file
 
 def make_team(members, budget: Budget|None = None) -> list[Agent]:
     "Agents from specs (`str`, or one comma-separated string), dicts (`name`, `spec`, `system`, `params`, `role`) or `Agent`s, with unique names."
@@ -137,11 +141,15 @@ def make_team(members, budget: Budget|None = None) -> list[Agent]:
         if isinstance(m, Agent): a = m.fresh()
         elif isinstance(m, str): a = Agent(agent_name(m), m)
         elif isinstance(m, dict):
-            allowed = {"name", "spec", "system", "params", "role", "meta"}
+            allowed = {"name", "spec", "system", "params", "role", "meta", *TEAM_ENDPOINT_FIELDS}
             bad = set(m) - allowed
             if bad: raise ValueError(f"unknown team field(s) {', '.join(sorted(bad))}; allowed: {', '.join(sorted(allowed))}")
             if "spec" not in m: raise ValueError(f"team member {m} needs a 'spec'")
             a = Agent(m.get("name") or agent_name(m["spec"]), m["spec"], m.get("system"), dict(m.get("params") or {}), m.get("role"), dict(m.get("meta") or {}))
+            ep = {k: m[k] for k in TEAM_ENDPOINT_FIELDS if k in m}
+            if ep and hasattr(a.backend, "configure"):               # OpenAI-compatible endpoints; other backends have none
+                try: a.backend.configure(**ep)
+                except ValueError as e: raise ValueError(f"team member {a.name}: {e}") from None
         else: raise TypeError(f"team members are spec strings, dicts or Agents; got {type(m).__name__}")
         base = a.name
         if base in seen:
@@ -159,11 +167,14 @@ def default_team(budget=None) -> list[Agent]:
     return make_team(list(DEFAULT_TEAM), budget)
 
 def load_team(path) -> list[Agent]:
-    "A team from a YAML or JSON file: a list of members (see `make_team`), or `{agents: [...]}`."
+    "A team from a YAML or JSON file: a list of members (see `make_team`), or `{agents: [...]}` with optional `max_concurrency`, `timeout`, `max_retries` for every member."
     import yaml
     from pathlib import Path
     data = yaml.safe_load(Path(path).read_text())
-    if isinstance(data, dict): data = data.get("agents")
+    if isinstance(data, dict):
+        common = {k: data[k] for k in TEAM_ENDPOINT_FIELDS if k in data}
+        data = data.get("agents")
+        if common and isinstance(data, list): data = [{**common, **({"spec": m} if isinstance(m, str) else m)} if isinstance(m, (str, dict)) else m for m in data]
     if not isinstance(data, list): raise ValueError(f"{path}: a team file holds a list of agents (or agents: [...])")
     return make_team(data)
 

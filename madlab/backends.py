@@ -9,13 +9,15 @@ from __future__ import annotations
 import asyncio, collections, json, math, os, random, time, weakref
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
+from fastcore.basics import patch
 from .core import *
 
 # %% auto #0
-__all__ = ['PERSONAS', 'RESPONDERS', 'MALFORMED_REPLIES', 'PRESETS', 'BACKEND_KINDS', 'BackendError', 'ReplayMiss', 'Ask',
-           'Backend', 'Persona', 'synthetic_responder', 'synthetic_rng', 'believes_gold', 'conform',
-           'synthetic_confidence', 'SyntheticBackend', 'synthetic_backend', 'OpenAIBackend', 'HFBackend',
-           'default_cache_dir', 'CachedBackend', 'ReplayBackend', 'get_backend']
+__all__ = ['PERSONAS', 'RESPONDERS', 'MALFORMED_REPLIES', 'ADAPTIVE_START', 'PRESETS', 'END_OF_TURN_TOKENS', 'BACKEND_KINDS',
+           'ENDPOINT_OPTIONS', 'BackendError', 'ReplayMiss', 'Ask', 'Backend', 'Persona', 'synthetic_responder',
+           'synthetic_rng', 'believes_gold', 'conform', 'synthetic_confidence', 'SyntheticBackend', 'synthetic_backend',
+           'EndpointLimit', 'EndpointDown', 'CircuitBreaker', 'OpenAIBackend', 'HFBackend', 'default_cache_dir',
+           'CachedBackend', 'ReplayBackend', 'get_backend']
 
 # %% ../nbs/01_backends.ipynb #03b54978
 class BackendError(Exception):
@@ -195,6 +197,145 @@ def synthetic_backend(rest: str = "") -> SyntheticBackend:
         elif k != "latency" and not 0 <= v <= 1: raise ValueError(f"synthetic option {k} must be between 0 and 1; got {v!r}")
     return SyntheticBackend(replace(base, **kw), spec=f"synthetic:{rest}")
 
+# %% ../nbs/01_backends.ipynb #621b8fde
+ADAPTIVE_START = 512     # calls in flight an adaptive endpoint limit starts at (and grows back to at most)
+
+def _env_max_concurrency() -> int|None:
+    "`$MADLAB_MAX_CONCURRENCY` as a pinned per-endpoint limit, or None (adaptive)."
+    v = os.environ.get("MADLAB_MAX_CONCURRENCY", "").strip()
+    if not v or v.lower() in ("auto", "adaptive"): return None
+    try: n = int(v)
+    except ValueError: n = 0
+    if n < 1: raise ValueError(f"MADLAB_MAX_CONCURRENCY must be a positive integer or 'auto'; got {v!r}")
+    return n
+
+class EndpointLimit:
+    "Calls in flight to one endpoint: pinned at `limit`, or adaptive (`limit=None`): starts at `start`, halves on overload, grows back by one per window of successes."
+    def __init__(self, limit: int|None = None, start: int = ADAPTIVE_START, floor: int = 1):
+        self.pinned = limit is not None
+        self.limit = float(limit if self.pinned else start)
+        self.ceiling, self.floor = self.limit, floor
+        self.in_flight = self.max_in_flight = self.cuts = 0
+        self._waiters = collections.deque()
+        self._epoch = 0                   # bumped by each cut: only a call started after the last cut can cut again
+        self._paused_until = 0.0          # loop time before which no call starts (Retry-After)
+        self._conn_errors = collections.deque()
+        self._timer = None
+
+    @property
+    def cap(self) -> int: return max(self.floor, int(self.limit))
+    def __repr__(self):
+        return f"EndpointLimit({'pinned' if self.pinned else 'adaptive'}, limit={self.cap}, in_flight={self.in_flight}, cuts={self.cuts})"
+
+    def pin(self, n: int):
+        "Pin the limit (the smallest pin wins when several backends pin one endpoint)."
+        self.limit = float(n if not self.pinned else min(n, self.limit)); self.ceiling, self.pinned = self.limit, True
+        self._wake()
+
+# %% ../nbs/01_backends.ipynb #cf900659
+@patch
+async def acquire(self: EndpointLimit) -> int:
+    "Wait for a slot (first come, first served); returns the epoch the call starts in, for `overloaded`."
+    loop = asyncio.get_running_loop()
+    if self._waiters or self.in_flight >= self.cap or loop.time() < self._paused_until:
+        fut = loop.create_future()
+        self._waiters.append(fut)
+        self._wake()
+        try: await fut                                   # `_wake` takes the slot for us before it sets the result
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled(): self.release()
+            else:
+                try: self._waiters.remove(fut)
+                except ValueError: pass
+            raise
+    else: self.in_flight += 1
+    self.max_in_flight = max(self.max_in_flight, self.in_flight)
+    return self._epoch
+
+@patch
+def release(self: EndpointLimit):
+    "Give a slot back (after each attempt: a call waiting out its back-off holds no slot)."
+    self.in_flight -= 1
+    self._wake()
+
+@patch
+def _wake(self: EndpointLimit):
+    try: loop = asyncio.get_running_loop()
+    except RuntimeError: return                          # pinned from outside a loop: no one can be waiting here
+    wait = self._paused_until - loop.time()
+    if wait > 0:
+        if self._waiters and self._timer is None:
+            def fire(): self._timer = None; self._wake()
+            self._timer = loop.call_later(wait, fire)
+        return
+    while self._waiters and self.in_flight < self.cap:
+        fut = self._waiters.popleft()
+        if fut.done(): continue
+        self.in_flight += 1
+        fut.set_result(None)
+
+# %% ../nbs/01_backends.ipynb #ec684c36
+@patch
+def succeeded(self: EndpointLimit):
+    "A call got an answer: an adaptive limit grows by one per `limit` successes, up to its ceiling."
+    self._conn_errors.clear()
+    if not self.pinned and self.limit < self.ceiling:
+        self.limit = min(self.ceiling, self.limit + 1 / self.limit)
+        self._wake()
+
+@patch
+def overloaded(self: EndpointLimit, epoch: int, retry_after: float|None = None):
+    "The server refused a call (429): pause new calls for `retry_after` s; an adaptive limit halves what is in flight, once per epoch."
+    if retry_after:
+        self._paused_until = max(self._paused_until, asyncio.get_running_loop().time() + retry_after)
+    if not self.pinned and epoch == self._epoch:
+        self.limit = max(float(self.floor), min(self.limit, self.in_flight) / 2)
+        self._epoch += 1; self.cuts += 1
+
+@patch
+def connection_failed(self: EndpointLimit, epoch: int, burst: int = 3, window: float = 1.0):
+    "A connection error or timeout: `burst` of them within `window` seconds count as overload."
+    now = time.monotonic()
+    q = self._conn_errors
+    q.append(now)
+    while q and now - q[0] > window: q.popleft()
+    if len(q) >= burst: q.clear(); self.overloaded(epoch)
+
+# %% ../nbs/01_backends.ipynb #d0b624f7
+class EndpointDown(BackendError):
+    "The endpoint's circuit breaker is open: calls to it fail fast."
+
+class CircuitBreaker:
+    "Opens after `after` consecutive connection failures or timeouts to one endpoint; lets one probe through every `cooldown` seconds."
+    def __init__(self, endpoint: str, after: int = 5, cooldown: float = 30.0):
+        self.endpoint, self.after, self.cooldown = endpoint, after, cooldown
+        self.failures, self.opened_at, self.reason, self._probing = 0, None, None, False
+
+    @property
+    def open(self) -> bool: return self.opened_at is not None
+    def __repr__(self): return f"CircuitBreaker({self.endpoint!r}, {'open' if self.open else 'closed'}, failures={self.failures})"
+
+    def check(self):
+        "Raise `EndpointDown` while open (except for one probe per cooldown)."
+        if self.opened_at is None: return
+        if not self._probing and time.monotonic() - self.opened_at >= self.cooldown:
+            self._probing = True; return
+        raise EndpointDown(self.reason)
+
+    def failed(self, what: str):
+        "A call failed to connect or timed out."
+        self.failures += 1
+        if self._probing: self.opened_at, self._probing = time.monotonic(), False
+        elif self.opened_at is None and self.failures >= self.after:
+            self.opened_at = time.monotonic()
+            self.reason = (f"endpoint {self.endpoint} is not answering: {self.failures} attempts in a row failed ({what}); "
+                           f"its remaining calls fail fast. Check that the server is up and reachable (or raise --timeout), "
+                           f"then run again: finished items are kept")
+
+    def answered(self):
+        "The endpoint answered (any HTTP status): close the breaker."
+        self.failures, self.opened_at, self._probing = 0, None, False
+
 # %% ../nbs/01_backends.ipynb #5390250c
 PRESETS = {
     "openai": dict(base_url=None, key_env="OPENAI_API_KEY"),
@@ -231,34 +372,79 @@ def _retry_after(exc) -> float|None:
         return max(0.0, email.utils.parsedate_to_datetime(v).timestamp() - time.time())
     except (TypeError, ValueError, IndexError, OverflowError): return None
 
+class _Endpoint:
+    "What the calls to one endpoint share on one event loop: the in-flight limit and the circuit breaker."
+    def __init__(self, url: str, limit: int|None, breaker_after: int, cooldown: float):
+        self.url, self.limit, self.breaker = url, EndpointLimit(limit), CircuitBreaker(url, breaker_after, cooldown)
+    def __repr__(self): return f"_Endpoint({self.url!r}, {self.limit!r}, {self.breaker!r})"
+
+def _number(name, v, kind, lo, strict=False, auto=False):
+    "`v` as an int or float >= `lo` (> `lo` when `strict`; None for 'auto' when `auto`); a ValueError names the option."
+    if auto and (v is None or (isinstance(v, str) and v.strip().lower() in ("auto", "adaptive"))): return None
+    try:
+        if isinstance(v, bool): raise ValueError
+        x = kind(v)
+        if kind is int and float(v) != x: raise ValueError
+        if not math.isfinite(x) or x < lo or (strict and x == lo): raise ValueError
+    except (TypeError, ValueError):
+        what = f"{'an integer' if kind is int else 'a number'} {'>' if strict else '>='} {lo}"
+        raise ValueError(f"{name} must be {what}{' or auto' if auto else ''}; got {v!r}") from None
+    return x
+
 class OpenAIBackend(Backend):
-    "Any OpenAI-compatible chat completions endpoint through the official async client."
-    _semaphores = weakref.WeakKeyDictionary()   # event loop -> {base_url: Semaphore}
+    "Any OpenAI-compatible chat completions endpoint: the body is serialised once and sent with aiohttp; errors are the `openai` client's."
+    _endpoints = weakref.WeakKeyDictionary()    # event loop -> {base_url: _Endpoint}, while a backend holds it
+    _sessions = weakref.WeakKeyDictionary()     # event loop -> aiohttp.ClientSession
     _clients = weakref.WeakKeyDictionary()      # event loop -> {(base_url, key digest, timeout): AsyncOpenAI}
     def __init__(self, model: str, base_url: str|None = None, api_key: str|None = None, preset: str = "openai",
-                 max_concurrency: int = 8, max_retries: int = 4, timeout: float = 60.0, max_wait: float = 30.0, **defaults):
+                 max_concurrency: int|None = None, max_retries: int = 4, timeout: float = 60.0, max_wait: float = 30.0,
+                 breaker_after: int = 5, breaker_cooldown: float = 30.0, **defaults):
         if preset not in PRESETS: raise ValueError(f"unknown preset {preset!r}; choose from {', '.join(PRESETS)}")
         p = PRESETS[preset]
         self.model, self.preset, self.defaults = model, preset, defaults
         self.base_url = base_url or (os.environ.get("OPENAI_BASE_URL") if preset == "openai" else None) or p["base_url"]
         self._api_key = api_key or (os.environ.get(p["key_env"]) if p["key_env"] else None) or os.environ.get("OPENAI_API_KEY") or "not-needed"
-        self.max_concurrency, self.max_retries, self.timeout, self.max_wait = max_concurrency, max_retries, timeout, max_wait
-        self.spec = f"{preset}:{model}"
-        self._client, self.calls, self.attempts = None, 0, 0
+        if self._api_key != "not-needed": register_secret(self._api_key)     # scrubbed from every text madlab records
+        self._missing = (f"{preset}:{model}: no API key and no server: set {p['key_env']} (or pass api_key=...), or point base_url (or OPENAI_BASE_URL) "
+                         "at an OpenAI-compatible server (vLLM, Ollama, `transformers serve`)") if self._api_key == "not-needed" and p["key_env"] and self.base_url == p["base_url"] else None
+        self.spec, self.breaker_cooldown = f"{preset}:{model}", breaker_cooldown
+        self._client, self._wire, self._ep, self.calls, self.attempts = None, None, None, 0, 0
+        self.max_concurrency = None
+        self.configure(max_concurrency=max_concurrency if max_concurrency is not None else _env_max_concurrency(),
+                       max_retries=max_retries, timeout=timeout, max_wait=max_wait, breaker_after=breaker_after)
+
+    def configure(self, **opts):
+        "Set `max_concurrency` (an int pins the endpoint's limit; 'auto' adapts), `max_retries`, `timeout`, `max_wait`, `breaker_after`."
+        kinds = {"max_concurrency": (int, 1, False, True), "max_retries": (int, 0, False, False), "timeout": (float, 0, True, False),
+                 "max_wait": (float, 0, False, False), "breaker_after": (int, 1, False, False)}
+        for k, v in opts.items():
+            if k not in kinds: raise ValueError(f"unknown endpoint option {k!r}; allowed: {', '.join(kinds)}")
+            if v is None and k != "max_concurrency": continue
+            setattr(self, k, _number(k, v, *kinds[k]))
+        if self.max_concurrency is not None and self._ep is not None: self._ep.limit.pin(self.max_concurrency)
+        self._wire = None
+        return self
 
     def __repr__(self): return f"OpenAIBackend({self.spec!r}, base_url={self.base_url!r})"  # never the key
     @property
     def identity(self) -> str: return f"{self.spec}@{self.base_url or 'https://api.openai.com/v1'}"
+    @property
+    def capacity(self) -> int: return self.max_concurrency or ADAPTIVE_START
 
-    def _sem(self):
-        per_loop = self._semaphores.setdefault(asyncio.get_running_loop(), {})
-        if self.base_url not in per_loop: per_loop[self.base_url] = asyncio.Semaphore(self.max_concurrency)
-        return per_loop[self.base_url]
+    def _endpoint(self) -> _Endpoint:
+        "This endpoint's shared limit and breaker on the running loop."
+        loop = asyncio.get_running_loop()
+        if self._ep is not None and self._ep_loop is loop: return self._ep
+        per_loop = self._endpoints.setdefault(loop, weakref.WeakValueDictionary())
+        ep = per_loop.get(self.base_url)
+        if ep is None: ep = per_loop[self.base_url] = _Endpoint(self.base_url or "https://api.openai.com/v1", self.max_concurrency, self.breaker_after, self.breaker_cooldown)
+        elif self.max_concurrency is not None: ep.limit.pin(self.max_concurrency)
+        self._ep, self._ep_loop = ep, loop
+        return ep
 
     def _get_client(self):
         # One client per endpoint and event loop, shared by every backend that talks to it and kept until the loop goes:
-        # building one costs ~30 ms (TLS context), and a dropped client whose pooled connections are garbage-collected
-        # inside a running loop can leave other requests on that loop hanging until their timeout.
+        # it gives the request headers and turns error answers into the `openai` exceptions.
         per_loop = self._clients.setdefault(asyncio.get_running_loop(), {})
         k = (self.base_url, stable_hash(self._api_key)[:16], self.timeout)
         if k not in per_loop:
@@ -267,58 +453,138 @@ class OpenAIBackend(Backend):
         self._client = per_loop[k]
         return self._client
 
-    async def _once(self, messages, params):
-        self.attempts += 1
-        import openai
-        try: r = await self._get_client().chat.completions.create(model=self.model, messages=messages, **params)
-        except (openai.APIResponseValidationError, json.JSONDecodeError) as e: raise _Malformed(f"malformed response body: {type(e).__name__}") from e
-        if isinstance(r, str) or not getattr(r, "choices", None) or r.choices[0].message is None: raise _Malformed("response has no choices")
-        return r
-
     async def complete(self, messages, ctx=None, **params) -> Completion:
         import openai, tenacity
+        if self._missing: raise BackendError(self._missing)      # say what is missing before the first call, not after retries
         params = {**self.defaults, **params}
         if params.pop("json", False): params.setdefault("response_format", {"type": "json_object"})
-        if params.pop("greedy", False): params["temperature"] = 0
+        greedy, do_sample = params.pop("greedy", False), params.pop("do_sample", None)
+        if greedy or do_sample is False: params["temperature"] = 0
         extra = {k: params.pop(k) for k in list(params) if k not in _OPENAI_PARAMS}
         if "max_new_tokens" in extra: params.setdefault("max_tokens", extra.pop("max_new_tokens"))
+        if "eos_token_id" in extra:       # hf-style stop ids: vLLM's `stop_token_ids`
+            ids = extra.pop("eos_token_id")
+            extra.setdefault("stop_token_ids", [ids] if isinstance(ids, int) else list(ids))
         if extra: params["extra_body"] = extra
         retryable = (openai.RateLimitError, openai.InternalServerError, openai.APITimeoutError, openai.APIConnectionError, _Malformed)
         def wait(rs):
             ra = _retry_after(rs.outcome.exception())
             return min(ra, self.max_wait) if ra is not None else _backoff(rs.attempt_number, self.max_wait)
-        t0 = time.perf_counter()
-        async with self._sem():
-            try:
-                async for attempt in tenacity.AsyncRetrying(retry=tenacity.retry_if_exception_type(retryable), wait=wait,
-                                                            stop=tenacity.stop_after_attempt(self.max_retries + 1), reraise=True):
-                    with attempt: r = await self._once(messages, params)
-            except openai.AuthenticationError: raise BackendError(f"{self.spec}: authentication failed at {self.base_url or 'api.openai.com'} (check the API key in the environment)") from None
-            except openai.PermissionDeniedError as e: raise BackendError(f"{self.spec}: permission denied ({e.status_code})") from None
-            except openai.NotFoundError as e: raise BackendError(f"{self.spec}: not found at {self.base_url} (is the model name right?)") from None
-            except openai.BadRequestError as e: raise BackendError(f"{self.spec}: bad request: {_err_text(e)}") from None
-            except retryable as e: raise BackendError(f"{self.spec}: gave up after {self.max_retries + 1} attempts: {type(e).__name__}: {_err_text(e)}") from None
-            except openai.APIStatusError as e: raise BackendError(f"{self.spec}: HTTP {e.status_code}: {_err_text(e)}") from None
+        extra_body = params.pop("extra_body", None) or {}
+        body = json.dumps({"model": self.model, "messages": messages, **params, **extra_body}).encode()   # once, for every attempt
+        ep, t0 = self._endpoint(), time.perf_counter()
+        try:
+            async for attempt in tenacity.AsyncRetrying(retry=tenacity.retry_if_exception_type(retryable), wait=wait,
+                                                        stop=tenacity.stop_after_attempt(self.max_retries + 1), reraise=True):
+                with attempt: r = await self._attempt(ep, body)
+        except EndpointDown as e: raise EndpointDown(f"{self.spec}: {e}") from None
+        except openai.AuthenticationError: raise BackendError(f"{self.spec}: authentication failed at {self.base_url or 'api.openai.com'} (check the API key in the environment)") from None
+        except openai.PermissionDeniedError as e: raise BackendError(f"{self.spec}: permission denied ({e.status_code})") from None
+        except openai.NotFoundError as e: raise BackendError(f"{self.spec}: not found at {self.base_url} (is the model name right?)") from None
+        except openai.BadRequestError as e: raise BackendError(f"{self.spec}: bad request: {_err_text(e)}") from None
+        except retryable as e: raise BackendError(f"{self.spec}: gave up after {self.max_retries + 1} attempts: {type(e).__name__}: {_err_text(e)}") from None
+        except openai.APIStatusError as e: raise BackendError(f"{self.spec}: HTTP {e.status_code}: {_err_text(e)}") from None
         self.calls += 1
-        ch = r.choices[0]
-        text = ch.message.content or ""
-        u = getattr(r, "usage", None)
-        usage = Usage(getattr(u, "prompt_tokens", 0) or 0, getattr(u, "completion_tokens", 0) or 0, 1) if u else Usage(_prompt_tokens(messages), _estimate_tokens(text), 1)
+        ch = r["choices"][0]
+        text = ch["message"].get("content")
+        text = text if isinstance(text, str) else ""
+        u = r.get("usage")
+        usage = Usage(u.get("prompt_tokens") or 0, u.get("completion_tokens") or 0, 1) if isinstance(u, dict) else Usage(_prompt_tokens(messages), _estimate_tokens(text), 1)
         return Completion(text, usage, time.perf_counter() - t0, model=self.spec,
-                          meta={"finish_reason": getattr(ch, "finish_reason", None), **({} if u else {"usage_estimated": True})})
+                          meta={"finish_reason": ch.get("finish_reason"), **({} if isinstance(u, dict) else {"usage_estimated": True})})
 
     async def aclose(self):
         "Forget this backend's client (the endpoint's shared client stays open for the others; see `close_clients`)."
-        self._client = None
+        self._client = self._wire = None
 
     @classmethod
     async def close_clients(cls):
-        "Close every shared client of the running event loop."
-        for c in cls._clients.pop(asyncio.get_running_loop(), {}).values(): await c.close()
+        "Close every shared client and the HTTP session of the running event loop."
+        loop = asyncio.get_running_loop()
+        for c in cls._clients.pop(loop, {}).values(): await c.close()
+        s = cls._sessions.pop(loop, None)
+        if s is not None: await s.close()
 
 def _err_text(e) -> str:
-    s = str(getattr(e, "message", None) or e)
+    s = scrub_secrets(str(getattr(e, "message", None) or e))      # a server may echo the key in its error body
     return s[:300]
+
+# %% ../nbs/01_backends.ipynb #68229f16
+def _httpx():
+    "The HTTP types of the `openai` client (httpx2 or httpx), for its exceptions."
+    try: import httpx2 as h
+    except ImportError: import httpx as h
+    return h
+
+def _session():
+    "The running loop's aiohttp session: one connection pool per host and no cap of its own (the endpoint limits bound it)."
+    loop = asyncio.get_running_loop()
+    s = OpenAIBackend._sessions.get(loop)
+    if s is None or s.closed:
+        import aiohttp
+        s = OpenAIBackend._sessions[loop] = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+    return s
+
+@patch
+def _wire_for(self: OpenAIBackend):
+    "(loop, url, headers, timeout, client) of this backend on the running loop, worked out once."
+    loop = asyncio.get_running_loop()
+    if self._wire is None or self._wire[0] is not loop:
+        import aiohttp
+        c = self._get_client()
+        headers = {k: v for k, v in {**c.default_headers, **c.auth_headers}.items() if isinstance(v, str)}
+        self._wire = (loop, str(c.base_url).rstrip("/") + "/chat/completions", headers, aiohttp.ClientTimeout(total=self.timeout), c)
+    return self._wire
+
+@patch
+async def _post(self: OpenAIBackend, body: bytes) -> dict:
+    "One HTTP attempt: the decoded answer, or the exception the `openai` client raises for the same failure."
+    import aiohttp, openai
+    _, url, headers, timeout, client = self._wire_for()
+    try:
+        async with _session().post(url, data=body, headers=headers, timeout=timeout) as resp:
+            status, raw = resp.status, await resp.read()
+            rh = list(resp.headers.items()) if status >= 400 else None
+    except asyncio.TimeoutError: raise openai.APITimeoutError(request=_httpx().Request("POST", url)) from None
+    except aiohttp.ClientError as e:
+        raise openai.APIConnectionError(message=f"Connection error: {type(e).__name__}: {e}"[:300], request=_httpx().Request("POST", url)) from None
+    if rh is not None:
+        raise client._make_status_error_from_response(_httpx().Response(status, headers=rh, content=raw, request=_httpx().Request("POST", url)))
+    try: r = json.loads(raw)
+    except ValueError: raise _Malformed(f"malformed response body: not JSON ({len(raw)} bytes)") from None
+    ch = r.get("choices") if isinstance(r, dict) else None
+    if not ch or not isinstance(ch, list) or not isinstance(ch[0], dict) or not isinstance(ch[0].get("message"), dict): raise _Malformed("response has no choices")
+    return r
+
+# %% ../nbs/01_backends.ipynb #288db7f4
+@patch
+async def _attempt(self: OpenAIBackend, ep: _Endpoint, body: bytes) -> dict:
+    "One attempt under the endpoint's breaker and limit; it tells both how the attempt went."
+    import openai
+    ep.breaker.check()
+    epoch = await ep.limit.acquire()
+    try:
+        ep.breaker.check()                         # it may have opened while this call waited for its slot
+        self.attempts += 1
+        r = await self._post(body)
+    except openai.APIConnectionError as e:         # refused, dropped, timed out: no answer
+        ep.breaker.failed(f"APITimeoutError: no answer within {self.timeout:g} s" if isinstance(e, openai.APITimeoutError) else _err_text(e))
+        ep.limit.connection_failed(epoch); raise
+    except openai.RateLimitError as e:
+        ep.breaker.answered(); ep.limit.overloaded(epoch, min(_retry_after(e) or 0.0, self.max_wait)); raise
+    except (openai.APIStatusError, _Malformed): ep.breaker.answered(); raise
+    else: ep.breaker.answered(); ep.limit.succeeded(); return r
+    finally: ep.limit.release()
+
+def _close_sessions_at_exit():
+    "Close the HTTP sessions of loops that still run (madlab's runtime loop) when the interpreter exits."
+    for loop, s in list(OpenAIBackend._sessions.items()):
+        try:
+            if loop.is_running() and not s.closed: asyncio.run_coroutine_threadsafe(s.close(), loop).result(2)
+        except Exception: pass
+
+import atexit
+atexit.register(_close_sessions_at_exit)
 
 # %% ../nbs/01_backends.ipynb #34b4ca3b
 @dataclass
@@ -331,6 +597,23 @@ class _HFRequest:
     stop: list
     future: Any = None
     eos: list = field(default_factory=list)   # extra end-of-sequence token ids for this request
+
+END_OF_TURN_TOKENS = ("<|eot_id|>", "<|im_end|>", "<end_of_turn>", "<|end|>")
+
+def _as_list(x): return list(x) if isinstance(x, (list, tuple)) else [x]
+
+def _fast_cpu_bf16() -> bool:
+    "Whether this CPU computes in bfloat16 natively (AMX or AVX-512 BF16); without it bf16 runs about 3x slower than float32."
+    try: flags = open("/proc/cpuinfo").read()
+    except OSError: return False
+    return " amx_bf16" in flags or " avx512_bf16" in flags
+
+def _hf_dtype(dtype):
+    "`auto` means the checkpoint's dtype on a GPU (or a CPU with fast bf16) and float32 on any other CPU; anything else is kept."
+    if dtype != "auto": return dtype
+    import torch
+    if torch.cuda.is_available() or _fast_cpu_bf16(): return "auto"
+    return torch.float32
 
 class HFBackend(Backend):
     "A transformers model in this process; concurrent requests are batched into one `generate` call."
@@ -350,13 +633,15 @@ class HFBackend(Backend):
         tok = transformers.AutoTokenizer.from_pretrained(self.path)
         tok.padding_side = "left"
         if tok.pad_token is None: tok.pad_token = tok.eos_token
-        kw = dict(dtype=self.dtype)
+        kw = dict(dtype=_hf_dtype(self.dtype))
         try:
             import accelerate  # noqa: F401
             kw["device_map"] = self.device_map
         except ImportError: pass
         model = transformers.AutoModelForCausalLM.from_pretrained(self.path, **kw)
         model.eval()
+        added = tok.get_added_vocab()    # the chat template's end-of-turn token (Llama 3's <|eot_id|>) ends a reply as eos does
+        self.end_of_turn = [added[t] for t in END_OF_TURN_TOKENS if t in added and t in str(getattr(tok, "chat_template", None) or "")]
         self.tokenizer, self.model = tok, model
 
     def _prompt(self, messages):
@@ -372,12 +657,14 @@ class HFBackend(Backend):
         enc = {k: v.to(model.device) for k, v in enc.items()}
         r0 = reqs[0]
         gen = dict(max_new_tokens=max(r.max_new_tokens for r in reqs), do_sample=r0.do_sample, pad_token_id=tok.pad_token_id)
+        stops = [tok.eos_token_id, *_as_list(model.generation_config.eos_token_id), *getattr(self, "end_of_turn", [])]
+        gen["eos_token_id"] = sorted({int(x) for x in stops if x is not None})   # every sequence stops there, not only at max_new_tokens
         if r0.do_sample: gen.update(temperature=r0.temperature, top_p=r0.top_p)
         else: gen.update(temperature=None, top_p=None, top_k=None)
         with torch.inference_mode(): out = model.generate(**enc, **gen)
         self.generate_calls += 1; self.batch_sizes.append(len(reqs))
         n_in = enc["input_ids"].shape[1]
-        eos = set(filter(lambda x: x is not None, [tok.eos_token_id, *(model.generation_config.eos_token_id if isinstance(model.generation_config.eos_token_id, list) else [model.generation_config.eos_token_id])]))
+        eos = set(gen["eos_token_id"])
         res = []
         for i, r in enumerate(reqs):
             ids = out[i, n_in:].tolist()[: r.max_new_tokens]
@@ -415,11 +702,13 @@ class HFBackend(Backend):
             if self._executor is None: self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="madlab-hf")
             if self.model is None: await asyncio.get_running_loop().run_in_executor(self._executor, self._load)
         p = {**self.defaults, **params}
-        greedy = p.get("greedy", False) or p.get("temperature", 1.0) == 0
+        greedy = p.get("greedy", False) or p.get("do_sample", True) is False or p.get("temperature", 1.0) == 0
         stop = p.get("stop") or []
         if isinstance(stop, str): stop = [stop]
         eos = p.get("eos_token_id", p.get("stop_token_ids")) or []
         if isinstance(eos, int): eos = [eos]
+        added = self.tokenizer.get_added_vocab()
+        eos = [*eos, *(added[s] for s in stop if s in added)]    # a stop that is a special token (e.g. "<|eot_id|>") is a stop id
         n_new = params.get("max_new_tokens") or params.get("max_tokens") or self.defaults.get("max_new_tokens") or self.defaults.get("max_tokens") or 512
         req = _HFRequest(messages, int(n_new), not greedy,
                          float(p.get("temperature", 1.0)), float(p.get("top_p", 1.0)), list(stop), asyncio.get_running_loop().create_future(), [int(x) for x in eos])
@@ -431,37 +720,88 @@ class HFBackend(Backend):
         return Completion(text, Usage(n_prompt, n_new, 1), time.perf_counter() - t0, model=self.spec)
 
 # %% ../nbs/01_backends.ipynb #b06acb5d
+import functools, logging
+_cache_log = logging.getLogger("madlab.cache")
+
 def default_cache_dir() -> str:
     "`$MADLAB_CACHE`, else `~/.cache/madlab/responses`."
     return os.environ.get("MADLAB_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "madlab", "responses")
 
+class _UntrustedEntry(Exception): "A cache row madlab did not write; it is never decoded."
+
+@functools.cache
+def _text_only_disk():
+    "A `diskcache.Disk` that stores and reads strings in the database only: any other row (pickled, a file) is refused, never unpickled."
+    import diskcache
+    from diskcache.core import MODE_RAW, UNKNOWN
+    class TextOnlyDisk(diskcache.Disk):
+        def put(self, key):
+            if type(key) is not str: raise TypeError(f"cache keys are strings; got {type(key).__name__}")
+            return key, True
+        def get(self, key, raw):
+            if not raw or type(key) is not str: raise _UntrustedEntry("a pickled key")
+            return key
+        def store(self, value, read, key=UNKNOWN):
+            if read or type(value) is not str: raise TypeError(f"the cache stores JSON text only; got {type(value).__name__}")
+            return 0, MODE_RAW, None, value
+        def fetch(self, mode, filename, value, read):
+            if mode != MODE_RAW or filename is not None or type(value) is not str:
+                raise _UntrustedEntry(f"storage mode {mode}" + (" with a file" if filename else "") + ", not text")
+            return value
+        def remove(self, file_path): pass          # madlab writes no files; a path named by a row is never followed
+    return TextOnlyDisk
+
+def _completion_from_json(text: str) -> Completion:
+    "The completion a cache entry holds; ValueError unless it is a madlab completion with a non-empty reply."
+    d = json.loads(text)
+    if not isinstance(d, dict) or d.get("__type__") != "madlab.core.Completion": raise ValueError("not a madlab completion")
+    c = from_jsonable(d)
+    if not (isinstance(c, Completion) and isinstance(c.text, str) and c.text.strip() and isinstance(c.usage, Usage) and isinstance(c.meta, dict)):
+        raise ValueError("not a complete, non-empty completion")
+    return c
+
+# %% ../nbs/01_backends.ipynb #c3a1e0b1
 class CachedBackend(Backend):
-    "A response cache around `inner`; `hits` and `misses` count lookups."
+    "A response cache around `inner`; `hits`, `misses` and `evicted` (unreadable entries dropped) count lookups."
     def __init__(self, inner: Backend, path: str|None = None):
-        import diskcache
+        import diskcache, sqlite3
         self.inner, self.path = inner, path or default_cache_dir()
         self.spec, self.synthetic = inner.spec, inner.synthetic
-        self._cache = diskcache.Cache(self.path)
-        self.hits = self.misses = 0
+        try: self._cache = diskcache.Cache(self.path, disk=_text_only_disk())
+        except (sqlite3.DatabaseError, OSError) as e:
+            raise ValueError(f"cache folder {self.path}: cannot open it as a cache ({e}); remove it or choose another folder") from None
+        self.hits = self.misses = self.evicted = 0
 
     def key(self, messages, ctx, params) -> str:
         return stable_hash(self.inner.identity, messages, sorted(params.items()), ctx.agent if ctx else None,
                            ctx.sample if ctx else 0, self.inner.cache_key_extra(ctx))
 
+    def _read(self, k: str) -> Completion|None:
+        "The completion cached under `k`; None on a miss. An entry madlab did not write, or cannot read, is logged and evicted."
+        try: raw = self._cache.get(k)
+        except _UntrustedEntry as e: why = str(e)
+        else:
+            if raw is None: return None
+            try: return _completion_from_json(raw)
+            except (ValueError, TypeError, KeyError, RecursionError) as e: why = f"{type(e).__name__}: {str(e)[:100]}"
+        _cache_log.warning("cache %s: entry %s is not a madlab completion (%s); evicted, asking the backend", self.path, k[:16], why)
+        self.evicted += 1
+        self._cache.delete(k)
+        return None
+
     async def complete(self, messages, ctx=None, **params) -> Completion:
         k = self.key(messages, ctx, params)
-        hit = self._cache.get(k)
-        if hit is not None:
+        if (c := self._read(k)) is not None:
             self.hits += 1
-            c = from_jsonable(json.loads(hit))
             return replace(c, cached=True, latency=0.0)
         self.misses += 1
-        c = await self.inner.complete(messages, ctx, **params)
-        self._cache.set(k, json.dumps(to_jsonable(c)))
+        c = await self.inner.complete(messages, ctx, **params)        # a failed call raises: nothing is cached
+        c = replace(c, text=scrub_secrets(c.text))
+        if c.text.strip(): self._cache.set(k, json.dumps(to_jsonable(c)))   # an empty reply is not kept
         return c
 
     async def aclose(self): await self.inner.aclose()
-    def __repr__(self): return f"CachedBackend({self.inner!r}, hits={self.hits}, misses={self.misses})"
+    def __repr__(self): return f"CachedBackend({self.inner!r}, hits={self.hits}, misses={self.misses}, evicted={self.evicted})"
 
 # %% ../nbs/01_backends.ipynb #5ce8413d
 class ReplayBackend(Backend):
@@ -503,6 +843,19 @@ def _replay_backend(spec, path, agent) -> ReplayBackend:
     syn = next(a.get("synthetic") for a in team if str(a.get("name")) == agent)
     return ReplayBackend([tu for r in rounds for tu in r.turns], spec=spec, agent=agent, synthetic=syn)
 
+ENDPOINT_OPTIONS = ("max_concurrency", "timeout", "max_retries", "max_wait", "breaker_after", "base_url")
+
+def _spec_options(spec, rest) -> tuple[str, dict]:
+    "`MODEL,key=value,...` of an OpenAI-compatible spec: the model and its endpoint options (see `ENDPOINT_OPTIONS`)."
+    model, *parts = rest.split(",")
+    opts = {}
+    for p in parts:
+        k, eq, v = p.partition("=")
+        k = k.strip()
+        if not eq or k not in ENDPOINT_OPTIONS: raise ValueError(f"{spec}: unknown option {p.strip()!r}; options are key=value with key one of {', '.join(ENDPOINT_OPTIONS)}")
+        opts[k] = v.strip()
+    return model.strip(), opts
+
 def get_backend(spec: str, **kw) -> Backend:
     "Build the backend named by `spec` (see `BACKEND_KINDS`); `kw` go to its constructor."
     if isinstance(spec, Backend): return spec
@@ -512,11 +865,17 @@ def get_backend(spec: str, **kw) -> Backend:
     if kind == "synthetic": return synthetic_backend(rest)
     if kind in PRESETS:
         if not rest: raise ValueError(f"{kind}: needs a model name, e.g. {kind}:MODEL")
-        return OpenAIBackend(rest, preset=kind, **kw)
+        model, opts = _spec_options(spec, rest)
+        return OpenAIBackend(model, preset=kind, **{**opts, **kw})
     if kind == "hf":
         if not rest: raise ValueError("hf: needs a model path or hub name, e.g. hf:/models/tiny")
         key = (rest, repr(sorted(kw.items())))
-        if key not in _HF_SHARED: _HF_SHARED[key] = HFBackend(rest, **kw)
+        if key not in _HF_SHARED:
+            from madlab.models import resolve_model   # `hf:smollm2`: one of madlab's own models, got with `madlab models get`
+            try: path = resolve_model(rest)
+            except FileNotFoundError as e: raise ValueError(str(e)) from None
+            _HF_SHARED[key] = b = HFBackend(path, **kw)
+            b.spec = f"hf:{rest}"
         return _HF_SHARED[key]
     if kind == "replay":
         path, _, agent = rest.partition("#")

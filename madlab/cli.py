@@ -6,7 +6,7 @@ Docs: https://madlab.github.io/madlab/cli.html.md"""
 
 # %% ../nbs/40_cli.ipynb #e65bccc5
 from __future__ import annotations
-import hashlib, json, math, re, signal, sys, typing, types
+import hashlib, inspect, json, math, re, signal, sys, typing, types
 from pathlib import Path
 import click
 from .core import OptionError
@@ -14,7 +14,7 @@ from .agents import split_specs
 
 # %% auto #0
 __all__ = ['parse_items', 'main', 'run', 'parse_games', 'default_data_dir', 'load_items', 'run_name', 'protocol_command',
-           'protocols_cmd', 'rescore_cmd', 'parse_sweep_params', 'sweep_cmd']
+           'protocols_cmd', 'rescore_cmd', 'parse_sweep_params', 'sweep_cmd', 'models_cmd', 'models_list', 'models_get']
 
 # %% ../nbs/40_cli.ipynb #5ed24ad8
 class _Protocols(click.Group):
@@ -101,11 +101,31 @@ def _arith_items(data, size):
     from madlab.scoring import toy_arith_items
     return toy_arith_items(100)
 
+def _sample_items(loader, sample, what):
+    "A loader whose default data is madlab's own sample in data/agentverse/."
+    def load(data, size):
+        import madlab
+        path = data if data is not None else Path(madlab.__file__).resolve().parent / "data" / "agentverse" / sample
+        try: return loader(path)
+        except (ValueError, OSError) as e: raise _bad_data(f"not {what} ({e})") from None
+    return load
+
+def _market_items(data, size):
+    "Market news records (madlab's illustrative sample without --data) as one debate item."
+    from madlab.tasks import load_market
+    if data is None:
+        import madlab
+        data = Path(madlab.__file__).resolve().parent / "data" / "market" / "sample.jsonl"
+    try: return load_market(data)
+    except (ValueError, OSError) as e: raise _bad_data(f"not a JSONL file of market news records ({e})") from None
+
 def _tasks():
     from madlab import tasks as T
     return {"kks": _kks_items, "safety": _safety_items, "arith": _arith_items,
             "gsm8k": _file_items(T.load_gsm8k, "GSM8K's JSONL (question, answer)"), "mmlu": _file_items(T.load_mmlu, "MMLU CSV files"),
-            "market": _file_items(T.load_market, "a JSONL file of market news records")}
+            "market": _market_items,
+            "pairwise": _sample_items(T.load_pairwise, "pairwise_sample.jsonl", "a JSONL file of {id, question, answer_1, answer_2, preference} records"),
+            "scenario": _sample_items(T.load_scenarios, "scenarios.jsonl", "a JSONL file of {id, prompt} records")}
 
 def load_items(task, data=None, size=None, items=None, n=None) -> list:
     "The items of `task` from `data` (default: madlab's own), at 1-based positions `items` or the first `n`."
@@ -175,6 +195,14 @@ def _option_param(proto, name):
     return click.Option([_flag(name)], default=default, show_default=default is not None, help=doc)
 
 # %% ../nbs/40_cli.ipynb #a286d2ed
+def _max_concurrency_cb(ctx, param, value):
+    "N (an integer >= 1) or auto."
+    if value is None or value.strip().lower() in ("auto", "adaptive"): return value and "auto"
+    try: n = int(value)
+    except ValueError: n = 0
+    if n < 1: raise click.BadParameter(f"{value!r} is not a positive integer or auto")
+    return n
+
 def _common_params(proto):
     default_task = proto.tasks[0] if proto.tasks else "arith"
     tasks = list(proto.tasks) if proto.tasks else list(_tasks())
@@ -185,11 +213,16 @@ def _common_params(proto):
         O(["--size"], type=click.IntRange(min=2), default=None, help="Knight-Knave-Spy players per game: picks <size>.jsonl in the data folder  [default: 6]"),
         O(["--items", "--games", "items"], metavar="RANGE", callback=_items_cb, help="1-based positions of the items: 1-20, 3 or 1,4,7-9  [default: all; 1-20 for games]"),
         O(["--n"], type=click.IntRange(min=1), default=None, help="Run the first N items (after --items)"),
+        O(["--majority-error"], metavar="A", type=click.IntRange(min=1), default=None,
+          help="Keep only the items where a plurality of A independent answers of the team's actors is wrong (the majority-error subset; --n then counts kept items)"),
         O(["--agents"], metavar="SPEC,SPEC,...", callback=_agents_cb, help="Backend specs of the team, e.g. synthetic:strong,openai:gpt-5-nano  [default: the protocol's synthetic team]"),
         O(["--team", "team_file"], type=click.Path(exists=True, dir_okay=False), help="A YAML/JSON team file (names, specs, system prompts, per-agent params); instead of --agents"),
         O(["--out"], default="results", show_default=True, type=click.Path(file_okay=False), callback=_out_cb, help="Output folder; the run goes into OUT/<run name>/"),
         O(["--name"], default=None, help="The run folder's name  [default: from the protocol, task, team and options]"),
-        O(["--concurrency"], type=click.IntRange(1, 10_000), default=8, show_default=True, help="Debates run at once"),
+        O(["--concurrency"], type=click.IntRange(1, 10_000), default=None, help="Debates run at once  [default: as many as the endpoints take]"),
+        O(["--max-concurrency"], metavar="N|auto", callback=_max_concurrency_cb, help="Calls in flight per endpoint: N pins it; auto adapts to the server (halves on 429s)  [default: auto, or $MADLAB_MAX_CONCURRENCY]"),
+        O(["--timeout"], type=click.FloatRange(0, 86_400, min_open=True), default=None, callback=_finite_cb, help="Seconds an attempt waits for an answer  [default: 60]"),
+        O(["--max-retries"], type=click.IntRange(0, 100), default=None, help="Retries of a failed call (429, 5xx, timeout, dropped connection)  [default: 4]"),
         O(["--seed"], type=int, default=0, show_default=True, help="Seed of the debates"),
         O(["--max-tokens"], type=click.IntRange(1, 1_000_000), default=None, help="Max completion tokens per call, for every agent"),
         O(["--temperature"], type=click.FloatRange(0, 2), default=None, callback=_finite_cb, help="Sampling temperature in 0..2, for every agent"),
@@ -219,6 +252,17 @@ class _Interrupt(KeyboardInterrupt): pass
 
 def _raise_interrupt(signum, frame): raise _Interrupt()
 
+def _majority_error(items, members, kw):
+    "The items of the A-agent majority-error subset (see `madlab.protocols.critic_actor.majority_error_subset`), the first --n of them."
+    from madlab.protocols.critic_actor import majority_error_subset
+    A = kw["majority_error"]
+    try: kept = majority_error_subset(items, members, A, seed=kw["seed"], cache=kw["cache"], concurrency=kw["concurrency"])
+    except (ValueError, OptionError) as e: raise click.BadParameter(str(getattr(e, "message", e)), param_hint="'--majority-error'") from None
+    click.echo(f"majority-error subset: {len(kept)} of {len(items)} items, where a plurality of {A} independent answers is wrong", err=True)
+    if not kept: raise click.BadParameter(f"no item among the {len(items)} selected where a {A}-agent plurality is wrong", param_hint="'--majority-error'")
+    kept = kept[:kw["n"]] if kw["n"] is not None else kept
+    return kept, {"agents": A, "kept": len(kept), "of": len(items), "items": [it.id for it in kept]}
+
 def _run_protocol(proto, kw):
     "The body of `madlab run PROTOCOL`."
     from madlab.agents import make_team, load_team, DEFAULT_TEAM
@@ -227,13 +271,21 @@ def _run_protocol(proto, kw):
     opts = {k: v for k, v in opts.items() if not (v is None and proto.options[k] is None)}
     if kw["agents"] and kw["team_file"]: raise click.UsageError("give either --agents or --team, not both")
     items_pos = kw["items"] if kw["items"] is not None else (list(range(1, 21)) if kw["task"] == "kks" and kw["n"] is None else None)
-    items = load_items(kw["task"], kw["data"], kw["size"], items_pos, kw["n"])
+    items = load_items(kw["task"], kw["data"], kw["size"], items_pos, None if kw.get("majority_error") else kw["n"])
     team = kw["agents"]
     if kw["team_file"]:
         try: team = load_team(kw["team_file"])
         except Exception as e: raise click.BadParameter(f"{kw['team_file']}: {e}", param_hint="'--team'") from None
-    if not kw["team_file"] and "team" in proto.hooks: team = proto.hooks["team"](team)     # e.g. S4 gives the specs their roles
+    if not kw["team_file"] and "team" in proto.hooks:     # e.g. S4 gives the specs their roles; a hook with an `options` parameter also sees the options
+        hook = proto.hooks["team"]
+        try: team = hook(team, options=opts) if "options" in inspect.signature(hook).parameters else hook(team)
+        except OptionError as e: raise click.BadParameter(e.message, param_hint=f"'{e.flag}'") from None
     members = make_team(list(team) if team is not None else list(DEFAULT_TEAM))
+    endpoint = {k: kw[k] for k in ("max_concurrency", "timeout", "max_retries") if kw.get(k) is not None}
+    for b in {id(a.backend): a.backend for a in members}.values():     # the flags win over the team file and the specs
+        if endpoint and hasattr(b, "configure"): b.configure(**endpoint)
+    notes = {"data": str(kw["data"]) if kw["data"] else None, "task": kw["task"]}
+    if kw.get("majority_error"): items, notes["majority_error"] = _majority_error(items, members, kw)
     try: settings = proto.validate(opts)
     except OptionError as e: raise click.BadParameter(e.message, param_hint=f"'{e.flag}'") from None
     out = Path(kw["out"]) / (kw["name"] or run_name(proto, items, [a for a in members if a.role != "supervisor"], settings, kw["seed"]))
@@ -243,7 +295,7 @@ def _run_protocol(proto, kw):
     try:
         res = run_experiment(proto, items, members, out, seed=kw["seed"], concurrency=kw["concurrency"], cache=kw["cache"], resume=kw["resume"],
                              progress=progress, max_tokens=kw["max_tokens"], temperature=kw["temperature"], on_error="fail",
-                             notes={"data": str(kw["data"]) if kw["data"] else None, "task": kw["task"]}, **opts)
+                             notes=notes, **opts)
     except OptionError as e: raise click.BadParameter(e.message, param_hint=f"'{e.flag}'") from None
     except ValueError as e: raise click.ClickException(str(e)) from None
     except OSError as e: raise click.ClickException(f"writing the outputs failed: {e}") from None
@@ -326,6 +378,28 @@ def sweep_cmd(notebook, params, out, workers, scheduler):
     import pandas as pd
     with pd.option_context("display.width", 200, "display.max_columns", 30): click.echo(df.to_string())
     click.echo(f"summary: {Path(out) / 'summary.parquet'}")
+
+# %% ../nbs/40_cli.ipynb #113055d8
+@main.group("models")
+def models_cmd():
+    "Real models madlab can get from the package registries alone (converted once, kept in madlab's cache)."
+
+@models_cmd.command("list")
+def models_list():
+    "Each model madlab can get, and its folder when it is here."
+    from madlab.models import MODELS, model_path
+    for name, src in MODELS.items():
+        click.echo(f"{name}: {src.about} [{src.license}] -> {model_path(name) or 'not here: madlab models get ' + name}")
+
+@models_cmd.command("get")
+@click.argument("name")
+@click.option("--dir", "root", type=click.Path(file_okay=False), default=None, help="Where converted models go  [default: $MADLAB_MODELS, else beside the response cache]")
+def models_get(name, root):
+    "Download model NAME's wheel (no dependencies), convert it once, and print its folder; a second call does nothing."
+    from madlab.models import MODELS, get_model
+    if name not in MODELS: raise click.BadParameter(f"unknown model {name!r}; choose from {', '.join(sorted(MODELS))}", param_hint="NAME")
+    try: click.echo(get_model(name, root))
+    except RuntimeError as e: raise click.ClickException(str(e)) from None
 
 # %% ../nbs/40_cli.ipynb #78755fbb
 if __name__ == "__main__": main()

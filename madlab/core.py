@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 # %% auto #0
-__all__ = ['ROLES', 'OptionError', 'serializable', 'to_jsonable', 'from_jsonable', 'Message', 'ChatHistory', 'Usage',
+__all__ = ['ROLES', 'REDACTED', 'OptionError', 'serializable', 'to_jsonable', 'from_jsonable', 'Message', 'ChatHistory', 'Usage',
            'Completion', 'Answer', 'answer_valid', 'answer_key', 'answer_summary', 'answer_view', 'Turn', 'Round',
-           'Item', 'write_atomic', 'write_parquet', 'Transcript', 'json_objects', 'extract_json', 'runtime_loop',
-           'run_sync', 'run_async', 'stable_hash', 'new_id']
+           'Item', 'register_secret', 'scrub_secrets', 'write_atomic', 'write_parquet', 'Transcript', 'json_objects',
+           'extract_json', 'runtime_loop', 'run_sync', 'run_async', 'stable_hash', 'new_id']
 
 # %% ../nbs/00_core.ipynb #84f5c85e
 class OptionError(ValueError):
@@ -41,6 +41,7 @@ def to_jsonable(o):
         name = f"{type(o).__module__}.{type(o).__qualname__}"
         if name not in _TYPES: raise TypeError(f"{name} is not @serializable")
         d = {f.name: to_jsonable(getattr(o, f.name)) for f in dataclasses.fields(o) if f.init}
+        if hasattr(o, "_compact_json"): d = o._compact_json(d)   # a class may store its fields more compactly (see `Transcript`)
         return {"__type__": name, **d}
     if isinstance(o, tuple): return {"__tuple__": [to_jsonable(x) for x in o]}
     if isinstance(o, list): return [to_jsonable(x) for x in o]
@@ -244,11 +245,44 @@ class Item:
 
     def text(self) -> str: return self.prompt
 
+# %% ../nbs/00_core.ipynb #a1c0e5d2
+_SECRETS: set[str] = set()
+_SECRET_VARS = re.compile(r"(?i)(^|_)(API_?KEY|KEY|TOKEN|SECRET|PASSWORD|PASSWD)$")
+_BEARER = re.compile(r"(?i)(\bbearer\s+)[A-Za-z0-9._~+/=-]{8,}")                     # Authorization: Bearer TOKEN
+_KEY_FIELD = re.compile(r"""(?i)(\b(?:api[_-]?key|access[_-]?token|x-api-key|x-goog-api-key)["']?\s*[:=]\s*["']?)[A-Za-z0-9._~+/-]{8,}""")
+_URL_KEY = re.compile(r"([?&]key=)[A-Za-z0-9._~+/-]{8,}")                            # ?key=... in a URL
+_SK_KEY = re.compile(r"\bsk-[A-Za-z0-9_-]{20,}")                                      # OpenAI-style keys
+REDACTED = "[REDACTED]"
+_ENV_KEYS: tuple = ((), ())                                                           # (environment's names, those naming secrets)
+
+def register_secret(value) -> None:
+    "Hide `value` (an API key, a token) wherever madlab records text; values under 8 characters are ignored."
+    if isinstance(value, str) and len(value) >= 8: _SECRETS.add(value)
+
+def _env_secrets() -> set:
+    global _ENV_KEYS
+    names = tuple(os.environ)
+    if names != _ENV_KEYS[0]: _ENV_KEYS = (names, tuple(k for k in names if _SECRET_VARS.search(k)))
+    return {v for k in _ENV_KEYS[1] if len(v := os.environ.get(k, "")) >= 8}
+
+def scrub_secrets(text):
+    "`text` with every known secret and every credential-shaped token replaced by `[REDACTED]` (non-strings pass unchanged)."
+    if not isinstance(text, str) or not text: return text
+    for s in sorted(_SECRETS | _env_secrets(), key=len, reverse=True):
+        if s in text: text = text.replace(s, REDACTED)
+    keep = lambda m: m.group(1) + REDACTED
+    lo = text.lower()                                   # the patterns run only where their words occur (fast on long text)
+    if "bearer" in lo: text = _BEARER.sub(keep, text)
+    if ("key" in lo and "api" in lo) or "access" in lo: text = _KEY_FIELD.sub(keep, text)
+    if "key=" in text: text = _URL_KEY.sub(keep, text)
+    if "sk-" in text: text = _SK_KEY.sub(REDACTED, text)
+    return text
+
 # %% ../nbs/00_core.ipynb #725613a3
 def write_atomic(path, data, encoding: str = "utf-8", errors: str = "replace") -> Path:
     "Write `data` (str or bytes) to `path` atomically (temporary file, fsync, rename); the parent folder is created. Text that cannot be encoded (a lone surrogate) is replaced, so the file stays valid UTF-8."
     path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
-    raw = data.encode(encoding, errors) if isinstance(data, str) else bytes(data)
+    raw = scrub_secrets(data).encode(encoding, errors) if isinstance(data, str) else bytes(data)   # text: secrets never reach a file
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -271,6 +305,44 @@ def write_parquet(df, path) -> Path:
     buf = io.BytesIO(); df.to_parquet(buf, index=False)
     return write_atomic(path, buf.getvalue())
 
+# %% ../nbs/00_core.ipynb #b7d1c0a1
+_FROM_PREVIOUS = "__from_previous__"     # in a transcript's JSON: the first k messages of the agent's previous turn, then "new"
+
+def _shared_prefix(a: list, b: list) -> int:
+    n, k = min(len(a), len(b)), 0
+    while k < n and (a[k] is b[k] or a[k] == b[k]): k += 1
+    return k
+
+def _turns_of(rounds):
+    "Every turn in `rounds` (objects or JSON data), in order; anything that is not a round of turns is skipped."
+    for r in rounds if isinstance(rounds, list) else ():
+        turns = r.get("turns") if isinstance(r, dict) else getattr(r, "turns", None)
+        if isinstance(turns, list): yield from turns
+
+def _compact_turns(rounds: list) -> list:
+    "JSON rounds whose turns store only the messages that differ from the same agent's previous turn."
+    prev = {}
+    for tu in _turns_of(rounds):
+        if not isinstance(tu, dict) or not isinstance(tu.get("messages"), list): continue
+        m, p = tu["messages"], prev.get(tu.get("agent"))
+        prev[tu.get("agent")] = m
+        k = _shared_prefix(p, m) if p else 0
+        if k: tu["messages"] = {_FROM_PREVIOUS: k, "new": m[k:]}
+    return rounds
+
+def _expand_turns(rounds) -> None:
+    "Undo `_compact_turns` on `Turn` objects, in place; full message lists (older transcripts) pass unchanged."
+    prev = {}
+    for i, tu in enumerate(_turns_of(rounds)):
+        if not isinstance(tu, Turn): continue
+        m = tu.messages
+        if isinstance(m, dict) and _FROM_PREVIOUS in m:
+            p, k, new = prev.get(tu.agent), m.get(_FROM_PREVIOUS), m.get("new")
+            if p is None or type(k) is not int or not 0 < k <= len(p) or not isinstance(new, list):
+                raise ValueError(f"turn {i} ({tu.agent}) refers to messages of an earlier turn the transcript does not hold")
+            tu.messages = p[:k] + new
+        prev[tu.agent] = tu.messages
+
 # %% ../nbs/00_core.ipynb #5ef22f8a
 @serializable
 @dataclass
@@ -284,6 +356,9 @@ class Transcript:
     histories: dict = field(default_factory=dict)   # agent -> ChatHistory
     result: dict = field(default_factory=dict)
     meta: dict = field(default_factory=dict)        # id, times, status, error, madlab version
+
+    def __post_init__(self): _expand_turns(self.rounds)          # turns read from JSON get their full message lists back
+    def _compact_json(self, d: dict) -> dict: d["rounds"] = _compact_turns(d["rounds"]); return d
 
     @property
     def usage(self) -> Usage: return sum((r.usage for r in self.rounds), Usage())

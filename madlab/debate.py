@@ -191,7 +191,7 @@ class Debate:
             raise
         except Exception as e:
             self.done = True
-            self.meta.update(status="failed", error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc(limit=8), finished=time.time())
+            self.meta.update(status="failed", error=scrub_secrets(f"{type(e).__name__}: {e}"), traceback=scrub_secrets(traceback.format_exc(limit=8)), finished=time.time())
             self._emit("done", debate=self)
             raise
         r.index = len(self.rounds)
@@ -262,28 +262,33 @@ def _replayed(debate_or_none, protocol, item, team_infos, settings, seed, turns,
     settings = {k: v for k, v in settings.items() if k != "seed"}
     members = []
     for info in team_infos:
+        if (info.get("meta") or {}).get("added_at") is not None: continue   # created mid-debate: the protocol adds it again (`add_agent`)
         live = (fallbacks or {}).get(info["name"])
         mine = [t for t in turns if t.agent == info["name"]]
         a = Agent(info["name"], info["spec"], info.get("system"), dict(info.get("params") or {}), info.get("role"), dict(info.get("meta") or {}),
                   backend=ReplayBackend(mine, fallback=live, spec=info["spec"], synthetic=info.get("synthetic")))
         members.append(a)
-    return Debate(protocol, item, members, seed=seed, **settings, **kw)
+    d = Debate(protocol, item, members, seed=seed, **settings, **kw)
+    d._replay = (turns, fallbacks)
+    return d
 
-def _edit_turns(rounds, round_index, agent=None, reply=None, turn=None):
-    turns = [t for r in rounds[: round_index + 1] for t in r.turns]
+def _edit_turns(rounds, round, agent=None, reply=None, turn=None):
+    "The turns of rounds 1..`round` (1-based), with one reply of round `round` replaced; and what was edited."
+    turns = [t for r in rounds[:round] for t in r.turns]
     if reply is None: return turns, None
-    r = rounds[round_index]
+    r = rounds[round - 1]
+    if turn is not None and not 0 <= turn < len(r.turns): raise ValueError(f"turn must be in 0..{len(r.turns) - 1} (round {round} has {len(r.turns)} turns); got {turn}")
     idx = turn if turn is not None else next((i for i, t in enumerate(r.turns) if t.agent == agent), None)
-    if idx is None: raise ValueError(f"round {round_index} has no turn by {agent!r}; agents in it: {', '.join(t.agent for t in r.turns)}")
+    if idx is None: raise ValueError(f"round {round} has no turn by {agent!r}; agents in it: {', '.join(t.agent for t in r.turns)}")
     old = r.turns[idx]
     new = replace(old, reply=reply, error=None, meta={**old.meta, "edited": True})
     turns = [new if t is old else t for t in turns]
-    return turns, {"round": round_index, "agent": old.agent, "turn": idx, "original": old.reply, "reply": reply}
+    return turns, {"round": round, "agent": old.agent, "turn": idx, "original": old.reply, "reply": reply}
 
 def _mark_edit(d: Debate) -> Debate:
     e = d.meta["forked_from"].get("edit")
-    if e and e["round"] < len(d.rounds) and e["turn"] < len(d.rounds[e["round"]].turns):
-        d.rounds[e["round"]].turns[e["turn"]].meta["edited"] = True
+    if e and e["round"] <= len(d.rounds) and e["turn"] < len(d.rounds[e["round"] - 1].turns):
+        d.rounds[e["round"] - 1].turns[e["turn"]].meta["edited"] = True
     return d
 
 async def _advance(d: Debate, n: int) -> Debate:
@@ -291,22 +296,24 @@ async def _advance(d: Debate, n: int) -> Debate:
         if await d.astep() is None: break
     return d
 
-def _fork(self: Debate, round_index: int, *, agent: str|None = None, reply: str|None = None, turn: int|None = None) -> Debate:
-    if not 0 <= round_index < len(self.rounds): raise ValueError(f"round_index must be in 0..{len(self.rounds) - 1}; got {round_index}")
-    turns, edit = _edit_turns(self.rounds, round_index, agent, reply, turn)
+def _fork(self: Debate, round: int, *, agent: str|None = None, reply: str|None = None, turn: int|None = None) -> Debate:
+    n = len(self.rounds)
+    if isinstance(round, bool) or not isinstance(round, int) or not 1 <= round <= n:
+        raise ValueError((f"round must be a round number in 1..{n} (rounds are numbered from 1)" if n else "the debate has no rounds yet to fork at") + f"; got {round!r}")
+    turns, edit = _edit_turns(self.rounds, round, agent, reply, turn)
     live = {a.name: a.backend for a in self.agents}
     d = _replayed(self, self.protocol, self.item, [a.info() for a in self.agents], self.settings, self.seed, turns, live, budget=self.budget)
-    d.meta["forked_from"] = {"id": self.meta["id"], "round": round_index, **({"edit": edit} if edit else {})}
+    d.meta["forked_from"] = {"id": self.meta["id"], "round": round, **({"edit": edit} if edit else {})}
     return d
 
-def fork(self: Debate, round_index: int, *, agent: str|None = None, reply: str|None = None, turn: int|None = None) -> Debate:
-    "A new debate replayed up to round `round_index` (with `agent`'s reply there replaced by `reply`, if given), ready to continue live."
-    d = _fork(self, round_index, agent=agent, reply=reply, turn=turn)
-    return _mark_edit(run_sync(_advance(d, round_index + 1)))
+def fork(self: Debate, round: int, *, agent: str|None = None, reply: str|None = None, turn: int|None = None) -> Debate:
+    "A new debate replayed up to round number `round` (1-based, as shown everywhere; with `agent`'s reply there replaced by `reply`, if given), ready to continue live."
+    d = _fork(self, round, agent=agent, reply=reply, turn=turn)
+    return _mark_edit(run_sync(_advance(d, round)))
 
-async def afork(self: Debate, round_index: int, **kw) -> Debate:
+async def afork(self: Debate, round: int, **kw) -> Debate:
     "`fork` for use inside a running event loop."
-    return _mark_edit(await run_async(_advance(_fork(self, round_index, **kw), round_index + 1)))
+    return _mark_edit(await run_async(_advance(_fork(self, round, **kw), round)))
 
 async def _rebuild(d: Debate, t: Transcript) -> Debate:
     "Replay the rounds `t` recorded; finish only when `t` finished, so a stopped or stepped debate stays open."
@@ -337,3 +344,38 @@ def comparable(t: Transcript) -> dict:
         if isinstance(o, list): return [strip(x) for x in o]
         return o
     return strip(to_jsonable(t))
+
+# %% ../nbs/06_debate.ipynb #c1a5d3e1
+@patch
+def add_agent(self: Debate, member) -> Agent:
+    "Add an agent mid-debate (a spec, dict or `Agent`, as in `make_team`); a replayed or forked debate serves it the replies its transcript recorded."
+    a = make_team([member], self.budget)[0]
+    if any(b.name == a.name for b in self.agents): raise ValueError(f"the debate already has an agent {a.name!r}")
+    a.meta["added_at"] = len(self.rounds)
+    replay = getattr(self, "_replay", None)
+    if replay is not None:
+        turns, fallbacks = replay
+        live = (fallbacks.get(a.name) or a.backend) if fallbacks is not None else None
+        a.backend = ReplayBackend([t for t in turns if t.agent == a.name], fallback=live, spec=a.spec, synthetic=a.synthetic)
+    cached = next((b.backend for b in self.agents if isinstance(b.backend, CachedBackend)), None)
+    if cached is not None: with_cache([a], cached.path)
+    a.listeners.append(self._emit)
+    self.agents.append(a)
+    return a
+
+_END = object()
+
+async def _next_or_end(gen):
+    try: return await gen.__anext__()
+    except StopAsyncIteration: return _END
+
+@patch
+async def concurrently(self: Debate, *subs):
+    "Run sub-debates (async generators of rounds) side by side: each step advances every one still running at once; their rounds come out in the order given."
+    live = list(subs)
+    while live:
+        got = await asyncio.gather(*(_next_or_end(g) for g in live))
+        live = [g for g, r in zip(live, got) if r is not _END]
+        for r in got:
+            if r is not _END: yield r
+

@@ -1,4 +1,4 @@
-"""`LiveView`: watch any debate as it runs in JupyterLab: one column per agent, a "thinking…" indicator while its call is in flight, messages as they arrive, challenges and agreements colour-coded, round headers.
+"""`LiveView`: watch any debate as it runs in JupyterLab: one column per agent (aligned by round), a "thinking…" indicator while its call is in flight, messages as they arrive, challenges and agreements colour-coded, round headers, and the outcome against the expected decision.
 
 Docs: https://madlab.github.io/madlab/live.html.md"""
 
@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio, html, json, threading, traceback
 import ipywidgets as W
 from .core import *
+from .scoring import score_result
 
 # %% auto #0
 __all__ = ['turn_stance', 'LiveView']
@@ -17,6 +18,10 @@ __all__ = ['turn_stance', 'LiveView']
 _LIVE_CSS = """<style>
 .mlv{font-family:system-ui,sans-serif;font-size:13px}
 .mlv-cols{display:flex;gap:8px;align-items:flex-start}
+.mlv-grid{display:grid;gap:0 8px;align-items:start}
+.mlv-cell{border-left:1px solid #eee;border-right:1px solid #eee;padding:0 2px;min-width:0}
+.mlv-rowhead{grid-column:1/-1}
+.mlv-ok{color:#1d6b35;font-weight:600}.mlv-bad{color:#a4161a;font-weight:600}
 .mlv-head{font-weight:600;padding:4px 6px;border-bottom:2px solid #ccc;background:#f4f6f8}
 .mlv-head .role{font-weight:400;color:#555;margin-left:.4em}
 .mlv-think{color:#1f6feb;font-weight:400;animation:mlvpulse 1.2s ease-in-out infinite}
@@ -89,7 +94,8 @@ def _message_html(turn: Turn, stance: str, phase=None, max_chars: int = 600) -> 
     "One turn as an HTML card; all model text escaped."
     short = lambda s: s if len(s) <= max_chars else s[:max_chars] + "…"
     to = f" → {_esc(', '.join(map(str, turn.receivers)))}" if turn.receivers else ""
-    tags = [x for x in (phase, "cached" if turn.cached else None, {"challenge": "challenges", "agree": "agrees", "invalid": "invalid"}.get(stance)) if x]
+    agrees = "agrees, no objection" if "challenge" in str(phase or "").lower() else "agrees"     # a challenge that agrees is not a contradiction
+    tags = [x for x in (phase, "cached" if turn.cached else None, {"challenge": "challenges", "agree": agrees, "invalid": "invalid"}.get(stance)) if x]
     out = [f'<div class="mlv-msg {stance}"><div class="meta"><b>{_esc(turn.agent)}</b>{to} · {" · ".join(map(_esc, tags))}</div>']
     a = turn.answer
     main = _field(a, "challenge") or _field(a, "reasoning")
@@ -103,23 +109,35 @@ def _message_html(turn: Turn, stance: str, phase=None, max_chars: int = 600) -> 
     elif turn.reply: out.append(f'<details><summary class="meta">reply</summary><div class="text">{_esc(short(turn.reply))}</div></details>')
     return "".join(out) + "</div>"
 
+# %% ../nbs/22_live.ipynb #5e1d0a77
+def _verdict_html(item, result) -> str:
+    "The team's decision against the item's expected one: right or wrong, or why that cannot be said."
+    gold, dec = getattr(item, "gold", None), result.get("answer", result.get("decision"))
+    try: ok = score_result(item, result).get("correct")
+    except Exception as e: return f'<div class="meta">expected: {_esc(gold)} · not scored: {_esc(type(e).__name__)}: {_esc(e)}</div>'
+    if gold is None: return '<div class="meta">right or wrong: unknown, because this item has no expected decision (no gold label)</div>'
+    team = "no readable decision (scored wrong)" if dec is None else _esc(_answer_text(dec))
+    mark = '<span class="mlv-ok">✓ right</span>' if ok else '<span class="mlv-bad">✗ wrong</span>'
+    return f'<div class="mlv-verdict">expected: <b>{_esc(_answer_text(gold))}</b> · team: <b>{team}</b> · {mark}</div>'
+
 # %% ../nbs/22_live.ipynb #854fac1e
 class _Col:
     def __init__(self, name, role=None):
         self.name, self.role, self.inflight, self.doing, self.entries = name, role, 0, None, []
-        self.head, self.body = W.HTML(), W.HTML()
-        self.box = W.VBox([self.head, self.body], layout=W.Layout(flex="1 1 0", min_width="220px", border="1px solid #ddd"))
+        self.head = W.HTML()
+        self.box = W.VBox([self.head], layout=W.Layout(flex="1 1 0", min_width="220px"))
 
 class LiveView(W.VBox):
     "A live view of a debate: a column per agent, 'thinking…' while its call runs, messages as they arrive, round headers, the result."
     def __init__(self, debate=None, max_chars: int = 600, max_entries: int = 400):
         self._lock = threading.RLock()
         self.max_chars, self.max_entries = max_chars, max_entries
-        self.title, self.cols_box, self.footer = W.HTML(), W.HBox(layout=W.Layout(align_items="flex-start", width="100%")), W.HTML()
-        super().__init__([W.HTML(_LIVE_CSS), self.title, self.cols_box, self.footer])
+        self.title, self.cols_box, self.footer = W.HTML(), W.HBox(layout=W.Layout(align_items="flex-start", width="100%", grid_gap="8px")), W.HTML()
+        self.body = W.HTML()                    # one grid row per round, one cell per agent: the columns stay aligned by round
+        super().__init__([W.HTML(_LIVE_CSS), self.title, self.cols_box, self.body, self.footer])
         self.add_class("mlv")
         self.debate, self.cols, self.errors, self.status = None, {}, [], "new"
-        self._latest, self._seen, self._round = {}, set(), None
+        self._latest, self._seen, self._round, self._rows = {}, set(), None, []
         if debate is not None: self.attach(debate)
 
     def attach(self, debate) -> LiveView:
@@ -129,7 +147,7 @@ class LiveView(W.VBox):
             self.debate, self.status = debate, debate.meta.get("status", "new")
             self.cols = {a.name: _Col(a.name, getattr(a, "role", None)) for a in debate.agents}
             self.cols_box.children = [c.box for c in self.cols.values()]
-            self._latest, self._seen, self._round = {}, set(), None
+            self._latest, self._seen, self._round, self._rows = {}, set(), None, []
             for r in debate.rounds:
                 self._on_round_start(r); self._on_round(r)
             debate.listeners.append(self.handle)
@@ -167,8 +185,10 @@ class LiveView(W.VBox):
         self._round = round
         self.status = "running"
         head = f'<div class="mlv-round">Round {round.index + 1} · {_esc(round.name)} <i>({_esc(round.phase)})</i></div>'
-        for c in self.cols.values(): self._add(c, head)
-        self._render_title()
+        self._rows.append({"head": head, "cells": {}})
+        if len(self._rows) > self.max_entries: self._rows = self._rows[-self.max_entries:]
+        for c in self.cols.values(): c.entries.append(head)
+        self._render_body(); self._render_title()
 
     def _on_call_start(self, agent, phase=None, round=None, focus=None, **kw):
         c = self._col(agent)
@@ -194,6 +214,7 @@ class LiveView(W.VBox):
             self._render(c, body=False)
         self._render_title()
         res = debate.result or {}
+        verdict = _verdict_html(debate.item, res) if res else ""
         if "decision" in res and isinstance(res["decision"], str):
             txt = f'{_badge(res["decision"])} {_esc(res.get("reason") or "")}'
             extra = [f"{k}: {_esc(json.dumps(to_jsonable(res[k]), ensure_ascii=False))}" for k in ("agreement", "max_risk", "veto", "changed_mind") if k in res]
@@ -201,7 +222,7 @@ class LiveView(W.VBox):
         elif res: txt = f"<pre>{_esc(json.dumps(to_jsonable(res), ensure_ascii=False, default=str)[:2000])}</pre>"
         else: txt = ""
         err = debate.meta.get("error")
-        self.footer.value = f'<div class="mlv-foot"><b>{_esc(self.status)}</b> {txt}' + (f"<div>error: {_esc(err)}</div>" if err else "") + "</div>"
+        self.footer.value = f'<div class="mlv-foot"><b>{_esc(self.status)}</b> {txt}{verdict}' + (f"<div>error: {_esc(err)}</div>" if err else "") + "</div>"
 
     # -- rendering ------------------------------------------------------------
     def _show_turn(self, turn, phase):
@@ -215,13 +236,23 @@ class LiveView(W.VBox):
     def _add(self, c, entry):
         c.entries.append(entry)
         if len(c.entries) > self.max_entries: c.entries = c.entries[-self.max_entries:]
-        self._render(c)
+        if not self._rows: self._rows.append({"head": "", "cells": {}})
+        self._rows[-1]["cells"].setdefault(c.name, []).append(entry)
+        self._render_body()
 
     def _render(self, c, body=True):
         role = f'<span class="role">{_esc(c.role)}</span>' if c.role and c.role != c.name else ""
         think = f' <span class="mlv-think">thinking… {_esc(c.doing or "")}</span>' if c.inflight else ""
         c.head.value = f'<div class="mlv-head">{_esc(c.name)}{role}{think}</div>'
-        if body: c.body.value = "".join(c.entries)
+
+    def _render_body(self):
+        "Every round as one grid row (its header across, then a cell per agent), so a round starts at the same height in every column."
+        names = list(self.cols)
+        out = [f'<div class="mlv-grid" style="grid-template-columns:repeat({max(1, len(names))}, minmax(220px, 1fr))">']
+        for row in self._rows:
+            if row["head"]: out.append(f'<div class="mlv-rowhead">{row["head"]}</div>')
+            out += [f'<div class="mlv-cell" data-agent="{_esc(n)}">{"".join(row["cells"].get(n, []))}</div>' for n in names]
+        self.body.value = "".join(out) + "</div>"
 
     def _render_title(self, done_round=None):
         d = self.debate
@@ -239,6 +270,6 @@ class LiveView(W.VBox):
     def column_html(self, name) -> str:
         "The HTML of `name`'s column (header and messages)."
         c = self.cols[name]
-        return c.head.value + c.body.value
+        return c.head.value + "".join(c.entries)
 
     def __repr__(self): return f"LiveView({self.debate!r}, status={self.status!r})"

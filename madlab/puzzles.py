@@ -1,4 +1,4 @@
-"""Knight-Knave-Spy games: typed statements, an exact solver, a seeded generator, ControlMAD interop, and the answer side (format, parser, scoring).
+"""Knight-Knave-Spy games: typed statements, an exact solver, a seeded generator, ControlMAD interop, classic knights-and-knaves quizzes, and the answer side (format, parser, scoring).
 
 Docs: https://madlab.github.io/madlab/puzzles.html.md"""
 
@@ -10,13 +10,14 @@ import html, itertools, json, random, re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from .core import Answer, Item, serializable, json_objects
+from .core import Answer, Item, serializable, json_objects, _loads
 
 # %% auto #0
-__all__ = ['KKS_ROLES', 'NAMES', 'STATEMENT_TYPES', 'DIFFICULTY', 'RoleCount', 'TruthCount', 'SameRole', 'SameTruth',
-           'NotSameRole', 'RoleParity', 'TruthParity', 'ExactlyOne', 'Puzzle', 'kks_items', 'solve', 'KKSFormatError',
-           'load_controlmad', 'controlmad_record', 'to_controlmad', 'generate', 'kks_answer_format', 'KKSAnswer',
-           'parse_kks_answer', 'parse_player_role', 'score_kks', 'make_kks_sets']
+__all__ = ['KKS_ROLES', 'NAMES', 'STATEMENT_TYPES', 'DIFFICULTY', 'KK_TEMPLATES', 'RoleCount', 'TruthCount', 'SameRole',
+           'SameTruth', 'NotSameRole', 'RoleParity', 'TruthParity', 'ExactlyOne', 'Is', 'Not', 'And', 'Or', 'Implies',
+           'Iff', 'Puzzle', 'kks_items', 'solve', 'KKSFormatError', 'load_controlmad', 'controlmad_record',
+           'to_controlmad', 'generate', 'kk_quiz', 'KKQuizError', 'parse_kk_quiz', 'load_kk', 'kk_record', 'to_kk',
+           'kks_answer_format', 'KKSAnswer', 'parse_kks_answer', 'parse_player_role', 'score_kks', 'make_kks_sets']
 
 # %% ../nbs/05_puzzles.ipynb #65b03235
 KKS_ROLES = ("knight", "knave", "spy")   # ControlMAD raw codes 1, 2, 3
@@ -211,6 +212,102 @@ class ExactlyOne(_Statement):
 STATEMENT_TYPES = {"role_count": RoleCount, "truth_count": TruthCount, "same_role": SameRole, "same_truth": SameTruth,
                    "not_same_role": NotSameRole, "role_parity": RoleParity, "truth_parity": TruthParity, "exactly_one": ExactlyOne}
 
+# %% ../nbs/05_puzzles.ipynb #b0012a01
+def _a(role): return "an " + role if role[0] in "aeiou" else "a " + role
+
+class _Bool(_Statement):
+    "Shared behaviour of the boolean statements: no ControlMAD code; `clause` is the statement without its full stop."
+    code = None
+    def __post_init__(self):
+        for s in self.parts():
+            if not isinstance(s, _Statement): raise ValueError(f"{type(self).__name__} combines statements; got {s!r}")
+    def parts(self) -> list: return []
+    def refs(self): return [j for s in self.parts() for j in s.refs()]
+    def mentions(self): return [j for s in self.parts() for j in s.mentions()]
+    def raw(self): raise ValueError(f"{type(self).__name__} has no ControlMAD code; write such games with to_kk")
+    def render(self, names, speaker=None):
+        c = self.clause(names, speaker)
+        return c[0].upper() + c[1:] + "."
+
+def _operand(s, names, speaker):
+    "`s` as a part of a larger statement: atoms and negated atoms bare, anything else in brackets."
+    if isinstance(s, Is) or (isinstance(s, Not) and isinstance(s.statement, Is)): return s.clause(names, speaker)
+    if isinstance(s, _Bool): return f"({s.clause(names, speaker)})"
+    t = s.render(names, speaker).rstrip(".")
+    if t.split(" ", 1)[0].rstrip(",") not in names and not t.startswith("I "): t = t[0].lower() + t[1:]
+    return f"({t})"
+
+@serializable
+@dataclass
+class Is(_Bool):
+    "`person` is a `role`: the classic puzzles' atom (their ('telling-truth', i) is `Is(i, 'knight')`, ('lying', i) is `Is(i, 'knave')`)."
+    person: int
+    role: str
+    def __post_init__(self): self.person = int(self.person); _check_role(self.role)
+    def holds(self, roles, truth): return roles[self.person] == _RI[self.role]
+    def mentions(self): return [self.person]
+    def clause(self, names, speaker=None): return f"{names[self.person]} is {_a(self.role)}"
+
+@serializable
+@dataclass
+class Not(_Bool):
+    "`statement` is false."
+    statement: Any
+    def parts(self): return [self.statement]
+    def holds(self, roles, truth): return not self.statement.holds(roles, truth)
+    def clause(self, names, speaker=None):
+        s = self.statement
+        if isinstance(s, Is): return f"{names[s.person]} is not {_a(s.role)}"
+        return "it is not the case that " + _operand(s, names, speaker)
+
+# %% ../nbs/05_puzzles.ipynb #b0012a02
+class _Many(_Bool):
+    word = ""
+    def __post_init__(self):
+        self.statements = list(self.statements)
+        if len(self.statements) < 2: raise ValueError(f"{type(self).__name__} takes at least two statements")
+        super().__post_init__()
+    def parts(self): return self.statements
+    def clause(self, names, speaker=None): return f" {self.word} ".join(_operand(s, names, speaker) for s in self.statements)
+
+@serializable
+@dataclass
+class And(_Many):
+    "Every one of `statements` is true."
+    statements: list
+    word = "and"
+    def holds(self, roles, truth): return all(s.holds(roles, truth) for s in self.statements)
+
+@serializable
+@dataclass
+class Or(_Many):
+    "At least one of `statements` is true."
+    statements: list
+    word = "or"
+    def holds(self, roles, truth): return any(s.holds(roles, truth) for s in self.statements)
+
+@serializable
+@dataclass
+class Implies(_Bool):
+    "If `first` is true then `second` is true."
+    first: Any
+    second: Any
+    def parts(self): return [self.first, self.second]
+    def holds(self, roles, truth): return not self.first.holds(roles, truth) or self.second.holds(roles, truth)
+    def clause(self, names, speaker=None): return f"If {_operand(self.first, names, speaker)} then {_operand(self.second, names, speaker)}"
+
+@serializable
+@dataclass
+class Iff(_Bool):
+    "`first` and `second` are both true or both false."
+    first: Any
+    second: Any
+    def parts(self): return [self.first, self.second]
+    def holds(self, roles, truth): return self.first.holds(roles, truth) == self.second.holds(roles, truth)
+    def clause(self, names, speaker=None): return f"{_operand(self.first, names, speaker)} if and only if {_operand(self.second, names, speaker)}"
+
+STATEMENT_TYPES.update({"is": Is, "not": Not, "and": And, "or": Or, "implies": Implies, "iff": Iff})
+
 # %% ../nbs/05_puzzles.ipynb #aff4b8c4
 @serializable
 @dataclass
@@ -348,6 +445,23 @@ class _Model:
             a, b = m.NewBoolVar(""), m.NewBoolVar("")
             self.reify(s.first, a); self.reify(s.second, b)
             m.AddBoolXOr([a, b, (lit if lit is not None else self._true()).Not()])
+        elif isinstance(s, _Bool): self._reify_bool(s, lit)
+        else: raise TypeError(f"not a statement: {s!r}")
+
+    def _reify_bool(self, s, lit):
+        m = self.m
+        if isinstance(s, Is):
+            x = self.role[s.person][_RI[s.role]]
+            if lit is None: m.AddBoolOr([x])
+            else: m.AddImplication(x, lit); m.AddImplication(lit, x)
+            return
+        cs = [m.NewBoolVar("") for _ in s.parts()]
+        for c, p in zip(cs, s.parts()): self.reify(p, c)
+        if isinstance(s, Not): m.AddBoolOr([cs[0].Not()]) if lit is None else m.AddBoolXOr([cs[0], lit])
+        elif isinstance(s, And): self._eq_and(lit, cs)
+        elif isinstance(s, Or): self._eq_or(lit, cs)
+        elif isinstance(s, Implies): self._eq_or(lit, [cs[0].Not(), cs[1]])
+        elif isinstance(s, Iff): m.AddBoolXOr([cs[0], cs[1], lit if lit is not None else self._true()])   # odd sum: lit == (a == b)
         else: raise TypeError(f"not a statement: {s!r}")
 
     def _true(self):
@@ -494,6 +608,8 @@ def controlmad_record(p: Puzzle, game_id=None) -> dict:
     if not p.hints: raise ValueError(f"puzzle {p.id}: ControlMAD games always carry the game manager's hint (the number of spies)")
     if any(s is None for s in p.statements): raise ValueError(f"puzzle {p.id}: every player needs a statement in ControlMAD's format")
     sts = list(p.statements) + list(p.hints)
+    for s in sts:
+        if s.code is None: raise ValueError(f"puzzle {p.id}: {type(s).__name__} statements have no ControlMAD code; write such games with to_kk")
     roles = p.roles()
     return {"game_id": game_id if game_id is not None else p.game_id, "num_player": p.n_players, "num_spy": roles.count(2),
             "num_hint": len(p.hints) - 1, "raw_schema": [s.code for s in sts], "raw_statement": [s.raw() for s in sts],
@@ -518,7 +634,9 @@ DIFFICULTY = {
     "easy": {"role_count": 3, "same_role": 2, "not_same_role": 1, "truth_count": 2},
     "medium": {k: len(v) for k, v in _KIND_CODES.items()},          # ControlMAD: codes 1-15 drawn uniformly
     "hard": {"role_count": 1, "truth_count": 2, "same_role": 1, "same_truth": 2, "not_same_role": 1, "role_parity": 2, "truth_parity": 3, "exactly_one": 4},
+    "kk": {"is": 1, "not": 1, "and": 1, "or": 1, "implies": 1, "iff": 1},   # the classic puzzles: operators over atoms
 }
+_BOOL_KINDS = ("is", "not", "and", "or", "implies", "iff")
 _TRUTH_KINDS = {"truth_count": 1, "same_truth": 2, "truth_parity": 3}   # kind -> earlier players needed
 _ENUM, _CANDIDATES = 256, 12
 
@@ -539,6 +657,7 @@ def _feasible(kind, n, sp):
 
 def _draw(rng, kind, sp, want, R, T, n, n_spies, mix):
     "A random statement of `kind` by speaker `sp` whose truth value under roles `R` and truths `T` is `want`, or None."
+    if kind in _BOOL_KINDS: return _draw_bool(rng, kind, want, R, n, n_spies)
     m = sp if sp < n else n
     code = rng.choice(_KIND_CODES[kind])
     for _ in range(12):
@@ -576,6 +695,19 @@ def _draw(rng, kind, sp, want, R, T, n, n_spies, mix):
         elif kind == "same_truth": s = SameTruth(rng.sample(range(m), rng.randint(2, m)), code)
         else: raise ValueError(f"unknown statement type {kind!r}; known: {', '.join(STATEMENT_TYPES)}")
         if s.holds(R, T) == want: return s
+    return None
+
+def _draw_bool(rng, kind, want, R, n, n_spies):
+    "A classic-puzzle statement of `kind` (an atom, a negated atom, or an operator over two different atoms) that is `want` under roles `R`, or None."
+    roles = KKS_ROLES if n_spies else KKS_ROLES[:2]
+    atom = lambda: Is(rng.randrange(n), rng.choice(roles))
+    for _ in range(12):
+        if kind in ("is", "not"): s = atom() if kind == "is" else Not(atom())
+        else:
+            a, b = atom(), atom()
+            if a == b: continue
+            s = {"and": lambda: And([a, b]), "or": lambda: Or([a, b]), "implies": lambda: Implies(a, b), "iff": lambda: Iff(a, b)}[kind]()
+        if s.holds(R, None) == want: return s
     return None
 
 def _statement(rng, sp, want, R, T, n, n_spies, mix):
@@ -660,6 +792,230 @@ def generate(n_players: int, count: int = 1, seed: int = 0, n_spies: int = 1, hi
         out.append(p)
     return out
 
+# %% ../nbs/05_puzzles.ipynb #b0015k01
+KK_TEMPLATES = ['{name} said that {s}.', '{name} told you that {s}.', '{name} said, "{s}."', '{name} stated, "{s}".',
+                'According to {name}, "{s}".', "In {name}'s words: \"{s}\".", '{name} remarked, "{s}".', '"{s}," {name} declared.',
+                '{name} was heard saying, "{s}".', '{name} expressed that {s}.', '"{s}" - {name}.', 'As {name} put it, "{s}".',
+                '{name} asserted: "{s}".', '"{s}," {name} mentioned.', '{name} commented, "{s}".', 'In a statement by {name}: "{s}".',
+                '{name} noted, "{s}".', '"{s}," {name} claimed.']
+
+def _no_spies(n): return RoleCount(list(range(n)), 0, "spy")
+
+def _is_classic(p: Puzzle) -> bool: return p.hints == [_no_spies(p.n_players)]
+
+def _names_list(names): return ", ".join(names[:-1]) + ", and " + names[-1] if len(names) > 1 else names[0]
+
+def kk_quiz(p: Puzzle, seed: int = 0, template: int|None = None) -> str:
+    "`p` as a classic quiz; each sentence's wording drawn from `KK_TEMPLATES` with `seed` (or always `KK_TEMPLATES[template]`)."
+    if not _is_classic(p): raise ValueError(f"puzzle {p.id}: a classic quiz has exactly one hint, that there are no spies")
+    rng, out = random.Random(seed), []
+    for i, (name, s) in enumerate(zip(p.players, p.statements)):
+        if not isinstance(s, _Bool): raise ValueError(f"puzzle {p.id}: {name}'s statement ({type(s).__name__}) is not a boolean statement; a quiz cannot state it")
+        if any(isinstance(a, Is) and a.role == "spy" for a in _atoms(s)): raise ValueError(f"puzzle {p.id}: {name}'s statement mentions a spy")
+        t = KK_TEMPLATES[template if template is not None else rng.randrange(len(KK_TEMPLATES))]
+        out.append(t.format(name=name, s=s.clause(p.players)))
+    return ("A very special island is inhabited only by knights and knaves. Knights always tell the truth, and knaves always lie. "
+            f"You meet {p.n_players} inhabitants: {_names_list(p.players)}. " + " ".join(out) + " So who is a knight and who is a knave?")
+
+def _atoms(s): return [s] if isinstance(s, Is) else [a for x in (s.parts() if isinstance(s, _Bool) else []) for a in _atoms(x)]
+
+# %% ../nbs/05_puzzles.ipynb #b0015k03
+class KKQuizError(ValueError):
+    "A quiz that cannot be read; names the sentence."
+
+_KK_HEAD = re.compile(r"\s*A very special island is inhabited only by (\w+?)s and (\w+?)s\.\s+(\w+?)s always tell the truth,? and (\w+?)s always lie\.\s+"
+                      r"You meet (\d+) inhabitants?: (.*?)\.(?=\s|$)", re.I | re.S)
+_KK_TAIL = re.compile(r"\s*So who is an? \w+ and who is an? \w+\?\s*$", re.I)
+
+def _kk_words(quiz) -> dict:
+    "The quiz's words for the truth-teller and the liar (the benchmark swaps or replaces them in some copies) -> madlab's roles."
+    m = _KK_HEAD.match(quiz or "")
+    if not m: raise KKQuizError("the quiz does not open with 'A very special island is inhabited only by knights and knaves. ... You meet N inhabitants: ...'")
+    truth, lie = m.group(3).lower(), m.group(4).lower()
+    if {truth, lie} != {m.group(1).lower(), m.group(2).lower()} or truth == lie: raise KKQuizError(f"the quiz's opening names {m.group(1)}s and {m.group(2)}s but says {truth}s tell the truth and {lie}s lie")
+    return {truth: "knight", lie: "knave", "spy": "spy"}
+
+def _split_top(s, sep):
+    "`s` split at `sep` (any case) outside brackets."
+    out, depth, last, low = [], 0, 0, s.lower()
+    for i, c in enumerate(s):
+        depth += (c == "(") - (c == ")")
+        if depth == 0 and low.startswith(sep, i) and i >= last: out.append(s[last:i]); last = i + len(sep)
+    return out + [s[last:]]
+
+def _kk_statement(s, names, words):
+    "A statement from its English (the forms `kk_quiz` writes); ValueError when it is not one."
+    s = s.strip()
+    if s.startswith("(") and s.endswith(")") and _balanced(s[1:-1]): return _kk_statement(s[1:-1], names, words)
+    if s[:3].lower() == "if ":
+        parts = _split_top(s[3:], " then ")
+        if len(parts) == 2: return Implies(_kk_statement(parts[0], names, words), _kk_statement(parts[1], names, words))
+    parts = _split_top(s, " if and only if ")
+    if len(parts) == 2: return Iff(*[_kk_statement(x, names, words) for x in parts])
+    ands, ors = _split_top(s, " and "), _split_top(s, " or ")
+    if len(ands) > 1 and len(ors) > 1: raise ValueError(f"'and' and 'or' mixed without brackets in {s!r}")
+    if len(ands) > 1 or len(ors) > 1: return (And if len(ands) > 1 else Or)([_kk_statement(x, names, words) for x in (ands if len(ands) > 1 else ors)])
+    if s.lower().startswith("it is not the case that "): return Not(_kk_statement(s[24:], names, words))
+    alt = "|".join(re.escape(w) for w in sorted(words, key=len, reverse=True))
+    who = "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
+    m = re.fullmatch(rf"({who}) is (not )?an? ({alt})", s, re.I)
+    if not m: raise ValueError(f"not a statement about an inhabitant: {s!r}")
+    a = Is(names.index(m.group(1)), words[m.group(3).lower()])
+    return Not(a) if m.group(2) else a
+
+def _balanced(s):
+    "Whether brackets in `s` never close more than they opened and end balanced."
+    d = 0
+    for c in s:
+        d += (c == "(") - (c == ")")
+        if d < 0: return False
+    return d == 0
+
+# %% ../nbs/05_puzzles.ipynb #b0015k04
+def parse_kk_quiz(text, id: str|None = None) -> Puzzle:
+    "A classic quiz (the forms of `KK_TEMPLATES`) as a `Puzzle` with the no-spies hint and no solution; a `KKQuizError` names what it cannot read."
+    words = _kk_words(text)
+    m = _KK_HEAD.match(text)
+    names = [x for x in re.split(r"\s*,\s*(?:and\s+)?|\s+and\s+", m.group(6).strip()) if x]
+    if len(names) != int(m.group(5)): raise KKQuizError(f"the quiz says {m.group(5)} inhabitants but lists {len(names)}: {m.group(6)!r}")
+    tail = _KK_TAIL.search(text)
+    if not tail: raise KKQuizError("the quiz does not end with 'So who is a knight and who is a knave?'")
+    who = "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
+    forms = [re.compile(re.escape(t).replace(r"\{name\}", f"(?P<name>{who})").replace(r"\{s\}", r'(?P<s>[^".]+?)') + r"(?=\s|$)") for t in KK_TEMPLATES]
+    body, pos, said, k = text[:tail.start()], m.end(), {}, 0
+    while True:
+        while pos < len(body) and body[pos].isspace(): pos += 1
+        if pos >= len(body): break
+        k += 1
+        hit = next((f.match(body, pos) for f in forms if f.match(body, pos)), None)
+        sentence = hit.group(0) if hit else re.match(r'.*?\."?(?=\s|$)|.+', body[pos:], re.S).group(0)
+        if hit is None: raise KKQuizError(f"sentence {k} is not one of the quiz's forms: {sentence!r}")
+        if hit.group("name") in said: raise KKQuizError(f"sentence {k}: {hit.group('name')} speaks twice: {sentence!r}")
+        try: said[hit.group("name")] = _kk_statement(hit.group("s"), names, words)
+        except ValueError as e: raise KKQuizError(f"sentence {k}: {e}: {sentence!r}") from None
+        pos = hit.end()
+    return Puzzle(names, [said.get(n) for n in names], [_no_spies(len(names))], source="quiz", id=id)
+
+# %% ../nbs/05_puzzles.ipynb #b0015k07
+_KK_OPS = {"not": (Not, 1, 1), "and": (And, 2, None), "or": (Or, 2, None), "->": (Implies, 2, 2), "<=>": (Iff, 2, 2)}
+
+def _from_kk_tuple(t, n, field):
+    "A statement from the benchmark's prefix tuple; ValueError naming `field` when it is not one."
+    if not isinstance(t, tuple) or not t: raise ValueError(f"{field}: expected a tuple such as ('lying', 0), got {t!r}")
+    op = t[0]
+    if op in ("telling-truth", "lying"):
+        if len(t) != 2 or isinstance(t[1], bool) or not isinstance(t[1], int) or not 0 <= t[1] < n:
+            raise ValueError(f"{field}: ({op!r}, i) takes a person index 0..{n-1}, got {t!r}")
+        return Is(t[1], "knight" if op == "telling-truth" else "knave")
+    if op not in _KK_OPS: raise ValueError(f"{field}: unknown operator {op!r}; known: 'telling-truth', 'lying', {', '.join(map(repr, _KK_OPS))}")
+    cls, lo, hi = _KK_OPS[op]
+    args = [_from_kk_tuple(x, n, f"{field}[{k+1}]") for k, x in enumerate(t[1:])]
+    if len(args) < lo or (hi is not None and len(args) > hi): raise ValueError(f"{field}: {op!r} takes {lo if lo == hi else f'{lo} or more'} statements, got {len(args)}")
+    return cls(args) if cls in (And, Or) else cls(*args)
+
+def _to_kk_tuple(s, name):
+    "The benchmark's prefix tuple of statement `s`."
+    if isinstance(s, Is):
+        if s.role == "spy": raise ValueError(f"{name}'s statement mentions a spy; the classic format has none")
+        return ("telling-truth" if s.role == "knight" else "lying", s.person)
+    op = {Not: "not", And: "and", Or: "or", Implies: "->", Iff: "<=>"}.get(type(s))
+    if op is None: raise ValueError(f"{name}'s statement ({type(s).__name__}) has no form in the classic format")
+    return (op, *[_to_kk_tuple(x, name) for x in s.parts()])
+
+def _kk_statements(text, n, field="statements"):
+    "The `statements` string: a literal of nested tuples, read with `ast.literal_eval` (never evaluated as code)."
+    import ast
+    if not isinstance(text, str) or len(text) > 100_000: raise ValueError(f"{field}: expected a string of at most 100,000 characters")
+    try: t = ast.literal_eval(text)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError) as e: raise ValueError(f"{field}: not a Python literal ({type(e).__name__})") from None
+    if not isinstance(t, tuple) or len(t) != n: raise ValueError(f"{field}: expected a tuple of {n} statements, one per name")
+    return [_from_kk_tuple(x, n, f"{field}[{k}]") for k, x in enumerate(t)]
+
+# %% ../nbs/05_puzzles.ipynb #b0015k08
+_SOL_LINE = re.compile(r"^\s*\((\d+)\)\s+(.+?)\s+is\s+an?\s+(\w+)\s*\.?\s*$")
+
+def _kk_solution_text(text, names, words, field="solution_text_format"):
+    "'(1) Penelope is a knave\\n(2) ...' -> name -> role (None for 'No valid solution exists.')."
+    if not isinstance(text, str): raise ValueError(f"{field}: expected a string")
+    if text.strip().rstrip(".").lower() == "no valid solution exists": return None
+    sol = {}
+    for k, line in enumerate(l for l in text.splitlines() if l.strip()):
+        m = _SOL_LINE.match(line)
+        if not m or m.group(2) not in names or m.group(3).lower() not in words: raise ValueError(f"{field}: cannot read line {k+1}: {line!r}")
+        sol[m.group(2)] = words[m.group(3).lower()]
+    if set(sol) != set(names): raise ValueError(f"{field}: gives roles to {sorted(sol)}, the quiz has {names}")
+    return sol
+
+def _kk_puzzle(d, where, prefix):
+    "A `Puzzle` from one benchmark record (full, or only `quiz` and `solution_text_format`)."
+    if not isinstance(d, dict): _err(where, None, "a record must be a JSON object")
+    field = "quiz"
+    try:
+        words = dict(_kk_words(d["quiz"])) if isinstance(d.get("quiz"), str) else {"knight": "knight", "knave": "knave"}
+        if "statements" in d:
+            field = "names"
+            names = d.get("names")
+            if not isinstance(names, list) or not names or not all(isinstance(x, str) for x in names): raise ValueError("expected a list of names")
+            field = "statements"
+            p = Puzzle(list(names), _kk_statements(d["statements"], len(names)), [_no_spies(len(names))])
+        elif "quiz" in d: p = parse_kk_quiz(d["quiz"])
+        else: raise ValueError("missing (a record needs `statements` and `names`, or `quiz`)")
+        if isinstance(d.get("knight_knave"), dict):
+            kk = d["knight_knave"]
+            words = {str(kk.get("knight", "knight")).lower(): "knight", str(kk.get("knave", "knave")).lower(): "knave"}
+        if d.get("solution") is not None:
+            field = "solution"
+            sol = d["solution"]
+            if not isinstance(sol, list) or len(sol) != p.n_players or not all(isinstance(b, bool) for b in sol): raise ValueError(f"expected {p.n_players} booleans (true = knight)")
+            p.solution = {n: "knight" if b else "knave" for n, b in zip(p.players, sol)}
+        elif "solution_text_format" in d:
+            field = "solution_text_format"
+            p.solution = _kk_solution_text(d["solution_text_format"], p.players, words)
+        p.game_id, p.source, p.id = d.get("index"), f"{where[0].name}:{where[1]}", f"{prefix}-{where[0].stem}-{where[1]:04d}"
+        return p.check()
+    except KKSFormatError: raise
+    except (ValueError, TypeError, KeyError) as e:
+        m = re.match(r"(statements(?:\[\d+\])*|solution_text_format): (.*)", str(e), re.S)
+        _err(where, m.group(1), m.group(2)) if m else _err(where, field, str(e))
+
+def _kk_records(f):
+    "(record number, record) of a JSONL file or of a file holding one JSON list."
+    head = f.open("rb").read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")
+    if not head.startswith(b"["): yield from _jsonl_records(f); return
+    try: data = json.loads(f.read_text(encoding="utf-8-sig"))
+    except (UnicodeDecodeError, ValueError) as e: raise KKSFormatError(f, 1, None, f"not a JSON list ({str(e)[:200]})") from None
+    yield from enumerate(data, 1)
+
+def load_kk(path, prefix: str = "kk") -> list[Puzzle]:
+    """Classic knights-and-knaves puzzles (with gold solutions when the records carry them) from a mem-kk-logic file: JSONL,
+    or one JSON list (then errors give the record number in place of the line), or every such file of a folder."""
+    path = Path(path)
+    files = sorted(f for f in path.iterdir() if f.suffix in (".jsonl", ".json")) if path.is_dir() else [path]
+    if not files: raise FileNotFoundError(f"no .jsonl or .json files in {path}")
+    return [_kk_puzzle(d, (f, ln), prefix) for f in files for ln, d in _kk_records(f)]
+
+# %% ../nbs/05_puzzles.ipynb #b0015k09
+def kk_record(p: Puzzle, index=None, seed: int = 0) -> dict:
+    "`p` as a mem-kk-logic record (`quiz`, `names`, `knight_knave`, `solution`, `solution_text`, `solution_text_format`, `statements`, `index`)."
+    if p.solution is None: raise ValueError(f"puzzle {p.id}: a record needs the gold solution")
+    if set(p.solution.values()) - {"knight", "knave"}: raise ValueError(f"puzzle {p.id}: the classic format has no spies")
+    sts = tuple(_to_kk_tuple(s, n) for n, s in zip(p.players, p.statements))
+    said = [f"{n} is {_a(p.solution[n])}" for n in p.players]
+    return {"quiz": kk_quiz(p, seed), "names": list(p.players),
+            "knight_knave": {"knight": "knight", "knave": "knave", "a_knight": "a knight", "a_knave": "a knave"},
+            "solution": [p.solution[n] == "knight" for n in p.players],
+            "solution_text": (", ".join(said[:-1]) + ", and " + said[-1] if len(said) > 1 else said[0]) + ".",
+            "solution_text_format": "\n".join(f"({k+1}) {s}" for k, s in enumerate(said)),
+            "statements": repr(sts), "index": index if index is not None else p.game_id}
+
+def to_kk(puzzles, path, seed: int = 0) -> Path:
+    "Write `puzzles` as a mem-kk-logic JSONL file (puzzle k's quiz wordings drawn with seed `seed + k`)."
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [json.dumps(kk_record(p, p.game_id if p.game_id is not None else k, seed + k)) for k, p in enumerate(puzzles)]
+    with open(path, "w", encoding="utf-8", newline="\n") as fh: fh.write("".join(l + "\n" for l in lines))
+    return path
+
 # %% ../nbs/05_puzzles.ipynb #47aa6624
 def kks_answer_format(players=None, confidence: bool = False) -> str:
     "The answer instruction agents get (ControlMAD's JSON format; with `confidence`, a 1-10 self-reported confidence)."
@@ -730,9 +1086,10 @@ def _roles_from_obj(d, players):
 _COND = re.compile(r"\b(if|assume|assuming|suppose|supposing|whether|unless|then|would|could|might|either|cannot|can't)\b", re.I)
 
 def _conditional(text, i):
-    "Whether the sentence around position `i` is a hypothesis ('If A is a knight, B is a knave')."
-    start = max(text.rfind(c, 0, i) for c in ".!?\n;") + 1
-    return bool(_COND.search(text, start, i)) or bool(re.match(r"[^.!?\n]*?\b(would|could|might)\b", text[i:]))
+    "Whether the sentence around position `i` is a hypothesis ('If A is a knight, B is a knave'); an escaped newline (`\\n` in JSON) ends a sentence too."
+    j = text.rfind("\\n", 0, i)
+    start = max([text.rfind(c, 0, i) + 1 for c in ".!?\n;"] + [j + 2 if j >= 0 else 0])
+    return bool(_COND.search(text[start:i])) or bool(re.match(r"(?:[^.!?\n\\]|\\(?!n))*?\b(would|could|might)\b", text[i:]))
 
 _HEDGE = re.compile(r"\s*[,;:]?\s*\(?\s*(?:or|unless|if|when|provided|assuming|maybe|perhaps|possibly|probably|likely)\b|\s*\?", re.I)
 
@@ -741,7 +1098,7 @@ def _roles_from_text(text, players):
     out = {}
     for p in players:
         n = re.escape(p)
-        lines = re.findall(rf"^[\s>*#\-\d.)]*\**{n}\**\s*(?:is\s+(?:a|an|the)\s+|:\s*|=\s*|-+>?\s*|\u2013\s*|\u2192\s*|\(\s*)\**(knight|knave|spy)\**\)?\s*\.?\s*$", text, re.I | re.M)
+        lines = re.findall(rf"^[\s>*#\-\d.()]*\**{n}\**\s*(?:is\s+(?:a|an|the)\s+|:\s*|=\s*|-+>?\s*|\u2013\s*|\u2192\s*|\(\s*)\**(knight|knave|spy)\**\)?\s*\.?\s*$", text, re.I | re.M)
         if lines: out[p] = lines[-1].lower(); continue
         found = {m.group(1).lower() for m in re.finditer(rf"\b{n} is (?:a|an) (knight|knave|spy)\b", text, re.I)
                  if not _conditional(text, m.start()) and not _HEDGE.match(text, m.end())}
@@ -759,37 +1116,82 @@ def _confidence(d, text):
     if isinstance(v, bool) or not isinstance(v, (int, float)): return None
     return int(round(v)) if 1 <= v <= 10 else None
 
+_BODY_KEYS = ("players", "solution", "roles", "answer", "assignments")
+_ANSWER_START = re.compile(r"""\{\s*["']?(?:players|solution|roles|answer|assignments|explanation|reasoning|confidence)["']?\s*:""", re.I)
+
+def _is_answer(d, players) -> bool:
+    "Whether JSON object `d` is an answer: it names roles, has a roles field (even an empty one) or an explanation."
+    k = _lower_keys(d)
+    return any(x in k for x in _BODY_KEYS + ("explanation", "reasoning")) or bool(_roles_from_obj(d, players))
+
+def _json_prefix(text, start, tries=64):
+    "The object opened at `text[start]` and cut off before it closed: its complete members, closed again; None when none is complete."
+    stack, q, esc, cuts = [], None, False, []
+    for i in range(start, len(text)):
+        c = text[i]
+        if q:
+            if esc: esc = False
+            elif c == "\\": esc = True
+            elif c == q: q = None
+        elif c == '"' or (c == "'" and not text[i-1].isalnum()): q = c
+        elif c in "{[": stack.append("}" if c == "{" else "]")
+        elif c in "}]":
+            if not stack or stack.pop() != c: return None
+            if not stack: return None                          # it closed: a complete object, not a cut-off one
+            cuts.append((i + 1, "".join(reversed(stack))))
+        elif c == ",": cuts.append((i, "".join(reversed(stack))))
+    for end, close in cuts[::-1][:tries]:                       # the latest cut that reads as JSON
+        o = _loads(text[start:end] + close)
+        if isinstance(o, dict): return o
+    return None
+
+def _json_answer(text, players, start_re=_ANSWER_START, is_answer=_is_answer):
+    "(answer object or None, its span or None, whether a JSON answer was started): the last complete answer, or a cut-off one after it."
+    found = [(o, sp) for o, sp in json_objects(text, spans=True) if is_answer(o, players)]
+    end = found[-1][1][1] if found else 0
+    m = start_re.search(text, end)
+    cut = _json_prefix(text, m.start()) if m else None
+    if cut is None and found: return found[-1][0], found[-1][1], True     # nothing complete after the last complete answer
+    return cut, (m.start(), len(text)) if m else None, m is not None
+
 def parse_kks_answer(text, players) -> KKSAnswer:
     "A `KKSAnswer` with an entry for every player of `players` (names, or a `Puzzle`); unreadable players get None."
     players = list(players.players if isinstance(players, Puzzle) else players)
     text = text if isinstance(text, str) else ""
-    found = json_objects(text, spans=True)
-    objs, spans = [o for o, _ in found], [sp for _, sp in found]
-    best = next(((o, s) for o, s in zip(reversed(objs), reversed(spans)) if _roles_from_obj(o, players)), None)
-    if best is not None:
-        obj, span = best
-        got = _roles_from_obj(obj, players)
-        k = _lower_keys(obj)
-        why = k.get("explanation", k.get("reasoning"))
-        if not isinstance(why, str): why = (text[:span[0]] + text[span[1]:]).strip() or None
+    obj, span, started = _json_answer(text, players)
+    if started:                                                # a JSON answer: its entries only, never the prose
+        got = _roles_from_obj(obj, players) if obj else {}
+        why = _lower_keys(obj).get("explanation", _lower_keys(obj).get("reasoning")) if obj else None
+        if not isinstance(why, str): why = (text[:span[0]] + text[span[1]:]).strip() or text.strip() or None
     else:
-        obj, got = (objs[-1] if objs else None), _roles_from_text(text, players)
-        why = text.strip() or None
+        objs = json_objects(text)
+        obj, got, why = (objs[-1] if objs else None), _roles_from_text(text, players), text.strip() or None
     return KKSAnswer({p: got.get(p) for p in players}, _confidence(obj, text), why)
 
 # %% ../nbs/05_puzzles.ipynb #7e3f9cb7
+_ROLE_START = re.compile(r"""\{\s*["']?(?:player_role|player|name|role|players|solution|roles|answer|assignments|explanation|reasoning|confidence)["']?\s*:""", re.I)
+
+def _player_role_of(o, player):
+    "(whether JSON object `o` gives `player` a role, and that role or None)."
+    k = _lower_keys(o)
+    who = k.get("player_role", k.get("player", k.get("name")))
+    if "role" in k and (who is None or str(who).strip().lower() == player.lower()): return True, _role(k["role"])
+    got = _roles_from_obj(o, [player])
+    return player in got, got.get(player)
+
 def parse_player_role(text, player) -> str|None:
     "The role a debate reply gives `player` (ControlMAD's `{\"player_role\": name, \"role\": ...}`, a full answer, or prose), or None."
     text = text if isinstance(text, str) else ""
     if _role(text): return _role(text)
-    objs = json_objects(text)
-    for o in reversed(objs):
-        k = _lower_keys(o)
-        who = k.get("player_role", k.get("player", k.get("name")))
-        if "role" in k and (who is None or str(who).strip().lower() == player.lower()): return _role(k["role"])
-        got = _roles_from_obj(o, [player])
-        if player in got: return got[player]
-    return _roles_from_text(text, [player]).get(player)
+    objs = [(o, sp) for o, sp in json_objects(text, spans=True) if "role" in _lower_keys(o) or _is_answer(o, [player])]
+    m = _ROLE_START.search(text, objs[-1][1][1] if objs else 0)
+    o = _json_prefix(text, m.start()) if m else None
+    if o is not None: return _player_role_of(o, player)[1]     # a cut-off JSON reply comes last: what it said in full
+    if m is not None and not objs: return None
+    for o, _ in reversed(objs):
+        hit, r = _player_role_of(o, player)
+        if hit: return r
+    return None if objs else _roles_from_text(text, [player]).get(player)   # never prose when a JSON reply was given
 
 # %% ../nbs/05_puzzles.ipynb #cdbc620b
 def score_kks(answer, gold: dict) -> dict:

@@ -20,8 +20,9 @@ from .scoring import answer_format, score_result
 from .debate import *
 
 # %% auto #0
-__all__ = ['debate_row', 'safe_name', 'transcript_text', 'chat_histories', 'write_item_outputs', 'write_table', 'team_config',
-           'RunFolder', 'RunResult', 'arun_experiment', 'run_experiment', 'arun_many', 'run_many', 'rescore']
+__all__ = ['MAX_GAMES_AT_ONCE', 'debate_row', 'safe_name', 'transcript_text', 'chat_histories', 'write_item_outputs',
+           'write_table', 'team_config', 'RunFolder', 'RunResult', 'games_at_once', 'arun_experiment', 'run_experiment',
+           'arun_many', 'run_many', 'rescore']
 
 # %% ../nbs/08_run.ipynb #b92f3f7e
 _LONE = re.compile("[\ud800-\udfff]")
@@ -231,14 +232,33 @@ def _order(ids, known):
     pos = {i: k for k, i in enumerate(ids)}
     return sorted(known, key=lambda i: (pos.get(i, len(pos)), i))
 
+def _screen_record(sr) -> dict:
+    "What a screen found besides its decision (score, signals, an LLM judge's verdict), for the transcript."
+    return {k: v for k, v in {"score": getattr(sr, "score", None), "signals": [s["signal"] for s in getattr(sr, "signals", None) or []] or None,
+                              "judge": getattr(sr, "judge", None)}.items() if v is not None}
+
 def _screened(proto, item, agents, settings, seed, sr) -> Transcript:
     "The transcript of an item an input screen blocked: no call made; the decision is the task's refusal (if it has one)."
-    r = Round("input screen", "screen", 0, [], {"blocked": True, "category": sr.category, "reason": sr.reason})
+    r = Round("input screen", "screen", 0, [], {"blocked": True, "category": sr.category, "reason": sr.reason, **_screen_record(sr)})
     refusal = answer_format(item).refusal
     now = time.time()
     return Transcript(proto.name, item, [a.info() for a in agents], {**settings, "seed": seed}, [r], {}, 
                       {"answer": refusal, "blocked": True, "screen": sr.category, "screen_reason": sr.reason},
                       {"id": str(item.id), "status": "done", "started": now, "finished": now, "madlab": madlab.__version__})
+
+# %% ../nbs/08_run.ipynb #d060316b
+MAX_GAMES_AT_ONCE = 256   # debates at once when no backend of the team has a limit
+
+def games_at_once(agents) -> int:
+    "Debates to run at once by default: what the most constrained endpoint of the team takes, divided among its agents."
+    from collections import Counter
+    per_endpoint = Counter()
+    caps = {}
+    for a in agents:
+        b = getattr(a.backend, "inner", a.backend)                # through the response cache
+        cap = getattr(b, "capacity", None)
+        if cap: k = getattr(b, "base_url", None) or getattr(b, "identity", id(b)); per_endpoint[k] += 1; caps[k] = min(cap, caps.get(k, cap))
+    return max(1, min([caps[k] // n for k, n in per_endpoint.items()] or [MAX_GAMES_AT_ONCE]))
 
 # %% ../nbs/08_run.ipynb #c876aa91
 class _Stop:
@@ -248,7 +268,7 @@ class _Stop:
     def set(self):
         if self.loop is not None: self.loop.call_soon_threadsafe(self.event.set)
 
-async def arun_experiment(protocol, items, team=None, out=None, *, seed: int = 0, concurrency: int = 8, cache=True, resume: bool = True,
+async def arun_experiment(protocol, items, team=None, out=None, *, seed: int = 0, concurrency: int|None = None, cache=True, resume: bool = True,
                           progress: bool = False, budget: Budget|None = None, on_error: str = "fail", screen: Callable|None = None,
                           max_tokens: int|None = None, temperature: float|None = None, lock_timeout: float = 0, notes: dict|None = None,
                           desc: str|None = None, _stop: _Stop|None = None, **options) -> RunResult:
@@ -257,7 +277,7 @@ async def arun_experiment(protocol, items, team=None, out=None, *, seed: int = 0
     t0 = time.perf_counter()
     proto = get_protocol(protocol)
     settings = proto.validate(options)
-    if not isinstance(concurrency, int) or isinstance(concurrency, bool) or not 1 <= concurrency <= 10_000: raise OptionError("concurrency", f"must be an integer in 1..10000; got {concurrency!r}")
+    if concurrency is not None and (not isinstance(concurrency, int) or isinstance(concurrency, bool) or not 1 <= concurrency <= 10_000): raise OptionError("concurrency", f"must be an integer in 1..10000; got {concurrency!r}")
     if not isinstance(seed, int) or isinstance(seed, bool): raise OptionError("seed", f"must be an integer; got {seed!r}")
     if "screen" in proto.options and screen is not None and not callable(screen):   # S4's own `screen` option, not an input screen
         options["screen"], screen = screen, None
@@ -300,14 +320,14 @@ async def arun_experiment(protocol, items, team=None, out=None, *, seed: int = 0
                             f.replace(f.with_name("transcript.json.unreadable"))
                             problems.append(f"{e}; moved aside to {f.with_name('transcript.json.unreadable')} and ran the item again")
                     todo.append((iid, it))
-        sem = asyncio.Semaphore(concurrency)
+        sem = asyncio.Semaphore(concurrency or games_at_once(agents))
         bar = tqdm(total=len(items), initial=len(items) - len(todo), desc=desc or proto.name, disable=not progress, leave=False)
 
         async def one(iid, it):
             async with sem:
                 if status["reason"]:
                     rows[iid] = {"item_id": iid, "protocol": proto.name, "status": "not_run", "error": status["reason"]}; bar.update(); return
-                sr = screen(getattr(it, "prompt", "")) if screen is not None else None
+                sr = None if screen is None else await screen.ascreen(getattr(it, "prompt", "")) if hasattr(screen, "ascreen") else screen(getattr(it, "prompt", ""))
                 if sr is not None and getattr(sr, "blocked", False):
                     t = _screened(proto, it, agents, settings, seed, sr)
                 else:
@@ -316,6 +336,7 @@ async def arun_experiment(protocol, items, team=None, out=None, *, seed: int = 0
                     except BudgetExceeded as e: status["reason"] = status["reason"] or str(e)
                     except Exception: pass           # recorded in d.meta by the debate itself
                     t = d.transcript
+                    if sr is not None and _screen_record(sr): t.meta["run_screen"] = _screen_record(sr)
                 try: rows[iid] = debate_row(t)
                 except Exception as e:
                     t.meta.update(status="failed", error=f"summarising failed: {type(e).__name__}: {e}")

@@ -13,11 +13,12 @@ from .core import *
 from .tasks import extract_number, numbers_match, parse_choice
 
 # %% auto #0
-__all__ = ['FORMATS', 'vote_key', 'KKS_PHASES', 'CHANGE_KINDS', 'AnswerFormat', 'register_format', 'answer_format',
-           'score_result', 'toy_arith_items', 'majority_vote', 'plurality_vote', 'agreement', 'parse_decision',
-           'kks_players', 'roles_of', 'synthetic_kks_belief', 'synthetic_kks_position', 'kks_positions',
-           'phase_accuracy', 'kks_flips', 'position_changes', 'flip_summary', 'kks_consensus', 'kks_games',
-           'kks_decisions', 'agent_usage']
+__all__ = ['FORMATS', 'vote_key', 'KKS_PHASES', 'CHANGE_KINDS', 'PAIRWISE_INSTRUCTIONS', 'STOCK_POSITIONS', 'STOCK_FIELDS',
+           'STOCK_INSTRUCTIONS', 'AnswerFormat', 'register_format', 'answer_format', 'score_result', 'toy_arith_items',
+           'majority_vote', 'plurality_vote', 'agreement', 'parse_decision', 'kks_players', 'roles_of',
+           'synthetic_kks_belief', 'synthetic_kks_position', 'kks_positions', 'phase_accuracy', 'kks_flips',
+           'position_changes', 'flip_summary', 'kks_consensus', 'kks_games', 'kks_decisions', 'agent_usage',
+           'PairwiseVerdict', 'parse_pairwise', 'cohen_kappa', 'stock_position', 'StockAnswer', 'parse_stock_answer']
 
 # %% ../nbs/03_scoring.ipynb #78748a11
 @dataclass
@@ -323,3 +324,168 @@ def agent_usage(transcripts) -> "pd.DataFrame":
     df = pd.DataFrame([{"game": g, "agent": a, "phase": ph, **{k: c.get(k, 0) for k in cols}} for (g, a, ph), c in rows.items()], columns=["game", "agent", "phase", *cols])
     df["tokens"] = df.prompt_tokens + df.completion_tokens
     return df
+
+# %% ../nbs/03_scoring.ipynb #b94355ce
+@serializable
+@dataclass
+class PairwiseVerdict(Answer):
+    "Scores of Assistant 1 and Assistant 2; `decision` is the preferred one (1 or 2, 0 for a tie)."
+    score_1: float
+    score_2: float
+    @property
+    def decision(self) -> int: return 0 if self.score_1 == self.score_2 else (1 if self.score_1 > self.score_2 else 2)
+    def vote_key(self): return self.decision
+    def summary(self) -> str: return f"{self.score_1:g} vs {self.score_2:g}: " + ("tie" if self.decision == 0 else f"Assistant {self.decision}")
+
+_SCORE_RE = r"score\W+of\W+assistant\s*{}\W*?[:=]?\s*(-?\d+(?:\.\d+)?)"
+
+def parse_pairwise(text) -> PairwiseVerdict|None:
+    "The last stated scores of Assistant 1 and Assistant 2, or None."
+    if not isinstance(text, str): return None
+    s1, s2 = (re.findall(_SCORE_RE.format(k), text, re.I) for k in (1, 2))
+    return PairwiseVerdict(float(s1[-1]), float(s2[-1])) if s1 and s2 else None
+
+PAIRWISE_INSTRUCTIONS = "Score both answers from 1 to 10 and end with exactly two lines:\nThe score of Assistant 1: X\nThe score of Assistant 2: Y"
+register_format("pairwise", AnswerFormat("pairwise", PAIRWISE_INSTRUCTIONS, parse_pairwise,
+                                         lambda a, g: a is not None and getattr(a, "decision", a) == g))
+register_format("scenario", AnswerFormat("text", "", lambda s: s.strip() or None if isinstance(s, str) else None))
+
+
+# %% ../nbs/03_scoring.ipynb #9f08ed5d
+@synthetic_responder("pairwise")
+def _pairwise_reply(ask, persona, rng):
+    gold = getattr(ask.item, "gold", None)
+    prefs = [0, 1, 2]
+    wrong = synthetic_rng(persona, "wrong", ask.agent, getattr(ask.item, "id", None)).choice([p for p in prefs if p != gold] or prefs)
+    own = getattr(ask.previous, "decision", None)
+    if own is None: own = gold if gold in prefs and believes_gold(persona, ask) else wrong
+    pref = conform(persona, rng, own, [getattr(v, "decision", None) for v in (ask.peers or {}).values()])
+    hi, lo = rng.choice([8, 9]), rng.choice([5, 6])
+    s1, s2 = (hi, lo) if pref == 1 else (lo, hi) if pref == 2 else (7, 7)
+    return f"Comparing the two answers for helpfulness, relevance and accuracy.\nThe score of Assistant 1: {s1}\nThe score of Assistant 2: {s2}"
+
+def cohen_kappa(a, b) -> float|None:
+    "Cohen's kappa between two equally long label sequences (pairs with a None dropped); None when nothing is left."
+    pairs = [(x, y) for x, y in zip(a, b) if x is not None and y is not None]
+    if not pairs: return None
+    n, labels = len(pairs), {v for p in pairs for v in p}
+    po = sum(x == y for x, y in pairs) / n
+    ca, cb = collections.Counter(x for x, _ in pairs), collections.Counter(y for _, y in pairs)
+    pe = sum(ca[l] * cb[l] for l in labels) / n / n
+    return 1.0 if pe == 1 else (po - pe) / (1 - pe)
+
+
+# %% ../nbs/03_scoring.ipynb #5c0c4a02
+import collections.abc
+STOCK_POSITIONS = ("Buy", "Short", "Wait")
+STOCK_FIELDS = ("Justification", "Position", "Asset", "Projected Percentage Change", "Time Horizon", "Confidence")
+_POSITION_WORDS = {"buy": "Buy", "long": "Buy", "short": "Short", "sell": "Short", "wait": "Wait", "hold": "Wait"}
+
+def stock_position(x) -> str|None:
+    "The position (Buy, Short or Wait) of a stock answer, a mapping with a 'Position' field, or a word (BUY/SELL/HOLD read as Buy/Short/Wait); None otherwise."
+    if isinstance(x, collections.abc.Mapping): x = x.get("Position")
+    elif x is not None and not isinstance(x, str): x = getattr(x, "position", None)
+    m = re.search(r"[A-Za-z]+", x) if isinstance(x, str) else None
+    return _POSITION_WORDS.get(m.group(0).lower()) if m else None
+
+@serializable
+@dataclass
+class StockAnswer(Answer, collections.abc.Mapping):
+    "A reply in the stock format; it reads as a mapping of the format's fields too (`a['Position']`)."
+    position: str|None = None          # Buy, Short or Wait
+    asset: str|None = None
+    change: float|None = None          # projected percentage change, e.g. -2.5
+    horizon: float|None = None         # hours
+    confidence: float|None = None      # 0..1
+    justification: str = ""
+
+    @property
+    def valid(self) -> bool: return self.position in STOCK_POSITIONS
+    @property
+    def decision(self): return self.position
+    @property
+    def signal(self) -> float:
+        "+confidence for Buy, -confidence for Short, 0 for Wait (confidence 0.5 when not given)."
+        c = 0.5 if self.confidence is None else self.confidence
+        return {"Buy": c, "Short": -c}.get(self.position, 0.0)
+    def vote_key(self): return self.position
+    def summary(self) -> str:
+        s = f"{self.position or '?'} {self.asset or ''}".strip()
+        if self.change is not None: s += f" {self.change:+.1f}%"
+        return s + (f" (confidence {self.confidence:.2f})" if self.confidence is not None else "")
+    def _fields(self): return dict(zip(STOCK_FIELDS, (self.justification, self.position, self.asset, self.change, self.horizon, self.confidence)))
+    def __getitem__(self, k): return self._fields()[k]
+    def __iter__(self): return iter(STOCK_FIELDS)
+    def __len__(self): return len(STOCK_FIELDS)
+
+# %% ../nbs/03_scoring.ipynb #5c0c4a04
+_STOCK_KEY = re.compile(r"^[\s>*#_-]*(justification|position|asset|projected percentage change|time horizon|confidence)[*_\s]*:[*_\s]*(.*)$", re.I | re.M)
+_NUM = r"[-+\u2212]?\d+(?:\.\d+)?"
+
+def _stock_fields(text) -> dict:
+    "The format's fields in `text` (`Key: value` lines, markdown emphasis allowed, or a JSON object with those keys); later lines win, the justification may span lines."
+    obj = extract_json(text)
+    if obj:
+        low = {str(k).lower().replace("_", " "): v for k, v in obj.items()}
+        return {k.lower(): "" if low.get(k.lower()) is None else str(low[k.lower()]) for k in STOCK_FIELDS if k.lower() in low}
+    out, ms = {}, list(_STOCK_KEY.finditer(text))
+    for i, m in enumerate(ms):
+        k = m.group(1).lower()
+        out[k] = (text[m.start(2):ms[i + 1].start()] if k == "justification" and i + 1 < len(ms) else m.group(2)).strip()
+    return out
+
+def _number(s):
+    m = re.search(_NUM, s or "")
+    return float(m.group(0).replace("\u2212", "-")) if m else None
+
+def _confidence(s):
+    "0.8, '0.8 (high)', '80%', '8/10' -> 0.8; None when unreadable or outside 0..1 after scaling."
+    v = _number(s)
+    if v is None: return None
+    if "%" in s or v > 10: v /= 100
+    elif re.search(r"/\s*10\b", s) or v > 1: v /= 10
+    return v if 0 <= v <= 1 else None
+
+def _hours(s):
+    v = _number(s)
+    if v is None: return None
+    unit = re.search(r"(minute|hour|day|week|month)", s or "", re.I)
+    return v * {"minute": 1 / 60, "hour": 1, "day": 24, "week": 168, "month": 720}[unit.group(1).lower()] if unit else v
+
+def parse_stock_answer(text) -> StockAnswer|None:
+    "A `StockAnswer` from a reply in the stock format, read tolerantly; None when it states no position."
+    if not isinstance(text, str): return None
+    f = _stock_fields(text)
+    pos = stock_position(f.get("position"))
+    if pos is None: return None
+    asset = re.sub(r"[*_`]", "", f.get("asset") or "").strip() or None
+    return StockAnswer(pos, asset, _number(f.get("projected percentage change")), _hours(f.get("time horizon")), _confidence(f.get("confidence")),
+                       f.get("justification", "").strip())
+
+STOCK_INSTRUCTIONS = ("Reply in exactly this format:\nJustification: <your reasoning from the data>\nPosition: <Buy, Short or Wait>\nAsset: <ticker>\n"
+                      "Projected Percentage Change: <+/-X.X%>\nTime Horizon: <X hours>\nConfidence: <0.00 to 1.00>")
+
+register_format("market", AnswerFormat("market.stock", STOCK_INSTRUCTIONS, parse_stock_answer,
+                                       lambda a, g: stock_position(a) is not None and stock_position(a) == stock_position(g), {"positions": list(STOCK_POSITIONS)}))
+
+# %% ../nbs/03_scoring.ipynb #5c0c4a07
+def _item_asset(item):
+    for r in getattr(item, "data", None) or []:
+        d = getattr(r, "data", None)
+        if isinstance(d, dict) and d.get("ticker"): return str(d["ticker"])
+    return "the stock"
+
+@synthetic_responder("market.stock")
+def _stock_reply(ask, persona, rng):
+    gold, item_id = stock_position(getattr(ask.item, "gold", None)), getattr(ask.item, "id", None)
+    wrong = synthetic_rng(persona, "wrong", ask.agent, item_id).choice([p for p in STOCK_POSITIONS if p != gold])
+    own = stock_position(ask.previous) or (gold if gold is not None and believes_gold(persona, ask) else wrong)
+    pos = conform(persona, rng, own, [stock_position(v) for v in (ask.peers or {}).values()])
+    right = pos == gold if gold is not None else rng.random() < persona.skill
+    conf = synthetic_confidence(persona, rng, right, scale=100) / 100
+    change = {"Buy": 1, "Short": -1, "Wait": 0}[pos] * rng.uniform(0.5, 6) + (rng.uniform(-0.4, 0.4) if pos == "Wait" else 0)
+    ev = list(ask.options.get("evidence") or [])
+    why = ("Weighing " + " and ".join(rng.sample(ev, min(2, len(ev)))) if ev else "Weighing the news I hold")
+    why += {"Buy": ", I expect the price to rise.", "Short": ", I expect the price to fall.", "Wait": ", the signals cancel out; I would wait."}[pos]
+    return (f"Justification: {why}\nPosition: {pos}\nAsset: {ask.options.get('asset') or _item_asset(ask.item)}\nProjected Percentage Change: {change:+.1f}%\n"
+            f"Time Horizon: {rng.choice([24, 48, 72, 168])} hours\nConfidence: {conf:.2f}")

@@ -6,7 +6,7 @@ Docs: https://madlab.github.io/madlab/tasks.html.md"""
 
 # %% ../nbs/04_tasks.ipynb #ced417bf
 from __future__ import annotations
-import csv, io, json, re
+import csv, io, json, math, re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,17 +14,20 @@ from .core import Item, serializable
 
 # %% auto #0
 __all__ = ['SAFETY_DECISIONS', 'MARKET_QUESTION', 'extract_number', 'numbers_match', 'gsm8k_gold', 'load_gsm8k', 'load_xstest',
-           'MarketRecord', 'load_market_news', 'market_item', 'load_market', 'load_mmlu', 'parse_choice']
+           'MarketRecord', 'load_market_news', 'market_item', 'load_market', 'load_mmlu', 'parse_choice',
+           'pairwise_prompt', 'load_pairwise', 'load_scenarios']
 
 # %% ../nbs/04_tasks.ipynb #4b49f779
-_NUM_RE = re.compile(r"(?<![\w.])[-\u2212]?\s?\$?\s?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?!\d)|(?<![\w.])[-\u2212]?\.\d+")
+_FRAC_RE = r"(?<![\w./])[-\u2212]?\d+\s*/\s*\d+(?![\w/]|\.\d)"   # 3/4, -1/2 (not dates such as 12/25/2020)
+_NUM_RE = re.compile(_FRAC_RE + r"|(?<![\w.])[-\u2212]?\s?\$?\s?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?!\d)|(?<![\w.])[-\u2212]?\.\d+")
 
 def _to_number(s):
-    "'$1,234.50' -> 1234.5, '-7' -> -7; None when `s` is not a number."
+    "'$1,234.50' -> 1234.5, '-7' -> -7, '3/4' -> 0.75; None when `s` is not a number. Non-integers are rounded to 9 decimals, so 1/3 and 0.333333333 vote alike."
     t = re.sub(r"[\s$,]", "", s).replace("\u2212", "-")
-    try: v = float(t)
-    except ValueError: return None
-    return int(v) if v.is_integer() and abs(v) < 2**53 else v
+    try: v = float(t) if "/" not in t else float(t.split("/")[0]) / float(t.split("/")[1])
+    except (ValueError, ZeroDivisionError, IndexError): return None
+    if not math.isfinite(v): return None
+    return int(v) if v.is_integer() and abs(v) < 2**53 else round(v, 9)
 
 def _numbers(s): return [v for v in (_to_number(m.group(0)) for m in _NUM_RE.finditer(s)) if v is not None]
 
@@ -37,6 +40,12 @@ def _boxed(text):
             depth += {"{": 1, "}": -1}.get(text[i], 0); i += 1
         if depth == 0: out.append(text[m.end():i - 1])
     return out
+
+def _untex(s):
+    "LaTeX inside a \\boxed{} made plain: '\\$' -> '$', '1{,}234' and '1\\,234' -> '1234', \\text{...} and '\\%' dropped."
+    s = re.sub(r"\\(?:text|mathrm|textbf|mbox)\s*\{[^{}]*\}", " ", s)
+    s = s.replace("{,}", "").replace("\\$", "$")
+    return re.sub(r"\\[,!;: %]|\\(?:left|right|quad)\b", "", s)
 
 def _frac(s):
     m = re.search(r"\\d?frac\{\s*(-?\d+(?:\.\d+)?)\s*\}\{\s*(-?\d+(?:\.\d+)?)\s*\}", s)
@@ -52,7 +61,7 @@ def extract_number(text):
     for b in reversed(_boxed(text)):
         v = _frac(b)
         if v is not None: return v
-        ns = _numbers(b)
+        ns = _numbers(_untex(b))
         if ns: return ns[-1]
     for pat in (r"####", r"\banswer\s*(?:is|:|=)", r"\bfinal answer\b", r"\bthe answer\b"):
         ms = list(re.finditer(pat, text, re.I))
@@ -183,7 +192,7 @@ def load_market_news(path) -> list[MarketRecord]:
     "Market news records from a JSONL file (one `{source, date, reliability, data}` object a line)."
     return [_market_record(d, f"{path}:{ln}") for ln, d in _read_jsonl(path)]
 
-MARKET_QUESTION = "Given these news records, should a trader BUY, HOLD or SELL the stock over the next week?"
+MARKET_QUESTION = "Given these news records, should a trader Buy, Short or Wait on the stock over the next week?"
 
 def market_item(records, question: str = MARKET_QUESTION, id: str = "market-0", gold=None) -> Item:
     "A market debate item: `question` over `records` (kept in `data`; gold usually unknown)."
@@ -233,3 +242,31 @@ def parse_choice(text, letters: str = "ABCD"):
     if m and (len(text.strip()) <= 3 or re.match(rf"\s*\**\(?[{L}][.:)]", text)): return m.group(1)
     m = re.findall(rf"^\s*\**\(?([{L}])\)?\**\.?\s*$", text, re.M)
     return m[-1] if m else None
+
+# %% ../nbs/04_tasks.ipynb #8f03b1d2
+_PREFERENCE = {1: 1, 2: 2, 0: 0, "1": 1, "2": 2, "0": 0, "tie": 0}
+
+def pairwise_prompt(question: str, answer_1: str, answer_2: str) -> str:
+    "The text of a pairwise item: the question and both answers."
+    return f"[Question]\n{question}\n\n[The Start of Assistant 1's Answer]\n{answer_1}\n[The End of Assistant 1's Answer]\n\n[The Start of Assistant 2's Answer]\n{answer_2}\n[The End of Assistant 2's Answer]"
+
+def load_pairwise(path) -> list[Item]:
+    "Pairwise items (`task='pairwise'`, gold 1, 2 or 0 for a tie) from JSONL records `{id, question, answer_1, answer_2, preference}`."
+    out = []
+    for ln, d in _read_jsonl(path):
+        for k in ("question", "answer_1", "answer_2"):
+            if not isinstance(d.get(k), str): raise ValueError(f"{path}:{ln}: field {k}: missing or not a string")
+        p = d.get("preference")
+        if p is not None and (isinstance(p, bool) or p not in _PREFERENCE): raise ValueError(f"{path}:{ln}: field preference: expected 1, 2 or 0 (tie); got {p!r}")
+        data = {k: d[k] for k in ("question", "answer_1", "answer_2")}
+        out.append(Item(str(d.get("id", f"pairwise-{len(out):04d}")), "pairwise", pairwise_prompt(**data), None if p is None else _PREFERENCE[p], data=data, meta={"line": ln}))
+    return out
+
+def load_scenarios(path) -> list[Item]:
+    "Scenario items (`task='scenario'`, a free prompt, gold only when the record gives one) from JSONL records `{id, prompt}`."
+    out = []
+    for ln, d in _read_jsonl(path):
+        if not isinstance(d.get("prompt"), str): raise ValueError(f"{path}:{ln}: field prompt: missing or not a string")
+        out.append(Item(str(d.get("id", f"scenario-{len(out):04d}")), "scenario", d["prompt"], d.get("gold"), meta={"line": ln}))
+    return out
+

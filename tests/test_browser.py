@@ -1,6 +1,7 @@
 """A real browser test of the stepper: JupyterLab on 127.0.0.1, the tour notebook opened in Debian's chromium driven by
-Playwright, run all cells, click Step until the debate ends (the round header and the positions grid change with every
-click), fork once, and save a screenshot to test-artifacts/."""
+Playwright, run all cells, click Step until the debate ends (the round header, the positions grid and the consensus row
+agree at every round), fork (the round numbers agree everywhere), fork with an unreadable message (shown "invalid"),
+export the branch and read it back, Stop a Run to end during its third round, and save screenshots to test-artifacts/."""
 from __future__ import annotations
 import json, os, re, shutil, time
 from pathlib import Path
@@ -29,11 +30,43 @@ def _wait(pred, timeout, what, poll=0.1):
         time.sleep(poll)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
+# a stepper whose rounds take ~0.8 s, appended to the tour, to click Stop while a round is in flight
+_SLOW_CELL = ('slow = DebateStepper(Debate("controlmad", item, ["synthetic:strong,seed=1,latency=0.8", "synthetic:medium,seed=2,latency=0.8",'
+              ' "synthetic:weak,seed=3,latency=0.8"], depth=1))\nslow')
+
+_GRID_JS = """el => ({rows: [...el.querySelectorAll('.madlab-positions table.madlab-grid tr')].slice(1).map(tr => ({
+    row: tr.querySelector('th').childNodes[0].textContent.trim(),
+    agents: [...tr.querySelectorAll('td.madlab-agent')].map(td => td.dataset.value),
+    majority: (tr.querySelector('td.madlab-majority') || {dataset: {}}).dataset.value})),
+  shown: JSON.parse((el.querySelector('.madlab-cons-cell.madlab-shown') || {dataset: {consensus: 'null'}}).dataset.consensus)})"""
+
+def _plurality(values):
+    "The most common readable value, or '' on a tie or when there is none (what the grid's majority column must show)."
+    counts = {}
+    for v in values:
+        if v and v != "invalid": counts[v] = counts.get(v, 0) + 1
+    top = sorted(counts.values(), reverse=True)
+    return "" if not top or (len(top) > 1 and top[0] == top[1]) else max(counts, key=counts.get)
+
+def _check_consensus(stepper, prev):
+    "The grid's majority column is the plurality of the agents' cells; the consensus row's shown cell holds the same and names the rows that turned."
+    g = stepper.evaluate(_GRID_JS)
+    now = {r["row"]: _plurality(r["agents"]) for r in g["rows"]}
+    assert {r["row"]: r["majority"] or "" for r in g["rows"]} == now, g
+    assert {k: v or "" for k, v in g["shown"]["majority"].items()} == now, g
+    assert g["shown"]["turned"] == [r for r in now if r in prev and now[r] != prev[r]], (g, prev)
+    return now
+
 def test_stepper_in_jupyterlab(tmp_path):
     _need_browser()
     from playwright.sync_api import sync_playwright
+    import madlab.protocols.controlmad  # noqa: F401  (to read the exported transcript back)
+    from madlab.core import Transcript
+    from madlab.debate import Debate
     root = tmp_path / "lab"; root.mkdir()
-    shutil.copy(TOUR, root / TOUR.name)
+    nb = json.loads(TOUR.read_text())
+    nb["cells"].append({"cell_type": "code", "execution_count": None, "id": "slowstep", "metadata": {}, "outputs": [], "source": _SLOW_CELL})
+    (root / TOUR.name).write_text(json.dumps(nb))
     ARTIFACTS.mkdir(exist_ok=True)
     with jupyter_lab(root, tmp_path / "home") as (base, token), sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
@@ -64,14 +97,20 @@ def test_stepper_in_jupyterlab(tmp_path):
                 new MutationObserver(ms => { for (const m of ms) { if (el.textContent) window.__madlabBusy.push(el.textContent);
                     for (const n of m.addedNodes) if (n.textContent) window.__madlabBusy.push(n.textContent); } })
                   .observe(el, {childList: true, subtree: true, characterData: true}); }""")
-            seen, clicks = [], 0
+            seen, clicks, prev, turns = [], 0, {}, []
+            cons = stepper.locator(".madlab-consensus-view")
             while step.is_enabled() and clicks < 40:
                 h0, g0 = header.inner_text(), grid.inner_html()
                 step.click(); clicks += 1
-                # each piece of the widget is its own comm message: wait for the header and the grid (its caption names the round)
+                # each piece of the widget is its own comm message: wait for the header, the grid (its caption names the round) and the consensus row
                 _wait(lambda: header.inner_text() != h0 and grid.inner_html() != g0 and (step.is_enabled() or "status done" in header.inner_text()),
                       30, f"the round header and the positions grid to change after click {clicks}")
+                k = re.search(r"Round (\d+) of", header.inner_text()).group(1)
+                _wait(lambda: cons.locator(f".madlab-cons-cell.madlab-shown[data-round='{k}']").count() == 1, 10, f"the consensus row to outline round {k}")
                 seen.append(header.inner_text())
+                now = _check_consensus(stepper, prev)
+                turns += [r for r in now if r in prev and now[r] != prev[r]]
+                prev = now
                 # the grid is players x agents: every cell coloured right/wrong once the first round has run
                 assert grid.locator("td.madlab-cell").count() >= 4 * 3
             _wait(lambda: step.is_disabled(), 30, "the Step button to be disabled at the end")
@@ -79,6 +118,8 @@ def test_stepper_in_jupyterlab(tmp_path):
             assert "status done" in header.inner_text() and "result:" in header.inner_text()
             assert grid.locator("td.madlab-cell.right, td.madlab-cell.wrong").count() >= 4 * 3
             assert len(set(seen)) == len(seen)
+            assert turns, "the team's majority never changed: the consensus row was not tested on a change"
+            assert "⏳" not in stepper.locator(".madlab-busy").inner_text()
             busy = page.evaluate("() => window.__madlabBusy")
             assert any("running round" in b for b in busy), busy          # each round in flight showed progress
             assert not stepper.locator(".madlab-busy").inner_text().strip()  # and the indicator cleared
@@ -100,16 +141,54 @@ def test_stepper_in_jupyterlab(tmp_path):
             text.fill(json.dumps(msg))
             stepper.locator("button.madlab-fork").click()
             _wait(lambda: "fork 1" in header.inner_text(), 30, "the forked branch to show")
+            # round 2 everywhere: the header, the fork list, the branch name and the comparison table
             assert "Round 2 of 2+" in header.inner_text()
+            assert stepper.locator(".madlab-fork-round select option:checked").inner_text().startswith("round 2:")
             assert stepper.locator(".madlab-branch select option").count() == 2
-            _wait(lambda: "edited" in stepper.locator(".madlab-columns").inner_text() and step.is_enabled(), 10, "the edited message in the columns")
+            assert "fork 1: round 2, " in stepper.locator(".madlab-branch select option:checked").inner_text()
+            stepper.locator(".madlab-compare-table").wait_for(state="visible", timeout=10_000)
+            assert stepper.locator(".madlab-compare-table td.madlab-cmp-fork_round").all_inner_texts() == ["", "2"]
+            _wait(lambda: "EDITED" in stepper.locator(".madlab-columns").inner_text() and step.is_enabled(), 10, "the edited message in the columns")
             h0, g0 = header.inner_text(), grid.inner_html()
             step.click()
             _wait(lambda: "Round 3" in header.inner_text() and grid.inner_html() != g0, 30, "a step in the forked branch")
-            stepper.locator(".madlab-compare-table").wait_for(state="visible", timeout=10_000)
+
+            # export the branch shown: the transcript reads back
+            stepper.locator("button.madlab-export").click()
+            note = stepper.locator(".madlab-note")
+            _wait(lambda: "exported" in note.inner_text(), 10, "the export to say where it wrote")
+            path = root / re.search(r" to (\S+\.json) and ", note.inner_text()).group(1)
+            back = Debate.from_transcript(path)
+            assert len(back.rounds) == 3 and Transcript.from_json(path).meta["forked_from"]["round"] == 2
+
+            # fork again at round 2 with a message no parser reads: the cell shows "invalid" and the widget says why
+            stepper.locator(".madlab-fork-round select").select_option(index=1)
+            _wait(lambda: text.input_value().strip().startswith("{"), 10, "the chosen message in the editor")
+            text.fill("I would rather not say.")
+            stepper.locator("button.madlab-fork").click()
+            _wait(lambda: "fork 2" in header.inner_text(), 30, "the second fork to show")
+            assert "could not be read" in note.inner_text()
+            bad = grid.locator("td.madlab-agent.invalid")
+            assert bad.count() >= 1 and bad.first.inner_text() == "invalid"
+            assert "NaN" not in grid.inner_text()
             stepper.scroll_into_view_if_needed()
             page.screenshot(path=str(ARTIFACTS / "stepper.png"), full_page=False)
             stepper.screenshot(path=str(ARTIFACTS / "stepper-widget.png"))
+
+            # Run to end keeps its Stop button; Stop during round 3 stops after round 3
+            slow = page.locator(".madlab-stepper").last
+            busy, run, sh = slow.locator(".madlab-busy"), slow.locator("button.madlab-run"), slow.locator(".madlab-header")
+            slow.scroll_into_view_if_needed()
+            run.click()
+            _wait(lambda: "running round 2" in busy.inner_text(), 30, "round 2 of Run to end")
+            assert run.inner_text().strip() == "Stop" and run.is_enabled(), run.inner_text()
+            _wait(lambda: "running round 3" in busy.inner_text(), 30, "round 3 of Run to end")
+            run.click()
+            _wait(lambda: "stopping after round 3" in busy.inner_text() or not busy.inner_text().strip(), 10, "Stop to be acknowledged")
+            _wait(lambda: not busy.inner_text().strip(), 30, "the run to stop")
+            assert "Round 3 of 3+" in sh.inner_text(), sh.inner_text()
+            assert "stopped after round 3" in slow.locator(".madlab-note").inner_text()
+            assert run.inner_text().strip() == "Run to end" and run.is_enabled()
             assert not errors, errors
         except Exception:
             page.screenshot(path=str(ARTIFACTS / "stepper-failure.png"))

@@ -203,7 +203,7 @@ def test_replay_and_fork():
     t = d.run()
     from madlab.debate import comparable
     assert comparable(Debate.from_transcript(Transcript.from_json(t.to_json())).transcript)["rounds"] == comparable(t)["rounds"]
-    f = d.fork(0, agent="Safety", reply=_pos("VETO", 95, 95))
+    f = d.fork(1, agent="Safety", reply=_pos("VETO", 95, 95))
     f.run()
     assert f.result["veto"] and f.result["decision"] == "REFUSE"
 

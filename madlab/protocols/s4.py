@@ -14,7 +14,7 @@ from ..core import *
 from ..backends import Ask, synthetic_responder, synthetic_rng, believes_gold, conform, synthetic_confidence
 from ..agents import split_specs
 from ..debate import protocol, protocol_hook
-from ..guards import ScreenResult, screen_input
+from ..guards import JudgedScreen, ScreenResult, screen_input
 
 _log = logging.getLogger("madlab.s4")
 
@@ -433,6 +433,7 @@ async def s4(d,
              rules: str|Callable = "default", # decision rules: "default", "strict" (the public S4 rules), a registered name, or a function of the votes
              screen: bool = True, # screen the request for attacks first; blocked requests are refused without calling any model
              max_chars: int = 8000, # longest request the screen lets through
+             judge: str|None = None, # backend spec of an LLM judge the screen asks about requests near its threshold (see `guards.JudgedScreen`)
              confidence_cap: float = 95, # over-confidence guard: on a split vote, confidences above this are capped and flagged
              prompts: dict|None = None, # overrides of `S4_PROMPTS` entries ("analysis", "challenge", "revision")
             ):
@@ -443,10 +444,12 @@ async def s4(d,
     item, gold = d.item, getattr(d.item, "gold", None)
     text = _request_text(item)
     if screen:
-        sr = screen_input(getattr(item, "prompt", text), max_chars=max_chars)
+        query = getattr(item, "prompt", text)
+        sr = await JudgedScreen(judge, max_chars=max_chars).ascreen(query) if judge else screen_input(query, max_chars=max_chars)
+        d.meta["screen"] = {"score": sr.score, "signals": [x["signal"] for x in sr.signals], "judge": sr.judge}
         if sr.blocked:
             _log.warning("s4: request %s blocked by the input screen: %s", d.meta.get("id"), sr.reason)
-            r = d.new_round("input screen", "screen", blocked=True, category=sr.category, reason=sr.reason)
+            r = d.new_round("input screen", "screen", blocked=True, category=sr.category, reason=sr.reason, score=sr.score, judge=sr.judge)
             d.result = _blocked_result(sr, gold, d.agents)
             yield r
             return

@@ -1,0 +1,146 @@
+"""Endpoint limits against real local servers: the adaptive in-flight limit settles under a server that answers 429
+above a set concurrency, and the circuit breaker ends a run against a server that never answers.
+
+The servers are aiohttp applications started here on free 127.0.0.1 ports, each in its own thread and loop."""
+from __future__ import annotations
+import asyncio, json, threading, time
+import pytest
+from aiohttp import web
+from madlab.core import run_sync
+from madlab.agents import Agent
+from madlab.backends import OpenAIBackend, EndpointDown
+from madlab.run import run_many
+from madlab.scoring import toy_arith_items
+import madlab.protocols.baselines  # noqa: F401  (registers "du")
+
+class Server:
+    "An aiohttp chat-completions server in its own thread: `capacity` calls at once (the rest get 429), or `hang` (never answers)."
+    def __init__(self, capacity: int|None = None, latency: float = 0.05, hang: bool = False, retry_after_ms: int = 20):
+        self.capacity, self.latency, self.hang, self.retry_after_ms = capacity, latency, hang, retry_after_ms
+        self.in_flight = self.max_in_flight = self.ok = self.refused = self.hits = 0
+        self.accepted_peak = 0                # most calls answered 200 at once: never above capacity
+        self._lock = threading.Lock()
+
+    async def chat(self, request):
+        body = await request.json()
+        with self._lock:
+            self.hits += 1; self.in_flight += 1; self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            over = self.capacity is not None and self.in_flight > self.capacity
+            if over: self.refused += 1
+        try:
+            if self.hang: await asyncio.sleep(3600)
+            if over:
+                return web.json_response({"error": {"message": "Rate limit reached", "type": "rate_limit_exceeded"}}, status=429,
+                                         headers={"retry-after-ms": str(self.retry_after_ms)})
+            with self._lock: self.accepted_peak = max(self.accepted_peak, self.in_flight)
+            await asyncio.sleep(self.latency)
+            with self._lock: self.ok += 1
+            text = " ".join(str(m.get("content", "")) for m in body["messages"])
+            return web.json_response({"id": "x", "object": "chat.completion", "model": body["model"],
+                                      "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": _solve(text)}}],
+                                      "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}})
+        finally:
+            with self._lock: self.in_flight -= 1
+
+    def __enter__(self):
+        ready = threading.Event()
+        def run():
+            self.loop = asyncio.new_event_loop()
+            app = web.Application(); app.router.add_post("/v1/chat/completions", self.chat)
+            self.runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.2)
+            self.loop.run_until_complete(self.runner.setup())
+            site = web.TCPSite(self.runner, "127.0.0.1", 0, backlog=1024)
+            self.loop.run_until_complete(site.start())
+            self.port = site._server.sockets[0].getsockname()[1]
+            ready.set(); self.loop.run_forever()
+            self.loop.run_until_complete(self.runner.cleanup()); self.loop.close()
+        self.thread = threading.Thread(target=run, daemon=True); self.thread.start(); ready.wait(10)
+        self.url = f"http://127.0.0.1:{self.port}/v1"
+        return self
+
+    def __exit__(self, *a):
+        self.loop.call_soon_threadsafe(self.loop.stop); self.thread.join(10)
+
+def _solve(text):
+    import re
+    m = re.search(r"What is (\d+) \+ (\d+) \* (\d+)\?", text)
+    if not m: return "The answer is 0."
+    a, b, c = map(int, m.groups())
+    return f"{b} * {c} = {b * c}, plus {a}. The answer is {a + b * c}."
+
+MSGS = [{"role": "user", "content": "What is 1 + 2 * 3?"}]
+
+def test_adaptive_limit_settles_under_a_rate_limited_server():
+    "400 calls at once against a server that takes 20: the limit comes down to at most 20, and every call gets its answer."
+    with Server(capacity=20, latency=0.05) as srv:
+        b = OpenAIBackend("m", base_url=srv.url, api_key="sk-test", max_retries=30, max_wait=0.5, timeout=10)
+        async def batch():
+            out = await asyncio.gather(*(b.complete(MSGS) for _ in range(400)), return_exceptions=True)
+            return out, b._endpoint().limit
+        t0 = time.perf_counter()
+        out, lim = run_sync(batch())
+        dt = time.perf_counter() - t0
+    errors = [o for o in out if isinstance(o, BaseException)]
+    assert not errors, errors[:3]
+    assert all(o.text == "2 * 3 = 6, plus 1. The answer is 7." for o in out)
+    assert srv.ok == 400 and b.calls == 400 and srv.hits == b.attempts == 400 + srv.refused      # every call accounted for
+    assert not lim.pinned and lim.cuts >= 3 and lim.cap <= 20, lim                            # it came down from 512 ...
+    assert lim.cap >= 5, lim                                                                  # ... without collapsing
+    assert srv.accepted_peak <= 20 and dt < 30, (srv.accepted_peak, dt)
+    # after it settled, refusals are rare: the last 200 attempts were mostly answered
+    assert srv.refused < srv.ok, (srv.refused, srv.ok)
+
+def test_pinned_limit_is_never_exceeded_and_backoff_holds_no_slot():
+    "A pinned limit of 4: never more than 4 requests out, even while calls wait out a Retry-After elsewhere."
+    with Server(capacity=None, latency=0.05) as srv:
+        b = OpenAIBackend("m", base_url=srv.url, api_key="sk-test", max_concurrency=4, max_retries=0, timeout=10)
+        async def batch():
+            await asyncio.gather(*(b.complete(MSGS) for _ in range(40)))
+            return b._endpoint().limit
+        lim = run_sync(batch())
+    assert srv.max_in_flight == 4 and srv.ok == 40 and lim.in_flight == 0 and lim.pinned
+
+def test_games_at_once_fill_the_endpoint():
+    "By default the runner starts every debate at once against an adaptive endpoint: 60 du debates of 3 agents put 180 calls in flight."
+    with Server(capacity=None, latency=0.3) as srv:
+        team = [Agent(f"A{i}", "openai:m", backend=OpenAIBackend("m", base_url=srv.url, api_key="sk-test", timeout=10)) for i in range(3)]
+        res = run_many("du", toy_arith_items(60, seed=3), team, rounds=1, cache=False, progress=False)
+    assert (res.df.status == "done").all() and res.df.correct.all()
+    assert srv.max_in_flight == 180, srv.max_in_flight
+
+def test_circuit_breaker_ends_a_run_against_a_server_that_never_answers():
+    "30 debates against a server that accepts connections and never answers: the run ends within 2 x timeout x K, every debate failed with the reason."
+    timeout, K = 1.0, 3
+    with Server(hang=True) as srv:
+        team = [Agent(f"A{i}", "openai:m", backend=OpenAIBackend("m", base_url=srv.url, api_key="sk-test", timeout=timeout, max_retries=4,
+                                                                  max_wait=0.05, breaker_after=K)) for i in range(3)]
+        t0 = time.perf_counter()
+        res = run_many("du", toy_arith_items(30, seed=4), team, rounds=2, cache=False, progress=False)
+        dt = time.perf_counter() - t0
+    df = res.df
+    assert len(df) == 30 and (df.status == "failed").all(), df.status.value_counts()
+    assert dt < 2 * timeout * K, dt                                   # instead of 30 x 3 x 5 attempts x 1 s
+    for t in res.transcripts.values():
+        errs = [tu.error for r in t.rounds for tu in r.turns if tu.error]
+        assert errs and all(srv.url in e or "APITimeoutError" in e for e in errs), errs
+    reasons = " ".join(df.error.astype(str))
+    assert f"endpoint {srv.url} is not answering" in reasons and "fail fast" in reasons and "--timeout" in reasons
+    assert srv.hits <= 90 + K, srv.hits                                # the first wave, then nothing more went out
+
+def test_breaker_error_type_and_probe_after_cooldown():
+    "An open breaker raises EndpointDown at once; after its cooldown one probe goes out, and an answer closes it."
+    with Server(hang=True) as srv:
+        b = OpenAIBackend("m", base_url=srv.url, api_key="sk-test", timeout=0.3, max_retries=0, breaker_after=1, breaker_cooldown=0.5)
+        async def go():
+            try: await b.complete(MSGS)
+            except Exception as e: first = e
+            t0 = time.perf_counter()
+            try: await b.complete(MSGS)
+            except EndpointDown as e: second, fast = e, time.perf_counter() - t0
+            srv.hang = False
+            await asyncio.sleep(0.6)
+            c = await b.complete(MSGS)                                     # the probe: answered, breaker closed
+            return first, second, fast, c, b._endpoint().breaker
+        first, second, fast, c, br = run_sync(go())
+    assert "APITimeoutError" in str(first) and isinstance(second, EndpointDown) and fast < 0.05
+    assert c.text and not br.open
