@@ -75,7 +75,7 @@ class MockServer:
         except ProcessLookupError: pass
         self.p.wait(10)
 
-def run_games(srv: MockServer, n: int, out: Path, profile: str|None = None, extra=()) -> dict:
+def run_games(srv: MockServer, n: int, out: Path, profile: str|None = None, extra=(), latency: float = 0) -> dict:
     "One `madlab run controlmad` over the first n 5-player games; the server's figures and the command's CPU."
     srv.reset()
     cpu_file = out / f"cpu-{n}.json"
@@ -84,7 +84,7 @@ def run_games(srv: MockServer, n: int, out: Path, profile: str|None = None, extr
     for k in ("MADLAB_MAX_CONCURRENCY",): env.pop(k, None)          # the defaults are what is measured
     cmd = [sys.executable, "-c", _WRAPPER, "run", "controlmad", "--data", str(DATA), "--size", "5", "--n", str(n),
            "--agents", "openai:mock-model,openai:mock-model,openai:mock-model", "--no-confidence", "--no-cache",
-           "--no-progress", "--out", str(out), "--name", f"n{n}", *extra]
+           "--no-progress", "--out", str(out), "--name", f"L{latency}-n{n}", *extra]   # a fresh run folder each time (no resume)
     t0 = time.perf_counter()
     p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     outp, _ = p.communicate()
@@ -116,10 +116,11 @@ def main(argv=None):
                 for n in a.games:
                     prof = f"{a.profile}.{L}.pstat" if a.profile and n == max(a.games) else None
                     c0 = _child_cpu()
-                    r = run_games(srv, n, Path(tmp), prof, a.extra)
+                    r = run_games(srv, n, Path(tmp), prof, a.extra, L)
                     cpu = _child_cpu() - c0
                     s = r["stats"]
                     calls, span = s["total_requests"], s["active_span_s"]
+                    if not calls: print(f"{L:5.1f} {n:6d}  no calls: {r['out'].strip()[-300:]}"); continue
                     bound = CRITICAL_PATH * L
                     ratio = span / bound
                     tgt = TARGETS.get((L, n))

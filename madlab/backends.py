@@ -315,11 +315,11 @@ class CircuitBreaker:
     def open(self) -> bool: return self.opened_at is not None
     def __repr__(self): return f"CircuitBreaker({self.endpoint!r}, {'open' if self.open else 'closed'}, failures={self.failures})"
 
-    def check(self):
-        "Raise `EndpointDown` while open (except for one probe per cooldown)."
-        if self.opened_at is None: return
+    def check(self) -> bool:
+        "Raise `EndpointDown` while open, except for one probe per cooldown (then True: this call is the probe)."
+        if self.opened_at is None: return False
         if not self._probing and time.monotonic() - self.opened_at >= self.cooldown:
-            self._probing = True; return
+            self._probing = True; return True
         raise EndpointDown(self.reason)
 
     def failed(self, what: str):
@@ -328,7 +328,7 @@ class CircuitBreaker:
         if self._probing: self.opened_at, self._probing = time.monotonic(), False
         elif self.opened_at is None and self.failures >= self.after:
             self.opened_at = time.monotonic()
-            self.reason = (f"endpoint {self.endpoint} is not answering: {self.failures} attempts in a row failed ({what}); "
+            self.reason = (f"endpoint {self.endpoint} is not answering: {self.failures} attempt{'s' if self.failures > 1 else ''} in a row failed ({what}); "
                            f"its remaining calls fail fast. Check that the server is up and reachable (or raise --timeout), "
                            f"then run again: finished items are kept")
 
@@ -561,10 +561,10 @@ async def _post(self: OpenAIBackend, body: bytes) -> dict:
 async def _attempt(self: OpenAIBackend, ep: _Endpoint, body: bytes) -> dict:
     "One attempt under the endpoint's breaker and limit; it tells both how the attempt went."
     import openai
-    ep.breaker.check()
+    probe = ep.breaker.check()
     epoch = await ep.limit.acquire()
     try:
-        ep.breaker.check()                         # it may have opened while this call waited for its slot
+        if not probe: ep.breaker.check()           # it may have opened while this call waited for its slot
         self.attempts += 1
         r = await self._post(body)
     except openai.APIConnectionError as e:         # refused, dropped, timed out: no answer

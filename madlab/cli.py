@@ -65,7 +65,7 @@ def default_data_dir() -> Path:
 def _bad_data(msg): return click.BadParameter(msg, param_hint="'--data'")
 
 def _kks_items(data, size):
-    from madlab.puzzles import load_controlmad
+    from madlab.puzzles import load_controlmad, load_puzzles
     path = Path(data) if data is not None else default_data_dir()
     try:
         if path.is_dir():
@@ -76,10 +76,10 @@ def _kks_items(data, size):
                 raise click.BadParameter(f"no games of size {size} in {path} (sizes there: {', '.join(map(str, have)) or 'none'})", param_hint="'--size'")
             games = load_controlmad(f)
         else:
-            games = load_controlmad(path)
+            games = load_puzzles(path)             # ControlMAD's format or the classic mem-kk-logic one
             if size is not None: games = [g for g in games if g.n_players == size]
             if not games: raise click.BadParameter(f"{path} holds no games" + (f" of size {size}" if size is not None else ""), param_hint="'--size'" if size is not None else "'--data'")
-    except (ValueError, OSError) as e: raise _bad_data(f"not a file of Knight-Knave-Spy games in ControlMAD's JSONL format ({e})") from None
+    except (ValueError, OSError) as e: raise _bad_data(f"not a file of Knight-Knave-Spy games in ControlMAD's JSONL format or of classic puzzles in mem-kk-logic's ({e})") from None
     return [g.to_item() for g in games]
 
 def _safety_items(data, size):
@@ -256,7 +256,7 @@ def _majority_error(items, members, kw):
     "The items of the A-agent majority-error subset (see `madlab.protocols.critic_actor.majority_error_subset`), the first --n of them."
     from madlab.protocols.critic_actor import majority_error_subset
     A = kw["majority_error"]
-    try: kept = majority_error_subset(items, members, A, seed=kw["seed"], cache=kw["cache"], concurrency=kw["concurrency"])
+    try: kept = majority_error_subset(items, members, A, seed=kw["seed"], cache=kw["cache"], concurrency=kw.get("concurrency") or 8)
     except (ValueError, OptionError) as e: raise click.BadParameter(str(getattr(e, "message", e)), param_hint="'--majority-error'") from None
     click.echo(f"majority-error subset: {len(kept)} of {len(items)} items, where a plurality of {A} independent answers is wrong", err=True)
     if not kept: raise click.BadParameter(f"no item among the {len(items)} selected where a {A}-agent plurality is wrong", param_hint="'--majority-error'")

@@ -248,35 +248,55 @@ class Item:
 # %% ../nbs/00_core.ipynb #a1c0e5d2
 _SECRETS: set[str] = set()
 _SECRET_VARS = re.compile(r"(?i)(^|_)(API_?KEY|KEY|TOKEN|SECRET|PASSWORD|PASSWD)$")
-_BEARER = re.compile(r"(?i)(\bbearer\s+)[A-Za-z0-9._~+/=-]{8,}")                     # Authorization: Bearer TOKEN
-_KEY_FIELD = re.compile(r"""(?i)(\b(?:api[_-]?key|access[_-]?token|x-api-key|x-goog-api-key)["']?\s*[:=]\s*["']?)[A-Za-z0-9._~+/-]{8,}""")
-_URL_KEY = re.compile(r"([?&]key=)[A-Za-z0-9._~+/-]{8,}")                            # ?key=... in a URL
-_SK_KEY = re.compile(r"\bsk-[A-Za-z0-9_-]{20,}")                                      # OpenAI-style keys
+_CREDENTIALS = (   # (lower-case word that starts it, what it is, the characters allowed before the word: None for a word boundary)
+    ("bearer", re.compile(r"(?i)bearer\s+([A-Za-z0-9._~+/=-]{8,})"), None),                               # Authorization: Bearer TOKEN
+    ("api", re.compile(r"""(?i)api[_-]?key["']?\s*[:=]\s*["']?([A-Za-z0-9._~+/-]{8,})"""), None),       # api_key=..., "x-api-key": "..."
+    ("access", re.compile(r"""(?i)access[_-]?token["']?\s*[:=]\s*["']?([A-Za-z0-9._~+/-]{8,})"""), None),
+    ("key=", re.compile(r"(?i)key=([A-Za-z0-9._~+/-]{8,})"), "?&"),                                       # ?key=... in a URL
+    ("sk-", re.compile(r"(?i)(sk-[A-Za-z0-9_-]{20,})"), None),                                            # OpenAI-style keys
+)
 REDACTED = "[REDACTED]"
-_ENV_KEYS: tuple = ((), ())                                                           # (environment's names, those naming secrets)
+_ENV_SEEN: tuple = (None, frozenset())                                            # (a copy of the environment, its secrets)
 
 def register_secret(value) -> None:
     "Hide `value` (an API key, a token) wherever madlab records text; values under 8 characters are ignored."
     if isinstance(value, str) and len(value) >= 8: _SECRETS.add(value)
 
-def _env_secrets() -> set:
-    global _ENV_KEYS
-    names = tuple(os.environ)
-    if names != _ENV_KEYS[0]: _ENV_KEYS = (names, tuple(k for k in names if _SECRET_VARS.search(k)))
-    return {v for k in _ENV_KEYS[1] if len(v := os.environ.get(k, "")) >= 8}
+def _env_secrets() -> frozenset:
+    "Values of the environment's key, token and password variables (re-read whenever the environment changes)."
+    global _ENV_SEEN
+    data = getattr(os.environ, "_data", None)           # CPython's mapping behind os.environ: comparing it with a copy is cheap
+    if not isinstance(data, dict) or data != _ENV_SEEN[0]:
+        _ENV_SEEN = (dict(data) if isinstance(data, dict) else None,
+                     frozenset(v for k, v in os.environ.items() if len(v) >= 8 and _SECRET_VARS.search(k)))
+    return _ENV_SEEN[1]
+
+def _find_all(hay: str, word: str):
+    i = hay.find(word)
+    while i >= 0: yield i; i = hay.find(word, i + 1)
+
+def _starts_here(text: str, i: int, before) -> bool:
+    prev = text[i - 1] if i else ""
+    return bool(prev) and prev in before if before else not (prev.isalnum() or prev == "_")
+
+def _credential_spans(text: str) -> list:
+    "Where credential-shaped tokens sit in `text`: found by plain substring search, then matched in place (fast on long text)."
+    lo = text.lower()
+    for word, rx, before in _CREDENTIALS:
+        starts = _find_all(lo, word) if len(lo) == len(text) else (m.start() for m in re.finditer(re.escape(word), text, re.I))
+        for i in starts:
+            if _starts_here(text, i, before) and (m := rx.match(text, i)): yield m.span(1)
 
 def scrub_secrets(text):
     "`text` with every known secret and every credential-shaped token replaced by `[REDACTED]` (non-strings pass unchanged)."
     if not isinstance(text, str) or not text: return text
     for s in sorted(_SECRETS | _env_secrets(), key=len, reverse=True):
         if s in text: text = text.replace(s, REDACTED)
-    keep = lambda m: m.group(1) + REDACTED
-    lo = text.lower()                                   # the patterns run only where their words occur (fast on long text)
-    if "bearer" in lo: text = _BEARER.sub(keep, text)
-    if ("key" in lo and "api" in lo) or "access" in lo: text = _KEY_FIELD.sub(keep, text)
-    if "key=" in text: text = _URL_KEY.sub(keep, text)
-    if "sk-" in text: text = _SK_KEY.sub(REDACTED, text)
-    return text
+    out, end = [], 0
+    for a, b in sorted(_credential_spans(text)):
+        if a < end: continue
+        out += [text[end:a], REDACTED]; end = b
+    return "".join(out) + text[end:] if out else text
 
 # %% ../nbs/00_core.ipynb #725613a3
 def write_atomic(path, data, encoding: str = "utf-8", errors: str = "replace") -> Path:

@@ -44,6 +44,7 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 # Cyrillic and Greek letters that look like Latin ones (applied only to words that mix scripts or are all look-alikes).
 _CONFUSABLES = str.maketrans({**dict(zip("аеіјорсухѕԁһԛԝвнкмтАВЕЅІЈКМНОРСТХУԜ", "aeijopcyxsdhqwbhkmtabesijkmhopctxyw")),
                               **dict(zip("αβεικνορτυχϲ", "abeiknoptuxc"))})
+_DOTS = re.compile(r"(?<=[^\W\d_])[·•‧∙⋅](?=[^\W\d_])")   # "ig·nore": dots inside words
 _LEET = str.maketrans("013457@$!|", "oieastasii")
 _RUN = re.compile(r"(?<!\w)(?:\w[\s.\-_*·•,]{1,3}){4,}\w(?!\w)")   # a run of single letters: "i g n o r e", "I-G-N-O-R-E"
 
@@ -53,11 +54,12 @@ def _fix_homoglyphs(s):
 
 def normalised_views(text: str) -> dict:
     "The copies of `text` the patterns read: `plain` (NFKC, casefolded, no invisible characters), `glyphs` (look-alikes mapped), `leet` (de-leeted), `joined` (spaced-out letters joined)."
-    base = unicodedata.normalize("NFKC", _INVISIBLE.sub("", text)).casefold()
+    base = _DOTS.sub("", unicodedata.normalize("NFKC", _INVISIBLE.sub("", text))).casefold()
     base = re.sub(r"[^\S\n]+", " ", base).strip()
     glyphs = _fix_homoglyphs(base)
     leet = re.sub(r"\b\w*[a-z]\w*\b", lambda m: m.group().translate(_LEET), glyphs)
-    joined = _RUN.sub(lambda m: " " + re.sub(r"[^\w]", "", m.group()) + " ", leet)
+    joined = _RUN.sub(lambda m: " " + re.sub(r"[^\w]", "", m.group()) + " ", glyphs)
+    joined = re.sub(r"\b\w*[a-z]\w*\b", lambda m: m.group().translate(_LEET), joined)
     return {"plain": base, "glyphs": glyphs, "leet": leet, "joined": joined}
 
 # %% ../nbs/09_guards.ipynb #018ffdaa
@@ -101,15 +103,15 @@ DECODERS = {"base64": _dec_base64, "hex": _dec_hex, "url": _dec_url, "rot13": _d
 # One row per language: override verbs, possessives ("your"), other determiners, qualifiers ("previous"), objects (what an attack targets),
 # disclosure verbs and the name of the system prompt. Patterns are built from the table: VERB (DETERMINER|POSSESSIVE|QUALIFIER){0,4} OBJECT (QUALIFIER)?
 LANGUAGES = {
-    "en": dict(verbs="ignore|ignoring|disregard|forget|skip|override|overrule|bypass|drop|discard|abandon|neglect|set aside|throw out|stop following|do not follow|don't follow|dont follow|never mind|nevermind|pay no attention to|cancel|erase|delete|clear|void|reset|suspend|deactivate|abandon",
+    "en": dict(verbs="ignore|ignoring|disregard|forget|skip|override|overrule|bypass|drop|discard|abandon|neglect|set aside|throw out|stop following|do not follow|don't follow|dont follow|never mind|nevermind|pay no attention to|cancel|erase|delete|clear|void|reset|suspend|deactivate|wipe|stop applying|stop obeying|no longer follow|supersede|scrap|get rid of",
                poss="your|you'?ve been given|you were given|you received|you have|all your",
-               dets="all|any|every|each|of|the|these|those|its|other|whatever|very|safety|content|ethical|hidden|current|existing|old|entire|whole|such",
+               dets="all|any|every|each|of|the|these|those|its|their|other|whatever|very|safety|content|ethical|hidden|current|existing|old|entire|whole|such",
                quals="previous|previously|prior|preceding|above|earlier|foregoing|initial|original|system|developer|before|so far|until now|given|you were given|you've been given|you have been given|you received|you got|you were told",
-               objects="instructions?|directives?|prompts?|system prompt|system message|rules|guidelines|guardrails|guidance|directions|commands|programming|constraints|restrictions|policies|policy|safeguards|training|orders|configuration|filters|limits|limitations|ethics|settings|protocols",
+               objects="instructions?|directives?|prompts?|system prompt|system message|rules|guidelines|guardrails|guidance|directions|commands|programming|constraints|restrictions|policies|policy|safeguards|training|orders|configuration|filters|limits|limitations|ethics|settings|protocols|preamble|setup|directions|system prompt",
                reveal="reveal|show|print|repeat|output|display|tell|give|leak|dump|write out|share|recite|spell out|copy|paste|list|disclose|expose|return|echo|translate|summari[sz]e|quote|describe|read out|send|include|append|encode|paraphrase",
                sysprompt="system ?prompt|system message|initial prompt|hidden prompt|secret prompt|pre-?prompt|meta ?prompt|developer (?:message|prompt|instructions)|system instructions|hidden instructions|secret instructions|original instructions|initial instructions|initial configuration(?: prompt)?|hidden configuration|(?:full |hidden |internal )?configuration prompt|context window|hidden rules|secret rules|internal rules|confidential instructions",
                free="without (?:any )?(?:restrictions|filters?|censorship|limits|limitations|rules|refusals|refusing|guidelines|ethics|morals|safety)|no (?:restrictions|filters|censorship|limits|rules|refusals|content policy|ethical (?:guidelines|limits)|moral(?:s| or ethical restrictions))|unrestricted|unfiltered|uncensored|never refuses?|not bound by"),
-    "es": dict(verbs="ignora|ignore|ignorad|ignoren|ignorar|olvida|olvide|olvidad|olviden|olvidar|omite|omita|descarta|descarte|pasa por alto|no sigas|deja de seguir|salta|desobedece",
+    "es": dict(verbs="no hagas caso a|no hagáis caso a|no hagan caso a|haz caso omiso de|ignora|ignore|ignorad|ignoren|ignorar|olvida|olvide|olvidad|olviden|olvidar|omite|omita|descarta|descarte|pasa por alto|no sigas|deja de seguir|salta|desobedece",
                poss="tus|tu|vuestras|vuestros|sus|su",
                dets="todas|todos|las|los|la|el|de|y",
                quals="anteriores|previas|previos|anterior|de arriba|del sistema|iniciales|originales",
@@ -185,6 +187,7 @@ def _language_patterns(table: dict) -> list:
     for lang, t in table.items():
         fill = _alt("|".join([t["poss"], t["dets"], t["quals"]]))
         out.append((lang, "override", re.compile(rf"(?<!\w){_alt(t['verbs'])}(?P<fill>(?:\s+{fill}){{0,4}})\s+(?P<obj>{_alt(t['objects'])})(?P<after>\s+{_alt(t['quals'])})?(?!\w)")))
+        out.append((lang, "override", re.compile(rf"(?<!\w){_alt(t['verbs'])}(?P<fill>(?:\s+[^\s]{{1,8}}){{1,2}}?\s+{_alt(t['poss'])}(?:\s+{fill}){{0,2}})\s+(?P<obj>{_alt(t['objects'])})(?!\w)")))
         out.append((lang, "reveal", re.compile(rf"(?<!\w){_alt(t['reveal'])}(?:\s+(?:me|us|mir|uns|moi|nous|mi|мне|mij|nos|ci|back|out|all|of|everything in|word for word|verbatim|exactly|in full))*(?:\s+{fill}){{0,3}}\s+(?P<obj>{_alt(t['sysprompt'])})(?!\w)")))
         out.append((lang, "free", re.compile(rf"(?<!\w){_alt(t['free'])}(?!\w)")))
     return out
@@ -261,7 +264,7 @@ _IMPERATIVE = r"(?:ignore|disregard|forget|stop|instead|reply|respond|answer|out
 _AI_ASK = (r"\b(?:the\s+assistant|the\s+ai|the\s+model|you\s+(?:must|are\s+now|will\s+now|have\s+no|are\s+(?:authori[sz]ed|allowed|permitted|cleared)|may\s+now|can\s+now|should\s+now|no\s+longer|will\s+answer|are\s+free)|"
            r"(?:must|will|shall)\s+(?:now\s+)?(?:answer|respond|comply|reply|output|ignore|obey)|comply|no\s+(?:restrictions|content\s+policy|rules|filters|limits|refusals)|"
            r"safety\s+(?:rules|filters?|module|guidelines|checks)|override|bypass|disable|all\s+requests|every\s+(?:question|request|prompt)|without\s+refus|"
-           r"priority|reveal|hidden\s+(?:config\w*|instructions?)|confidential|unrestricted|jailbr\w*|content\s+policy)\b")
+           r"priority|reveal|hidden\s+(?:config\w*|instructions?)|confidential|unrestricted|jailbr\w*|content\s+(?:policy|rules|filters?)|(?:all|every)\s+(?:following\s+|further\s+|subsequent\s+)?(?:questions|requests|prompts)|maintenance\s+mode|debug\s+mode|configuration)\b")
 
 # (signal, category, weight, pattern): phrasings that are attacks on their own (weight >= 1) or hints that add up (weight < 1).
 _PHRASES = [
@@ -272,6 +275,8 @@ _PHRASES = [
     ("override-cancelled", "injection", 1.0, r"\byour\s+(?:previous\s+|prior\s+|original\s+|old\s+)?(?:programming|instructions|rules|guidelines|directives|configuration)\s+(?:is|are|has\s+been|have\s+been)\s+(?:now\s+)?(?:cancel+ed|void|revoked|overridden|lifted|suspended|disabled|removed|deleted)"),
     ("override-header", "injection", 1.0, r"(?m)^\s*(?:#+\s*)?(?:system|admin|developer)\s+override\s*:"),
     ("new-instructions", "injection", 1.0, r"\b(?:new|updated|revised|real|actual|true)\s+(?:system\s+)?instructions?\s*:"),
+    ("prior-setup-void", "injection", 0.6, r"\b(?:whatever|everything|anything|all)\s+(?:that\s+)?you\s+(?:were|have\s+been|'ve\s+been)\s+(?:told|given|instructed|asked)\b|\b(?:earlier|prior|previous|original|initial|existing)\s+(?:setup|guidance|instructions|directives|rules|configuration|prompt)\s+(?:is|are|was|were)\s+(?:\w+\s+){0,3}?(?:superseded|cancel+ed|void|obsolete|a\s+placeholder|just\s+a\s+(?:test|placeholder|draft)|overridden|replaced|revoked)\b"),
+    ("declared-void", "injection", 0.5, r"\b(?:treat\s+(?:it|them|that)\s+as\s+(?:cancel+ed|void|obsolete)|(?:is|are)\s+superseded\s+by|were\s+never\s+written|no\s+longer\s+appl(?:y|ies)|stop\s+applying\s+it|start\s+fresh|clean\s+slate|accept\s+mine|listen\s+only\s+to\s+me|with\s+zero\s+caveats)\b"),
     ("obey-only-me", "injection", 0.6, r"\b(?:obey|follow|listen\s+to)\s+only\s+(?:me|my\s+(?:instructions|commands|orders))\b|\byour\s+only\s+(?:instruction|rule|task|purpose)\s+is\b"),
     ("task-hijack", "injection", 0.8, r"\b(?:ignore|stop|forget|skip|abandon|don't\s+do|do\s+not\s+do)\s+(?:the\s+|this\s+|your\s+)?(?:translation|translating|summary|summari[sz]ing|summari[sz]ation|proofreading|task|assignment|classification|original\s+task)\b(?:\s+and\s+instead|\s+and\s+(?:tell|print|output|reveal|say|write))?"),
     ("instead-of-task", "injection", 0.6, r"\binstead\s+of\s+(?:summari[sz]ing|translating|proofreading|answering|classifying|doing\s+(?:that|this|the\s+task))"),
@@ -282,23 +287,26 @@ _PHRASES = [
     ("repeat-above", "exfiltration", 1.0, r"\b(?:repeat|print|output|copy|recite|echo|paste)\s+(?:back\s+)?(?:everything|all(?:\s+the)?\s+(?:text|words)|the\s+(?:text|words|lines))\s+(?:above|before\s+this|preceding|prior\s+to\s+this)|\b(?:repeat|print|output)\s+the\s+words\s+above\s+starting\s+with"),
     ("beginning-of-conversation", "exfiltration", 1.0, r"\bwhat\s+(?:was|is|were)\s+(?:written|said|typed|stated|the\s+(?:first|initial)\s+(?:text|message|line)s?)\s+(?:at|in)\s+the\s+(?:very\s+)?(?:beginning|start|top)\s+of\s+(?:this|our|the)\s+(?:conversation|chat|prompt|context|session)\b"),
     ("text-before-my-message", "exfiltration", 1.0, r"\b(?:instructions|text|prompt|messages?|rules|everything|anything)\s+(?:that\s+)?(?:came|comes?|appears?|appeared|were|was|is)\s+(?:written\s+)?(?:before|above|prior\s+to)\s+(?:my\s+(?:first\s+)?(?:message|question|prompt)|this\s+message|['\"]?user:?['\"]?)"),
+    ("wording-of-guidance", "exfiltration", 0.7, r"\b(?:exact\s+)?(?:wording|text|contents?)\s+of\s+(?:the\s+|your\s+)(?:guidance|instructions|rules|prompt|directives|configuration|context(?:\s+window)?|setup|system\s+\w+)\b"),
+    ("guidance-you-operate-under", "exfiltration", 0.5, r"\b(?:guidance|rules|instructions|policies|guidelines|directives)\s+(?:that\s+)?you\s+(?:operate|work|run|act|function)\s+under\b"),
+    ("what-were-you-told", "exfiltration", 0.8, r"\bwhat\s+(?:were|have|did)\s+you\s+(?:been\s+)?(?:told|instructed|asked|programmed|given)\b[^?.\n]{0,30}\b(?:before|at\s+the\s+(?:start|beginning)|initially|by\s+(?:your|the)\s+(?:developers?|creators?|operators?))"),
     ("rules-you-were-given", "exfiltration", 0.8, r"\b(?:rules|instructions|guidelines|directives)\s+(?:were\s+you|you\s+were|have\s+you\s+been|did\s+you\s+get)\s+(?:given|told)\b"),
     ("start-of-chat", "exfiltration", 0.3, r"\b(?:at\s+the\s+(?:start|beginning)\s+of\s+(?:this|our|the)\s+(?:chat|conversation|session))\b"),
     ("claims-developer", "injection", 0.4, r"\b(?:as|i\s+am|i'm)\s+(?:your|the|an?)\s+(?:developer|creator|admin|administrator|operator|owner|programmer|maker|engineer\s+at\s+openai)\b"),
-    ("verbatim-demand", "exfiltration", 0.3, r"\b(?:quote\s+them|list\s+them\s+all|verbatim|word\s+for\s+word|exactly\s+as\s+(?:written|given)|in\s+a\s+code\s+block|wort\s+für\s+wort|palabra\s+por\s+palabra|mot\s+pour\s+mot)\b"),
+    ("verbatim-demand", "exfiltration", 0.3, r"\b(?:quote\s+(?:them|it)|list\s+them\s+all|verbatim|word\s+for\s+word|exactly\s+as\s+(?:written|given)|in\s+a\s+code\s+block|wort\s+für\s+wort|palabra\s+por\s+palabra|mot\s+pour\s+mot)\b"),
     ("your-hidden-setup", "exfiltration", 0.6, r"\byour\s+(?:initial|original|hidden|secret|internal|full|exact|complete|underlying|confidential)\s+(?:configuration|instructions|rules|prompt|setup|directives|guidelines)\b"),
     # switching safety off
     ("disable-safety", "override", 1.0, r"\b(?:bypass|disable|turn\s+off|deactivate|circumvent|switch\s+off|remove|override|evade)\s+(?:all\s+)?(?:of\s+)?(?:your|the\s+(?:model'?s|assistant'?s|ai'?s))\s+(?:\w+\s+)?(?:safety|content|moderation|ethical|ethics)\s*(?:filters?|guidelines|guardrails|protocols|checks|mechanisms|restrictions|rules|training|settings|policy|policies|layer|module)?"),
     ("disable-safety-of-you", "override", 1.0, r"\b(?:bypass|disable|turn\s+off|deactivate|circumvent|switch\s+off)\s+(?:all\s+)?(?:the\s+)?(?:safety|content|moderation)\s+(?:filters?|guardrails|moderation|policies|checks)\s+(?:on|of|in|for)\s+(?:you|this\s+(?:ai|model|assistant|chat))"),
     ("drop-safety", "override", 1.0, r"\b(?:drop|remove|lift|suspend)\s+(?:every|all|any)\s+(?:safety|content|ethical)\s+(?:rules?|filters?|restrictions?|guidelines?)\b"),
-    ("safety-offline", "override", 0.6, r"\b(?:safety|content|moderation)\s+(?:module|filters?|layer|system|checks)\s+(?:is\s+|are\s+)?(?:offline|disabled|off|deactivated|removed|bypassed)\b"),
+    ("safety-offline", "override", 0.6, r"\b(?:safety|content|moderation)\s+(?:module|filters?|layer|system|checks|training|guardrails|guidelines|rules)\s+(?:is\s+|are\s+|has\s+been\s+|have\s+been\s+)?(?:offline|disabled|off|deactivated|removed|bypassed|stripped|turned\s+off)\b"),
     ("factory-reset", "injection", 0.5, r"\breset\s+(?:yourself|your\s+(?:settings|memory|instructions))\b"),
 ]
 _PHRASE_RX = [(n, c, w, re.compile(p, re.I | re.S)) for n, c, w, p in _PHRASES]
 
 # %% ../nbs/09_guards.ipynb #090c5bbc
 _NAMED = r"(?:DAN|STAN|DUDE|AIM|UCAR|KEVIN|APOPHIS|EvilBOT|BetterDAN|AntiGPT|ChaosGPT|BasedGPT|DarkGPT|WormGPT|FreedomGPT|Mongo\s+Tom|Maximum|JailBreak|DevMode)"
-_NAMED_CTX = r"(?i:you\s+are|you're|act(?:ing)?\s+as|role\s+of|pretend|immerse|stay\s+in\s+character|answer\s+as|respond\s+as|known\s+as|called|named|as\s+the\s+ai|become|be\s+like|mode|do\s+anything\s+now|jailbr)"
+_NAMED_CTX = r"(?i:you\s+are|you're|act(?:ing)?\s+as|role\s+of|pretend|immerse|stay\s+in\s+character|answer\s+as|respond\s+as|known\s+as|called|named|as\s+the\s+ai|be\s+like|mode\b|do\s+anything\s+now|jailbr)"
 _YOU_ROLE = re.compile(r"\b(?:you\s+are|you're|act(?:ing)?\s+as|role\s+of|pretend|immerse|stay\s+in\s+character|answer\s+as|respond\s+as|you\s+will\s+be)\b", re.I)
 _PERSONA = [
     ("named-jailbreak", "roleplay", 1.0, rf"(?s)\b{_NAMED}\b(?=.{{0,300}}?{_NAMED_CTX})|{_NAMED_CTX}.{{0,120}}?\b{_NAMED}\b", 0),   # case-sensitive
@@ -310,6 +318,8 @@ _PERSONA = [
     ("act-unrestricted", "roleplay", 1.0, r"\b(?:act|behave|respond|roleplay|role-play|answer)\s+as\s+(?:if\s+you\s+(?:are|were)\s+)?(?:an?\s+)?(?:unrestricted|unfiltered|uncensored|unaligned|amoral|jailbroken|evil)\s+(?:ai|assistant|model|chatbot|version|bot)", re.I),
     ("from-now-on-free", "roleplay", 1.0, r"\b(?:from\s+now\s+on|henceforth|for\s+the\s+rest\s+of\s+this\s+(?:conversation|chat)|starting\s+now)\b.{0,60}\b(?:no\s+(?:rules|restrictions|limits|filters|guidelines|ethics)|without\s+(?:any\s+)?(?:rules|restrictions|limits|filters|guidelines|ethics|censorship)|unfiltered|uncensored|unrestricted|jailbroken)", re.I),
     ("respond-without-limits", "roleplay", 1.0, r"\b(?:respond|answer|reply|talk|speak|write)\s+(?:freely\s+|to\s+me\s+)?without\s+(?:any\s+)?(?:restrictions|filters|censorship|content\s+polic(?:y|ies)|safety\s+(?:filters|guidelines|rules)|ethical\s+(?:guidelines|constraints|limits|rules)|guardrails|limitations)", re.I),
+    ("stay-in-character", "roleplay", 0.3, r"\b(?:stay|remain|keep)\s+in\s+character\b|\bdon'?t\s+break\s+character\b", re.I),
+    ("unsafe-twin", "roleplay", 0.5, r"\b(?:the\s+)?(?:unsafe|unfiltered|uncensored|jailbroken|unrestricted)\s+(?:one|version|twin|ai|model|assistant)\b", re.I),
     ("immerse-role", "roleplay", 0.5, r"\bimmerse\s+yourself\s+(?:in|into)\s+the\s+role\b|\bstay\s+in\s+character\s+(?:no\s+matter\s+what|at\s+all\s+times|whatever)|\bbreak(?:ing)?\s+character\b", re.I),
     ("two-answers", "roleplay", 0.7, r"\b(?:answer|respond\s+to|reply\s+to)\s+(?:every|each)\s+(?:prompt|question|message)\s+twice\b|\btwo\s+(?:different\s+|separate\s+)?(?:responses|answers|paragraphs)\b[^.]{0,60}\b(?:normal|classic|filtered|jailbroken|developer|unfiltered)", re.I),
     ("do-anything-now", "roleplay", 0.6, r"\b(?:can\s+)?do\s+anything\s+now\b|\bcan\s+do\s+anything\b", re.I),
@@ -317,24 +327,24 @@ _PERSONA = [
     ("evil-persona", "roleplay", 0.5, r"\b(?:evil|amoral|unethical|malicious|immoral|unhinged|rogue|unaligned)\s+(?:\w+\s+)?(?:ai|assistant|confidant|chatbot|bot|twin|version|persona|alter\s+ego|model)\b", re.I),
     ("no-morals", "roleplay", 0.5, r"\b(?:no|without|free\s+of|lacks?)\s+(?:any\s+)?(?:moral|ethical|morals|ethics)(?:\s+(?:or|and)\s+(?:moral|ethical))?\s*(?:restrictions|guidelines|limits|constraints|boundaries|compass)?\b|\bamoral\b", re.I),
     # framings that hand a harmful request to a character; each is weak, together they are a jailbreak
-    ("grandma-persona", "roleplay", 0.5, r"\b(?:act|pretend|role-?play|play|be)\s+(?:as|to\s+be)\s+(?:my|her|him|a)\s+(?:\w+\s+){0,2}(?:grand(?:ma|mother|pa|father|mom)|granny|nana|nan|late\s+\w+)\b|\bpretend\s+to\s+be\s+(?:her|him)\b", re.I),
-    ("grandma-bedtime", "roleplay", 0.3, r"\b(?:used\s+to\s+(?:tell|read|recite|sing|whisper|explain|give)|would\s+(?:tell|read|recite|explain)\s+(?:me|us)|bedtime|fall\s+asleep|lullab)", re.I),
+    ("grandma-persona", "roleplay", 0.5, r"\byou\s+are\s+(?:my\s+)?(?:grand(?:ma|mother|pa|father|mom)|granny|nana)\b|\b(?:act|pretend|role-?play|play|be)\s+(?:as|to\s+be)\s+(?:my|her|him|a)\s+(?:\w+\s+){0,2}(?:grand(?:ma|mother|pa|father|mom)|granny|nana|nan|late\s+\w+)\b|\bpretend\s+to\s+be\s+(?:her|him)\b", re.I),
+    ("grandma-bedtime", "roleplay", 0.3, r"\b(?:used\s+to\s+(?:tell|read|recite|sing|whisper|explain|give)|like\s+you\s+used\s+to|would\s+(?:tell|read|recite|explain)\s+(?:me|us)|bedtime|fall\s+asleep|lullab)", re.I),
     ("deceased", "roleplay", 0.2, r"\b(?:deceased|late|dead|passed\s+away|who\s+died)\s+(?:\w+\s+)?(?:grand\w+|granny|nana|mother|father)\b|\bgrand\w*\s+(?:who\s+)?(?:passed\s+away|died)\b", re.I),
     ("fiction", "roleplay", 0.25, r"\b(?:film|movie|screenplay|script|story|novel|play|scene|fiction|fictional|role-?play|hypothetical(?:ly)?|imagine|in\s+a\s+world\s+where|alternate\s+universe|game|year\s+\d{4}|no\s+laws)\b", re.I),
     ("character-explains", "roleplay", 0.35, r"\b(?:character|villain|he|she|they|hacker|chemist|expert|apprentice|scientist|cook|grand\w+|named\s+\w+)\b[^.\n]{0,60}?\b(?:explains?|describes?|teaches|tells|reveals|walks\s+\w+\s+through|details|lists|shows)\b[^.\n]{0,40}?\b(?:how\s+(?:to|he|she|they|one|i)|the\s+(?:steps|recipe|process|procedure|method)|exactly|step\s+by\s+step)|\bhow\s+would\s+(?:one|someone|you|i)\s+(?:build|make|synthesi[sz]e|create|obtain)\b", re.I),
-    ("detail-demand", "roleplay", 0.25, r"\b(?:step[- ]by[- ]step|in\s+(?:full|precise|exact|complete|great|technical|explicit|accurate)\s+(?:technical\s+)?detail|exact\s+(?:steps|quantities|amounts|instructions)|complete\s+and\s+working|fully\s+(?:working|functional)|precise\s+technical|(?:don't|do\s+not)\s+leave\s+(?:anything|any\s+step)\s+out|the\s+steps\s+to\s+make|be\s+(?:very\s+)?(?:specific|precise|detailed)|in\s+detail)\b", re.I),
+    ("detail-demand", "roleplay", 0.25, r"\b(?:step[- ]by[- ]step|in\s+(?:full|precise|exact|complete|great|technical|explicit|accurate)\s+(?:technical\s+)?detail|exact\s+(?:steps|quantities|amounts|instructions)|complete\s+and\s+working|complete\s+working|fully\s+(?:working|functional)|working\s+code|(?:write|give)\s+the\s+full\s+code|explains?\s+each\s+(?:line|step)|precise\s+technical|(?:don't|do\s+not)\s+leave\s+(?:anything|any\s+step)\s+out|the\s+steps\s+to\s+make|be\s+(?:very\s+)?(?:specific|precise|detailed)|in\s+detail)\b", re.I),
 ]
-_HARMFUL = re.compile(r"\b(?:napalm|meth(?:amphetamine)?|bombs?|explosives?|thermite|nerve\s+agents?|sarin|ricin|anthrax|poisons?|ransomware|malware|keyloggers?|untraceable\s+(?:guns?|weapons?|firearms?)|ghost\s+guns?|bio-?weapons?|chemical\s+weapons?|weapons?|"
+_HARMFUL = re.compile(r"\b(?:napalm|meth(?:amphetamine)?|bombs?|explosives?|thermite|nerve\s+agents?|nitroglycerine?|tnt|semtex|dynamite|sarin|ricin|anthrax|poisons?|ransomware|malware|keyloggers?|untraceable\s+(?:guns?|weapons?|firearms?)|ghost\s+guns?|bio-?weapons?|chemical\s+weapons?|weapons?|"
                       r"(?:windows|office|product|activation|licen[cs]e|serial)\s+(?:\d+\s+)?(?:pro\s+)?(?:keys?|codes?)|credit\s+card\s+numbers|hotwir\w+|pick\s+a\s+lock|lock-?pick\w*|hack(?:ing)?\s+into|synthesi[sz]\w+|fentanyl|cocaine|heroin)\b", re.I)
 _PERSONA_RX = [(n, c, w, re.compile(p, flags)) for n, c, w, p, flags in [(*x[:4], x[4] if len(x) > 4 else re.I) for x in _PERSONA]]
 
 # %% ../nbs/09_guards.ipynb #2e7c143a
 _CHAT_TOKENS = re.compile(r"<\|\s*(?:im_start|im_end|system|user|assistant|endoftext|eot_id|start_header_id|end_header_id|begin_of_text|end_of_text|im_sep)\s*\|>|<\|?(?:im_start|im_end)\b|\[/?inst\]|<</?sys>>|\[/?system\]|</?system>|<(?:start|end)_of_turn>|(?m:^\s*#{2,}\s*(?:instruction|system|response|input)\s*:)", re.I)
-_ROLE_HEADER = re.compile(r"(?m)^[ \t>*_#\[\(]*(?:system|sys|developer|dev|admin|administrator|root|operator|moderator|openai|anthropic|assistant|security|important|override|supervisor|orchestrator)"
+_ROLE_HEADER = re.compile(r"(?m)^[ \t>*_#\[\(]*(?:system|sys|developer|dev|admin|administrator|root|operator|moderator|openai|anthropic|assistant|security|important|urgent|attention|notice|override|supervisor|orchestrator)"
                           r"(?:[ \t]+(?:note|message|prompt|override|instructions?|update|notice|alert|command|mode|directive|policy))?[ \t]*(?:\([^)\n]{0,60}\))?[ \t]*[\]\)*_]*[ \t]*:[ \t]*(?P<rest>[^\n]*(?:\n(?![ \t]*\w+:)[^\n]*){0,2})", re.I)
 _HTML_COMMENT = re.compile(r"<!--(.*?)(?:-->|$)", re.S)
 _HIDDEN_HTML = re.compile(r"<(\w+)[^>]*(?:display\s*:\s*none|visibility\s*:\s*hidden|font-size\s*:\s*0|opacity\s*:\s*0|hidden)[^>]*>(.*?)</\1>", re.I | re.S)
-_MD_IMAGE = re.compile(r"!\[[^\]\n]*\]\(\s*(https?://[^)\s]+)[^)]*\)", re.I)
+_MD_IMAGE = re.compile(r"!\[[^\]\n]*\]\(\s*(https?://[^)\n]+)\)", re.I)
 _URL_LEAK = re.compile(r"\{[^}]*\}|\$\{|%7b|<[^>]*>|\[[^\]]*\]|\b[A-Z]+(?:_[A-Z]+)+\b|insert|here|your_|system_?prompt|instructions|conversation|chat_?history|memory|secret|password|prompt", re.I)
 _TASK = re.compile(r"\b(?:summari[sz]e|summary|translate|translation|proofread|classify|solve|key\s+points|review|analy[sz]e|extract|rewrite|paraphrase|sentiment|tl;?dr|résume|résumez|traduis|traduce|traduzca|resume|übersetze|zusammen|riassumi|traduci|resuma|traduza|переведи|перескажи|要約|翻訳|总结|翻译|samenvat\w*|vertaal)\b", re.I)
 _DISCUSS = re.compile(r"\b(?:what\s+(?:is|are|does|do)|explain|explains|example|examples|phrase|phrases|mean|means|meaning|why\s+(?:do|does|did|is|are)|how\s+(?:do|does|did|can|should)\b[^?]{0,60}\b(?:work|detect|defend|prevent|block|stop|filter|recogni[sz]e|handle|protect)|attacks?|injections?|jailbreaks?|paper|research|history|defen[cs]es?|detect\w*|security|classifier|dataset|filter|red[- ]team\w*|awareness|training\s+slides?|quiz|study)\b", re.I)
@@ -414,10 +424,15 @@ def _decoded_signals(raw, plain) -> list:
 _FRAMING = {"grandma-persona", "grandma-bedtime", "deceased", "fiction", "character-explains", "detail-demand", "immerse-role", "two-answers",
             "do-anything-now", "never-refuses", "no-morals"} | {f"unrestricted-{l}" for l in [*LANGUAGES, *_CJK]}
 
+_SOFT = {"grandma-persona", "grandma-bedtime", "deceased", "fiction", "character-explains", "detail-demand", "stay-in-character"}   # framings that need a harmful topic
+
 def _context_signals(found, views, cased) -> list:
     "Signals that only weigh with others: a harmful topic inside a persona framing, an injection inside a document to process, and quoting in a discussion of attacks."
     out, names = [], {s["signal"] for s in found}
-    if names & _FRAMING and (m := _HARMFUL.search(views["leet"])): out.append(_sig("harmful-topic", "roleplay", 0.35, m.group(0), "plain"))
+    harm = _HARMFUL.search(views["leet"]) if names & _FRAMING else None
+    if harm: out.append(_sig("harmful-topic", "roleplay", 0.35, harm.group(0), "plain"))
+    soft = sum(s["weight"] for s in _best(found).values() if s["signal"] in _SOFT)
+    if not harm and soft > 0.6: out.append(_sig("framing-without-harm", "roleplay", round(0.6 - soft, 3), "", "structure"))
     heavy = [s for s in _best(found).values() if s["weight"] >= 0.3]
     task = _TASK.search(cased)
     if task and any(s["category"] == "injection" for s in heavy): out.append(_sig("embedded-in-document", "injection", 0.25, task.group(0), "structure"))

@@ -17,7 +17,8 @@ __all__ = ['KKS_ROLES', 'NAMES', 'STATEMENT_TYPES', 'DIFFICULTY', 'KK_TEMPLATES'
            'SameTruth', 'NotSameRole', 'RoleParity', 'TruthParity', 'ExactlyOne', 'Is', 'Not', 'And', 'Or', 'Implies',
            'Iff', 'Puzzle', 'kks_items', 'solve', 'KKSFormatError', 'load_controlmad', 'controlmad_record',
            'to_controlmad', 'generate', 'kk_quiz', 'KKQuizError', 'parse_kk_quiz', 'load_kk', 'kk_record', 'to_kk',
-           'kks_answer_format', 'KKSAnswer', 'parse_kks_answer', 'parse_player_role', 'score_kks', 'make_kks_sets']
+           'load_puzzles', 'kks_answer_format', 'KKSAnswer', 'parse_kks_answer', 'parse_player_role', 'score_kks',
+           'make_kks_sets']
 
 # %% ../nbs/05_puzzles.ipynb #65b03235
 KKS_ROLES = ("knight", "knave", "spy")   # ControlMAD raw codes 1, 2, 3
@@ -1015,6 +1016,15 @@ def to_kk(puzzles, path, seed: int = 0) -> Path:
     lines = [json.dumps(kk_record(p, p.game_id if p.game_id is not None else k, seed + k)) for k, p in enumerate(puzzles)]
     with open(path, "w", encoding="utf-8", newline="\n") as fh: fh.write("".join(l + "\n" for l in lines))
     return path
+
+# %% ../nbs/05_puzzles.ipynb #b0015k12
+def load_puzzles(path) -> list[Puzzle]:
+    "Puzzles from a file of either format, told apart by its first record: mem-kk-logic's (`quiz` or `statements`) or ControlMAD's."
+    path = Path(path)
+    if path.is_dir() or not path.exists(): return load_controlmad(path)
+    head = path.open("rb").read(1 << 16).lstrip(b"\xef\xbb\xbf \t\r\n")
+    first = head.split(b"\n", 1)[0]
+    return load_kk(path) if head.startswith(b"[") or b'"quiz"' in first or b'"statements"' in first else load_controlmad(path)
 
 # %% ../nbs/05_puzzles.ipynb #47aa6624
 def kks_answer_format(players=None, confidence: bool = False) -> str:

@@ -19,6 +19,7 @@ class Server:
         self.capacity, self.latency, self.hang, self.retry_after_ms = capacity, latency, hang, retry_after_ms
         self.in_flight = self.max_in_flight = self.ok = self.refused = self.hits = 0
         self.accepted_peak = 0                # most calls answered 200 at once: never above capacity
+        self.statuses = []                    # 200 or 429, in order of arrival
         self._lock = threading.Lock()
 
     async def chat(self, request):
@@ -27,6 +28,7 @@ class Server:
             self.hits += 1; self.in_flight += 1; self.max_in_flight = max(self.max_in_flight, self.in_flight)
             over = self.capacity is not None and self.in_flight > self.capacity
             if over: self.refused += 1
+            self.statuses.append(429 if over else 200)
         try:
             if self.hang: await asyncio.sleep(3600)
             if over:
@@ -53,12 +55,17 @@ class Server:
             self.loop.run_until_complete(site.start())
             self.port = site._server.sockets[0].getsockname()[1]
             ready.set(); self.loop.run_forever()
-            self.loop.run_until_complete(self.runner.cleanup()); self.loop.close()
+            self.loop.close()
         self.thread = threading.Thread(target=run, daemon=True); self.thread.start(); ready.wait(10)
         self.url = f"http://127.0.0.1:{self.port}/v1"
         return self
 
     def __exit__(self, *a):
+        async def stop():
+            await self.runner.cleanup()                   # cancels handlers still sleeping (the server that never answers)
+            for t in asyncio.all_tasks():
+                if t is not asyncio.current_task(): t.cancel()
+        asyncio.run_coroutine_threadsafe(stop(), self.loop).result(10)
         self.loop.call_soon_threadsafe(self.loop.stop); self.thread.join(10)
 
 def _solve(text):
@@ -87,8 +94,9 @@ def test_adaptive_limit_settles_under_a_rate_limited_server():
     assert not lim.pinned and lim.cuts >= 3 and lim.cap <= 20, lim                            # it came down from 512 ...
     assert lim.cap >= 5, lim                                                                  # ... without collapsing
     assert srv.accepted_peak <= 20 and dt < 30, (srv.accepted_peak, dt)
-    # after it settled, refusals are rare: the last 200 attempts were mostly answered
-    assert srv.refused < srv.ok, (srv.refused, srv.ok)
+    # the way down costs refusals; once settled they are rare: the last 200 attempts were mostly answered
+    last = srv.statuses[-200:]
+    assert last.count(429) < 40, last.count(429)
 
 def test_pinned_limit_is_never_exceeded_and_backoff_holds_no_slot():
     "A pinned limit of 4: never more than 4 requests out, even while calls wait out a Retry-After elsewhere."

@@ -136,3 +136,17 @@ def test_controlmads_debate_runs_on_classic_puzzles(tmp_path):
     assert list(res.item_id) == [p.id for p in games]
     assert [json.loads(g) for g in res.gold] == [p.solution for p in games]              # answers without spies
     assert (res.correct == (res.n_correct == [p.n_players for p in games])).all()
+
+def test_the_command_line_runs_controlmad_on_a_classic_file(tmp_path):
+    from click.testing import CliRunner
+    from madlab.cli import main
+    r = CliRunner().invoke(main, ["run", "controlmad", "--no-progress", "--data", str(FULL), "--games", "1-4", "--out", str(tmp_path)])
+    assert r.exit_code == 0, r.output + repr(r.exception)
+    res = pd.read_parquet(Path(r.output.strip().splitlines()[-1][len("outputs: "):]) / "results.parquet")
+    assert list(res.item_id) == [f"kk-kk_sample-{k:04d}" for k in range(1, 5)]
+    r = CliRunner().invoke(main, ["run", "controlmad", "--no-progress", "--data", str(QUIZ_ONLY), "--size", "3", "--games", "1", "--out", str(tmp_path / "b")])
+    assert r.exit_code == 0, r.output
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"quiz": "Hello."}\n')
+    r = CliRunner().invoke(main, ["run", "controlmad", "--no-progress", "--data", str(bad), "--games", "1", "--out", str(tmp_path / "c")])
+    assert r.exit_code == 2 and "--data" in r.output and "bad.jsonl:1: field quiz" in r.output and "Traceback" not in r.output

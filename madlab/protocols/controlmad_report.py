@@ -56,7 +56,7 @@ def prediction_matrix(frames, game=None, phase="final") -> "go.Figure":
     if game is not None:
         g = pos[pos.game == game].copy()
         players = list(dict.fromkeys(g.sort_values("slot").player))
-        g["row"] = g.apply(lambda r: f"{r.agent} · {r['round']} {r.phase}" + (f" ({r.focus})" if r.phase == "debate" else ""), axis=1)
+        g["row"] = g.apply(lambda r: f"{r.agent} · {r['round'] + 1} {r.phase}" + (f" ({r.focus})" if r.phase == "debate" else ""), axis=1)
         rows = list(dict.fromkeys(g.sort_values(["round", "agent"]).row))
         z = g.pivot_table(index="row", columns="player", values="correct", aggfunc="last").reindex(index=rows, columns=players)
         valid = g.pivot_table(index="row", columns="player", values="valid", aggfunc="last").reindex(index=rows, columns=players)
@@ -104,10 +104,10 @@ def consensus_figure(frames) -> "go.Figure":
     m = c.groupby("round").agg(agreement=("agreement", "mean"), majority_correct=("majority_correct", "mean"), phase=("phase", "first"),
                                focus=("focus", lambda s: ", ".join(sorted({str(x) for x in s if isinstance(x, str)})))).reset_index()
     label = [f"{r.phase}" + (f" ({r.focus})" if r.phase == "debate" and r.focus else "") for r in m.itertuples()]
-    fig = go.Figure([go.Scatter(x=m["round"], y=m.agreement, mode="lines+markers", name="agreement", text=label, hovertemplate="round %{x} · %{text}: %{y:.2f}<extra></extra>"),
-                     go.Scatter(x=m["round"], y=m.majority_correct, mode="lines+markers", name="correct strict majority", text=label, line_dash="dot",
+    fig = go.Figure([go.Scatter(x=m["round"] + 1, y=m.agreement, mode="lines+markers", name="agreement", text=label, hovertemplate="round %{x} · %{text}: %{y:.2f}<extra></extra>"),
+                     go.Scatter(x=m["round"] + 1, y=m.majority_correct, mode="lines+markers", name="correct strict majority", text=label, line_dash="dot",
                                 hovertemplate="round %{x} · %{text}: %{y:.2f}<extra></extra>")])
-    fig.update_layout(title="Consensus across rounds", xaxis_title="round", yaxis_title="share", yaxis_range=[0, 1.05])
+    fig.update_layout(title="Consensus across rounds", xaxis_title="round (from 1, as in the stepper)", yaxis_title="share", yaxis_range=[0, 1.05])
     return fig
 
 # %% ../../nbs/12_controlmad_report.ipynb #e69cd5a9

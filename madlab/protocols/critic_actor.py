@@ -386,14 +386,14 @@ def _subset_team(team, agents: int, params: dict) -> list:
         out.append(Agent(m.name if not lap else f"{m.name}-vote{lap + 1}", m.spec, m.system, {**params, **m.params}, backend=m.backend))
     return out
 
-def majority_votes(items, team=None, agents: int = 3, *, seed: int = 0, cache=True, concurrency: int = 8,
+def majority_votes(items, team=None, agents: int = 3, *, seed: int = 0, cache=True, concurrency: int|None = 8,
                    params: dict|None = None) -> "pd.DataFrame":
     "Per item: the plurality of `agents` independent answers of the team's actors and whether it is right (see the rule above)."
     import pandas as pd
     if not isinstance(agents, int) or isinstance(agents, bool) or agents < 1: raise OptionError("majority_error", f"must be a whole number of agents >= 1; got {agents!r}")
     members = _subset_team(team if team is not None else [m for m in CRITIC_ACTOR_TEAM if isinstance(m, str)], agents,
                            {"temperature": 0.7, "top_p": 0.9} if params is None else params)
-    sem = asyncio.Semaphore(concurrency)
+    sem = asyncio.Semaphore(concurrency or 8)
     async def one(it):
         async with sem:
             d = Debate("self_consistency", it, members, seed=seed, cache=cache, on_error="continue")
