@@ -22,7 +22,7 @@ from .debate import *
 # %% auto #0
 __all__ = ['MAX_GAMES_AT_ONCE', 'debate_row', 'safe_name', 'transcript_text', 'chat_histories', 'write_item_outputs',
            'write_table', 'team_config', 'RunFolder', 'RunResult', 'games_at_once', 'arun_experiment', 'run_experiment',
-           'arun_many', 'run_many', 'rescore']
+           'arun_many', 'run_many', 'rescore', 'parse_stats']
 
 # %% ../nbs/08_run.ipynb #b92f3f7e
 _LONE = re.compile("[\ud800-\udfff]")
@@ -433,3 +433,16 @@ def rescore(out, lock_timeout: float = 0) -> RunResult:
         return _finish_run(proto, list(cfg.get("items") or []), {}, {}, folder, [], {"reason": None, "failed": 0, "interrupted": False}, [], time.perf_counter(),
                            resumed=resumed)
     finally: lock.release()
+
+# %% ../nbs/08_run.ipynb #9cbafbf5
+def parse_stats(transcripts, by=("protocol", "phase")) -> pd.DataFrame:
+    "Turns, valid and invalid replies, failed calls and the valid rate, per protocol and phase (or any of `protocol`, `phase`, `agent`)."
+    ts = transcripts.values() if isinstance(transcripts, dict) else ([transcripts] if isinstance(transcripts, Transcript) else transcripts)
+    rows = [{"protocol": t.protocol, "phase": r.phase, "agent": tu.agent, "valid": tu.valid, "error": tu.error is not None}
+            for t in ts for r in t.rounds for tu in r.turns]
+    df = pd.DataFrame(rows, columns=["protocol", "phase", "agent", "valid", "error"])
+    g = df.groupby(list(by), sort=False)
+    out = pd.DataFrame({"turns": g.size(), "valid": g.valid.sum(), "errors": g.error.sum()})
+    out["invalid"] = out.turns - out.valid - out.errors
+    out["valid_rate"] = (out.valid / out.turns).round(3)
+    return out.reset_index()[[*by, "turns", "valid", "invalid", "errors", "valid_rate"]]

@@ -1,0 +1,161 @@
+"""A real browser test of the stepper: JupyterLab on 127.0.0.1, the tour notebook opened in Debian's chromium driven by
+Playwright, run all cells, click Step until the debate ends (the round header and the positions grid change with every
+click), fork once, and save a screenshot to test-artifacts/."""
+from __future__ import annotations
+import json, os, re, shutil, time
+from pathlib import Path
+import pytest
+from jupyter_helpers import CHROMIUM, CHROMIUM_ARGS, ROOT, jupyter_lab
+
+pytestmark = pytest.mark.slow
+TOUR = ROOT / "nbs" / "51_stepper_tour.ipynb"
+ARTIFACTS = Path("/tmp/w14/old-artifacts")
+
+def _need_browser():
+    ci = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+    try: import playwright.sync_api  # noqa: F401
+    except ImportError:
+        if ci: pytest.fail("CI: the playwright package is missing")
+        pytest.skip("the playwright package is not installed")
+    if not Path(CHROMIUM).exists():
+        if ci: pytest.fail(f"CI: chromium is missing at {CHROMIUM} (apt-get install chromium)")
+        pytest.skip(f"no chromium at {CHROMIUM}; install Debian's chromium to run the browser test")
+
+def _wait(pred, timeout, what, poll=0.1):
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        v = pred()
+        if v: return v
+        time.sleep(poll)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+def test_stepper_in_jupyterlab(tmp_path):
+    _need_browser()
+    from playwright.sync_api import sync_playwright
+    root = tmp_path / "lab"; root.mkdir()
+    shutil.copy(TOUR, root / TOUR.name)
+    ARTIFACTS.mkdir(exist_ok=True)
+    with jupyter_lab(root, tmp_path / "home") as (base, token), sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        errors = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        try:
+            page.goto(f"{base}/lab/tree/{TOUR.name}?token={token}", wait_until="domcontentloaded", timeout=60_000)
+            page.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=60_000)
+            # wait for the kernel, then run every cell through JupyterLab's own command
+            _wait(lambda: page.evaluate("() => { const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;"
+                                        " return !!(w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel"
+                                        " && w.sessionContext.session.kernel.status === 'idle'); }"), 60, "an idle kernel")
+            page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
+            stepper = page.locator(".madlab-stepper").first
+            stepper.wait_for(state="visible", timeout=60_000)
+            # the headless part of the tour (second stepper, fork, comparison) finishes too
+            page.locator(".madlab-compare-table").first.wait_for(state="attached", timeout=90_000)
+            _wait(lambda: not page.locator(".jp-InputPrompt:has-text('[*]')").count(), 60, "every cell to finish")
+            assert not page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']:has-text('Error')").count()
+
+            header, grid = stepper.locator(".madlab-header"), stepper.locator(".madlab-positions")
+            step = stepper.locator("button.madlab-step")
+            assert "not started" in header.inner_text()
+            # record every text the busy indicator shows (a MutationObserver misses none, however short a round is)
+            page.evaluate("""() => { window.__madlabBusy = [];
+                const el = document.querySelector('.madlab-stepper .madlab-busy');
+                new MutationObserver(ms => { for (const m of ms) { if (el.textContent) window.__madlabBusy.push(el.textContent);
+                    for (const n of m.addedNodes) if (n.textContent) window.__madlabBusy.push(n.textContent); } })
+                  .observe(el, {childList: true, subtree: true, characterData: true}); }""")
+            seen, clicks = [], 0
+            while step.is_enabled() and clicks < 40:
+                h0, g0 = header.inner_text(), grid.inner_html()
+                step.click(); clicks += 1
+                # each piece of the widget is its own comm message: wait for the header and the grid (its caption names the round)
+                _wait(lambda: header.inner_text() != h0 and grid.inner_html() != g0 and (step.is_enabled() or "status done" in header.inner_text()),
+                      30, f"the round header and the positions grid to change after click {clicks}")
+                seen.append(header.inner_text())
+                # the grid is players x agents: every cell coloured right/wrong once the first round has run
+                assert grid.locator("td.madlab-cell").count() >= 4 * 3
+            _wait(lambda: step.is_disabled(), 30, "the Step button to be disabled at the end")
+            assert clicks >= 10, seen                                  # initial + 4 x (debate, self-adjustment) + final
+            assert "status done" in header.inner_text() and "result:" in header.inner_text()
+            assert grid.locator("td.madlab-cell.right, td.madlab-cell.wrong").count() >= 4 * 3
+            assert len(set(seen)) == len(seen)
+            busy = page.evaluate("() => window.__madlabBusy")
+            assert any("running round" in b for b in busy), busy          # each round in flight showed progress
+            assert not stepper.locator(".madlab-busy").inner_text().strip()  # and the indicator cleared
+            n = int(re.search(r"Round (\d+) of (\d+)", header.inner_text()).group(2))
+            assert n in (clicks, clicks - 1)                           # the last click may only find that the debate is over
+            # browse back and forward
+            stepper.locator("button.madlab-back").click()
+            _wait(lambda: f"Round {n - 1} of {n}" in header.inner_text(), 10, "Back to show the previous round")
+            stepper.locator("button.madlab-forward").click()
+            _wait(lambda: f"Round {n} of {n}" in header.inner_text(), 10, "Forward")
+
+            # fork at round 2 with the first message there edited, then step the new branch
+            stepper.locator(".madlab-fork-round select").select_option(index=1)
+            stepper.locator(".madlab-fork-agent select").select_option(index=0)
+            text = stepper.locator(".madlab-fork-text textarea")
+            _wait(lambda: text.input_value().strip().startswith("{"), 10, "the chosen message in the editor")
+            msg = json.loads(text.input_value())                      # a debate reply on the player in focus: flip its role
+            msg.update(role="knave" if msg.get("role") != "knave" else "knight", disagree_reasoning="edited in the browser")
+            text.fill(json.dumps(msg))
+            stepper.locator("button.madlab-fork").click()
+            _wait(lambda: "fork 1" in header.inner_text(), 30, "the forked branch to show")
+            assert "Round 2 of 2+" in header.inner_text()
+            assert stepper.locator(".madlab-branch select option").count() == 2
+            _wait(lambda: "EDITED" in stepper.locator(".madlab-columns").inner_text() and step.is_enabled(), 10, "the edited message in the columns")
+            h0, g0 = header.inner_text(), grid.inner_html()
+            step.click()
+            _wait(lambda: "Round 3" in header.inner_text() and grid.inner_html() != g0, 30, "a step in the forked branch")
+            stepper.locator(".madlab-compare-table").wait_for(state="visible", timeout=10_000)
+            stepper.scroll_into_view_if_needed()
+            page.screenshot(path=str(ARTIFACTS / "stepper.png"), full_page=False)
+            stepper.screenshot(path=str(ARTIFACTS / "stepper-widget.png"))
+            assert not errors, errors
+        except Exception:
+            page.screenshot(path=str(ARTIFACTS / "stepper-failure.png"))
+            raise
+        finally:
+            browser.close()
+
+
+def _execute(kc, code: str, timeout: float = 60) -> str:
+    "Run `code` on the kernel; its stdout (raises on an error)."
+    out = []
+    def hook(msg):
+        if msg["msg_type"] == "stream": out.append(msg["content"]["text"])
+        elif msg["msg_type"] == "error": out.append("\n".join(msg["content"]["traceback"]))
+    reply = kc.execute_interactive(code, timeout=timeout, output_hook=hook)
+    assert reply["content"]["status"] == "ok", "".join(out)
+    return "".join(out).strip()
+
+def test_stepper_round_in_flight_does_not_block_kernel(tmp_path):
+    """A real kernel: a Step click (the comm message JupyterLab sends) starts a slow round; while it is in flight the
+    kernel answers other cells at once, the stepper shows progress, and the round lands when it is done."""
+    pytest.importorskip("ipykernel")
+    from jupyter_client.manager import start_new_kernel
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "JPY_"))}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    env["MADLAB_CACHE"], env["IPYTHONDIR"] = str(tmp_path / "cache"), str(tmp_path / "ipython")
+    km, kc = start_new_kernel(kernel_name="python3", env=env, cwd=str(tmp_path), startup_timeout=120)
+    try:
+        model_id = _execute(kc, "\n".join([
+            "import madlab.protocols.baselines",
+            "from madlab.debate import Debate",
+            "from madlab.scoring import toy_arith_items",
+            "from madlab.widgets import DebateStepper",
+            "s = DebateStepper(Debate('du', toy_arith_items(1, seed=3)[0], ['synthetic:strong,latency=4', 'synthetic:weak,latency=4'], rounds=1))",
+            "print(s.b_step.model_id)"]))
+        # what the browser sends when Step is clicked
+        kc.shell_channel.send(kc.session.msg("comm_msg", {"comm_id": model_id, "data": {"method": "custom", "content": {"event": "click"}}}))
+        t0, states = time.time(), []
+        while time.time() - t0 < 3:                     # the round takes 4 s: every answer here comes while it is in flight
+            t1 = time.time()
+            states.append(_execute(kc, "print(s.busy, 'running round 1' in s.w_busy.value, s.pos)", timeout=10))
+            assert time.time() - t1 < 1.5, f"the kernel took {time.time() - t1:.1f}s to answer while a round ran"
+            time.sleep(0.2)
+        assert "True True -1" in states, states
+        _wait(lambda: _execute(kc, "print(s.busy, s.pos)") == "False 0", 60, "the round to land")
+        assert _execute(kc, "print(s.error, s.w_busy.value == '', 'Round 1 of 1+' in s.w_header.value)") == "None True True"
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
