@@ -114,7 +114,8 @@ _COLOURS = {True: "#d6f5dd", False: "#f9d6db", None: "#eeeeee", "invalid": "#ffe
 
 def _text(a, n: int|None = None) -> str:
     "An answer (or any value) as text, whole unless `n` is given; 'invalid' for None."
-    s = answer_summary(a) if not isinstance(a, float) or a == a else "invalid"
+    parts = _parts_of(a) if isinstance(a, dict) else None            # a plain {player: role} reads like an answer's summary
+    s = ", ".join(f"{k}={v if v is not None else '?'}" for k, v in parts.items()) if parts else answer_summary(a) if not isinstance(a, float) or a == a else "invalid"
     return s if n is None or len(s) <= n else s[: n - 1] + "…"
 
 def _result_answer(result): return result.get("answer", result.get("assignment"))
@@ -123,10 +124,7 @@ def _header_html(rounds, pos, status, branch, result=None, done=False) -> str:
     if pos < 0: body = f"<b>not started</b> · {len(rounds)} rounds so far"
     else:
         r = rounds[pos]
-        meta = " ".join(f"<span class='madlab-tag'>{_E(str(k))}: {_E(_text(v, 40))}</span>" for k, v in r.meta.items() if not isinstance(v, dict))
-        meta += "".join(f"<details class='madlab-round-extra'><summary>{_E(str(k))}</summary><pre style='white-space:pre-wrap'>"   # a round's extra info (a mapping), e.g. memories
-                        + _E("\n".join(f"{a}: {_text(b)}" for a, b in v.items())) + "</pre></details>"
-                        for k, v in r.meta.items() if isinstance(v, dict))
+        meta = " ".join(f"<span class='madlab-tag'>{_E(str(k))}: {_E(_text(v, 40))}</span>" for k, v in r.meta.items())
         body = f"<b>Round {pos + 1} of {len(rounds)}{'' if done else '+'}</b> · {_E(r.name)} · phase <b>{_E(r.phase)}</b> {meta}"
     res = ""
     if result and pos == len(rounds) - 1:
@@ -234,7 +232,7 @@ def _turn_html(t, original=None) -> str:
     colour = "#6a1b9a" if edited else "#2a9d4b" if t.valid else "#f4a261"
     return (f"<div class='madlab-turn{' madlab-edited' if edited else ''}' style='border-left:{'5px' if edited else '3px'} solid {colour};padding-left:6px;margin-bottom:6px'>"
             f"<div>{_EDITED + ' ' if edited else ''}answer: <code style='white-space:pre-wrap'>{_E(_text(t.answer))}</code> <small>{_E(' · '.join(x for x in tags if x))}</small></div>{err}"
-            f"<details open><summary>reasoning</summary><div class='madlab-reasoning' style='white-space:pre-wrap'>{_E(text)}</div></details>{orig}{raw}"
+            f"<details><summary>reasoning</summary><div class='madlab-reasoning' style='white-space:pre-wrap'>{_E(text)}</div></details>{orig}{raw}"
             f"<details><summary>prompt</summary><pre style='white-space:pre-wrap'>{_E(prompt)}</pre></details></div>")
 
 def _columns_html(r, agents, edit=None) -> str:

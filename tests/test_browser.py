@@ -103,10 +103,10 @@ def test_stepper_in_jupyterlab(tmp_path):
                 h0, g0 = header.inner_text(), grid.inner_html()
                 step.click(); clicks += 1
                 # each piece of the widget is its own comm message: wait for the header, the grid (its caption names the round) and the consensus row
-                _wait(lambda: header.inner_text() != h0 and grid.inner_html() != g0 and (step.is_enabled() or "status done" in header.inner_text()),
-                      30, f"the round header and the positions grid to change after click {clicks}")
+                shown = lambda: cons.locator(f".madlab-cons-cell.madlab-shown[data-round='{re.search(r'Round (\d+) of', header.inner_text()).group(1)}']").count() == 1
+                _wait(lambda: header.inner_text() != h0 and grid.inner_html() != g0 and (step.is_enabled() or "status done" in header.inner_text()) and shown(),
+                      30, f"the round header, the positions grid and the consensus row to show the next round after click {clicks}")
                 k = re.search(r"Round (\d+) of", header.inner_text()).group(1)
-                _wait(lambda: cons.locator(f".madlab-cons-cell.madlab-shown[data-round='{k}']").count() == 1, 10, f"the consensus row to outline round {k}")
                 seen.append(header.inner_text())
                 prev = by_round.get(int(k) - 1, {})                     # the majority after the round before
                 by_round[int(k)] = now = _check_consensus(stepper, prev)
@@ -172,7 +172,7 @@ def test_stepper_in_jupyterlab(tmp_path):
             bad = grid.locator("td.madlab-agent.invalid")
             assert bad.count() >= 1 and bad.first.inner_text() == "invalid"
             assert "NaN" not in grid.inner_text()
-            stepper.scroll_into_view_if_needed()
+            header.scroll_into_view_if_needed()
             page.screenshot(path=str(ARTIFACTS / "stepper.png"), full_page=False)
             stepper.screenshot(path=str(ARTIFACTS / "stepper-widget.png"))
 
