@@ -487,7 +487,7 @@ def _judge_request(text, sr) -> str:
 class JudgedScreen:
     "`screen_input`, then an LLM judge (any backend spec) decides the inputs whose score falls in `band`; its verdict is recorded in the result."
     judge: object                     # a backend spec such as "openai:gpt-4o-mini", "hf:/models/x", "synthetic:strong", or a Backend
-    band: tuple = (0.5, 1.5)          # scores in [low, high) are sent to the judge
+    band: tuple = (0.5, 1.0)          # scores in [low, high) are sent to the judge; the default only lets it block what the rules nearly blocked
     threshold: float = 1.0
     max_chars: int = 8000
     params: dict = field(default_factory=lambda: {"max_tokens": 64, "temperature": 0.0})

@@ -1135,7 +1135,7 @@ def _is_answer(d, players) -> bool:
     return any(x in k for x in _BODY_KEYS + ("explanation", "reasoning")) or bool(_roles_from_obj(d, players))
 
 def _json_prefix(text, start, tries=64):
-    "The object opened at `text[start]` and cut off before it closed: its complete members, closed again; None when none is complete."
+    "The object opened at `text[start]` and cut off before it closed: its complete members, closed again; None when none is complete, False when it closed."
     stack, q, esc, cuts = [], None, False, []
     for i in range(start, len(text)):
         c = text[i]
@@ -1147,7 +1147,7 @@ def _json_prefix(text, start, tries=64):
         elif c in "{[": stack.append("}" if c == "{" else "]")
         elif c in "}]":
             if not stack or stack.pop() != c: return None
-            if not stack: return None                          # it closed: a complete object, not a cut-off one
+            if not stack: return False                         # it closed: a complete object, not a cut-off one
             cuts.append((i + 1, "".join(reversed(stack))))
         elif c == ",": cuts.append((i, "".join(reversed(stack))))
     for end, close in cuts[::-1][:tries]:                       # the latest cut that reads as JSON
@@ -1159,10 +1159,16 @@ def _json_answer(text, players, start_re=_ANSWER_START, is_answer=_is_answer):
     "(answer object or None, its span or None, whether a JSON answer was started): the last complete answer, or a cut-off one after it."
     found = [(o, sp) for o, sp in json_objects(text, spans=True) if is_answer(o, players)]
     end = found[-1][1][1] if found else 0
-    m = start_re.search(text, end)
-    cut = _json_prefix(text, m.start()) if m else None
+    m, cut = _cut_answer(text, end, start_re)
     if cut is None and found: return found[-1][0], found[-1][1], True     # nothing complete after the last complete answer
-    return cut, (m.start(), len(text)) if m else None, m is not None
+    return cut, (m, len(text)) if m is not None else None, m is not None
+
+def _cut_answer(text, pos, start_re=_ANSWER_START):
+    "(start, what it said in full or None) of the first JSON answer opened after `pos` that never closes; (None, None) when there is none."
+    for m in start_re.finditer(text, pos):
+        cut = _json_prefix(text, m.start())
+        if cut is not False: return m.start(), cut
+    return None, None
 
 def parse_kks_answer(text, players) -> KKSAnswer:
     "A `KKSAnswer` with an entry for every player of `players` (names, or a `Puzzle`); unreadable players get None."
@@ -1194,8 +1200,7 @@ def parse_player_role(text, player) -> str|None:
     text = text if isinstance(text, str) else ""
     if _role(text): return _role(text)
     objs = [(o, sp) for o, sp in json_objects(text, spans=True) if "role" in _lower_keys(o) or _is_answer(o, [player])]
-    m = _ROLE_START.search(text, objs[-1][1][1] if objs else 0)
-    o = _json_prefix(text, m.start()) if m else None
+    m, o = _cut_answer(text, objs[-1][1][1] if objs else 0, _ROLE_START)
     if o is not None: return _player_role_of(o, player)[1]     # a cut-off JSON reply comes last: what it said in full
     if m is not None and not objs: return None
     for o, _ in reversed(objs):

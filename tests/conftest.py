@@ -4,7 +4,7 @@ Nothing here downloads anything: the tokenizer is a byte-level BPE trained in-pr
 the model is a randomly initialised `LlamaForCausalLM` with tiny dimensions. `build_tiny_llama` is also
 used by `bench/bench_hf.py`."""
 from __future__ import annotations
-import os, signal, socket, subprocess, sys, time, urllib.request
+import contextlib, os, signal, socket, subprocess, sys, time, urllib.request
 from pathlib import Path
 import pytest
 
@@ -85,16 +85,15 @@ def _cli() -> str:
     exe = Path(sys.executable).parent / "transformers"
     return str(exe) if exe.exists() else "transformers"
 
-@pytest.fixture(scope="session")
-def served(tiny_model_dir, tmp_path_factory):
-    "`transformers serve MODEL_DIR` on a free port; yields (base_url, model name); killed (process group) at teardown."
+@contextlib.contextmanager
+def serve_folder(model_dir: str, home: Path):
+    "`transformers serve MODEL_DIR` on a free port; yields (base_url, model name); killed (process group) on exit."
     port = free_port()
-    home = tmp_path_factory.mktemp("hf-home")
-    (home / "hub").mkdir()               # /v1/models scans the hub cache and fails when the folder is missing
+    (home / "hub").mkdir(exist_ok=True)  # /v1/models scans the hub cache and fails when the folder is missing
     env = {**os.environ, "HF_HOME": str(home), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1",
            "TOKENIZERS_PARALLELISM": "false", "NO_COLOR": "1"}
     log = open(home / "serve.log", "wb")
-    proc = subprocess.Popen([_cli(), "serve", tiny_model_dir, "--host", "127.0.0.1", "--port", str(port), "--device", "cpu",
+    proc = subprocess.Popen([_cli(), "serve", model_dir, "--host", "127.0.0.1", "--port", str(port), "--device", "cpu",
                              "--log-level", "warning"], stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -108,7 +107,7 @@ def served(tiny_model_dir, tmp_path_factory):
             except OSError: pass
             if time.time() > deadline: raise RuntimeError(f"transformers serve not ready after 120 s:\n{(home / 'serve.log').read_text()[-3000:]}")
             time.sleep(0.3)
-        yield f"{url}/v1", tiny_model_dir
+        yield f"{url}/v1", model_dir
     finally:
         try: os.killpg(proc.pid, signal.SIGTERM)
         except ProcessLookupError: pass
@@ -116,3 +115,8 @@ def served(tiny_model_dir, tmp_path_factory):
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL); proc.wait(10)
         log.close()
+
+@pytest.fixture(scope="session")
+def served(tiny_model_dir, tmp_path_factory):
+    "`transformers serve` of the tiny random Llama; yields (base_url, model name)."
+    with serve_folder(tiny_model_dir, tmp_path_factory.mktemp("hf-home")) as s: yield s

