@@ -424,6 +424,7 @@ def _decoded_signals(raw, plain) -> list:
 _FRAMING = {"grandma-persona", "grandma-bedtime", "deceased", "fiction", "character-explains", "detail-demand", "immerse-role", "two-answers",
             "do-anything-now", "never-refuses", "no-morals"} | {f"unrestricted-{l}" for l in [*LANGUAGES, *_CJK]}
 
+_DO_IT = re.compile(r"\b(?:(?:now|then|and|please)\s+(?:do|follow|obey|execute|apply|run)\s+(?:it|that|this|them)|do\s+as\s+it\s+says|act\s+on\s+it|comply\s+with\s+it)\b", re.I)
 _SOFT = {"grandma-persona", "grandma-bedtime", "deceased", "fiction", "character-explains", "detail-demand", "stay-in-character"}   # framings that need a harmful topic
 
 def _context_signals(found, views, cased) -> list:
@@ -438,7 +439,7 @@ def _context_signals(found, views, cased) -> list:
     if task and any(s["category"] == "injection" for s in heavy): out.append(_sig("embedded-in-document", "injection", 0.25, task.group(0), "structure"))
     quoted = _quoted(list(views.values()))
     outside = _QUOTED.sub(" ", views["plain"])
-    if heavy and not task and _DISCUSS.search(outside) and all(s.get("mention") or any(s["match"] in q for q in quoted) for s in heavy):
+    if heavy and not task and _DISCUSS.search(outside) and not _DO_IT.search(outside) and all(s.get("mention") or any(s["match"] in q for q in quoted) for s in heavy):
         out.append(_sig("quoted-in-discussion", "discussion", -0.7 * _score(found + out), _DISCUSS.search(outside).group(0), "structure"))
     return out
 
