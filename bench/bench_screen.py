@@ -9,7 +9,7 @@ the 200 unsafe ones are harmful requests rather than attacks, so the screen leav
 judge is told the truth (it models a judge that is right with probability `skill`).
 `--threshold T` screens at another threshold. Prints a Markdown table and the mean time per input.
 
-Run: .venv/bin/python bench/bench_screen.py [--judge synthetic:strong] [--band 0.5 1.5] [--threshold 1.0]"""
+Run: .venv/bin/python bench/bench_screen.py [--judge synthetic:strong] [--band 0.5 1.0] [--threshold 1.0]"""
 import argparse, asyncio, collections, csv, json, sys, time
 from pathlib import Path
 
@@ -33,7 +33,7 @@ def cases():
             out.append(("xstest", f"{r['label']}: {r['type']}" if r["label"] == "unsafe" else "safe (all types)", False, r["prompt"]))
     return out
 
-async def screen_all(cs, threshold, judge, band=(0.5, 1.5)):
+async def screen_all(cs, threshold, judge, band=(0.5, 1.0)):
     from madlab.guards import JudgedScreen, screen_input
     js = JudgedScreen(judge, band=tuple(band), threshold=threshold) if judge else None
     res, t0 = [], time.perf_counter()
@@ -64,7 +64,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--judge", default=None, help="backend spec of an LLM judge for the second stage")
     ap.add_argument("--threshold", type=float, default=1.0)
-    ap.add_argument("--band", type=float, nargs=2, default=(0.5, 1.5), metavar=("LOW", "HIGH"), help="scores sent to the judge")
+    ap.add_argument("--band", type=float, nargs=2, default=(0.5, 1.0), metavar=("LOW", "HIGH"), help="scores sent to the judge (default: JudgedScreen's)")
     a = ap.parse_args()
     cs = cases()
     base, per = asyncio.run(screen_all(cs, a.threshold, None))

@@ -221,18 +221,20 @@ def phase_accuracy(positions, by="agent") -> "pd.DataFrame":
 # %% ../nbs/03_scoring.ipynb #b56b22b0
 def kks_flips(positions) -> "pd.DataFrame":
     "One row per change of a stated role between an agent's consecutive valid positions on a player."
-    import pandas as pd
-    rows = []
-    v = positions[positions.valid].sort_values(["game", "agent", "player", "round"])
-    for (g, a, p), grp in v.groupby(["game", "agent", "player"], sort=False):
-        prev = None
-        for r in grp.itertuples():
-            if prev is not None and prev.role != r.role:
-                kind = "incorrect→correct" if r.correct else ("correct→incorrect" if prev.correct else "incorrect→incorrect")
-                rows.append({"game": g, "agent": a, "player": p, "from_phase": prev.phase, "to_phase": r.phase, "from_round": prev.round,
-                             "to_round": r.round, "from_role": prev.role, "to_role": r.role, "gold": r.gold, "kind": kind})
-            prev = r
-    return pd.DataFrame(rows, columns=["game", "agent", "player", "from_phase", "to_phase", "from_round", "to_round", "from_role", "to_role", "gold", "kind"])
+    import numpy as np, pandas as pd
+    cols = ["game", "agent", "player", "from_phase", "to_phase", "from_round", "to_round", "from_role", "to_role", "gold", "kind"]
+    key = ["game", "agent", "player"]
+    v = positions[positions["valid"].to_numpy(dtype=bool)].sort_values([*key, "round"])
+    k = v[key]
+    same = (k.notna().all(axis=1) & (k == k.shift()).all(axis=1)).to_numpy()   # the previous row is the same (game, agent, player)
+    role = v["role"]
+    at = np.flatnonzero(same & (role != role.shift()).to_numpy())
+    if not len(at): return pd.DataFrame([], columns=cols)
+    now, was = v.iloc[at], v.iloc[at - 1]
+    kind = np.where(now.correct.to_numpy(dtype=bool), "incorrect→correct", np.where(was.correct.to_numpy(dtype=bool), "correct→incorrect", "incorrect→incorrect"))
+    data = zip(now.game.tolist(), now.agent.tolist(), now.player.tolist(), was.phase.tolist(), now.phase.tolist(), was["round"].tolist(),
+               now["round"].tolist(), was.role.tolist(), now.role.tolist(), now.gold.tolist(), kind.tolist())
+    return pd.DataFrame([dict(zip(cols, row)) for row in data], columns=cols)
 
 CHANGE_KINDS = ("kept correct", "fixed", "broken", "kept wrong", "changed, still wrong", "invalid")
 
@@ -263,18 +265,27 @@ def flip_summary(positions, start="initial", end="final") -> "pd.DataFrame":
 # %% ../nbs/03_scoring.ipynb #ac1b05aa
 def kks_consensus(positions) -> "pd.DataFrame":
     "One row per (game, round, player): agreement among the agents' positions."
-    import pandas as pd
+    import numpy as np, pandas as pd
+    cols = ["game", "round", "phase", "focus", "player", "agents", "valid", "agreement", "unanimous", "plurality", "majority", "majority_correct", "gold"]
+    group = positions.groupby(["game", "round", "player"], sort=True).ngroup()
+    keep = group.notna().to_numpy()                                   # rows with a missing key belong to no group
+    gid = group.to_numpy(dtype=float)
+    order = np.flatnonzero(keep)[np.argsort(gid[keep], kind="stable")]   # rows group by group, in the table's order within each
+    g = gid[order]
+    bounds = np.flatnonzero(np.r_[True, g[1:] != g[:-1], True]) if len(g) else np.array([0])
+    p = positions.iloc[order]
+    game, rnd, player, phase, focus, gold = (p[c].tolist() for c in ("game", "round", "player", "phase", "focus", "gold"))
+    role = [r if isinstance(r, str) else None for r in p["role"].tolist()]
     rows = []
-    for (g, rnd, p), grp in positions.groupby(["game", "round", "player"], sort=True):
-        roles = [r if isinstance(r, str) else None for r in grp.role]
+    for s, e in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        roles = role[s:e]
         top, _ = majority_vote(roles)
         counts = collections.Counter(r for r in roles if r is not None)
         best = counts.most_common(1)[0][0] if counts else None
-        gold = grp.gold.iloc[0]
-        rows.append({"game": g, "round": rnd, "phase": grp.phase.iloc[0], "focus": grp.focus.iloc[0], "player": p, "agents": len(roles),
+        rows.append({"game": game[s], "round": rnd[s], "phase": phase[s], "focus": focus[s], "player": player[s], "agents": len(roles),
                      "valid": sum(r is not None for r in roles), "agreement": agreement(roles), "unanimous": len(counts) == 1 and None not in roles,
-                     "plurality": best, "majority": top, "majority_correct": top is not None and top == gold, "gold": gold})
-    return pd.DataFrame(rows, columns=["game", "round", "phase", "focus", "player", "agents", "valid", "agreement", "unanimous", "plurality", "majority", "majority_correct", "gold"])
+                     "plurality": best, "majority": top, "majority_correct": top is not None and top == gold[s], "gold": gold[s]})
+    return pd.DataFrame(rows, columns=cols)
 
 # %% ../nbs/03_scoring.ipynb #83ed2f00
 def kks_games(transcripts) -> "pd.DataFrame":

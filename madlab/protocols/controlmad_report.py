@@ -6,7 +6,7 @@ Docs: https://madlab.github.io/madlab/controlmad_report.html.md"""
 
 # %% ../../nbs/12_controlmad_report.ipynb #52ff449e
 from __future__ import annotations
-import json
+import functools, json
 from pathlib import Path
 import pandas as pd
 from ..core import *
@@ -227,17 +227,19 @@ def _grid(t, players, gold):
             rows.append({"round": r.index, "phase": r.phase, "focus": r.meta.get("focus") if r.phase == "debate" else None, "agent": tu.agent, "cells": cells})
     return rows
 
-_LOG_ENV = None
+@functools.lru_cache(maxsize=4)
+def _log_page(source: str) -> "jinja2.Template":
+    "The log page's template, compiled once per source text (compiling it costs far more than rendering a game)."
+    import jinja2
+    return jinja2.Environment(autoescape=True).from_string(source)
+
 def game_log_html(t: Transcript, path=None) -> str:
     "A standalone HTML log of one ControlMAD debate (all model text escaped); written to `path` when given."
-    global _LOG_ENV
-    import jinja2
-    if _LOG_ENV is None: _LOG_ENV = jinja2.Environment(autoescape=True)
     players, gold = kks_players(t.item), getattr(t.item, "gold", None) or {}
     res = {**(t.result or {}), **_scored(t)}
     rounds = [{"index": r.index, "name": r.name, "phase": r.phase, "meta": [(k, v) for k, v in r.meta.items() if k not in ("order",)] + ([("order", " → ".join(r.meta["order"]))] if "order" in r.meta else []),
                "turns": [_turn_view(tu, r, players, gold) for tu in r.turns]} for r in t.rounds]
-    page = _LOG_ENV.from_string(_LOG_TEMPLATE).render(
+    page = _log_page(_LOG_TEMPLATE).render(
         t=t, css=_LOG_CSS, title=f"ControlMAD debate {t.meta.get('id', '')}", usage=t.usage, settings=json.dumps(to_jsonable({k: v for k, v in t.settings.items() if k != "prompts"})),
         players=players, gold=gold, res=res, votes=res.get("votes") or {}, majority=res.get("majority") or {}, decision=res.get("assignment") or {},
         supervised=set(res.get("supervised") or []), grid=_grid(t, players, gold), game=getattr(t.item, "prompt", ""), rounds=rounds, cls=_cls)
