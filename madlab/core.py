@@ -463,26 +463,34 @@ def _turn_class(tu):
     c = tu.meta.get("correct")
     return "" if c is None else ("right" if c else "wrong")
 
-_ENV = None
+_PAGES: dict = {}
+def _page(source: str) -> "jinja2.Template":
+    "An autoescaping jinja2 template compiled once per source text (compiling costs far more than rendering one debate)."
+    if source not in _PAGES:
+        import jinja2
+        _PAGES[source] = jinja2.Environment(autoescape=True).from_string(source)
+    return _PAGES[source]
+
 def _render_transcript_html(t, title=None, standalone=True):
-    global _ENV
-    import jinja2
-    if _ENV is None: _ENV = jinja2.Environment(autoescape=True)
     item = t.item
     item_text = item.text() if hasattr(item, "text") and callable(item.text) else (json.dumps(to_jsonable(item), indent=1, ensure_ascii=False) if item is not None else "")
     res = json.dumps(to_jsonable(t.result), indent=1, ensure_ascii=False) if t.result else ""
-    return _ENV.from_string(_TEMPLATE).render(t=t, standalone=standalone, css=_CSS, usage=t.usage,
+    return _page(_TEMPLATE).render(t=t, standalone=standalone, css=_CSS, usage=t.usage,
         title=title or f"{t.protocol} debate {t.meta.get('id', '')}", settings=json.dumps(to_jsonable(t.settings)) if t.settings else "",
         status=t.meta.get("status"), item_text=item_text, result=res, show=_show, klass=_turn_class)
 
 # %% ../nbs/00_core.ipynb #e4a6359f
+_BRACE_CHARS = re.compile(r"""[{}"'\\]""")     # the only characters `_brace_spans` acts on
+
 def _brace_spans(text):
     "Every top-level balanced {...} span in `text`, skipping braces inside quoted strings."
-    out, stack, q, esc = [], [], None, False
-    for i, c in enumerate(text):
+    out, stack, q, skip = [], [], None, -1
+    for m in _BRACE_CHARS.finditer(text):
+        i = m.start()
+        if i == skip: continue                     # the character after a backslash in a string
+        c = text[i]
         if q:
-            if esc: esc = False
-            elif c == "\\": esc = True
+            if c == "\\": skip = i + 1
             elif c == q: q = None
         elif c == '"' or (c == "'" and stack and not (i and text[i-1].isalnum())): q = c
         elif c == "{": stack.append(i)

@@ -20,9 +20,9 @@ from .scoring import answer_format, score_result
 from .debate import *
 
 # %% auto #0
-__all__ = ['MAX_GAMES_AT_ONCE', 'debate_row', 'safe_name', 'transcript_text', 'chat_histories', 'write_item_outputs',
-           'write_table', 'team_config', 'RunFolder', 'RunResult', 'games_at_once', 'arun_experiment', 'run_experiment',
-           'arun_many', 'run_many', 'rescore', 'parse_stats']
+__all__ = ['MAX_GAMES_AT_ONCE', 'debate_row', 'safe_name', 'transcript_text', 'chat_histories', 'item_outputs',
+           'write_item_outputs', 'write_table', 'team_config', 'RunFolder', 'RunResult', 'games_at_once',
+           'arun_experiment', 'run_experiment', 'arun_many', 'run_many', 'rescore', 'parse_stats']
 
 # %% ../nbs/08_run.ipynb #b92f3f7e
 _LONE = re.compile("[\ud800-\udfff]")
@@ -80,16 +80,18 @@ def chat_histories(t: Transcript) -> dict:
     "Each agent's own chat history as plain dicts (role, content, sender, receivers, phase, round, focus)."
     return {name: [{k: getattr(m, k) for k in ("role", "content", "sender", "receivers", "phase", "round", "focus")} for m in h] for name, h in t.histories.items()}
 
-def write_item_outputs(t: Transcript, folder) -> list:
-    "Write `log.html`, `log.txt` and one chat history per agent for one debate (the protocol's log hooks where it has them); the paths."
-    folder = Path(folder)
+def item_outputs(t: Transcript) -> dict:
+    "The texts of `log.html`, `log.txt` and one chat history per agent for one debate (the protocol's log hooks where it has them), by file name."
     html_hook, text_hook = _hook(t.protocol, "log_html"), _hook(t.protocol, "log_text")
-    out = [write_atomic(folder / "log.html", html_hook(t) if html_hook else t.to_html()),
-           write_atomic(folder / "log.txt", text_hook(t) if text_hook else transcript_text(t))]
+    out = {"log.html": html_hook(t) if html_hook else t.to_html(), "log.txt": text_hook(t) if text_hook else transcript_text(t)}
     for name, msgs in chat_histories(t).items():
-        out.append(write_atomic(folder / f"chat_{safe_name(name)}.json",
-                                json.dumps({"agent": name, "item": t.meta.get("id"), "messages": msgs}, indent=1, ensure_ascii=True)))
+        out[f"chat_{safe_name(name)}.json"] = json.dumps({"agent": name, "item": t.meta.get("id"), "messages": msgs}, indent=1, ensure_ascii=True)
     return out
+
+def write_item_outputs(t: Transcript, folder) -> list:
+    "Write `log.html`, `log.txt` and one chat history per agent for one debate (see `item_outputs`); the paths."
+    folder = Path(folder)
+    return [write_atomic(folder / name, text) for name, text in item_outputs(t).items()]
 
 def write_table(df: pd.DataFrame, folder) -> None:
     "Write `results.parquet` and `results.csv` into `folder`, atomically (mixed-type columns become JSON text in the Parquet file)."
@@ -260,6 +262,13 @@ def games_at_once(agents) -> int:
         if cap: k = getattr(b, "base_url", None) or getattr(b, "identity", id(b)); per_endpoint[k] += 1; caps[k] = min(cap, caps.get(k, cap))
     return max(1, min([caps[k] // n for k, n in per_endpoint.items()] or [MAX_GAMES_AT_ONCE]))
 
+# %% ../nbs/08_run.ipynb #9d2e6b41
+async def _write_debate(folder: RunFolder, iid, t: Transcript) -> None:
+    "One finished debate's transcript and logs: made on the event loop, written (fsync included) in a worker thread, so the other debates' calls go on meanwhile."
+    await asyncio.to_thread(write_atomic, folder.transcript_path(iid), t.to_json())
+    d, logs = folder.item_dir(iid), item_outputs(t)
+    await asyncio.to_thread(lambda: [write_atomic(d / name, text) for name, text in logs.items()])
+
 # %% ../nbs/08_run.ipynb #c876aa91
 class _Stop:
     "A stop signal a thread can set for the runtime loop."
@@ -344,9 +353,7 @@ async def arun_experiment(protocol, items, team=None, out=None, *, seed: int = 0
                 status["failed"] += t.meta.get("status") == "failed"
                 transcripts[iid] = t
                 if folder is not None:
-                    try:
-                        t.to_json(folder.transcript_path(iid))
-                        write_item_outputs(t, folder.item_dir(iid))
+                    try: await _write_debate(folder, iid, t)
                     except (OSError, TypeError, ValueError) as e:
                         rows[iid].update(status="failed", error=f"writing outputs failed: {type(e).__name__}: {e}")
                         if t.meta.get("status") != "failed": status["failed"] += 1

