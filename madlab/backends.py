@@ -347,6 +347,15 @@ PRESETS = {
 
 class _Malformed(Exception): pass
 
+def _sdk(*names) -> tuple:
+    "The `openai` exception classes named, for `except`; none before `openai` is imported (no error of its types exists then)."
+    import sys
+    m = sys.modules.get("openai")
+    return tuple(getattr(m, n) for n in names) if m is not None else ()
+
+def _retryable() -> tuple:
+    return (*_sdk("RateLimitError", "InternalServerError", "APITimeoutError", "APIConnectionError"), _Malformed)
+
 _OPENAI_PARAMS = {"max_tokens", "temperature", "top_p", "stop", "seed", "response_format", "n", "presence_penalty",
                   "frequency_penalty", "logprobs", "top_logprobs", "max_completion_tokens", "reasoning_effort"}
 
@@ -454,7 +463,6 @@ class OpenAIBackend(Backend):
         return self._client
 
     async def complete(self, messages, ctx=None, **params) -> Completion:
-        import openai, tenacity
         if self._missing: raise BackendError(self._missing)      # say what is missing before the first call, not after retries
         params = {**self.defaults, **params}
         if params.pop("json", False): params.setdefault("response_format", {"type": "json_object"})
@@ -466,24 +474,21 @@ class OpenAIBackend(Backend):
             ids = extra.pop("eos_token_id")
             extra.setdefault("stop_token_ids", [ids] if isinstance(ids, int) else list(ids))
         if extra: params["extra_body"] = extra
-        retryable = (openai.RateLimitError, openai.InternalServerError, openai.APITimeoutError, openai.APIConnectionError, _Malformed)
-        def wait(rs):
-            ra = _retry_after(rs.outcome.exception())
-            return min(ra, self.max_wait) if ra is not None else _backoff(rs.attempt_number, self.max_wait)
         extra_body = params.pop("extra_body", None) or {}
         body = json.dumps({"model": self.model, "messages": messages, **params, **extra_body}).encode()   # once, for every attempt
         ep, t0 = self._endpoint(), time.perf_counter()
         try:
-            async for attempt in tenacity.AsyncRetrying(retry=tenacity.retry_if_exception_type(retryable), wait=wait,
-                                                        stop=tenacity.stop_after_attempt(self.max_retries + 1), reraise=True):
-                with attempt: r = await self._attempt(ep, body)
+            try: r = await self._attempt(ep, body)            # most calls take one attempt: no retry machinery for them
+            except Exception as e:
+                if not isinstance(e, _retryable()) or not self.max_retries: raise
+                r = await self._retry(ep, body, e)
         except EndpointDown as e: raise EndpointDown(f"{self.spec}: {e}") from None
-        except openai.AuthenticationError: raise BackendError(f"{self.spec}: authentication failed at {self.base_url or 'api.openai.com'} (check the API key in the environment)") from None
-        except openai.PermissionDeniedError as e: raise BackendError(f"{self.spec}: permission denied ({e.status_code})") from None
-        except openai.NotFoundError as e: raise BackendError(f"{self.spec}: not found at {self.base_url} (is the model name right?)") from None
-        except openai.BadRequestError as e: raise BackendError(f"{self.spec}: bad request: {_err_text(e)}") from None
-        except retryable as e: raise BackendError(f"{self.spec}: gave up after {self.max_retries + 1} attempts: {type(e).__name__}: {_err_text(e)}") from None
-        except openai.APIStatusError as e: raise BackendError(f"{self.spec}: HTTP {e.status_code}: {_err_text(e)}") from None
+        except _sdk("AuthenticationError"): raise BackendError(f"{self.spec}: authentication failed at {self.base_url or 'api.openai.com'} (check the API key in the environment)") from None
+        except _sdk("PermissionDeniedError") as e: raise BackendError(f"{self.spec}: permission denied ({e.status_code})") from None
+        except _sdk("NotFoundError") as e: raise BackendError(f"{self.spec}: not found at {self.base_url} (is the model name right?)") from None
+        except _sdk("BadRequestError") as e: raise BackendError(f"{self.spec}: bad request: {_err_text(e)}") from None
+        except _retryable() as e: raise BackendError(f"{self.spec}: gave up after {self.max_retries + 1} attempts: {type(e).__name__}: {_err_text(e)}") from None
+        except _sdk("APIStatusError") as e: raise BackendError(f"{self.spec}: HTTP {e.status_code}: {_err_text(e)}") from None
         self.calls += 1
         ch = r["choices"][0]
         text = ch["message"].get("content")
@@ -531,25 +536,27 @@ def _wire_for(self: OpenAIBackend):
     loop = asyncio.get_running_loop()
     if self._wire is None or self._wire[0] is not loop:
         import aiohttp
-        c = self._get_client()
-        headers = {k: v for k, v in {**c.default_headers, **c.auth_headers}.items() if isinstance(v, str)}
-        self._wire = (loop, str(c.base_url).rstrip("/") + "/chat/completions", headers, aiohttp.ClientTimeout(total=self.timeout), c)
+        url = (self.base_url or "https://api.openai.com/v1").rstrip("/") + "/chat/completions"
+        self._wire = (loop, url, _request_headers(self._api_key), aiohttp.ClientTimeout(total=self.timeout), None)
     return self._wire
 
 @patch
 async def _post(self: OpenAIBackend, body: bytes) -> dict:
     "One HTTP attempt: the decoded answer, or the exception the `openai` client raises for the same failure."
-    import aiohttp, openai
-    _, url, headers, timeout, client = self._wire_for()
+    import aiohttp
+    _, url, headers, timeout, _ = self._wire_for()
     try:
         async with _session().post(url, data=body, headers=headers, timeout=timeout) as resp:
             status, raw = resp.status, await resp.read()
             rh = list(resp.headers.items()) if status >= 400 else None
-    except asyncio.TimeoutError: raise openai.APITimeoutError(request=_httpx().Request("POST", url)) from None
+    except asyncio.TimeoutError:
+        import openai
+        raise openai.APITimeoutError(request=_httpx().Request("POST", url)) from None
     except aiohttp.ClientError as e:
+        import openai
         raise openai.APIConnectionError(message=f"Connection error: {type(e).__name__}: {e}"[:300], request=_httpx().Request("POST", url)) from None
     if rh is not None:
-        raise client._make_status_error_from_response(_httpx().Response(status, headers=rh, content=raw, request=_httpx().Request("POST", url)))
+        raise self._get_client()._make_status_error_from_response(_httpx().Response(status, headers=rh, content=raw, request=_httpx().Request("POST", url)))
     try: r = json.loads(raw)
     except ValueError: raise _Malformed(f"malformed response body: not JSON ({len(raw)} bytes)") from None
     ch = r.get("choices") if isinstance(r, dict) else None
@@ -560,19 +567,18 @@ async def _post(self: OpenAIBackend, body: bytes) -> dict:
 @patch
 async def _attempt(self: OpenAIBackend, ep: _Endpoint, body: bytes) -> dict:
     "One attempt under the endpoint's breaker and limit; it tells both how the attempt went."
-    import openai
     probe = ep.breaker.check()
     epoch = await ep.limit.acquire()
     try:
         if not probe: ep.breaker.check()           # it may have opened while this call waited for its slot
         self.attempts += 1
         r = await self._post(body)
-    except openai.APIConnectionError as e:         # refused, dropped, timed out: no answer
-        ep.breaker.failed(f"APITimeoutError: no answer within {self.timeout:g} s" if isinstance(e, openai.APITimeoutError) else _err_text(e))
+    except _sdk("APIConnectionError") as e:        # refused, dropped, timed out: no answer
+        ep.breaker.failed(f"APITimeoutError: no answer within {self.timeout:g} s" if isinstance(e, _sdk("APITimeoutError")) else _err_text(e))
         ep.limit.connection_failed(epoch); raise
-    except openai.RateLimitError as e:
+    except _sdk("RateLimitError") as e:
         ep.breaker.answered(); ep.limit.overloaded(epoch, min(_retry_after(e) or 0.0, self.max_wait)); raise
-    except (openai.APIStatusError, _Malformed): ep.breaker.answered(); raise
+    except (*_sdk("APIStatusError"), _Malformed): ep.breaker.answered(); raise
     else: ep.breaker.answered(); ep.limit.succeeded(); return r
     finally: ep.limit.release()
 
@@ -585,6 +591,38 @@ def _close_sessions_at_exit():
 
 import atexit
 atexit.register(_close_sessions_at_exit)
+
+# %% ../nbs/01_backends.ipynb #e10d4a02
+@patch
+async def _retry(self: OpenAIBackend, ep: _Endpoint, body: bytes, first: Exception) -> dict:
+    "Attempts 2 to `max_retries + 1` after a retryable failure `first`: the server's Retry-After (at most `max_wait`) or back-off between them."
+    import tenacity
+    def wait(e, attempt):
+        ra = _retry_after(e)
+        return min(ra, self.max_wait) if ra is not None else _backoff(attempt, self.max_wait)
+    await asyncio.sleep(wait(first, 1))
+    async for attempt in tenacity.AsyncRetrying(retry=tenacity.retry_if_exception(lambda e: isinstance(e, _retryable())), reraise=True,
+                                                wait=lambda rs: wait(rs.outcome.exception(), rs.attempt_number + 1),
+                                                stop=tenacity.stop_after_attempt(self.max_retries)):
+        with attempt: r = await self._attempt(ep, body)
+    return r
+
+def _request_headers(api_key: str) -> dict:
+    "What the `openai` client sends with a request (its key, organization and project from the environment), without importing it."
+    h = {"Accept": "application/json", "Content-Type": "application/json", "User-Agent": f"AsyncOpenAI/Python {_sdk_version()}",
+         "Authorization": f"Bearer {api_key}"}
+    for k, env in (("OpenAI-Organization", "OPENAI_ORG_ID"), ("OpenAI-Project", "OPENAI_PROJECT_ID")):
+        if os.environ.get(env): h[k] = os.environ[env]
+    return h
+
+import functools
+
+@functools.lru_cache(None)
+def _sdk_version() -> str:
+    import importlib.metadata
+    try: return importlib.metadata.version("openai")
+    except importlib.metadata.PackageNotFoundError: return "unknown"
+
 
 # %% ../nbs/01_backends.ipynb #34b4ca3b
 @dataclass

@@ -6,10 +6,11 @@ Docs: https://madlab.github.io/madlab/core.html.md"""
 
 # %% ../nbs/00_core.ipynb #65a0f81d
 from __future__ import annotations
-import ast, asyncio, dataclasses, hashlib, html, importlib, io, json, math, os, re, tempfile, threading, time, uuid
+import ast, asyncio, copy, dataclasses, hashlib, html, importlib, io, json, math, os, re, tempfile, threading, time, uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+import orjson
 
 # %% auto #0
 __all__ = ['ROLES', 'REDACTED', 'OptionError', 'serializable', 'to_jsonable', 'from_jsonable', 'Message', 'ChatHistory', 'Usage',
@@ -35,13 +36,34 @@ def serializable(cls):
     _TYPES[f"{cls.__module__}.{cls.__qualname__}"] = cls
     return cls
 
+_PLAIN = frozenset({str, int, bool, type(None)})   # returned as they are (floats are checked: see `_NONFINITE`)
+_NONFINITE = [0]                                    # how many NaN/inf floats `to_jsonable` has met; only grows
+_DATACLASS_INFO: dict = {}                          # class -> (registered name, init field names, `_json_values`, `_compact_json`)
+
+def _dataclass_info(cls):
+    info = _DATACLASS_INFO.get(cls)
+    if info is None:
+        name = f"{cls.__module__}.{cls.__qualname__}"
+        if name not in _TYPES: raise TypeError(f"{name} is not @serializable")
+        info = _DATACLASS_INFO[cls] = (name, tuple(f.name for f in dataclasses.fields(cls) if f.init),
+                                       getattr(cls, "_json_values", None), getattr(cls, "_compact_json", None))
+    return info
+
 def to_jsonable(o):
     "Turn `o` (registered dataclasses, tuples, dicts, lists, scalars) into plain JSON data."
+    t = type(o)
+    if t in _PLAIN: return o
+    if t is float:
+        if o != o or o in (math.inf, -math.inf): _NONFINITE[0] += 1
+        return o
+    if t is list: return [x if type(x) in _PLAIN else to_jsonable(x) for x in o]
+    if t is dict and all(type(k) is str for k in o) and not {"__type__", "__tuple__", "__items__"} & o.keys():
+        return {k: v if type(v) in _PLAIN else to_jsonable(v) for k, v in o.items()}
     if dataclasses.is_dataclass(o) and not isinstance(o, type):
-        name = f"{type(o).__module__}.{type(o).__qualname__}"
-        if name not in _TYPES: raise TypeError(f"{name} is not @serializable")
-        d = {f.name: to_jsonable(getattr(o, f.name)) for f in dataclasses.fields(o) if f.init}
-        if hasattr(o, "_compact_json"): d = o._compact_json(d)   # a class may store its fields more compactly (see `Transcript`)
+        name, names, values, compact = _dataclass_info(t)
+        vals = values(o) if values else None      # a class may give other values to store (see `Transcript`)
+        d = {f: to_jsonable(vals[f] if vals else getattr(o, f)) for f in names}
+        if compact: d = compact(o, d)             # ... or store its fields more compactly
         return {"__type__": name, **d}
     if isinstance(o, tuple): return {"__tuple__": [to_jsonable(x) for x in o]}
     if isinstance(o, list): return [to_jsonable(x) for x in o]
@@ -363,6 +385,31 @@ def _expand_turns(rounds) -> None:
             tu.messages = p[:k] + new
         prev[tu.agent] = tu.messages
 
+# %% ../nbs/00_core.ipynb #d10f3a71
+def _compact_turn_objects(rounds: list) -> list:
+    "`rounds` with each `Turn`'s messages as in `_compact_turns` (shallow copies); the shared messages are never converted to JSON."
+    prev, out = {}, []
+    for r in rounds:
+        turns = getattr(r, "turns", None)
+        if not isinstance(turns, list) or isinstance(r, dict): out.append(r); continue
+        new = []
+        for tu in turns:
+            m = getattr(tu, "messages", None) if isinstance(tu, Turn) else None
+            if isinstance(m, list):
+                p = prev.get(tu.agent); prev[tu.agent] = m
+                k = _shared_prefix(p, m) if p else 0
+                if k: tu = copy.copy(tu); object.__setattr__(tu, "messages", {_FROM_PREVIOUS: k, "new": m[k:]})
+            new.append(tu)
+        r = copy.copy(r); object.__setattr__(r, "turns", new); out.append(r)
+    return out
+
+def _fast_json(d, indent) -> str|None:
+    "`d` as JSON text by orjson (indent 2 or None), or None where only the standard encoder keeps it as it is."
+    if indent not in (2, None): return None
+    try: return orjson.dumps(d, option=orjson.OPT_INDENT_2 if indent else 0).decode()
+    except (TypeError, ValueError): return None      # lone surrogates, integers beyond 64 bits, very deep nesting
+
+
 # %% ../nbs/00_core.ipynb #5ef22f8a
 @serializable
 @dataclass
@@ -378,7 +425,7 @@ class Transcript:
     meta: dict = field(default_factory=dict)        # id, times, status, error, madlab version
 
     def __post_init__(self): _expand_turns(self.rounds)          # turns read from JSON get their full message lists back
-    def _compact_json(self, d: dict) -> dict: d["rounds"] = _compact_turns(d["rounds"]); return d
+    def _json_values(self) -> dict: return {**vars(self), "rounds": _compact_turn_objects(self.rounds)}   # linear in turns
 
     @property
     def usage(self) -> Usage: return sum((r.usage for r in self.rounds), Usage())
@@ -386,11 +433,13 @@ class Transcript:
     def synthetic(self) -> bool: return any(a.get("synthetic") for a in self.team)
 
     def to_dict(self) -> dict: return to_jsonable(self)
-    def to_json(self, path=None, indent=1) -> str:
-        "JSON text; written to `path` too when given."
-        s = json.dumps(self.to_dict(), indent=indent, ensure_ascii=False)
+    def to_json(self, path=None, indent=2) -> str:
+        "JSON text (`indent` 2 or None: orjson's fast encoder); written to `path` too when given."
+        n = _NONFINITE[0]; d = self.to_dict()
+        s = _fast_json(d, indent) if _NONFINITE[0] == n else None   # NaN or inf: orjson would write null
+        if s is None: s = json.dumps(d, indent=indent, ensure_ascii=False)
         try: s.encode("utf-8")
-        except UnicodeEncodeError: s = json.dumps(self.to_dict(), indent=indent, ensure_ascii=True)  # lone surrogates: escape, keep every character
+        except UnicodeEncodeError: s = json.dumps(d, indent=indent, ensure_ascii=True)  # lone surrogates: escape, keep every character
         if path is not None: write_atomic(path, s)
         return s
     @classmethod
