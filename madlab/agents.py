@@ -120,7 +120,7 @@ def agent_name(spec: str) -> str:
     kind, _, rest = spec.partition(":")
     if kind == "replay" and "#" in rest: return rest.rsplit("#", 1)[1]
     prov = _PROVIDER.get(kind, kind.capitalize())
-    if kind == "hf": rest = os.path.basename(rest.rstrip("/")) or rest
+    if kind == "hf": rest = os.path.basename(rest.split(",")[0].rstrip("/")) or rest   # options (dtype=...) are not part of the name
     if kind == "synthetic":
         rest = rest.split(",")[0] if rest and "=" not in rest.split(",")[0] else ""
     elif kind in PRESETS: rest = rest.split(",")[0]              # endpoint options are not part of the name

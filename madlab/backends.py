@@ -14,10 +14,10 @@ from .core import *
 
 # %% auto #0
 __all__ = ['PERSONAS', 'RESPONDERS', 'MALFORMED_REPLIES', 'ADAPTIVE_START', 'PRESETS', 'END_OF_TURN_TOKENS', 'BACKEND_KINDS',
-           'ENDPOINT_OPTIONS', 'BackendError', 'ReplayMiss', 'Ask', 'Backend', 'Persona', 'synthetic_responder',
-           'synthetic_rng', 'believes_gold', 'conform', 'synthetic_confidence', 'SyntheticBackend', 'synthetic_backend',
-           'EndpointLimit', 'EndpointDown', 'CircuitBreaker', 'OpenAIBackend', 'HFBackend', 'default_cache_dir',
-           'CachedBackend', 'ReplayBackend', 'get_backend']
+           'ENDPOINT_OPTIONS', 'HF_OPTIONS', 'BackendError', 'ReplayMiss', 'Ask', 'Backend', 'Persona',
+           'synthetic_responder', 'synthetic_rng', 'believes_gold', 'conform', 'synthetic_confidence',
+           'SyntheticBackend', 'synthetic_backend', 'EndpointLimit', 'EndpointDown', 'CircuitBreaker', 'OpenAIBackend',
+           'HFBackend', 'default_cache_dir', 'CachedBackend', 'ReplayBackend', 'get_backend']
 
 # %% ../nbs/01_backends.ipynb #03b54978
 class BackendError(Exception):
@@ -648,8 +648,8 @@ def _fast_cpu_bf16() -> bool:
 
 def _hf_dtype(dtype):
     "`auto` means the checkpoint's dtype on a GPU (or a CPU with fast bf16) and float32 on any other CPU; anything else is kept."
-    if dtype != "auto": return dtype
     import torch
+    if dtype != "auto": return getattr(torch, dtype) if isinstance(dtype, str) else dtype
     if torch.cuda.is_available() or _fast_cpu_bf16(): return "auto"
     return torch.float32
 
@@ -894,6 +894,23 @@ def _spec_options(spec, rest) -> tuple[str, dict]:
         opts[k] = v.strip()
     return model.strip(), opts
 
+HF_OPTIONS = {"dtype": ("auto", "float32", "float16", "bfloat16"), "device_map": None, "max_batch": int, "max_new_tokens": int}
+
+def _hf_options(spec, rest) -> tuple[str, dict]:
+    "`PATH,key=value,...` of an `hf:` spec: the model and its options (see `HF_OPTIONS`), e.g. `hf:smollm2,dtype=bfloat16`."
+    name, *parts = rest.split(",")
+    opts = {}
+    for p in parts:
+        k, eq, v = (s.strip() for s in p.partition("="))
+        if not eq or k not in HF_OPTIONS: raise ValueError(f"{spec}: unknown option {p.strip()!r}; options are key=value with key one of {', '.join(HF_OPTIONS)}")
+        allowed = HF_OPTIONS[k]
+        if isinstance(allowed, tuple) and v not in allowed: raise ValueError(f"{spec}: {k} must be one of {', '.join(allowed)}; got {v!r}")
+        if allowed is int:
+            if not v.isdigit() or int(v) < 1: raise ValueError(f"{spec}: {k} must be a positive whole number; got {v!r}")
+            v = int(v)
+        opts[k] = v
+    return name.strip(), opts
+
 def get_backend(spec: str, **kw) -> Backend:
     "Build the backend named by `spec` (see `BACKEND_KINDS`); `kw` go to its constructor."
     if isinstance(spec, Backend): return spec
@@ -910,9 +927,10 @@ def get_backend(spec: str, **kw) -> Backend:
         key = (rest, repr(sorted(kw.items())))
         if key not in _HF_SHARED:
             from madlab.models import resolve_model   # `hf:smollm2`: one of madlab's own models, got with `madlab models get`
-            try: path = resolve_model(rest)
+            name, opts = _hf_options(spec, rest)
+            try: path = resolve_model(name)
             except FileNotFoundError as e: raise ValueError(str(e)) from None
-            _HF_SHARED[key] = b = HFBackend(path, **kw)
+            _HF_SHARED[key] = b = HFBackend(path, **{**opts, **kw})
             b.spec = f"hf:{rest}"
         return _HF_SHARED[key]
     if kind == "replay":
