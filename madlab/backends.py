@@ -353,6 +353,12 @@ def _sdk(*names) -> tuple:
     m = sys.modules.get("openai")
     return tuple(getattr(m, n) for n in names) if m is not None else ()
 
+def _json_body(d) -> bytes:
+    "A request body: orjson (about ten times faster), or the standard encoder for what orjson refuses (integers beyond 64 bits, lone surrogates)."
+    import orjson
+    try: return orjson.dumps(d)
+    except TypeError: return json.dumps(d).encode()
+
 def _retryable() -> tuple:
     return (*_sdk("RateLimitError", "InternalServerError", "APITimeoutError", "APIConnectionError"), _Malformed)
 
@@ -475,7 +481,7 @@ class OpenAIBackend(Backend):
             extra.setdefault("stop_token_ids", [ids] if isinstance(ids, int) else list(ids))
         if extra: params["extra_body"] = extra
         extra_body = params.pop("extra_body", None) or {}
-        body = json.dumps({"model": self.model, "messages": messages, **params, **extra_body}).encode()   # once, for every attempt
+        body = _json_body({"model": self.model, "messages": messages, **params, **extra_body})   # once, for every attempt
         ep, t0 = self._endpoint(), time.perf_counter()
         try:
             try: r = await self._attempt(ep, body)            # most calls take one attempt: no retry machinery for them
@@ -543,7 +549,7 @@ def _wire_for(self: OpenAIBackend):
 @patch
 async def _post(self: OpenAIBackend, body: bytes) -> dict:
     "One HTTP attempt: the decoded answer, or the exception the `openai` client raises for the same failure."
-    import aiohttp
+    import aiohttp, orjson
     _, url, headers, timeout, _ = self._wire_for()
     try:
         async with _session().post(url, data=body, headers=headers, timeout=timeout) as resp:
@@ -557,8 +563,10 @@ async def _post(self: OpenAIBackend, body: bytes) -> dict:
         raise openai.APIConnectionError(message=f"Connection error: {type(e).__name__}: {e}"[:300], request=_httpx().Request("POST", url)) from None
     if rh is not None:
         raise self._get_client()._make_status_error_from_response(_httpx().Response(status, headers=rh, content=raw, request=_httpx().Request("POST", url)))
-    try: r = json.loads(raw)
-    except ValueError: raise _Malformed(f"malformed response body: not JSON ({len(raw)} bytes)") from None
+    try: r = orjson.loads(raw)
+    except ValueError:                              # what only the standard decoder reads (NaN), or not JSON at all
+        try: r = json.loads(raw)
+        except ValueError: raise _Malformed(f"malformed response body: not JSON ({len(raw)} bytes)") from None
     ch = r.get("choices") if isinstance(r, dict) else None
     if not ch or not isinstance(ch, list) or not isinstance(ch[0], dict) or not isinstance(ch[0].get("message"), dict): raise _Malformed("response has no choices")
     return r

@@ -37,6 +37,7 @@ def serializable(cls):
     return cls
 
 _PLAIN = frozenset({str, int, bool, type(None)})   # returned as they are (floats are checked: see `_NONFINITE`)
+_RESERVED, _is_str = frozenset({"__type__", "__tuple__", "__items__"}), str.__instancecheck__
 _NONFINITE = [0]                                    # how many NaN/inf floats `to_jsonable` has met; only grows
 _DATACLASS_INFO: dict = {}                          # class -> (registered name, init field names, `_json_values`, `_compact_json`)
 
@@ -57,12 +58,14 @@ def to_jsonable(o):
         if o != o or o in (math.inf, -math.inf): _NONFINITE[0] += 1
         return o
     if t is list: return [x if type(x) in _PLAIN else to_jsonable(x) for x in o]
-    if t is dict and all(type(k) is str for k in o) and not {"__type__", "__tuple__", "__items__"} & o.keys():
+    if t is dict and _RESERVED.isdisjoint(o) and all(map(_is_str, o)):
         return {k: v if type(v) in _PLAIN else to_jsonable(v) for k, v in o.items()}
-    if dataclasses.is_dataclass(o) and not isinstance(o, type):
-        name, names, values, compact = _dataclass_info(t)
+    info = _DATACLASS_INFO.get(t)
+    if info is not None or (dataclasses.is_dataclass(o) and not isinstance(o, type)):
+        name, names, values, compact = info or _dataclass_info(t)
         vals = values(o) if values else None      # a class may give other values to store (see `Transcript`)
-        d = {f: to_jsonable(vals[f] if vals else getattr(o, f)) for f in names}
+        d = ({f: v if type(v := vals[f]) in _PLAIN else to_jsonable(v) for f in names} if vals else
+             {f: v if type(v := getattr(o, f)) in _PLAIN else to_jsonable(v) for f in names})
         if compact: d = compact(o, d)             # ... or store its fields more compactly
         return {"__type__": name, **d}
     if isinstance(o, tuple): return {"__tuple__": [to_jsonable(x) for x in o]}
