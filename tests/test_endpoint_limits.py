@@ -91,7 +91,8 @@ def test_adaptive_limit_settles_under_a_rate_limited_server():
     assert not errors, errors[:3]
     assert all(o.text == "2 * 3 = 6, plus 1. The answer is 7." for o in out)
     assert srv.ok == 400 and b.calls == 400 and srv.hits == b.attempts == 400 + srv.refused      # every call accounted for
-    assert not lim.pinned and lim.cuts >= 3 and lim.cap <= 20, lim                            # it came down from 512 ...
+    # it came down from 512 to the server's 20; additive growth may be probing one slot above when the batch ends (the next 429 halves it)
+    assert not lim.pinned and lim.cuts >= 3 and lim.cap <= 21, lim
     assert lim.cap >= 5, lim                                                                  # ... without collapsing
     assert srv.accepted_peak <= 20 and dt < 30, (srv.accepted_peak, dt)
     # the way down costs refusals; once settled they are rare: the last 200 attempts were mostly answered
