@@ -34,7 +34,7 @@ def test_hf_cpu_dtype_is_float32(smollm2):
     import torch
     from madlab.backends import _hf_dtype, _fast_cpu_bf16
     if torch.cuda.is_available() or _fast_cpu_bf16(): pytest.skip("this machine computes bf16 natively")
-    assert _hf_dtype("auto") is torch.float32 and _hf_dtype("bfloat16") == "bfloat16"
+    assert _hf_dtype("auto") is torch.float32 and _hf_dtype("bfloat16") is torch.bfloat16 and _hf_dtype(torch.float16) is torch.float16
 
 def test_controlmad_game_with_three_smollm2_agents(smollm2, tmp_path):
     "One 4-player game, three `hf:smollm2` agents batched in process: it completes with real text, and the parse statistics count what was valid."
