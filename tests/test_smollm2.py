@@ -104,7 +104,9 @@ def test_critic_actor_gsm8k_item_through_transformers_serve(smollm2, tmp_path_fa
     assert actor and critic and len(actor) + len(critic) == len(proxy.bodies)
     assert all(b["temperature"] == 0.7 and b["top_p"] == 0.9 for b in actor)
     assert all(b["temperature"] == 0 for b in critic)
-    assert row.critic_calls == len(critic) and 0 <= row.critic_parse_failures <= row.critic_calls
+    # a request retried after a timeout (a busy CPU) reaches the server twice with the same body: count distinct critic requests
+    distinct = {json.dumps(b["messages"], sort_keys=True) for b in critic}
+    assert row.critic_calls == len(distinct) <= len(critic) and 0 <= row.critic_parse_failures <= row.critic_calls
 
 REPLIES = json.loads((HERE / "data" / "smollm2_replies.json").read_text())
 
