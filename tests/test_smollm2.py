@@ -104,9 +104,10 @@ def test_critic_actor_gsm8k_item_through_transformers_serve(smollm2, tmp_path_fa
     assert actor and critic and len(actor) + len(critic) == len(proxy.bodies)
     assert all(b["temperature"] == 0.7 and b["top_p"] == 0.9 for b in actor)
     assert all(b["temperature"] == 0 for b in critic)
-    # a request retried after a timeout (a busy CPU) reaches the server twice with the same body: count distinct critic requests
+    # every critic call reached the server; a request retried after a timeout (a busy CPU) reaches it twice, and two critiques
+    # of the same solution text send the same body, so the calls lie between the distinct bodies and all bodies
     distinct = {json.dumps(b["messages"], sort_keys=True) for b in critic}
-    assert row.critic_calls == len(distinct) <= len(critic) and 0 <= row.critic_parse_failures <= row.critic_calls
+    assert len(distinct) <= row.critic_calls <= len(critic) and row.critic_calls >= 2 and 0 <= row.critic_parse_failures <= row.critic_calls
 
 REPLIES = json.loads((HERE / "data" / "smollm2_replies.json").read_text())
 
