@@ -891,14 +891,14 @@ def _replay_backend(spec, path, agent) -> ReplayBackend:
 
 ENDPOINT_OPTIONS = ("max_concurrency", "timeout", "max_retries", "max_wait", "breaker_after", "base_url")
 
-def _spec_options(spec, rest) -> tuple[str, dict]:
+def _spec_options(spec, rest, allowed=ENDPOINT_OPTIONS) -> tuple[str, dict]:
     "`MODEL,key=value,...` of an OpenAI-compatible spec: the model and its endpoint options (see `ENDPOINT_OPTIONS`)."
     model, *parts = rest.split(",")
     opts = {}
     for p in parts:
         k, eq, v = p.partition("=")
         k = k.strip()
-        if not eq or k not in ENDPOINT_OPTIONS: raise ValueError(f"{spec}: unknown option {p.strip()!r}; options are key=value with key one of {', '.join(ENDPOINT_OPTIONS)}")
+        if not eq or k not in allowed: raise ValueError(f"{spec}: unknown option {p.strip()!r}; options are key=value with key one of {', '.join(allowed)}")
         opts[k] = v.strip()
     return model.strip(), opts
 
@@ -906,18 +906,14 @@ HF_OPTIONS = {"dtype": ("auto", "float32", "float16", "bfloat16"), "device_map":
 
 def _hf_options(spec, rest) -> tuple[str, dict]:
     "`PATH,key=value,...` of an `hf:` spec: the model and its options (see `HF_OPTIONS`), e.g. `hf:smollm2,dtype=bfloat16`."
-    name, *parts = rest.split(",")
-    opts = {}
-    for p in parts:
-        k, eq, v = (s.strip() for s in p.partition("="))
-        if not eq or k not in HF_OPTIONS: raise ValueError(f"{spec}: unknown option {p.strip()!r}; options are key=value with key one of {', '.join(HF_OPTIONS)}")
+    name, opts = _spec_options(spec, rest, HF_OPTIONS)
+    for k, v in opts.items():
         allowed = HF_OPTIONS[k]
         if isinstance(allowed, tuple) and v not in allowed: raise ValueError(f"{spec}: {k} must be one of {', '.join(allowed)}; got {v!r}")
         if allowed is int:
             if not v.isdigit() or int(v) < 1: raise ValueError(f"{spec}: {k} must be a positive whole number; got {v!r}")
-            v = int(v)
-        opts[k] = v
-    return name.strip(), opts
+            opts[k] = int(v)
+    return name, opts
 
 def get_backend(spec: str, **kw) -> Backend:
     "Build the backend named by `spec` (see `BACKEND_KINDS`); `kw` go to its constructor."
