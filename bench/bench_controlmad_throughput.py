@@ -27,8 +27,9 @@ CALLS_PER_GAME, CRITICAL_PATH = 36, 12
 TARGETS = {(1.0, 100): 1.15, (0.2, 60): 2.0}
 CPU_TARGET_MS = 2.0
 
-# The command runs in a child process through madlab's CLI entry point; this wrapper only records the CPU spent
-# after the imports, so that the per-call figure can be shown with and without interpreter start-up.
+# The command runs in a child process through madlab's CLI entry point (`madlab.cli.console`, what the `madlab` command runs);
+# this wrapper only records the CPU spent after the imports, so that the per-call figure can be shown with and without
+# interpreter start-up.
 # With a profile file it profiles every thread (yappi) from the start of the run.
 _WRAPPER = r"""
 import json, os, sys, time
@@ -39,12 +40,16 @@ if prof:
     import yappi
     yappi.set_clock_type("cpu"); yappi.start(builtins=False)
 t0 = time.process_time()
-try: madlab.cli.main(sys.argv[1:], standalone_mode=False)
-finally:
+def record():
     cpu = time.process_time() - t0
     if prof:
         yappi.stop(); yappi.get_func_stats().save(prof, type="pstat")
     with open(os.environ["BENCH_CPU_FILE"], "w") as f: json.dump({"run_cpu_s": cpu, "import_cpu_s": t0 - t_imp}, f)
+_exit = os._exit
+def exit_recorded(code): record(); _exit(code)
+os._exit = exit_recorded          # the command's own quick exit (madlab.cli.console)
+try: madlab.cli.console(sys.argv[1:])
+except SystemExit: record(); raise
 """
 
 def free_port() -> int:
@@ -130,8 +135,17 @@ def main(argv=None):
                     if calls != CALLS_PER_GAME * n: print(f"      note: expected {CALLS_PER_GAME * n} calls; the command said: {r['out'].strip()[-300:]}")
                     rows.append(dict(L=L, games=n, calls=calls, makespan=span, ratio=ratio, cpu_ms=1000 * cpu / calls,
                                      run_cpu_ms=1000 * r["run_cpu_s"] / calls, max_in_flight=s["max_in_flight"]))
-    worst = max(r["run_cpu_ms"] for r in rows)
-    print(f"\nCPU per call (run, after imports): at most {worst:.2f} ms (target < {CPU_TARGET_MS} ms: {'met' if worst < CPU_TARGET_MS else 'MISSED'})")
+    print("\nClient CPU per call, process total (start-up, imports, the run, the report, exit) at the largest N of each latency,")
+    print("and the marginal cost of a call (CPU difference between the smallest and largest N over the difference in calls):")
+    for L in a.latency:
+        rs = sorted((r for r in rows if r["L"] == L), key=lambda r: r["games"])
+        if not rs: continue
+        big = rs[-1]; line = f"  L = {L:.1f} s: {big['cpu_ms']:.2f} ms/call at N = {big['games']} (target < {CPU_TARGET_MS} ms: {'met' if big['cpu_ms'] < CPU_TARGET_MS else 'MISSED'})"
+        if len(rs) > 1 and big["calls"] > rs[0]["calls"]:
+            d = (big["cpu_ms"] * big["calls"] - rs[0]["cpu_ms"] * rs[0]["calls"]) / (big["calls"] - rs[0]["calls"])
+            fixed = (rs[0]["cpu_ms"] - d) * rs[0]["calls"] / 1000
+            line += f"; marginal {d:.2f} ms/call, fixed {fixed:.1f} s per command"
+        print(line)
     print(f"load average at end: {os.getloadavg()[0]:.1f}")
     return rows
 

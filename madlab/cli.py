@@ -6,7 +6,7 @@ Docs: https://madlab.github.io/madlab/cli.html.md"""
 
 # %% ../nbs/40_cli.ipynb #e65bccc5
 from __future__ import annotations
-import hashlib, inspect, json, math, re, signal, sys, typing, types
+import hashlib, inspect, json, math, os, re, signal, sys, typing, types
 from pathlib import Path
 import click
 from .core import OptionError
@@ -14,7 +14,8 @@ from .agents import split_specs
 
 # %% auto #0
 __all__ = ['parse_items', 'main', 'run', 'parse_games', 'default_data_dir', 'load_items', 'run_name', 'protocol_command',
-           'protocols_cmd', 'rescore_cmd', 'parse_sweep_params', 'sweep_cmd', 'models_cmd', 'models_list', 'models_get']
+           'protocols_cmd', 'rescore_cmd', 'parse_sweep_params', 'sweep_cmd', 'models_cmd', 'models_list', 'models_get',
+           'console']
 
 # %% ../nbs/40_cli.ipynb #5ed24ad8
 class _Protocols(click.Group):
@@ -416,5 +417,26 @@ def models_get(name, root):
     try: click.echo(get_model(name, root))
     except RuntimeError as e: raise click.ClickException(str(e)) from None
 
+# %% ../nbs/40_cli.ipynb #cb167d12
+def _only_idle_pools() -> bool:
+    "Whether every thread but this one is a daemon or an idle worker of a thread pool (nothing a normal exit would wait for)."
+    import threading
+    others = [t for t in threading.enumerate() if t is not threading.current_thread() and t.is_alive() and not t.daemon]
+    return all(t.name.startswith(("asyncio_", "ThreadPoolExecutor-")) for t in others)
+
+def console(args=None):
+    "The `madlab` command: `main`, then a quick exit (std streams and logs flushed) when nothing is left running."
+    import logging
+    try: main(args, standalone_mode=True); code = 0
+    except SystemExit as e: code = e.code
+    if not isinstance(code, int) and code is not None: click.echo(code, err=True); code = 1
+    code = code or 0
+    logging.shutdown()
+    for s in (sys.stdout, sys.stderr):
+        try: s.flush()
+        except Exception: pass
+    if _only_idle_pools(): os._exit(code)
+    sys.exit(code)
+
 # %% ../nbs/40_cli.ipynb #78755fbb
-if __name__ == "__main__": main()
+if __name__ == "__main__": console()

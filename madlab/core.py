@@ -567,6 +567,12 @@ def json_objects(text, spans: bool = False) -> list:
     "The dicts written in `text`, in order (with their `(start, end)` spans when `spans`)."
     if not isinstance(text, str): return []
     found = []
+    s = text.strip()
+    if s[:1] == "{" and s[-1:] == "}" and "```" not in s:     # the whole reply is one JSON object (the usual case): no scan
+        try: o = json.loads(s)
+        except ValueError: o = None
+        if isinstance(o, dict):
+            a = text.index(s[0]); return [(o, (a, a + len(s)))] if spans else [o]
     for m in re.finditer(r"```(?:json|JSON)?\s*(.*?)```", text, re.S):
         o = _loads(m.group(1).strip())
         if isinstance(o, dict): found.append((o, m.span()))

@@ -14,6 +14,7 @@ import pandas as pd
 from fastcore.basics import patch
 import madlab
 from .core import *
+from .core import _fast_json
 from .backends import *
 from .agents import *
 from .scoring import answer_format, score_result
@@ -85,7 +86,8 @@ def item_outputs(t: Transcript) -> dict:
     html_hook, text_hook = _hook(t.protocol, "log_html"), _hook(t.protocol, "log_text")
     out = {"log.html": html_hook(t) if html_hook else t.to_html(), "log.txt": text_hook(t) if text_hook else transcript_text(t)}
     for name, msgs in chat_histories(t).items():
-        out[f"chat_{safe_name(name)}.json"] = json.dumps({"agent": name, "item": t.meta.get("id"), "messages": msgs}, indent=1, ensure_ascii=True)
+        d = {"agent": name, "item": t.meta.get("id"), "messages": msgs}
+        out[f"chat_{safe_name(name)}.json"] = _fast_json(d, 2) or json.dumps(d, indent=2, ensure_ascii=True)   # orjson; the standard encoder for lone surrogates
     return out
 
 def write_item_outputs(t: Transcript, folder) -> list:

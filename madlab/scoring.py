@@ -278,12 +278,14 @@ def kks_consensus(positions) -> "pd.DataFrame":
     role = [r if isinstance(r, str) else None for r in p["role"].tolist()]
     rows = []
     for s, e in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
-        roles = role[s:e]
-        top, _ = majority_vote(roles)
+        roles = role[s:e]                                  # role names or None: each is its own vote key
+        n_all = len(roles)
         counts = collections.Counter(r for r in roles if r is not None)
-        best = counts.most_common(1)[0][0] if counts else None
-        rows.append({"game": game[s], "round": rnd[s], "phase": phase[s], "focus": focus[s], "player": player[s], "agents": len(roles),
-                     "valid": sum(r is not None for r in roles), "agreement": agreement(roles), "unanimous": len(counts) == 1 and None not in roles,
+        ranked = counts.most_common(2)
+        best, n = ranked[0] if ranked else (None, 0)
+        top = best if ranked and (len(ranked) == 1 or ranked[1][1] < n) and n * 2 > n_all else None   # `majority_vote`, strict
+        rows.append({"game": game[s], "round": rnd[s], "phase": phase[s], "focus": focus[s], "player": player[s], "agents": n_all,
+                     "valid": sum(counts.values()), "agreement": n / n_all if n_all else 0.0, "unanimous": len(counts) == 1 and sum(counts.values()) == n_all,
                      "plurality": best, "majority": top, "majority_correct": top is not None and top == gold[s], "gold": gold[s]})
     return pd.DataFrame(rows, columns=cols)
 

@@ -7,6 +7,7 @@ Docs: https://madlab.github.io/madlab/controlmad_report.html.md"""
 # %% ../../nbs/12_controlmad_report.ipynb #52ff449e
 from __future__ import annotations
 import functools, json
+from markupsafe import Markup
 from pathlib import Path
 import pandas as pd
 from ..core import *
@@ -181,16 +182,16 @@ _LOG_TEMPLATE = """<!doctype html><html><head><meta charset="utf-8"><title>{{ ti
 <td class="{{ cls(decision.get(p), gold.get(p)) }}">{{ decision.get(p) or 'none' }}{% if p in supervised %} (supervisor){% endif %}</td></tr>{% endfor %}</table>
 <h2>Positions by round</h2>
 <table><tr><th>round</th><th>agent</th>{% for p in players %}<th>{{ p }}</th>{% endfor %}</tr>
-{% for row in grid %}<tr><td>{{ row.round }} {{ row.phase }}{% if row.focus %} ({{ row.focus }}){% endif %}</td><td>{{ row.agent }}</td>
-{% for p in players %}{% set c = row.cells.get(p) %}<td class="{{ c.cls if c else '' }}">{{ c.role if c else '' }}</td>{% endfor %}</tr>{% endfor %}</table>
+{% for row in grid %}<tr><td>{{ row['round'] }} {{ row['phase'] }}{% if row['focus'] %} ({{ row['focus'] }}){% endif %}</td><td>{{ row['agent'] }}</td>
+{{ row['cells_html'] }}</tr>{% endfor %}</table>
 <h2>Game</h2><pre>{{ game }}</pre>
 <h2>Debate</h2>
-{% for r in rounds %}<div class="round"><b>{{ r.index }} · {{ r.name }}</b> <span class="tag">{{ r.phase }}</span>{% for k, v in r.meta %}<span class="tag">{{ k }}: {{ v }}</span>{% endfor %}
-{% for tu in r.turns %}<div class="turn"><b>{{ tu.agent }}</b>{% if tu.cached %}<span class="tag">cached</span>{% endif %}
-<span class="tag">{{ tu.tokens }} tokens</span>{% if tu.confidence is not none %}<span class="tag">confidence {{ tu.confidence }}</span>{% endif %}
-<div>{% for p, role, c in tu.chips %}<span class="chip {{ c }}">{{ p }}: {{ role or 'invalid' }}</span>{% endfor %}
-{% if tu.extra %} · {{ tu.extra }}{% endif %}{% if tu.invalid %}<span class="chip i">invalid reply{% if tu.why %}: {{ tu.why }}{% endif %}</span>{% endif %}</div>
-<details><summary>reply</summary><pre>{{ tu.reply }}</pre></details></div>{% endfor %}</div>{% endfor %}
+{% for r in rounds %}<div class="round"><b>{{ r['index'] }} · {{ r['name'] }}</b> <span class="tag">{{ r['phase'] }}</span>{% for k, v in r['meta'] %}<span class="tag">{{ k }}: {{ v }}</span>{% endfor %}
+{% for tu in r['turns'] %}<div class="turn"><b>{{ tu['agent'] }}</b>{% if tu['cached'] %}<span class="tag">cached</span>{% endif %}
+<span class="tag">{{ tu['tokens'] }} tokens</span>{% if tu['confidence'] is not none %}<span class="tag">confidence {{ tu['confidence'] }}</span>{% endif %}
+<div>{{ tu['chips_html'] }}
+{% if tu['extra'] %} · {{ tu['extra'] }}{% endif %}{% if tu['invalid'] %}<span class="chip i">invalid reply{% if tu['why'] %}: {{ tu['why'] }}{% endif %}</span>{% endif %}</div>
+<details><summary>reply</summary><pre>{{ tu['reply'] }}</pre></details></div>{% endfor %}</div>{% endfor %}
 </body></html>"""
 
 def _scored(t) -> dict:
@@ -214,6 +215,15 @@ def _turn_view(tu, r, players, gold):
     return {"agent": tu.agent, "cached": tu.cached, "tokens": tu.usage.total_tokens, "confidence": getattr(a, "confidence", None), "chips": chips, "extra": extra,
             "invalid": not tu.valid, "why": tu.error or tu.meta.get("parse_error"), "reply": tu.reply or ""}
 
+@functools.lru_cache(maxsize=1024)
+def _cell_html(role: str, cls: str) -> Markup:
+    "One cell of the positions table, escaped (few distinct cells per run: cached)."
+    return Markup('<td class="{}">{}</td>').format(cls, role)
+
+@functools.lru_cache(maxsize=1024)
+def _chip_html(player: str, role, cls: str) -> Markup:
+    return Markup('<span class="chip {}">{}: {}</span>').format(cls, player, role or "invalid")
+
 def _grid(t, players, gold):
     rows = []
     for r in t.rounds:
@@ -224,7 +234,8 @@ def _grid(t, players, gold):
             if not cells:
                 ps = [r.meta["focus"]] if r.meta.get("focus") and r.phase == "debate" else players
                 cells = {p: {"role": "invalid", "cls": "i"} for p in ps}
-            rows.append({"round": r.index, "phase": r.phase, "focus": r.meta.get("focus") if r.phase == "debate" else None, "agent": tu.agent, "cells": cells})
+            rows.append({"round": r.index, "phase": r.phase, "focus": r.meta.get("focus") if r.phase == "debate" else None, "agent": tu.agent, "cells": cells,
+                         "cells_html": Markup("".join(_cell_html(cells[p]["role"], cells[p]["cls"]) if p in cells else _cell_html("", "") for p in players))})
     return rows
 
 @functools.lru_cache(maxsize=4)
@@ -233,12 +244,15 @@ def _log_page(source: str) -> "jinja2.Template":
     import jinja2
     return jinja2.Environment(autoescape=True).from_string(source)
 
+def _with_chips_html(v: dict) -> dict:
+    v["chips_html"] = Markup("".join(_chip_html(p, role, c) for p, role, c in v["chips"])); return v
+
 def game_log_html(t: Transcript, path=None) -> str:
     "A standalone HTML log of one ControlMAD debate (all model text escaped); written to `path` when given."
     players, gold = kks_players(t.item), getattr(t.item, "gold", None) or {}
     res = {**(t.result or {}), **_scored(t)}
     rounds = [{"index": r.index, "name": r.name, "phase": r.phase, "meta": [(k, v) for k, v in r.meta.items() if k not in ("order",)] + ([("order", " → ".join(r.meta["order"]))] if "order" in r.meta else []),
-               "turns": [_turn_view(tu, r, players, gold) for tu in r.turns]} for r in t.rounds]
+               "turns": [_with_chips_html(_turn_view(tu, r, players, gold)) for tu in r.turns]} for r in t.rounds]
     page = _log_page(_LOG_TEMPLATE).render(
         t=t, css=_LOG_CSS, title=f"ControlMAD debate {t.meta.get('id', '')}", usage=t.usage, settings=json.dumps(to_jsonable({k: v for k, v in t.settings.items() if k != "prompts"})),
         players=players, gold=gold, res=res, votes=res.get("votes") or {}, majority=res.get("majority") or {}, decision=res.get("assignment") or {},
