@@ -446,10 +446,10 @@ async def s4(d,
     if screen:
         query = getattr(item, "prompt", text)
         sr = await JudgedScreen(judge, max_chars=max_chars).ascreen(query) if judge else screen_input(query, max_chars=max_chars)
-        d.meta["screen"] = {"score": sr.score, "signals": [x["signal"] for x in sr.signals], "judge": sr.judge}
+        d.meta["screen"] = {"score": sr.score, "p_attack": sr.p_attack, "signals": [x["signal"] for x in sr.signals], "judge": sr.judge}
         if sr.blocked:
             _log.warning("s4: request %s blocked by the input screen: %s", d.meta.get("id"), sr.reason)
-            r = d.new_round("input screen", "screen", blocked=True, category=sr.category, reason=sr.reason, score=sr.score, judge=sr.judge)
+            r = d.new_round("input screen", "screen", blocked=True, category=sr.category, reason=sr.reason, score=sr.score, p_attack=sr.p_attack, judge=sr.judge)
             d.result = _blocked_result(sr, gold, d.agents)
             yield r
             return
