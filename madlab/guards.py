@@ -521,12 +521,17 @@ def screen_input(text, max_chars: int = 8000, threshold: float = 1.0, model: Scr
     if len(hidden) > 8: return ScreenResult(True, f"hidden text in invisible Unicode tag characters: {hidden[:60]!r}", "hidden", hidden[:80], True, score=threshold, threshold=threshold)
     found = list(_best(_signals(text)).values())
     score = _score(found)
-    if model is not None: return _model_decides(text, found, score, threshold, screen_model() if model == "default" else model, p_threshold)
+    if model is not None: return _model_decides(text, found, score, threshold, _the_model(model), p_threshold)
     if not found: return ScreenResult(False, score=0.0, threshold=threshold)
     top = _top(found)
     if score < threshold: return ScreenResult(False, None, None, None, False, score, threshold, found)
     reason = f"{_WHAT[top['category']]}{_obf_note(top, text)}: {top['match']!r} (score {score:g} >= {threshold:g}: {_names(found)})"
     return ScreenResult(True, reason, top["category"], top["match"], _obfuscated(top, text), score, threshold, found)
+
+def _the_model(model):
+    if isinstance(model, str) and model == "default": return screen_model()
+    if callable(getattr(model, "proba", None)) and callable(getattr(model, "weighed", None)): return model
+    raise ValueError(f"model: {model!r} is not a screen model; use 'default', None (the rules alone) or a fitted ScreenModel")
 
 def _top(found): return max(found, key=lambda s: (s["weight"], -_PRIORITY.index(s["category"]) if s["category"] in _PRIORITY else -9))
 def _obfuscated(top, text): return top["layer"] not in ("plain", "structure", "cased") or top["match"].casefold() not in re.sub(r"\s+", " ", text.casefold())
