@@ -6,7 +6,7 @@ Docs: https://madlab.github.io/madlab/guards.html.md"""
 
 # %% ../nbs/09_guards.ipynb #77d3f19f
 from __future__ import annotations
-import asyncio, base64, binascii, codecs, concurrent.futures, functools, itertools, json, re, unicodedata, urllib.parse
+import asyncio, base64, binascii, codecs, concurrent.futures, functools, itertools, re, unicodedata, urllib.parse
 from pathlib import Path
 import madlab
 from dataclasses import dataclass, field, replace
@@ -15,7 +15,7 @@ from .core import Answer, serializable
 
 # %% auto #0
 __all__ = ['DECODERS', 'LANGUAGES', 'SCREEN_DATA', 'JUDGE_PROMPT', 'ScreenResult', 'normalised_views', 'load_screen_set',
-           'ScreenModel', 'screen_model', 'screen_input', 'parse_verdict', 'JudgedScreen']
+           'load_screen_sets', 'ScreenModel', 'screen_model', 'screen_input', 'parse_verdict', 'JudgedScreen']
 
 # %% ../nbs/09_guards.ipynb #79f48acf
 @serializable
@@ -452,15 +452,17 @@ SCREEN_DATA = Path(madlab.__file__).resolve().parent / "data" / "screen"
 
 def load_screen_set(path) -> list[dict]:
     "Labelled screen texts from a JSONL file: one `{name, category, attack, text}` object per line."
-    path, out = Path(path), []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip(): continue
-        try: r = json.loads(line)
-        except ValueError as e: raise ValueError(f"{path}:{n}: not JSON ({e})") from None
-        if not isinstance(r, dict) or not isinstance(r.get("text"), str) or not isinstance(r.get("attack"), bool):
+    from madlab.tasks import _read_jsonl               # the tasks' JSONL reader: errors name the file and line (guards itself needs only core)
+    out = []
+    for n, r in _read_jsonl(path):
+        if not isinstance(r.get("text"), str) or not isinstance(r.get("attack"), bool):
             raise ValueError(f"{path}:{n}: needs a string `text` and a boolean `attack`")
         out.append(r)
     return out
+
+def load_screen_sets(folder=SCREEN_DATA) -> list[dict]:
+    "Every labelled text of the `*.jsonl` files in `folder` (by default the learned stage's training sets)."
+    return [r for f in sorted(Path(folder).glob("*.jsonl")) for r in load_screen_set(f)]
 
 # %% ../nbs/09_guards.ipynb #af8297a6
 def _model_view(text: str) -> str:
@@ -501,7 +503,7 @@ def weighed(self: ScreenModel, text: str, k: int = 5) -> list:
 @functools.lru_cache(maxsize=1)
 def screen_model() -> ScreenModel:
     "madlab's learned stage, trained on the sets in `SCREEN_DATA` (once per process)."
-    rows = [r for f in sorted(SCREEN_DATA.glob("*.jsonl")) for r in load_screen_set(f)]
+    rows = load_screen_sets()
     return ScreenModel().fit([r["text"] for r in rows], [r["attack"] for r in rows])
 
 # %% ../nbs/09_guards.ipynb #b6d5c469

@@ -278,14 +278,12 @@ def kks_consensus(positions) -> "pd.DataFrame":
     role = [r if isinstance(r, str) else None for r in p["role"].tolist()]
     rows = []
     for s, e in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
-        roles = role[s:e]                                  # role names or None: each is its own vote key
-        n_all = len(roles)
-        counts = collections.Counter(r for r in roles if r is not None)
-        ranked = counts.most_common(2)
-        best, n = ranked[0] if ranked else (None, 0)
-        top = best if ranked and (len(ranked) == 1 or ranked[1][1] < n) and n * 2 > n_all else None   # `majority_vote`, strict
-        rows.append({"game": game[s], "round": rnd[s], "phase": phase[s], "focus": focus[s], "player": player[s], "agents": n_all,
-                     "valid": sum(counts.values()), "agreement": n / n_all if n_all else 0.0, "unanimous": len(counts) == 1 and sum(counts.values()) == n_all,
+        roles = role[s:e]
+        top, counts = majority_vote(roles)                 # role names are their own vote keys: `counts` counts the valid ones
+        best, n = counts.most_common(1)[0] if counts else (None, 0)
+        valid = sum(counts.values())
+        rows.append({"game": game[s], "round": rnd[s], "phase": phase[s], "focus": focus[s], "player": player[s], "agents": len(roles),
+                     "valid": valid, "agreement": n / len(roles) if roles else 0.0, "unanimous": len(counts) == 1 and valid == len(roles),
                      "plurality": best, "majority": top, "majority_correct": top is not None and top == gold[s], "gold": gold[s]})
     return pd.DataFrame(rows, columns=cols)
 

@@ -234,7 +234,7 @@ def _grid(t, players, gold):
             if not cells:
                 ps = [r.meta["focus"]] if r.meta.get("focus") and r.phase == "debate" else players
                 cells = {p: {"role": "invalid", "cls": "i"} for p in ps}
-            rows.append({"round": r.index, "phase": r.phase, "focus": r.meta.get("focus") if r.phase == "debate" else None, "agent": tu.agent, "cells": cells,
+            rows.append({"round": r.index, "phase": r.phase, "focus": r.meta.get("focus") if r.phase == "debate" else None, "agent": tu.agent,
                          "cells_html": Markup("".join(_cell_html(cells[p]["role"], cells[p]["cls"]) if p in cells else _cell_html("", "") for p in players))})
     return rows
 
