@@ -91,8 +91,10 @@ def protocol(name: str, tasks=None, limits: dict|None = None):
         docs = {k: v for k, v in docments(fn).items() if k != "return"}
         try: hints = typing.get_type_hints(fn)
         except Exception: hints = {}
+        old = PROTOCOLS.get(name)
         PROTOCOLS[name] = Protocol(name, fn, {p.name: p.default for p in sig}, {p.name: docs.get(p.name) for p in sig}, (inspect.getdoc(fn) or "").split("\n")[0],
                                    {p.name: hints[p.name] for p in sig if p.name in hints}, tuple(tasks) if tasks is not None else None, dict(limits or {}))
+        if old is not None: PROTOCOLS[name].hooks.update(old.hooks)   # defined again (a re-run cell, a reload): its report and logs stay registered
         fn.protocol_name = name
         return fn
     return deco
