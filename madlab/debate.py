@@ -107,22 +107,19 @@ def protocol_hook(name: str, kind: str):
     def deco(fn): get_protocol(name).hooks[kind] = fn; return fn
     return deco
 
-def _load_protocol_modules(name: str|None = None, own_only: bool = False):
-    "Import madlab's protocol modules: for protocol `name` only the ones named after it (`name`, `name_*`) where there are some, else all (none with `own_only`)."
+def _load_protocol_modules(name: str|None = None):
+    "Import madlab's protocol modules: for protocol `name` only the ones named after it (`name`, `name_*`) where there are some, else all."
     import importlib, pkgutil
     import madlab.protocols as P
     mods = [m.name for m in pkgutil.iter_modules(P.__path__)]
     own = [m for m in mods if isinstance(name, str) and (m == name or m.startswith(name + "_"))]
-    for m in own or ([] if own_only else mods): importlib.import_module(f"madlab.protocols.{m}")
-    _COMPLETE.add(name)
-
-_COMPLETE = set()      # protocols whose modules (the protocol's and its reports') are all imported
+    for m in own or mods: importlib.import_module(f"madlab.protocols.{m}")
 
 def get_protocol(name) -> Protocol:
     "The registered protocol called `name` (or the one a decorated function registered)."
     if isinstance(name, Protocol): return name
     if callable(name) and hasattr(name, "protocol_name"): name = name.protocol_name
-    if name not in _COMPLETE: _load_protocol_modules(name, own_only=name in PROTOCOLS)   # its own modules (its report too, when only the protocol was imported)
+    if name not in PROTOCOLS: _load_protocol_modules(name)      # its own modules first (a second of imports saved), then all
     if name not in PROTOCOLS: _load_protocol_modules()
     if name not in PROTOCOLS: raise ValueError(f"unknown protocol {name!r}; choose from {', '.join(sorted(PROTOCOLS))}")
     return PROTOCOLS[name]
