@@ -354,3 +354,6 @@ async def controlmad(d,
                undecided=sum(v is None for v in assignment.values()), order=seq, order_source=source,
                final_agreement=sum(agreement(votes[p]) for p in players) / len(players), invalid_replies=stats["invalid"])
     d.result = res
+
+# %% ../../nbs/10_controlmad.ipynb #ae3fe7de
+import madlab.protocols.controlmad_report     # the report and game-log hooks (that module imports this one: it comes last)
