@@ -538,19 +538,19 @@ def _session():
 
 @patch
 def _wire_for(self: OpenAIBackend):
-    "(loop, url, headers, timeout, client) of this backend on the running loop, worked out once."
+    "(loop, url, headers, timeout) of this backend on the running loop, worked out once."
     loop = asyncio.get_running_loop()
     if self._wire is None or self._wire[0] is not loop:
         import aiohttp
         url = (self.base_url or "https://api.openai.com/v1").rstrip("/") + "/chat/completions"
-        self._wire = (loop, url, _request_headers(self._api_key), aiohttp.ClientTimeout(total=self.timeout), None)
+        self._wire = (loop, url, _request_headers(self._api_key), aiohttp.ClientTimeout(total=self.timeout))
     return self._wire
 
 @patch
 async def _post(self: OpenAIBackend, body: bytes) -> dict:
     "One HTTP attempt: the decoded answer, or the exception the `openai` client raises for the same failure."
     import aiohttp, orjson
-    _, url, headers, timeout, _ = self._wire_for()
+    _, url, headers, timeout = self._wire_for()
     try:
         async with _session().post(url, data=body, headers=headers, timeout=timeout) as resp:
             status, raw = resp.status, await resp.read()

@@ -39,7 +39,7 @@ def serializable(cls):
 _PLAIN = frozenset({str, int, bool, type(None)})   # returned as they are (floats are checked: see `_NONFINITE`)
 _RESERVED, _is_str = frozenset({"__type__", "__tuple__", "__items__"}), str.__instancecheck__
 _NONFINITE = [0]                                    # how many NaN/inf floats `to_jsonable` has met; only grows
-_DATACLASS_INFO: dict = {}                          # class -> (registered name, init field names, `_json_values`, `_compact_json`)
+_DATACLASS_INFO: dict = {}                          # class -> (registered name, init field names, `_json_values`)
 
 def _dataclass_info(cls):
     info = _DATACLASS_INFO.get(cls)
@@ -47,7 +47,7 @@ def _dataclass_info(cls):
         name = f"{cls.__module__}.{cls.__qualname__}"
         if name not in _TYPES: raise TypeError(f"{name} is not @serializable")
         info = _DATACLASS_INFO[cls] = (name, tuple(f.name for f in dataclasses.fields(cls) if f.init),
-                                       getattr(cls, "_json_values", None), getattr(cls, "_compact_json", None))
+                                       getattr(cls, "_json_values", None))
     return info
 
 def to_jsonable(o):
@@ -62,11 +62,10 @@ def to_jsonable(o):
         return {k: v if type(v) in _PLAIN else to_jsonable(v) for k, v in o.items()}
     info = _DATACLASS_INFO.get(t)
     if info is not None or (dataclasses.is_dataclass(o) and not isinstance(o, type)):
-        name, names, values, compact = info or _dataclass_info(t)
+        name, names, values = info or _dataclass_info(t)
         vals = values(o) if values else None      # a class may give other values to store (see `Transcript`)
         d = ({f: v if type(v := vals[f]) in _PLAIN else to_jsonable(v) for f in names} if vals else
              {f: v if type(v := getattr(o, f)) in _PLAIN else to_jsonable(v) for f in names})
-        if compact: d = compact(o, d)             # ... or store its fields more compactly
         return {"__type__": name, **d}
     if isinstance(o, tuple): return {"__tuple__": [to_jsonable(x) for x in o]}
     if isinstance(o, list): return [to_jsonable(x) for x in o]
@@ -364,19 +363,8 @@ def _turns_of(rounds):
         turns = r.get("turns") if isinstance(r, dict) else getattr(r, "turns", None)
         if isinstance(turns, list): yield from turns
 
-def _compact_turns(rounds: list) -> list:
-    "JSON rounds whose turns store only the messages that differ from the same agent's previous turn."
-    prev = {}
-    for tu in _turns_of(rounds):
-        if not isinstance(tu, dict) or not isinstance(tu.get("messages"), list): continue
-        m, p = tu["messages"], prev.get(tu.get("agent"))
-        prev[tu.get("agent")] = m
-        k = _shared_prefix(p, m) if p else 0
-        if k: tu["messages"] = {_FROM_PREVIOUS: k, "new": m[k:]}
-    return rounds
-
 def _expand_turns(rounds) -> None:
-    "Undo `_compact_turns` on `Turn` objects, in place; full message lists (older transcripts) pass unchanged."
+    "Undo `_compact_turn_objects` on `Turn` objects, in place; full message lists (older transcripts) pass unchanged."
     prev = {}
     for i, tu in enumerate(_turns_of(rounds)):
         if not isinstance(tu, Turn): continue
@@ -390,7 +378,7 @@ def _expand_turns(rounds) -> None:
 
 # %% ../nbs/00_core.ipynb #d10f3a71
 def _compact_turn_objects(rounds: list) -> list:
-    "`rounds` with each `Turn`'s messages as in `_compact_turns` (shallow copies); the shared messages are never converted to JSON."
+    "`rounds` (shallow copies) whose turns store only the messages that differ from the same agent's previous turn; the shared messages are never converted to JSON."
     prev, out = {}, []
     for r in rounds:
         turns = getattr(r, "turns", None)

@@ -11,6 +11,7 @@ from markupsafe import Markup
 from pathlib import Path
 import pandas as pd
 from ..core import *
+from ..core import _page
 from ..debate import protocol_hook
 from ..scoring import score_result
 from ..scoring import (KKS_PHASES, kks_players, roles_of, kks_positions, kks_flips, flip_summary, kks_consensus, kks_games,
@@ -238,12 +239,6 @@ def _grid(t, players, gold):
                          "cells_html": Markup("".join(_cell_html(cells[p]["role"], cells[p]["cls"]) if p in cells else _cell_html("", "") for p in players))})
     return rows
 
-@functools.lru_cache(maxsize=4)
-def _log_page(source: str) -> "jinja2.Template":
-    "The log page's template, compiled once per source text (compiling it costs far more than rendering a game)."
-    import jinja2
-    return jinja2.Environment(autoescape=True).from_string(source)
-
 def _with_chips_html(v: dict) -> dict:
     v["chips_html"] = Markup("".join(_chip_html(p, role, c) for p, role, c in v["chips"])); return v
 
@@ -253,7 +248,7 @@ def game_log_html(t: Transcript, path=None) -> str:
     res = {**(t.result or {}), **_scored(t)}
     rounds = [{"index": r.index, "name": r.name, "phase": r.phase, "meta": [(k, v) for k, v in r.meta.items() if k not in ("order",)] + ([("order", " → ".join(r.meta["order"]))] if "order" in r.meta else []),
                "turns": [_with_chips_html(_turn_view(tu, r, players, gold)) for tu in r.turns]} for r in t.rounds]
-    page = _log_page(_LOG_TEMPLATE).render(
+    page = _page(_LOG_TEMPLATE).render(
         t=t, css=_LOG_CSS, title=f"ControlMAD debate {t.meta.get('id', '')}", usage=t.usage, settings=json.dumps(to_jsonable({k: v for k, v in t.settings.items() if k != "prompts"})),
         players=players, gold=gold, res=res, votes=res.get("votes") or {}, majority=res.get("majority") or {}, decision=res.get("assignment") or {},
         supervised=set(res.get("supervised") or []), grid=_grid(t, players, gold), game=getattr(t.item, "prompt", ""), rounds=rounds, cls=_cls)
