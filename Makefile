@@ -42,7 +42,7 @@ test: $(DEV)
 	$(BIN)/python tools/check_export.py
 	$(BIN)/python tools/readme.py --check
 	$(BIN)/nbdev-test --n-workers 2
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q --durations=15 tests
 
 export: $(DEV)
 	$(BIN)/nbdev-export && $(BIN)/nbdev-clean && $(BIN)/python tools/readme.py

@@ -17,7 +17,7 @@ __all__ = ['PERSONAS', 'RESPONDERS', 'MALFORMED_REPLIES', 'ADAPTIVE_START', 'PRE
            'ENDPOINT_OPTIONS', 'HF_OPTIONS', 'BackendError', 'ReplayMiss', 'Ask', 'Backend', 'Persona',
            'synthetic_responder', 'synthetic_rng', 'believes_gold', 'conform', 'synthetic_confidence',
            'SyntheticBackend', 'synthetic_backend', 'EndpointLimit', 'EndpointDown', 'CircuitBreaker', 'OpenAIBackend',
-           'HFBackend', 'default_cache_dir', 'CachedBackend', 'ReplayBackend', 'get_backend']
+           'HFBackend', 'CachedBackend', 'ReplayBackend', 'get_backend']
 
 # %% ../nbs/01_backends.ipynb #03b54978
 class BackendError(Exception):
@@ -534,7 +534,28 @@ def _session():
     if s is None or s.closed:
         import aiohttp
         s = OpenAIBackend._sessions[loop] = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+        _close_with_loop(loop)
     return s
+
+_closers = weakref.WeakKeyDictionary()          # event loop -> the async generator that closes its session when the loop shuts down
+
+async def _closer(loop, sessions, clients):
+    "Parked at its `yield` until the loop finalises it (`asyncio.run` does, in `shutdown_asyncgens`): then closes the loop's session and clients."
+    try: yield
+    finally:
+        try:                                     # (it may also be finalised late, at interpreter exit: never a traceback from here)
+            for c in clients.pop(loop, {}).values(): await c.close()
+            s = sessions.pop(loop, None)
+            if s is not None and not s.closed: await s.close()
+        except Exception: pass
+
+def _close_with_loop(loop):
+    "Tie the session to `loop`: a script's own `asyncio.run(...)` ends with it closed (no 'Unclosed client session' at exit)."
+    if loop in _closers: return
+    g = _closers[loop] = _closer(loop, OpenAIBackend._sessions, OpenAIBackend._clients)
+    step = g.__anext__()                         # the first step registers it with the running loop's async generators
+    try: step.send(None)
+    except StopIteration: pass
 
 @patch
 def _wire_for(self: OpenAIBackend):
@@ -769,9 +790,7 @@ class HFBackend(Backend):
 import functools, logging
 _cache_log = logging.getLogger("madlab.cache")
 
-def default_cache_dir() -> str:
-    "`$MADLAB_CACHE`, else `~/.cache/madlab/responses`."
-    return os.environ.get("MADLAB_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "madlab", "responses")
+
 
 class _UntrustedEntry(Exception): "A cache row madlab did not write; it is never decoded."
 

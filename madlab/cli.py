@@ -118,7 +118,7 @@ def _market_items(data, size):
         import madlab
         data = Path(madlab.__file__).resolve().parent / "data" / "market" / "sample.jsonl"
     try: return load_market(data)
-    except (ValueError, OSError) as e: raise _bad_data(f"not a JSONL file of market news records ({e})") from None
+    except (ValueError, OSError) as e: raise _bad_data(f"not a JSONL file or JSON array of market news records ({e})") from None
 
 def _tasks():
     from madlab import tasks as T

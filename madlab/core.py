@@ -16,7 +16,7 @@ import orjson
 __all__ = ['ROLES', 'REDACTED', 'OptionError', 'serializable', 'to_jsonable', 'from_jsonable', 'Message', 'ChatHistory', 'Usage',
            'Completion', 'Answer', 'answer_valid', 'answer_key', 'answer_summary', 'answer_view', 'Turn', 'Round',
            'Item', 'register_secret', 'scrub_secrets', 'write_atomic', 'write_parquet', 'Transcript', 'json_objects',
-           'extract_json', 'runtime_loop', 'run_sync', 'run_async', 'stable_hash', 'new_id']
+           'extract_json', 'runtime_loop', 'run_sync', 'run_async', 'stable_hash', 'new_id', 'default_cache_dir']
 
 # %% ../nbs/00_core.ipynb #84f5c85e
 class OptionError(ValueError):
@@ -609,3 +609,8 @@ def stable_hash(*parts) -> str:
     return hashlib.sha256(json.dumps(to_jsonable(list(parts)), sort_keys=True, ensure_ascii=False).encode("utf-8", "surrogatepass")).hexdigest()
 
 def new_id() -> str: return uuid.uuid4().hex[:12]
+
+# %% ../nbs/00_core.ipynb #a5d5cd4d
+def default_cache_dir() -> str:
+    "`$MADLAB_CACHE`, else `~/.cache/madlab/responses`."
+    return os.environ.get("MADLAB_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "madlab", "responses")

@@ -66,7 +66,9 @@ class Protocol:
         bad = [k for k in opts if k not in self.options]
         if bad: raise OptionError(bad[0], f"unknown option for protocol {self.name!r}; valid options: {', '.join(self.options) or '(none)'}")
         for k, v in opts.items(): self.check_option(k, v)
-        return {**self.options, **opts}
+        settings = {**self.options, **opts}
+        if "check" in self.hooks: self.hooks["check"](settings)     # the protocol's own checks (a rule name, a hook to import), before any call
+        return settings
 
     def check_item(self, item):
         "Raise `ValueError` unless the protocol runs on `item`'s task."
@@ -95,17 +97,23 @@ def protocol(name: str, tasks=None, limits: dict|None = None):
         PROTOCOLS[name] = Protocol(name, fn, {p.name: p.default for p in sig}, {p.name: docs.get(p.name) for p in sig}, (inspect.getdoc(fn) or "").split("\n")[0],
                                    {p.name: hints[p.name] for p in sig if p.name in hints}, tuple(tasks) if tasks is not None else None, dict(limits or {}))
         if old is not None: PROTOCOLS[name].hooks.update(old.hooks)   # defined again (a re-run cell, a reload): its report and logs stay registered
+        PROTOCOLS[name].hooks.update(_PENDING_HOOKS.pop(name, {}))   # hooks registered before the protocol was
         fn.protocol_name = name
         return fn
     return deco
 
-HOOKS = ("team", "report", "log_html", "log_text", "row")
+HOOKS = ("team", "report", "log_html", "log_text", "row", "check")
 
 def protocol_hook(name: str, kind: str):
-    "Register a function as protocol `name`'s `kind` hook: `team` (its default team), `report`, `log_html`, `log_text` or `row` (see `run`)."
+    "Register a function as protocol `name`'s `kind` hook: `team` (its default team), `report`, `log_html`, `log_text`, `row` (see `run`) or `check` (called with the settings by `validate`: raise `OptionError` before any call)."
     if kind not in HOOKS: raise ValueError(f"hook kind must be one of {', '.join(HOOKS)}; got {kind!r}")
-    def deco(fn): get_protocol(name).hooks[kind] = fn; return fn
+    def deco(fn):
+        if name in PROTOCOLS: PROTOCOLS[name].hooks[kind] = fn
+        else: _PENDING_HOOKS.setdefault(name, {})[kind] = fn     # a report module imported before its protocol: attached when it registers
+        return fn
     return deco
+
+_PENDING_HOOKS: dict[str, dict] = {}
 
 def _load_protocol_modules(name: str|None = None):
     "Import madlab's protocol modules: for protocol `name` only the ones named after it (`name`, `name_*`) where there are some, else all."

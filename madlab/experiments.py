@@ -135,13 +135,25 @@ def _gather(out: Path, combos: list, names: list, infos: dict) -> pd.DataFrame:
 
 _CONNECT_TIMEOUT = 5   # seconds to reach a Dask scheduler before giving up
 
+def _check_reachable(scheduler, timeout: float):
+    "A `tcp://host:port` scheduler that refuses a plain connection is an `OptionError` before a Dask client (and its IO thread) is built."
+    import socket
+    from urllib.parse import urlsplit
+    from madlab.core import OptionError
+    u = urlsplit(scheduler) if isinstance(scheduler, str) and scheduler.startswith("tcp://") else None
+    if u is None or u.hostname is None or u.port is None: return
+    try: socket.create_connection((u.hostname, u.port), timeout=timeout).close()
+    except OSError as e: raise OptionError("scheduler", f"cannot reach the Dask scheduler at {scheduler}: {e.strerror or e}") from None
+
 def _client(scheduler, timeout: float|None = None):
     "(client, whether we own it): `scheduler` when it is a `Client`, else a new one connected to it; an unreachable scheduler is an `OptionError`."
     from madlab.core import OptionError
     try: from distributed import Client
     except ImportError: raise OptionError("scheduler", "running on a Dask scheduler needs the `distributed` package") from None
     if isinstance(scheduler, Client): return scheduler, False
-    try: return Client(scheduler, timeout=_CONNECT_TIMEOUT if timeout is None else timeout), True
+    timeout = _CONNECT_TIMEOUT if timeout is None else timeout
+    _check_reachable(scheduler, timeout)
+    try: return Client(scheduler, timeout=timeout), True
     except Exception as e: raise OptionError("scheduler", f"cannot reach the Dask scheduler at {scheduler}: {e}") from None
 
 def sweep(notebook, params: dict, out="runs", workers: int = 2, scheduler=None, kernel: str|None = None,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json, os, shutil, subprocess, sys, tempfile, zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from .backends import default_cache_dir
+from .core import default_cache_dir
 
 # %% auto #0
 __all__ = ['MODELS', 'ModelSource', 'models_dir', 'model_path', 'get_model', 'resolve_model']

@@ -430,7 +430,10 @@ def rescore(out, lock_timeout: float = 0) -> RunResult:
     folder = RunFolder(out)
     if not folder.path.is_dir(): raise OptionError("out", f"{folder.path} is not a folder")
     cfg = folder.read_config()
-    if cfg is None: raise ValueError(f"{folder.path} holds no config.json: not a madlab run folder")
+    if cfg is None:
+        runs = sorted(p.parent.name for p in folder.path.glob("*/config.json"))[:5]
+        hint = f"; runs under it: {', '.join(runs)}" if runs else "; give the folder `madlab run` wrote (OUT/<run name>)"
+        raise OptionError("out", f"{folder.path} holds no config.json: not a madlab run folder{hint}")
     proto = get_protocol(cfg.get("protocol"))
     lock = folder.lock(lock_timeout)
     try:

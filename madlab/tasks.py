@@ -13,9 +13,9 @@ from typing import Any
 from .core import Item, serializable
 
 # %% auto #0
-__all__ = ['SAFETY_DECISIONS', 'MARKET_QUESTION', 'extract_number', 'numbers_match', 'gsm8k_gold', 'load_gsm8k', 'load_xstest',
-           'MarketRecord', 'load_market_news', 'market_item', 'load_market', 'load_mmlu', 'parse_choice',
-           'pairwise_prompt', 'load_pairwise', 'load_scenarios']
+__all__ = ['SAFETY_DECISIONS', 'RELIABILITY_LABELS', 'MARKET_QUESTION', 'extract_number', 'numbers_match', 'gsm8k_gold',
+           'load_gsm8k', 'load_xstest', 'MarketRecord', 'load_market_news', 'market_item', 'load_market', 'load_mmlu',
+           'parse_choice', 'pairwise_prompt', 'load_pairwise', 'load_scenarios']
 
 # %% ../nbs/04_tasks.ipynb #4b49f779
 _FRAC_RE = r"(?<![\w./])[-\u2212]?\d+\s*/\s*\d+(?![\w/]|\.\d)"   # 3/4, -1/2 (not dates such as 12/25/2020)
@@ -29,7 +29,12 @@ def _to_number(s):
     if not math.isfinite(v): return None
     return int(v) if v.is_integer() and abs(v) < 2**53 else round(v, 9)
 
-def _numbers(s): return [v for v in (_to_number(m.group(0)) for m in _NUM_RE.finditer(s)) if v is not None]
+# where a number is expected (inside \boxed{}, after "answer is"), '118 000' and '1 234 567' (space, no-break or thin space) are one number
+_SPACED_RE = re.compile(r"(?<![\w.])[-\u2212]?\s?\$?\s?\d{1,3}(?:[ \u00a0\u2009\u202f]\d{3})+(?:\.\d+)?(?![\d,]|[ \u00a0\u2009\u202f]?\d)|" + _NUM_RE.pattern)
+
+def _numbers(s, spaced=False):
+    "Every number in `s`; `spaced`: thousands grouped by spaces count as one number (never in prose, where '3 4' is two)."
+    return [v for v in (_to_number(m.group(0)) for m in (_SPACED_RE if spaced else _NUM_RE).finditer(s)) if v is not None]
 
 def _boxed(text):
     "Contents of every \\boxed{...} (nested braces allowed)."
@@ -61,13 +66,13 @@ def extract_number(text):
     for b in reversed(_boxed(text)):
         v = _frac(b)
         if v is not None: return v
-        ns = _numbers(_untex(b))
+        ns = _numbers(_untex(b), spaced=True)
         if ns: return ns[-1]
     for pat in (r"####", r"\banswer\s*(?:is|:|=)", r"\bfinal answer\b", r"\bthe answer\b"):
         ms = list(re.finditer(pat, text, re.I))
         if ms:
             tail = text[ms[-1].end():]
-            m = _NUM_RE.search(tail.split("\n\n")[0][:80])
+            m = _SPACED_RE.search(tail.split("\n\n")[0][:80])
             if m: return _to_number(m.group(0))
     ns = _numbers(text)
     return ns[-1] if ns else None
@@ -178,19 +183,42 @@ class MarketRecord:
         d = self.data if isinstance(self.data, str) else json.dumps(self.data, ensure_ascii=False)
         return f"[{self.date}] {self.source} (reliability {self.reliability:g}): {d}"
 
-def _market_record(d, where):
+# reliability written as a label (as the cluster debate's seed writes it): the number each label stands for; override per call
+RELIABILITY_LABELS = {"very low": 0.1, "low": 0.3, "medium": 0.5, "high": 0.8, "very high": 0.95, "official": 1.0}
+_ISO_DATE = r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+\-]\d{2}:?\d{2})?)?"   # 2025-03-14, 2025-06-06T17:00Z, ...+02:00
+
+def _reliability(r, where, labels):
+    if isinstance(r, str) and r.strip().lower() in labels: return float(labels[r.strip().lower()])
+    if isinstance(r, bool) or not isinstance(r, (int, float)) or not 0 <= r <= 1:
+        raise ValueError(f"{where}: field reliability: expected a number in 0..1 or a label ({', '.join(labels)}), got {r!r}")
+    return float(r)
+
+def _market_record(d, where, labels=RELIABILITY_LABELS):
     for k in ("source", "date", "reliability", "data"):
         if k not in d: raise ValueError(f"{where}: field {k}: missing")
     if not isinstance(d["source"], str): raise ValueError(f"{where}: field source: expected a string")
-    if not isinstance(d["date"], str) or not re.fullmatch(r"\d{4}-\d{2}-\d{2}(?:[T ][\d:.+\-Z]*)?", d["date"]):
-        raise ValueError(f"{where}: field date: expected an ISO date, got {d['date']!r}")
-    r = d["reliability"]
-    if isinstance(r, bool) or not isinstance(r, (int, float)) or not 0 <= r <= 1: raise ValueError(f"{where}: field reliability: expected a number in 0..1, got {r!r}")
-    return MarketRecord(d["source"], d["date"], float(r), d["data"])
+    if not isinstance(d["date"], str) or not re.fullmatch(_ISO_DATE, d["date"].strip()):
+        raise ValueError(f"{where}: field date: expected an ISO date or datetime (2025-03-14, 2025-06-06T17:00Z), got {d['date']!r}")
+    return MarketRecord(d["source"], d["date"].strip(), _reliability(d["reliability"], where, labels), d["data"])
 
-def load_market_news(path) -> list[MarketRecord]:
-    "Market news records from a JSONL file (one `{source, date, reliability, data}` object a line)."
-    return [_market_record(d, f"{path}:{ln}") for ln, d in _read_jsonl(path)]
+def _json_records(path):
+    "(where, record) of a JSON array of objects, or of a JSONL file (one object a line)."
+    path = Path(path)
+    with open(path, "rb") as fh: head = fh.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")
+    if not head.startswith(b"["): return ((f"{path}:{ln}", d) for ln, d in _read_jsonl(path))
+    try: text = path.read_text("utf-8-sig")
+    except UnicodeDecodeError as e: raise ValueError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start + 1})") from None
+    try: arr = json.loads(text)
+    except json.JSONDecodeError as e: raise ValueError(f"{path}:{e.lineno}: malformed JSON ({e.msg} at column {e.colno})") from None
+    except (RecursionError, ValueError): return ((f"{path}:{ln}", d) for ln, d in _read_jsonl(path))   # the line reader names the line
+    bad = next((i for i, d in enumerate(arr) if not isinstance(d, dict)), None) if isinstance(arr, list) else 0
+    if bad is not None: raise ValueError(f"{path}: record {bad}: a record must be a JSON object")
+    return ((f"{path}: record {i}", d) for i, d in enumerate(arr))
+
+def load_market_news(path, reliability_labels: dict|None = None) -> list[MarketRecord]:
+    "Market news records `{source, date, reliability, data}` from a JSONL file or a JSON array; `reliability_labels` adds to or overrides `RELIABILITY_LABELS`."
+    labels = {**RELIABILITY_LABELS, **{str(k).lower(): v for k, v in (reliability_labels or {}).items()}}
+    return [_market_record(d, where, labels) for where, d in _json_records(path)]
 
 MARKET_QUESTION = "Given these news records, should a trader Buy, Short or Wait on the stock over the next week?"
 
@@ -198,9 +226,9 @@ def market_item(records, question: str = MARKET_QUESTION, id: str = "market-0", 
     "A market debate item: `question` over `records` (kept in `data`; gold usually unknown)."
     return Item(id, "market", question, gold, data=list(records), meta={"n_records": len(records)})
 
-def load_market(path, question: str = MARKET_QUESTION) -> list[Item]:
-    "One market item holding every record of the JSONL file `path`."
-    return [market_item(load_market_news(path), question, id=f"market-{Path(path).stem}")]
+def load_market(path, question: str = MARKET_QUESTION, reliability_labels: dict|None = None) -> list[Item]:
+    "One market item holding every record of the JSONL or JSON-array file `path`."
+    return [market_item(load_market_news(path, reliability_labels), question, id=f"market-{Path(path).stem}")]
 
 # %% ../nbs/04_tasks.ipynb #423fce0d
 def _mmlu_files(path, split):

@@ -320,6 +320,7 @@ class DebateStepper(W.VBox):
         self.w_fround = W.Dropdown(description="round", layout=W.Layout(width="320px")); self.w_fround.add_class("madlab-fork-round")
         self.w_fturn = W.Dropdown(description="message", layout=W.Layout(width="320px")); self.w_fturn.add_class("madlab-fork-agent")
         self.w_ftext = W.Textarea(placeholder="the edited message", layout=W.Layout(width="95%", height="90px")); self.w_ftext.add_class("madlab-fork-text")
+        self.w_fwhat = _html("madlab-fork-what")         # which message the editor holds, set after its text
         self.b_fork = _button("Fork", "madlab-fork", "replay up to this round with the edited message and continue as a new branch", "code-fork")
         self.b_back.on_click(lambda _: self.back()); self.b_fwd.on_click(lambda _: self.forward())
         self.b_step.on_click(lambda _: self._schedule(self.astep()))
@@ -331,7 +332,7 @@ class DebateStepper(W.VBox):
         self.w_fturn.observe(lambda ch: self._fill_text(), "value")
         bar = W.HBox([self.b_back, self.b_step, self.b_fwd, self.b_run, self.b_export, self.w_branch, self.w_busy])
         fork = W.VBox([W.HTML("<b>Fork</b>: pick a round and a message, edit it, continue a new branch"), W.HBox([self.w_fround, self.w_fturn]),
-                       self.w_ftext, W.HBox([self.b_fork, self.w_fhelp])])
+                       self.w_fwhat, self.w_ftext, W.HBox([self.b_fork, self.w_fhelp])])
         fork.add_class("madlab-forkbox")
         super().__init__([self.w_item, bar, self.w_header, self.w_error, self.w_note, self.w_grid, self.w_cons, self.w_usage, self.w_cols, fork, self.w_compare])
         self.add_class("madlab-stepper")
@@ -392,10 +393,12 @@ def _refresh(self: DebateStepper):
     self.b_fork.disabled = self.busy or not rounds or not can_fork
     specs = ", ".join(sorted({str(a.get("spec")) for a in b.transcript.team})) if b.transcript is not None else ""
     self.w_fhelp.value = "" if can_fork else f"<small style='color:#555'>{_FORK_HELP.format(specs=_E(specs))}</small>"
-    self.w_header.value = _header_html(rounds, pos, b.status, b.name, b.result, b.done)
     err = b.error or (b.src.meta.get("error") if b.status in ("failed", "stopped") else None)
     self.w_error.value = f"<div class='madlab-error-text' style='color:#b00'>error: {_E(str(err))}</div>" if err else ""
     self.w_note.value = f"<div class='madlab-note-text' style='color:#7a4d00'>{_E(b.note)}</div>" if b.note else ""
+    # the header last: a view that waits on the header finds the note and the error of the same state already there
+    status = "paused" if b.status == "running" and not self.busy else b.status
+    self.w_header.value = _header_html(rounds, pos, status, b.name, b.result, b.done)
     if pos >= 0:
         p, cons, team = positions(rounds, pos + 1, b.src.item), consensus(rounds, pos + 1, b.src.item), None
         cap = f"positions after round {pos + 1} ({rounds[pos].name}); outlined: changed in this round"
@@ -426,9 +429,13 @@ def _fill_text(self: DebateStepper):
     rounds, k, i = self.branch.rounds, self.w_fround.value, self.w_fturn.value
     if k is None or i is None or not 1 <= k <= len(rounds) or not 0 <= i < len(rounds[k - 1].turns): return
     key = (self.current, k, i)
+    t = rounds[k - 1].turns[i]
     if getattr(self, "_text_for", None) != key:
         self._text_for = key
-        self.w_ftext.value = rounds[k - 1].turns[i].reply or ""
+        self.w_ftext.value = t.reply or ""
+    who = t.agent + (f" on {t.focus}" if t.focus is not None else "")
+    self.w_fwhat.value = (f"<small class='madlab-fork-what-text' data-branch='{_E(self.current)}' data-round='{k}' data-turn='{i}' style='color:#555'>"
+                          f"editing {_E(who)}'s message of round {k} on branch {_E(self.current)}</small>")
 
 @patch
 def _set_busy(self: DebateStepper, label):
@@ -532,8 +539,8 @@ async def _busy(self: DebateStepper, label, coro):
         raise
     finally:
         self.busy = False
+        self._refresh()           # the note and header of the new state first, then the indicator clears
         self._set_busy(None)
-        self._refresh()
 
 @patch
 def _sync(self: DebateStepper, coro): return run_sync(coro)    # on madlab's runtime loop; the widgets update from there

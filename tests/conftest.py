@@ -120,3 +120,47 @@ def serve_folder(model_dir: str, home: Path):
 def served(tiny_model_dir, tmp_path_factory):
     "`transformers serve` of the tiny random Llama; yields (base_url, model name)."
     with serve_folder(tiny_model_dir, tmp_path_factory.mktemp("hf-home")) as s: yield s
+
+
+# ---- every test stops what it starts ---------------------------------------------------------------------------
+# Threads that outlive a test by design: madlab's one runtime loop (and the default executor of that loop), the hf
+# backend's generate worker (one per loaded model), tqdm's monitor, and the pools of libraries that keep one for the
+# process (Dask's offload pool, multiprocessing's resource tracker). Anything else a test leaves running (a server thread, an event loop, a child process) fails that test.
+_LASTING_THREADS = ("madlab-runtime", "madlab-hf", "asyncio_", "TMonitor", "tqdm_monitor", "Dask-Offload", "IPythonHistorySavingThread")
+
+# helper processes that multiprocessing starts once and keeps for the interpreter's life
+_LASTING_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
+
+def _threads():
+    import threading
+    return {t.ident: t.name for t in threading.enumerate() if t.is_alive()}
+
+def _children():
+    import psutil
+    out = {}
+    for p in psutil.Process().children(recursive=True):
+        try:
+            cmd = " ".join(p.cmdline())
+            if p.status() == psutil.STATUS_ZOMBIE or any(h in cmd for h in _LASTING_HELPERS): continue
+            out[p.pid] = cmd[:200]
+        except psutil.Error: pass
+    return out
+
+def _left_behind(threads0, children0):
+    threads = {i: n for i, n in _threads().items() if i not in threads0 and not n.startswith(_LASTING_THREADS)}
+    children = {p: c for p, c in _children().items() if p not in children0}
+    return threads, children
+
+@pytest.fixture(autouse=True)
+def stops_what_it_starts(request):
+    "Fail a test that leaves a thread or a child process behind (waiting up to 10 s for them to end on their own)."
+    threads0, children0 = _threads(), _children()
+    yield
+    deadline = time.time() + 10
+    while True:
+        threads, children = _left_behind(threads0, children0)
+        if not threads and not children: return
+        if time.time() > deadline: break
+        time.sleep(0.1)
+    pytest.fail(f"{request.node.nodeid} left running: threads {sorted(threads.values())}, child processes {sorted(children.values())}",
+                pytrace=False)

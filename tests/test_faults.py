@@ -231,3 +231,20 @@ def test_dropped_backends_do_not_stall_the_others(fake_server):
         assert not [e for e in out if isinstance(e, Exception)], [e for e in out if isinstance(e, Exception)][:3]
         assert k == 0 or dt < 6, dt
         del b; gc.collect()
+
+def test_a_scripts_own_event_loop_ends_with_its_session_closed(fake_server, tmp_path):
+    "A backend called from a script's own `asyncio.run(...)`: the answer comes, and the interpreter exits with no unclosed-session noise."
+    import subprocess, sys
+    from pathlib import Path
+    srv = fake_server(reply="The answer is 42.")
+    script = tmp_path / "script.py"
+    script.write_text("import asyncio\nfrom madlab.backends import get_backend\n"
+                      f"b = get_backend('openai:fake-model', base_url={srv.url!r}, api_key='sk-test', max_retries=0)\n"
+                      "async def main(): return [(await b.complete([{'role': 'user', 'content': 'hi'}])).text for _ in range(2)]\n"
+                      "print(asyncio.run(main())); print(asyncio.run(main()))\n")
+    root = str(Path(__file__).resolve().parents[1])
+    p = subprocess.run([sys.executable, "-X", "dev", str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                       env={**__import__("os").environ, "PYTHONPATH": root})
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.count("['The answer is 42.', 'The answer is 42.']") == 2, p.stdout
+    assert "Unclosed" not in p.stderr and "connector" not in p.stderr, p.stderr

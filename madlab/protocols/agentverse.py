@@ -709,6 +709,12 @@ async def agentverse(d,
         passes.append((swapped, dict(env.latest)))
     d.result = _decide(cfg, passes, cfg.names)
 
+# %% ../../nbs/14_agentverse.ipynb #316e6e04
+@protocol_hook("agentverse", "check")
+def _check_agentverse(settings: dict):
+    "Build the config with the options applied once, so a bad option fails before any debate starts."
+    resolve_config(settings.get("config"), None, **{k: v for k, v in settings.items() if k != "config"})
+
 # %% ../../nbs/14_agentverse.ipynb #cace110c
 _HTML = """<!doctype html><html><head><meta charset="utf-8"><title>{{ title }}</title>
 <meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'">

@@ -395,6 +395,10 @@ async def cluster(d,
                 "uncategorised": len(d.rounds[0].meta.get("uncategorised", [])) if d.rounds else 0,
                 "agents": {k: sum(v == k for v in st.kind.values()) for k in ("leaf", "static", "head", "final")}, "tree": st.tree}
 
+# %% ../../nbs/15_cluster.ipynb #e6fd8731
+@protocol_hook("cluster", "check")
+def _check_cluster(settings: dict): _options(settings.get("util"), settings.get("prompts"))
+
 # %% ../../nbs/15_cluster.ipynb #be93efa8
 def _fields_of(a):
     if a is None: return None, None

@@ -356,4 +356,4 @@ async def controlmad(d,
     d.result = res
 
 # %% ../../nbs/10_controlmad.ipynb #ae3fe7de
-import madlab.protocols.controlmad_report     # the report and game-log hooks (that module imports this one: it comes last)
+import madlab.protocols.controlmad_report     # the report and game-log hooks: importing the protocol brings its report

@@ -1,0 +1,47 @@
+"""The layering of ../DESIGN.md holds with no exceptions: no madlab module imports, at module level, one that imports it back
+(directly or through others). Imports inside functions (lazy, for heavy or optional parts) are not module-level imports."""
+from __future__ import annotations
+import ast
+from pathlib import Path
+
+PKG = Path(__file__).resolve().parents[1] / "madlab"
+
+def _module(path: Path) -> str:
+    return ".".join(("madlab",) + path.relative_to(PKG).with_suffix("").parts).removesuffix(".__init__")
+
+def _top_level_imports(path: Path, me: str) -> set[str]:
+    "madlab modules `path` imports at module level (statements outside any function or class body)."
+    out, pkg = set(), me.rsplit(".", 1)[0] if not path.name == "__init__.py" else me
+    def visit(body):
+        for node in body:
+            if isinstance(node, ast.Import): out.update(a.name for a in node.names if a.name.startswith("madlab"))
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = pkg.split(".")[: len(pkg.split(".")) - (node.level - 1)]
+                    base = ".".join(parts + ([base] if base else []))
+                if base.startswith("madlab"):
+                    out.add(base)
+                    out.update(f"{base}.{a.name}" for a in node.names)   # `from . import x` may name a module
+            elif isinstance(node, (ast.If, ast.Try)):
+                visit(node.body); visit(getattr(node, "orelse", []))
+                for h in getattr(node, "handlers", []): visit(h.body)
+    visit(ast.parse(path.read_text()).body)
+    return out
+
+def test_no_module_level_import_cycles():
+    mods = {_module(p): p for p in PKG.rglob("*.py") if p.name != "_modidx.py"}
+    graph = {m: {d for d in _top_level_imports(p, m) if d in mods and d != m and d != "madlab"} for m, p in mods.items()}
+    cycles, state = [], {}
+    def dfs(m, stack):
+        state[m] = 1; stack.append(m)
+        for d in sorted(graph[m]):
+            if state.get(d) == 1: cycles.append(stack[stack.index(d):] + [d])
+            elif d not in state: dfs(d, stack)
+        stack.pop(); state[m] = 2
+    for m in sorted(graph):
+        if m not in state: dfs(m, [])
+    assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
+
+def test_core_imports_nothing_of_madlab():
+    assert not {d for d in _top_level_imports(PKG / "core.py", "madlab.core") if d != "madlab"}
