@@ -242,3 +242,64 @@ def test_stepper_round_in_flight_does_not_block_kernel(tmp_path):
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)
+
+
+def test_run_browser_in_jupyterlab(tmp_path):
+    """Two finished runs under a folder, browsed in JupyterLab: the list shows both with their accuracy, picking one shows its
+    table, the `wrong` filter keeps the wrong rows, and picking a row opens its debate in the stepper, which steps."""
+    _need_browser()
+    from playwright.sync_api import sync_playwright
+    import madlab.protocols.baselines  # noqa: F401
+    from madlab.run import run_experiment
+    from madlab.runs import open_run
+    from madlab.scoring import toy_arith_items
+    root = tmp_path / "lab"; root.mkdir()
+    run_experiment("du", toy_arith_items(6, seed=5), rounds=1, out=root / "runs" / "du_run", cache=False, progress=False)
+    run_experiment("single", toy_arith_items(6, seed=5), out=root / "runs" / "single_run", cache=False, progress=False)
+    wrong = int((~open_run(root / "runs" / "du_run").df.correct.astype(bool)).sum())
+    nb = {"cells": [{"cell_type": "code", "execution_count": None, "id": "browse", "metadata": {}, "outputs": [],
+                     "source": "from madlab.runs import RunBrowser\nRunBrowser('runs')"}],
+          "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}}, "nbformat": 4, "nbformat_minor": 5}
+    (root / "browse.ipynb").write_text(json.dumps(nb))
+    ARTIFACTS.mkdir(exist_ok=True)
+    with jupyter_lab(root, tmp_path / "home") as (base, token), sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        errors = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        try:
+            page.goto(f"{base}/lab/tree/browse.ipynb?token={token}", wait_until="domcontentloaded", timeout=60_000)
+            page.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=60_000)
+            _wait(lambda: page.evaluate("() => { const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;"
+                                        " return !!(w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel"
+                                        " && w.sessionContext.session.kernel.status === 'idle'); }"), 60, "an idle kernel")
+            page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
+            rb = page.locator(".madlab-run-browser").first
+            rb.wait_for(state="visible", timeout=60_000)
+            runs = rb.locator(".madlab-runs select option")
+            _wait(lambda: runs.count() == 2, 30, "both runs in the list")
+            labels = [l.replace("\xa0", " ") for l in runs.all_inner_texts()]        # a select shows its spaces as no-break spaces
+            assert any("· du ·" in l and "accuracy" in l for l in labels) and any("· single ·" in l for l in labels), labels
+            du = [i for i, l in enumerate(labels) if "du_run" in l][0]
+            rb.locator(".madlab-runs select").select_option(index=du)
+            table, items = rb.locator(".madlab-run-table"), rb.locator(".madlab-run-items select option")
+            _wait(lambda: "6 of 6 rows" in table.inner_text() and items.count() == 6 and "du_run" in rb.locator(".madlab-run-info").inner_text(),
+                  30, "the du run's table and rows")
+            rb.locator(".madlab-run-filter button:has-text('wrong')").click()
+            _wait(lambda: f"{wrong} of 6 rows (wrong)" in table.inner_text() and items.count() == wrong, 30, "the wrong rows only")
+            rb.locator(".madlab-run-filter button:has-text('all')").click()
+            _wait(lambda: items.count() == 6, 30, "every row again")
+            rb.locator(".madlab-run-items select").select_option(index=0)
+            stepper = rb.locator(".madlab-stepper")
+            stepper.wait_for(state="visible", timeout=30_000)
+            header = stepper.locator(".madlab-header")
+            _wait(lambda: "not started" in header.inner_text(), 30, "the debate's stepper, before its first round")
+            stepper.locator("button.madlab-step").click()
+            _wait(lambda: "Round 1 of 2" in header.inner_text(), 30, "the first recorded round")
+            rb.screenshot(path=str(ARTIFACTS / "run-browser.png"))
+            assert not errors, errors
+        except Exception:
+            page.screenshot(path=str(ARTIFACTS / "run-browser-failure.png"))
+            raise
+        finally:
+            browser.close()
