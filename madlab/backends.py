@@ -50,6 +50,7 @@ class Backend:
     @property
     def identity(self) -> str: "What the cache keys on: the spec, plus the endpoint where there is one."; return self.spec
     async def aclose(self): pass
+    def health(self) -> dict|None: "How its endpoint fared (outages, calls that waited), for a run summary; None without an endpoint."; return None
     def __repr__(self): return f"{type(self).__name__}({self.spec!r})"
 
 # %% ../nbs/01_backends.ipynb #adf00d8e
@@ -303,38 +304,86 @@ def connection_failed(self: EndpointLimit, epoch: int, burst: int = 3, window: f
 
 # %% ../nbs/01_backends.ipynb #d0b624f7
 class EndpointDown(BackendError):
-    "The endpoint's circuit breaker is open: calls to it fail fast."
+    "The endpoint has answered nothing for its `give_up_after` seconds: calls to it fail."
 
 class CircuitBreaker:
-    "Opens after `after` consecutive connection failures or timeouts to one endpoint; lets one probe through every `cooldown` seconds."
-    def __init__(self, endpoint: str, after: int = 5, cooldown: float = 30.0):
-        self.endpoint, self.after, self.cooldown = endpoint, after, cooldown
-        self.failures, self.opened_at, self.reason, self._probing = 0, None, None, False
+    "Whether one endpoint is up, judged on a window of attempts: open, calls wait for a probe; silent for `give_up_after` s, they fail."
+    def __init__(self, endpoint: str, after: int = 5, cooldown: float = 30.0, give_up_after: float = 300.0,
+                 window: float = 10.0, rate: float = 0.5, silence: float = 10.0):
+        self.endpoint, self.after, self.cooldown, self.give_up_after = endpoint, after, cooldown, give_up_after
+        self.window, self.rate, self.silence = window, rate, silence
+        self._recent = collections.deque()          # (time, failed) of the attempts of the last `window` seconds
+        self.last_answer = time.monotonic()         # or when the breaker began: silence is counted from here
+        self.failing_since = None                   # the first failure since the last answer
+        self.opened_at = self.reason = None
+        self.backoff, self.next_probe, self._probing, self._changed = 1.0, 0.0, False, None
+        self.outage_seconds, self.outages, self.calls_waited, self.gave_up = 0.0, 0, 0, False
 
     @property
     def open(self) -> bool: return self.opened_at is not None
-    def __repr__(self): return f"CircuitBreaker({self.endpoint!r}, {'open' if self.open else 'closed'}, failures={self.failures})"
+    def __repr__(self): return f"CircuitBreaker({self.endpoint!r}, {'open' if self.open else 'closed'}, outages={self.outages}, waited={self.calls_waited})"
 
-    def check(self) -> bool:
-        "Raise `EndpointDown` while open, except for one probe per cooldown (then True: this call is the probe)."
-        if self.opened_at is None: return False
-        if not self._probing and time.monotonic() - self.opened_at >= self.cooldown:
-            self._probing = True; return True
-        raise EndpointDown(self.reason)
+# %% ../nbs/01_backends.ipynb #cb7a1e02
+@patch
+def failed(self: CircuitBreaker, what: str):
+    "An attempt got no answer (timeout, refused or dropped connection): open on the window's failure rate or on a long silence."
+    now = time.monotonic()
+    self._note(now, True)
+    if self.failing_since is None: self.failing_since = now
+    if self._probing: self._probing = False; self._reschedule(now)
+    if self.open: return
+    fails = sum(f for _, f in self._recent)
+    if (len(self._recent) >= self.after and fails >= self.rate * len(self._recent)) or now - self.failing_since >= self.silence:
+        self.opened_at, self.backoff, self.next_probe = now, 1.0, now + 1.0
+        self.reason = f"{fails} of its last {len(self._recent)} attempts got no answer ({what})"
+        self._wake()
 
-    def failed(self, what: str):
-        "A call failed to connect or timed out."
-        self.failures += 1
-        if self._probing: self.opened_at, self._probing = time.monotonic(), False
-        elif self.opened_at is None and self.failures >= self.after:
-            self.opened_at = time.monotonic()
-            self.reason = (f"endpoint {self.endpoint} is not answering: {self.failures} attempt{'s' if self.failures > 1 else ''} in a row failed ({what}); "
-                           f"its remaining calls fail fast. Check that the server is up and reachable (or raise --timeout), "
-                           f"then run again: finished items are kept")
+@patch
+def answered(self: CircuitBreaker):
+    "The endpoint answered (any HTTP status): it is up; an open breaker closes and the waiting calls go on."
+    now = time.monotonic()
+    self._note(now, False)
+    self.last_answer, self.failing_since, self.gave_up = now, None, False
+    if self.open:
+        self.outage_seconds += now - self.opened_at; self.outages += 1
+        self.opened_at, self._probing = None, False
+        self._wake()
 
-    def answered(self):
-        "The endpoint answered (any HTTP status): close the breaker."
-        self.failures, self.opened_at, self._probing = 0, None, False
+@patch
+def _note(self: CircuitBreaker, now: float, failed: bool):
+    q = self._recent
+    q.append((now, failed))
+    while q and now - q[0][0] > self.window: q.popleft()
+
+@patch
+def _reschedule(self: CircuitBreaker, now: float):
+    "A probe failed: the next one after twice the back-off (at most `cooldown`)."
+    self.backoff = min(self.cooldown, self.backoff * 2)
+    self.next_probe = now + self.backoff
+    self._wake()
+
+@patch
+def _wake(self: CircuitBreaker):
+    if self._changed is not None: self._changed.set(); self._changed = None
+
+# %% ../nbs/01_backends.ipynb #cb7a1e04
+@patch
+async def admit(self: CircuitBreaker) -> bool:
+    "Let a call through: at once while closed (False); while open, wait for the probe (True: this call is it); `EndpointDown` once given up."
+    waited = False
+    while self.open:
+        now = time.monotonic()
+        if not self._probing and now >= self.next_probe: self._probing = True; return True
+        if now - self.last_answer >= self.give_up_after:
+            self.gave_up = True
+            raise EndpointDown(f"endpoint {self.endpoint} has answered nothing for {now - self.last_answer:.0f} s (give-up after {self.give_up_after:g} s; "
+                               f"{self.reason}). Check that the server is up and reachable (or raise --give-up-after or --timeout), then run again: finished items are kept")
+        if not waited: waited = True; self.calls_waited += 1
+        if self._changed is None: self._changed = asyncio.Event()
+        until = min(self.last_answer + self.give_up_after, self.next_probe if not self._probing else now + self.cooldown)
+        try: await asyncio.wait_for(self._changed.wait(), timeout=max(0.005, until - now))
+        except asyncio.TimeoutError: pass
+    return False
 
 # %% ../nbs/01_backends.ipynb #5390250c
 PRESETS = {
@@ -389,8 +438,8 @@ def _retry_after(exc) -> float|None:
 
 class _Endpoint:
     "What the calls to one endpoint share on one event loop: the in-flight limit and the circuit breaker."
-    def __init__(self, url: str, limit: int|None, breaker_after: int, cooldown: float):
-        self.url, self.limit, self.breaker = url, EndpointLimit(limit), CircuitBreaker(url, breaker_after, cooldown)
+    def __init__(self, url: str, limit: int|None, breaker_after: int, cooldown: float, give_up_after: float = 300.0):
+        self.url, self.limit, self.breaker = url, EndpointLimit(limit), CircuitBreaker(url, breaker_after, cooldown, give_up_after)
     def __repr__(self): return f"_Endpoint({self.url!r}, {self.limit!r}, {self.breaker!r})"
 
 def _number(name, v, kind, lo, strict=False, auto=False):
@@ -413,7 +462,7 @@ class OpenAIBackend(Backend):
     _clients = weakref.WeakKeyDictionary()      # event loop -> {(base_url, key digest, timeout): AsyncOpenAI}
     def __init__(self, model: str, base_url: str|None = None, api_key: str|None = None, preset: str = "openai",
                  max_concurrency: int|None = None, max_retries: int = 4, timeout: float = 60.0, max_wait: float = 30.0,
-                 breaker_after: int = 5, breaker_cooldown: float = 30.0, **defaults):
+                 breaker_after: int = 5, breaker_cooldown: float = 30.0, give_up_after: float = 300.0, **defaults):
         if preset not in PRESETS: raise ValueError(f"unknown preset {preset!r}; choose from {', '.join(PRESETS)}")
         p = PRESETS[preset]
         self.model, self.preset, self.defaults = model, preset, defaults
@@ -426,17 +475,18 @@ class OpenAIBackend(Backend):
         self._client, self._wire, self._ep, self.calls, self.attempts = None, None, None, 0, 0
         self.max_concurrency = None
         self.configure(max_concurrency=max_concurrency if max_concurrency is not None else _env_max_concurrency(),
-                       max_retries=max_retries, timeout=timeout, max_wait=max_wait, breaker_after=breaker_after)
+                       max_retries=max_retries, timeout=timeout, max_wait=max_wait, breaker_after=breaker_after, give_up_after=give_up_after)
 
     def configure(self, **opts):
-        "Set `max_concurrency` (an int pins the endpoint's limit; 'auto' adapts), `max_retries`, `timeout`, `max_wait`, `breaker_after`."
+        "Set `max_concurrency` (an int pins the endpoint's limit; 'auto' adapts), `max_retries`, `timeout`, `max_wait`, `breaker_after`, `give_up_after`."
         kinds = {"max_concurrency": (int, 1, False, True), "max_retries": (int, 0, False, False), "timeout": (float, 0, True, False),
-                 "max_wait": (float, 0, False, False), "breaker_after": (int, 1, False, False)}
+                 "max_wait": (float, 0, False, False), "breaker_after": (int, 1, False, False), "give_up_after": (float, 0, True, False)}
         for k, v in opts.items():
             if k not in kinds: raise ValueError(f"unknown endpoint option {k!r}; allowed: {', '.join(kinds)}")
             if v is None and k != "max_concurrency": continue
             setattr(self, k, _number(k, v, *kinds[k]))
         if self.max_concurrency is not None and self._ep is not None: self._ep.limit.pin(self.max_concurrency)
+        if self._ep is not None: self._ep.breaker.give_up_after = self.give_up_after
         self._wire = None
         return self
 
@@ -452,7 +502,8 @@ class OpenAIBackend(Backend):
         if self._ep is not None and self._ep_loop is loop: return self._ep
         per_loop = self._endpoints.setdefault(loop, weakref.WeakValueDictionary())
         ep = per_loop.get(self.base_url)
-        if ep is None: ep = per_loop[self.base_url] = _Endpoint(self.base_url or "https://api.openai.com/v1", self.max_concurrency, self.breaker_after, self.breaker_cooldown)
+        if ep is None: ep = per_loop[self.base_url] = _Endpoint(self.base_url or "https://api.openai.com/v1", self.max_concurrency, self.breaker_after,
+                                                                self.breaker_cooldown, self.give_up_after)
         elif self.max_concurrency is not None: ep.limit.pin(self.max_concurrency)
         self._ep, self._ep_loop = ep, loop
         return ep
@@ -503,6 +554,14 @@ class OpenAIBackend(Backend):
         usage = Usage(u.get("prompt_tokens") or 0, u.get("completion_tokens") or 0, 1) if isinstance(u, dict) else Usage(_prompt_tokens(messages), _estimate_tokens(text), 1)
         return Completion(text, usage, time.perf_counter() - t0, model=self.spec,
                           meta={"finish_reason": ch.get("finish_reason"), **({} if isinstance(u, dict) else {"usage_estimated": True})})
+
+    def health(self) -> dict|None:
+        "The endpoint's record on the loop it last ran on: seconds unreachable (an open breaker), outages, calls that waited, whether it gave up."
+        if self._ep is None: return None
+        br = self._ep.breaker
+        down = br.outage_seconds + (time.monotonic() - br.opened_at if br.open else 0.0)
+        return {"endpoint": self._ep.url, "unreachable_seconds": round(down, 1), "outages": br.outages + br.open,
+                "calls_waited": br.calls_waited, "gave_up": br.gave_up}
 
     async def aclose(self):
         "Forget this backend's client (the endpoint's shared client stays open for the others; see `close_clients`)."
@@ -596,15 +655,17 @@ async def _post(self: OpenAIBackend, body: bytes) -> dict:
 @patch
 async def _attempt(self: OpenAIBackend, ep: _Endpoint, body: bytes) -> dict:
     "One attempt under the endpoint's breaker and limit; it tells both how the attempt went."
-    probe = ep.breaker.check()
+    await ep.breaker.admit()                        # while the endpoint looks down: wait for its probe, holding no slot
     epoch = await ep.limit.acquire()
     try:
-        if not probe: ep.breaker.check()           # it may have opened while this call waited for its slot
         self.attempts += 1
+        answered_before = ep.breaker.last_answer
         r = await self._post(body)
     except _sdk("APIConnectionError") as e:        # refused, dropped, timed out: no answer
         ep.breaker.failed(f"APITimeoutError: no answer within {self.timeout:g} s" if isinstance(e, _sdk("APITimeoutError")) else _err_text(e))
-        ep.limit.connection_failed(epoch); raise
+        ep.limit.connection_failed(epoch)           # timeouts and drops in a burst bring the limit down, as 429s do
+        e.endpoint_busy = ep.breaker.last_answer > answered_before   # it answered other calls meanwhile: up, but busy
+        raise
     except _sdk("RateLimitError") as e:
         ep.breaker.answered(); ep.limit.overloaded(epoch, min(_retry_after(e) or 0.0, self.max_wait)); raise
     except (*_sdk("APIStatusError"), _Malformed): ep.breaker.answered(); raise
@@ -624,15 +685,21 @@ atexit.register(_close_sessions_at_exit)
 # %% ../nbs/01_backends.ipynb #e10d4a02
 @patch
 async def _retry(self: OpenAIBackend, ep: _Endpoint, body: bytes, first: Exception) -> dict:
-    "Attempts 2 to `max_retries + 1` after a retryable failure `first`: the server's Retry-After (at most `max_wait`) or back-off between them."
+    """Attempts after a retryable failure `first`, with the server's Retry-After (at most `max_wait`) or back-off between them: up to
+    `max_retries + 1` that count. An attempt that got no answer while the endpoint answered other calls (a queue, a dropped connection)
+    does not count; at most `4 * (max_retries + 1)` attempts in all. A down endpoint is the breaker's to judge (`give_up_after`)."""
     import tenacity
     def wait(e, attempt):
         ra = _retry_after(e)
         return min(ra, self.max_wait) if ra is not None else _backoff(attempt, self.max_wait)
+    counts = lambda e: not getattr(e, "endpoint_busy", False)
+    used = [int(counts(first))]
+    def stop(rs):
+        used[0] += counts(rs.outcome.exception())
+        return used[0] > self.max_retries or rs.attempt_number + 1 >= 4 * (self.max_retries + 1)
     await asyncio.sleep(wait(first, 1))
     async for attempt in tenacity.AsyncRetrying(retry=tenacity.retry_if_exception(lambda e: isinstance(e, _retryable())), reraise=True,
-                                                wait=lambda rs: wait(rs.outcome.exception(), rs.attempt_number + 1),
-                                                stop=tenacity.stop_after_attempt(self.max_retries)):
+                                                wait=lambda rs: wait(rs.outcome.exception(), rs.attempt_number + 1), stop=stop):
         with attempt: r = await self._attempt(ep, body)
     return r
 
@@ -866,6 +933,7 @@ class CachedBackend(Backend):
         return c
 
     async def aclose(self): await self.inner.aclose()
+    def health(self) -> dict|None: return self.inner.health()
     def __repr__(self): return f"CachedBackend({self.inner!r}, hits={self.hits}, misses={self.misses}, evicted={self.evicted})"
 
 # %% ../nbs/01_backends.ipynb #5ce8413d
@@ -908,7 +976,7 @@ def _replay_backend(spec, path, agent) -> ReplayBackend:
     syn = next(a.get("synthetic") for a in team if str(a.get("name")) == agent)
     return ReplayBackend([tu for r in rounds for tu in r.turns], spec=spec, agent=agent, synthetic=syn)
 
-ENDPOINT_OPTIONS = ("max_concurrency", "timeout", "max_retries", "max_wait", "breaker_after", "base_url")
+ENDPOINT_OPTIONS = ("max_concurrency", "timeout", "max_retries", "max_wait", "breaker_after", "give_up_after", "base_url")
 
 def _spec_options(spec, rest, allowed=ENDPOINT_OPTIONS) -> tuple[str, dict]:
     "`MODEL,key=value,...` of an OpenAI-compatible spec: the model and its endpoint options (see `ENDPOINT_OPTIONS`)."

@@ -224,6 +224,8 @@ def _common_params(proto):
         O(["--max-concurrency"], metavar="N|auto", callback=_max_concurrency_cb, help="Calls in flight per endpoint: N pins it; auto adapts to the server (halves on 429s)  [default: auto, or $MADLAB_MAX_CONCURRENCY]"),
         O(["--timeout"], type=click.FloatRange(0, 86_400, min_open=True), default=None, callback=_finite_cb, help="Seconds an attempt waits for an answer  [default: 60]"),
         O(["--max-retries"], type=click.IntRange(0, 100), default=None, help="Retries of a failed call (429, 5xx, timeout, dropped connection)  [default: 4]"),
+        O(["--give-up-after"], type=click.FloatRange(0, 7 * 86_400, min_open=True), default=None, callback=_finite_cb,
+          help="Seconds an endpoint may answer nothing before its calls fail (meanwhile they wait for it)  [default: 300]"),
         O(["--seed"], type=int, default=0, show_default=True, help="Seed of the debates"),
         O(["--max-tokens"], type=click.IntRange(1, 1_000_000), default=None, help="Max completion tokens per call, for every agent"),
         O(["--temperature"], type=click.FloatRange(0, 2), default=None, callback=_finite_cb, help="Sampling temperature in 0..2, for every agent"),
@@ -295,7 +297,7 @@ def _run_protocol(proto, kw):
         try: team = hook(team, options=opts) if "options" in inspect.signature(hook).parameters else hook(team)
         except OptionError as e: raise click.BadParameter(e.message, param_hint=f"'{e.flag}'") from None
     members = make_team(list(team) if team is not None else list(DEFAULT_TEAM))
-    endpoint = {k: kw[k] for k in ("max_concurrency", "timeout", "max_retries") if kw.get(k) is not None}
+    endpoint = {k: kw[k] for k in ("max_concurrency", "timeout", "max_retries", "give_up_after") if kw.get(k) is not None}
     for b in {id(a.backend): a.backend for a in members}.values():     # the flags win over the team file and the specs
         if endpoint and hasattr(b, "configure"): b.configure(**endpoint)
     notes = {"data": str(kw["data"]) if kw["data"] else None, "task": kw["task"]}

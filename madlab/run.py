@@ -178,6 +178,7 @@ class RunResult:
     problems: list = field(default_factory=list)
     seconds: float|None = None
     report: str|None = None                    # the protocol report's text
+    endpoints: list = field(default_factory=list)   # per endpoint that was unreachable or made calls wait: how long, how many
 
     @property
     def usage(self) -> Usage: return sum((t.usage for t in self.transcripts.values()), Usage())
@@ -197,6 +198,9 @@ class RunResult:
         if self.report: L.append(self.report)
         if self.failed: L.append(f"{self.failed} debate{'s' if self.failed != 1 else ''} failed in this run; first error: "
                                  + str(df[df.status == 'failed'].error.dropna().iloc[0] if (df.status == 'failed').any() else '?')[:300])
+        for e in self.endpoints:
+            L.append(f"endpoint {e['endpoint']}: unreachable for {e['unreachable_seconds']:g} s ({e['outages']} outage{'s' if e['outages'] != 1 else ''}); "
+                     f"{e['calls_waited']} call{'s' if e['calls_waited'] != 1 else ''} waited for it" + ("; it answered nothing for too long: its calls failed" if e["gave_up"] else ""))
         if self.stopped: L.append(f"stopped early: {self.stopped}")
         if self.interrupted: L.append("interrupted: the table holds the debates that finished; run the same command again to resume")
         L += [f"problem: {p}" for p in self.problems]
@@ -231,6 +235,14 @@ def _cache_stats(agents):
         b = a.backend
         if isinstance(b, CachedBackend) and id(b) not in seen: seen.add(id(b)); h += b.hits; m += b.misses
     return {"hits": h, "misses": m} if seen else {}
+
+def _endpoint_health(agents) -> list:
+    "The endpoints of the team that were unreachable or made calls wait (one entry per endpoint)."
+    out = {}
+    for a in agents:
+        h = a.backend.health() if hasattr(a.backend, "health") else None
+        if h and (h["outages"] or h["calls_waited"] or h["gave_up"]): out.setdefault(h["endpoint"], h)
+    return list(out.values())
 
 def _order(ids, known):
     pos = {i: k for k, i in enumerate(ids)}
@@ -396,7 +408,10 @@ def _finish_run(proto, ids, transcripts, rows, folder, agents, status, problems,
     for c in ("calls", "cached_calls", "prompt_tokens", "completion_tokens", "invalid", "errors"):
         if c in df: df[c] = df[c].fillna(0).astype(int)
     res = RunResult(df, ts, status["reason"], _cache_stats(agents), str(folder.path) if folder else None, status["failed"], status["interrupted"], problems,
-                    time.perf_counter() - t0)
+                    time.perf_counter() - t0, endpoints=_endpoint_health(agents))
+    if folder is not None and res.endpoints:        # config.json keeps how the endpoints fared
+        cfg = folder.read_config() or {}
+        write_atomic(folder.config_path, json.dumps(to_jsonable({**cfg, "endpoints": res.endpoints}), indent=1, ensure_ascii=True))
     hook = proto.hooks.get("report")
     if hook is not None and len(df):
         try: res.report = hook(res, folder.path if folder else None)

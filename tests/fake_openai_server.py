@@ -12,7 +12,16 @@
 | `nonjson`        | 200 with `text/html` garbage                                      |
 | `badjson`        | 200, `application/json` content type, truncated JSON             |
 | `nochoices`      | 200, valid JSON without `choices`                                 |
-| `close`          | drops the connection without answering                            |
+| `close`, `reset` | drops the connection without answering                            |
+| `short`          | 200 whose body is shorter than its Content-Length, then a drop    |
+| `hang`           | never answers (until the client gives up)                         |
+| `null`           | 200, a completion whose content is null                           |
+| `unreadable`     | 200, a completion whose text no answer parser reads               |
+
+Fault injection: `faults={"429": 1, "500": 1, ...}` with `fault_rate=0.3` gives each request a fault with that probability,
+drawn from `random.Random(seed)` with the weights given (`429:none` is a 429 without Retry-After). `down()` stops listening
+(connections are refused) and drops what is open, `up()` listens again on the same port; `serial=True` answers one
+request at a time (a server without continuous batching: the rest queue). `answered` counts 200 completions sent.
 
 `route(request) -> behaviour | None` picks a behaviour per request (e.g. by prompt text) before the schedule does;
 `reply` is a string or `fn(request) -> str`; `latency` adds a fixed delay to every answer (benches).
@@ -21,7 +30,7 @@
 Run it alone: `python tests/fake_openai_server.py --port 8001 --latency 0.05 --reply "The answer is 42."`.
 """
 from __future__ import annotations
-import argparse, asyncio, json, threading, time, uuid
+import argparse, asyncio, json, random, threading, time, uuid
 from collections import deque
 
 __all__ = ["FakeOpenAIServer"]
@@ -32,8 +41,11 @@ _REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found"
 class FakeOpenAIServer:
     "A scripted OpenAI-compatible HTTP/1.1 server (asyncio, in its own thread); see the module docs."
     def __init__(self, schedule=(), default="ok", reply="The answer is 42.", latency: float = 0.0, route=None,
-                 host="127.0.0.1", port: int = 0, model="fake-model"):
+                 host="127.0.0.1", port: int = 0, model="fake-model", faults: dict|None = None, fault_rate: float = 0.0, seed: int = 0,
+                 serial: bool = False):
         self.schedule, self.default, self.reply, self.latency, self.route = deque(schedule), default, reply, latency, route
+        self.faults, self.fault_rate, self._rng, self.serial = dict(faults or {}), fault_rate, random.Random(seed), serial
+        self.answered, self.injected, self._serial_lock, self._conns = 0, {}, None, set()
         self.host, self.port, self.model = host, port, model
         self.hits, self.log, self.auth_headers = 0, [], []
         self._lock = threading.Lock()
@@ -46,6 +58,9 @@ class FakeOpenAIServer:
         with self._lock:
             self.hits += 1
             b = self.route(req) if self.route else None
+            if b is None and self.faults and self._rng.random() < self.fault_rate:
+                b = self._rng.choices(list(self.faults), weights=list(self.faults.values()))[0]
+                self.injected[b] = self.injected.get(b, 0) + 1
             if b is None: b = self.schedule.popleft() if self.schedule else self.default
             self.log.append((time.time(), b, req))
             return b
@@ -83,10 +98,16 @@ class FakeOpenAIServer:
         except json.JSONDecodeError: return self._error(400, "request body is not JSON", "invalid_request_error")
         self.auth_headers.append(headers.get("authorization"))
         b = self._next(req)
-        if self.latency: await asyncio.sleep(self.latency)
+        if self.serial:
+            if self._serial_lock is None: self._serial_lock = asyncio.Lock()
+            async with self._serial_lock:
+                if self.latency: await asyncio.sleep(self.latency)
+        elif self.latency: await asyncio.sleep(self.latency)
         kind, _, arg = b.partition(":")
-        if kind == "ok": return self._response(200, self._completion(req))
-        if kind == "429": return self._error(429, "Rate limit reached, slow down", "rate_limit_exceeded", [("Retry-After", arg or "0")])
+        if kind == "ok":
+            with self._lock: self.answered += 1
+            return self._response(200, self._completion(req))
+        if kind == "429": return self._error(429, "Rate limit reached, slow down", "rate_limit_exceeded", [] if arg == "none" else [("Retry-After", arg or "0")])
         if kind in ("500", "502", "503"): return self._error(int(kind), "The server had an error", "server_error")
         if kind == "401": return self._error(401, "Incorrect API key provided", "invalid_request_error")
         if kind == "400": return self._error(400, "Invalid request: bad parameter", "invalid_request_error")
@@ -96,10 +117,19 @@ class FakeOpenAIServer:
         if kind == "nonjson": return self._response(200, "<html><body>502 Bad Gateway (proxy)</body></html>", "text/html")
         if kind == "badjson": return self._response(200, '{"id": "x", "choices": [{"message": {"content": "tru')
         if kind == "nochoices": return self._response(200, {"id": "x", "object": "chat.completion", "model": self.model})
-        if kind == "close": return None
+        if kind in ("close", "reset"): return None
+        if kind == "hang": await asyncio.sleep(3600)
+        if kind == "short":
+            full = self._response(200, self._completion(req))
+            return full[: len(full) - 20] + b"\x00DROP"          # fewer bytes than the Content-Length says, then the connection drops
+        if kind in ("null", "unreadable"):
+            c = self._completion(req)
+            c["choices"][0]["message"]["content"] = None if kind == "null" else "Hmm, hard to say; many things could be true here."
+            return self._response(200, c)
         return self._error(500, f"fake server: unknown behaviour {b!r}", "server_error")
 
     async def _conn(self, reader, writer):
+        self._conns.add(asyncio.current_task())
         try:
             while True:
                 line = await reader.readline()
@@ -115,13 +145,27 @@ class FakeOpenAIServer:
                 raw = await reader.readexactly(n) if n else b""
                 out = await self._answer(method, path, headers, raw)
                 if out is None: break
+                if out.endswith(b"\x00DROP"): writer.write(out[:-5]); await writer.drain(); break
                 writer.write(out)
                 await writer.drain()
                 if headers.get("connection", "").lower() == "close": break
         except (ConnectionError, asyncio.IncompleteReadError, ValueError, asyncio.CancelledError): pass
         finally:
+            self._conns.discard(asyncio.current_task())
             try: writer.close()
             except Exception: pass
+
+    def down(self):
+        "Stop listening (new connections are refused) and drop every open connection: a server going down for a restart."
+        async def go():
+            self._server.close()
+            for t in list(self._conns): t.cancel()
+        asyncio.run_coroutine_threadsafe(go(), self._loop).result(5)
+
+    def up(self):
+        "Listen again on the same port."
+        async def go(): self._server = await asyncio.start_server(self._conn, self.host, self.port, backlog=512, reuse_address=True)
+        asyncio.run_coroutine_threadsafe(go(), self._loop).result(5)
 
     def start(self) -> FakeOpenAIServer:
         ready = threading.Event()
