@@ -442,6 +442,7 @@ class _Endpoint:
         self.url, self.limit, self.breaker = url, EndpointLimit(limit), CircuitBreaker(url, breaker_after, cooldown, give_up_after)
     def __repr__(self): return f"_Endpoint({self.url!r}, {self.limit!r}, {self.breaker!r})"
 
+# %% ../nbs/01_backends.ipynb #73eb3a13
 def _number(name, v, kind, lo, strict=False, auto=False):
     "`v` as an int or float >= `lo` (> `lo` when `strict`; None for 'auto' when `auto`); a ValueError names the option."
     if auto and (v is None or (isinstance(v, str) and v.strip().lower() in ("auto", "adaptive"))): return None
@@ -477,18 +478,6 @@ class OpenAIBackend(Backend):
         self.configure(max_concurrency=max_concurrency if max_concurrency is not None else _env_max_concurrency(),
                        max_retries=max_retries, timeout=timeout, max_wait=max_wait, breaker_after=breaker_after, give_up_after=give_up_after)
 
-    def configure(self, **opts):
-        "Set `max_concurrency` (an int pins the endpoint's limit; 'auto' adapts), `max_retries`, `timeout`, `max_wait`, `breaker_after`, `give_up_after`."
-        kinds = {"max_concurrency": (int, 1, False, True), "max_retries": (int, 0, False, False), "timeout": (float, 0, True, False),
-                 "max_wait": (float, 0, False, False), "breaker_after": (int, 1, False, False), "give_up_after": (float, 0, True, False)}
-        for k, v in opts.items():
-            if k not in kinds: raise ValueError(f"unknown endpoint option {k!r}; allowed: {', '.join(kinds)}")
-            if v is None and k != "max_concurrency": continue
-            setattr(self, k, _number(k, v, *kinds[k]))
-        if self.max_concurrency is not None and self._ep is not None: self._ep.limit.pin(self.max_concurrency)
-        if self._ep is not None: self._ep.breaker.give_up_after = self.give_up_after
-        self._wire = None
-        return self
 
     def __repr__(self): return f"OpenAIBackend({self.spec!r}, base_url={self.base_url!r})"  # never the key
     @property
@@ -496,76 +485,10 @@ class OpenAIBackend(Backend):
     @property
     def capacity(self) -> int: return self.max_concurrency or ADAPTIVE_START
 
-    def _endpoint(self) -> _Endpoint:
-        "This endpoint's shared limit and breaker on the running loop."
-        loop = asyncio.get_running_loop()
-        if self._ep is not None and self._ep_loop is loop: return self._ep
-        per_loop = self._endpoints.setdefault(loop, weakref.WeakValueDictionary())
-        ep = per_loop.get(self.base_url)
-        if ep is None: ep = per_loop[self.base_url] = _Endpoint(self.base_url or "https://api.openai.com/v1", self.max_concurrency, self.breaker_after,
-                                                                self.breaker_cooldown, self.give_up_after)
-        elif self.max_concurrency is not None: ep.limit.pin(self.max_concurrency)
-        self._ep, self._ep_loop = ep, loop
-        return ep
 
-    def _get_client(self):
-        # One client per endpoint and event loop, shared by every backend that talks to it and kept until the loop goes:
-        # it gives the request headers and turns error answers into the `openai` exceptions.
-        per_loop = self._clients.setdefault(asyncio.get_running_loop(), {})
-        k = (self.base_url, stable_hash(self._api_key)[:16], self.timeout)
-        if k not in per_loop:
-            import openai
-            per_loop[k] = openai.AsyncOpenAI(base_url=self.base_url, api_key=self._api_key, max_retries=0, timeout=self.timeout)
-        self._client = per_loop[k]
-        return self._client
 
-    async def complete(self, messages, ctx=None, **params) -> Completion:
-        if self._missing: raise BackendError(self._missing)      # say what is missing before the first call, not after retries
-        params = {**self.defaults, **params}
-        if params.pop("json", False): params.setdefault("response_format", {"type": "json_object"})
-        greedy, do_sample = params.pop("greedy", False), params.pop("do_sample", None)
-        if greedy or do_sample is False: params["temperature"] = 0
-        extra = {k: params.pop(k) for k in list(params) if k not in _OPENAI_PARAMS}
-        if "max_new_tokens" in extra: params.setdefault("max_tokens", extra.pop("max_new_tokens"))
-        if "eos_token_id" in extra:       # hf-style stop ids: vLLM's `stop_token_ids`
-            ids = extra.pop("eos_token_id")
-            extra.setdefault("stop_token_ids", [ids] if isinstance(ids, int) else list(ids))
-        if extra: params["extra_body"] = extra
-        extra_body = params.pop("extra_body", None) or {}
-        body = _json_body({"model": self.model, "messages": messages, **params, **extra_body})   # once, for every attempt
-        ep, t0 = self._endpoint(), time.perf_counter()
-        try:
-            try: r = await self._attempt(ep, body)            # most calls take one attempt: no retry machinery for them
-            except Exception as e:
-                if not isinstance(e, _retryable()) or not self.max_retries: raise
-                r = await self._retry(ep, body, e)
-        except EndpointDown as e: raise EndpointDown(f"{self.spec}: {e}") from None
-        except _sdk("AuthenticationError"): raise BackendError(f"{self.spec}: authentication failed at {self.base_url or 'api.openai.com'} (check the API key in the environment)") from None
-        except _sdk("PermissionDeniedError") as e: raise BackendError(f"{self.spec}: permission denied ({e.status_code})") from None
-        except _sdk("NotFoundError") as e: raise BackendError(f"{self.spec}: not found at {self.base_url} (is the model name right?)") from None
-        except _sdk("BadRequestError") as e: raise BackendError(f"{self.spec}: bad request: {_err_text(e)}") from None
-        except _retryable() as e: raise BackendError(f"{self.spec}: gave up after {self.max_retries + 1} attempts: {type(e).__name__}: {_err_text(e)}") from None
-        except _sdk("APIStatusError") as e: raise BackendError(f"{self.spec}: HTTP {e.status_code}: {_err_text(e)}") from None
-        self.calls += 1
-        ch = r["choices"][0]
-        text = ch["message"].get("content")
-        text = text if isinstance(text, str) else ""
-        u = r.get("usage")
-        usage = Usage(u.get("prompt_tokens") or 0, u.get("completion_tokens") or 0, 1) if isinstance(u, dict) else Usage(_prompt_tokens(messages), _estimate_tokens(text), 1)
-        return Completion(text, usage, time.perf_counter() - t0, model=self.spec,
-                          meta={"finish_reason": ch.get("finish_reason"), **({} if isinstance(u, dict) else {"usage_estimated": True})})
 
-    def health(self) -> dict|None:
-        "The endpoint's record on the loop it last ran on: seconds unreachable (an open breaker), outages, calls that waited, whether it gave up."
-        if self._ep is None: return None
-        br = self._ep.breaker
-        down = br.outage_seconds + (time.monotonic() - br.opened_at if br.open else 0.0)
-        return {"endpoint": self._ep.url, "unreachable_seconds": round(down, 1), "outages": br.outages + br.open,
-                "calls_waited": br.calls_waited, "gave_up": br.gave_up}
 
-    async def aclose(self):
-        "Forget this backend's client (the endpoint's shared client stays open for the others; see `close_clients`)."
-        self._client = self._wire = None
 
     @classmethod
     async def close_clients(cls):
@@ -574,6 +497,98 @@ class OpenAIBackend(Backend):
         for c in cls._clients.pop(loop, {}).values(): await c.close()
         s = cls._sessions.pop(loop, None)
         if s is not None: await s.close()
+
+# %% ../nbs/01_backends.ipynb #fb9c0fbf
+@patch
+def configure(self: OpenAIBackend, **opts):
+    "Set `max_concurrency` (an int pins the endpoint's limit; 'auto' adapts), `max_retries`, `timeout`, `max_wait`, `breaker_after`, `give_up_after`."
+    kinds = {"max_concurrency": (int, 1, False, True), "max_retries": (int, 0, False, False), "timeout": (float, 0, True, False),
+             "max_wait": (float, 0, False, False), "breaker_after": (int, 1, False, False), "give_up_after": (float, 0, True, False)}
+    for k, v in opts.items():
+        if k not in kinds: raise ValueError(f"unknown endpoint option {k!r}; allowed: {', '.join(kinds)}")
+        if v is None and k != "max_concurrency": continue
+        setattr(self, k, _number(k, v, *kinds[k]))
+    if self.max_concurrency is not None and self._ep is not None: self._ep.limit.pin(self.max_concurrency)
+    if self._ep is not None: self._ep.breaker.give_up_after = self.give_up_after
+    self._wire = None
+    return self
+
+@patch
+def _endpoint(self: OpenAIBackend) -> _Endpoint:
+    "This endpoint's shared limit and breaker on the running loop."
+    loop = asyncio.get_running_loop()
+    if self._ep is not None and self._ep_loop is loop: return self._ep
+    per_loop = self._endpoints.setdefault(loop, weakref.WeakValueDictionary())
+    ep = per_loop.get(self.base_url)
+    if ep is None: ep = per_loop[self.base_url] = _Endpoint(self.base_url or "https://api.openai.com/v1", self.max_concurrency, self.breaker_after,
+                                                            self.breaker_cooldown, self.give_up_after)
+    elif self.max_concurrency is not None: ep.limit.pin(self.max_concurrency)
+    self._ep, self._ep_loop = ep, loop
+    return ep
+
+@patch
+def _get_client(self: OpenAIBackend):
+    # One client per endpoint and event loop, shared by every backend that talks to it and kept until the loop goes:
+    # it gives the request headers and turns error answers into the `openai` exceptions.
+    per_loop = self._clients.setdefault(asyncio.get_running_loop(), {})
+    k = (self.base_url, stable_hash(self._api_key)[:16], self.timeout)
+    if k not in per_loop:
+        import openai
+        per_loop[k] = openai.AsyncOpenAI(base_url=self.base_url, api_key=self._api_key, max_retries=0, timeout=self.timeout)
+    self._client = per_loop[k]
+    return self._client
+
+# %% ../nbs/01_backends.ipynb #b6ef2abf
+@patch
+async def complete(self: OpenAIBackend, messages, ctx=None, **params) -> Completion:
+    if self._missing: raise BackendError(self._missing)      # say what is missing before the first call, not after retries
+    params = {**self.defaults, **params}
+    if params.pop("json", False): params.setdefault("response_format", {"type": "json_object"})
+    greedy, do_sample = params.pop("greedy", False), params.pop("do_sample", None)
+    if greedy or do_sample is False: params["temperature"] = 0
+    extra = {k: params.pop(k) for k in list(params) if k not in _OPENAI_PARAMS}
+    if "max_new_tokens" in extra: params.setdefault("max_tokens", extra.pop("max_new_tokens"))
+    if "eos_token_id" in extra:       # hf-style stop ids: vLLM's `stop_token_ids`
+        ids = extra.pop("eos_token_id")
+        extra.setdefault("stop_token_ids", [ids] if isinstance(ids, int) else list(ids))
+    if extra: params["extra_body"] = extra
+    extra_body = params.pop("extra_body", None) or {}
+    body = _json_body({"model": self.model, "messages": messages, **params, **extra_body})   # once, for every attempt
+    ep, t0 = self._endpoint(), time.perf_counter()
+    try:
+        try: r = await self._attempt(ep, body)            # most calls take one attempt: no retry machinery for them
+        except Exception as e:
+            if not isinstance(e, _retryable()) or not self.max_retries: raise
+            r = await self._retry(ep, body, e)
+    except EndpointDown as e: raise EndpointDown(f"{self.spec}: {e}") from None
+    except _sdk("AuthenticationError"): raise BackendError(f"{self.spec}: authentication failed at {self.base_url or 'api.openai.com'} (check the API key in the environment)") from None
+    except _sdk("PermissionDeniedError") as e: raise BackendError(f"{self.spec}: permission denied ({e.status_code})") from None
+    except _sdk("NotFoundError") as e: raise BackendError(f"{self.spec}: not found at {self.base_url} (is the model name right?)") from None
+    except _sdk("BadRequestError") as e: raise BackendError(f"{self.spec}: bad request: {_err_text(e)}") from None
+    except _retryable() as e: raise BackendError(f"{self.spec}: gave up after {self.max_retries + 1} attempts: {type(e).__name__}: {_err_text(e)}") from None
+    except _sdk("APIStatusError") as e: raise BackendError(f"{self.spec}: HTTP {e.status_code}: {_err_text(e)}") from None
+    self.calls += 1
+    ch = r["choices"][0]
+    text = ch["message"].get("content")
+    text = text if isinstance(text, str) else ""
+    u = r.get("usage")
+    usage = Usage(u.get("prompt_tokens") or 0, u.get("completion_tokens") or 0, 1) if isinstance(u, dict) else Usage(_prompt_tokens(messages), _estimate_tokens(text), 1)
+    return Completion(text, usage, time.perf_counter() - t0, model=self.spec,
+                      meta={"finish_reason": ch.get("finish_reason"), **({} if isinstance(u, dict) else {"usage_estimated": True})})
+
+@patch
+def health(self: OpenAIBackend) -> dict|None:
+    "The endpoint's record on the loop it last ran on: seconds unreachable (an open breaker), outages, calls that waited, whether it gave up."
+    if self._ep is None: return None
+    br = self._ep.breaker
+    down = br.outage_seconds + (time.monotonic() - br.opened_at if br.open else 0.0)
+    return {"endpoint": self._ep.url, "unreachable_seconds": round(down, 1), "outages": br.outages + br.open,
+            "calls_waited": br.calls_waited, "gave_up": br.gave_up}
+
+@patch
+async def aclose(self: OpenAIBackend):
+    "Forget this backend's client (the endpoint's shared client stays open for the others; see `close_clients`)."
+    self._client = self._wire = None
 
 def _err_text(e) -> str:
     s = scrub_secrets(str(getattr(e, "message", None) or e))      # a server may echo the key in its error body
@@ -762,96 +777,103 @@ class HFBackend(Backend):
         self._queue, self._worker, self._wake, self._load_lock = [], None, None, None
         self._executor = None
 
-    def _load(self):
-        import transformers
-        tok = transformers.AutoTokenizer.from_pretrained(self.path)
-        tok.padding_side = "left"
-        if tok.pad_token is None: tok.pad_token = tok.eos_token
-        kw = dict(dtype=_hf_dtype(self.dtype))
-        try:
-            import accelerate  # noqa: F401
-            kw["device_map"] = self.device_map
-        except ImportError: pass
-        model = transformers.AutoModelForCausalLM.from_pretrained(self.path, **kw)
-        model.eval()
-        added = tok.get_added_vocab()    # the chat template's end-of-turn token (Llama 3's <|eot_id|>) ends a reply as eos does
-        self.end_of_turn = [added[t] for t in END_OF_TURN_TOKENS if t in added and t in str(getattr(tok, "chat_template", None) or "")]
-        self.tokenizer, self.model = tok, model
+@patch
+def _load(self: HFBackend):
+    import transformers
+    tok = transformers.AutoTokenizer.from_pretrained(self.path)
+    tok.padding_side = "left"
+    if tok.pad_token is None: tok.pad_token = tok.eos_token
+    kw = dict(dtype=_hf_dtype(self.dtype))
+    try:
+        import accelerate  # noqa: F401
+        kw["device_map"] = self.device_map
+    except ImportError: pass
+    model = transformers.AutoModelForCausalLM.from_pretrained(self.path, **kw)
+    model.eval()
+    added = tok.get_added_vocab()    # the chat template's end-of-turn token (Llama 3's <|eot_id|>) ends a reply as eos does
+    self.end_of_turn = [added[t] for t in END_OF_TURN_TOKENS if t in added and t in str(getattr(tok, "chat_template", None) or "")]
+    self.tokenizer, self.model = tok, model
 
-    def _prompt(self, messages):
-        tok = self.tokenizer
-        if getattr(tok, "chat_template", None):
-            return tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        return "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant:"
+# %% ../nbs/01_backends.ipynb #ed924a14
+@patch
+def _prompt(self: HFBackend, messages):
+    tok = self.tokenizer
+    if getattr(tok, "chat_template", None):
+        return tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    return "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant:"
 
-    def _generate(self, reqs: list[_HFRequest]):
-        import torch
-        tok, model = self.tokenizer, self.model
-        enc = tok([self._prompt(r.messages) for r in reqs], return_tensors="pt", padding=True, add_special_tokens=False)
-        enc = {k: v.to(model.device) for k, v in enc.items()}
-        r0 = reqs[0]
-        gen = dict(max_new_tokens=max(r.max_new_tokens for r in reqs), do_sample=r0.do_sample, pad_token_id=tok.pad_token_id)
-        stops = [tok.eos_token_id, *_as_list(model.generation_config.eos_token_id), *getattr(self, "end_of_turn", [])]
-        gen["eos_token_id"] = sorted({int(x) for x in stops if x is not None})   # every sequence stops there, not only at max_new_tokens
-        if r0.do_sample: gen.update(temperature=r0.temperature, top_p=r0.top_p)
-        else: gen.update(temperature=None, top_p=None, top_k=None)
-        with torch.inference_mode(): out = model.generate(**enc, **gen)
-        self.generate_calls += 1; self.batch_sizes.append(len(reqs))
-        n_in = enc["input_ids"].shape[1]
-        eos = set(gen["eos_token_id"])
-        res = []
-        for i, r in enumerate(reqs):
-            ids = out[i, n_in:].tolist()[: r.max_new_tokens]
-            cut = next((j for j, t in enumerate(ids) if t in eos or t in r.eos), None)
-            ids = ids if cut is None else ids[:cut]
-            text = tok.decode(ids, skip_special_tokens=True)
-            for s in r.stop:
-                if s and s in text: text = text[: text.index(s)]
-            res.append((text, int(enc["attention_mask"][i].sum()), len(ids)))
-        return res
+@patch
+def _generate(self: HFBackend, reqs: list[_HFRequest]):
+    import torch
+    tok, model = self.tokenizer, self.model
+    enc = tok([self._prompt(r.messages) for r in reqs], return_tensors="pt", padding=True, add_special_tokens=False)
+    enc = {k: v.to(model.device) for k, v in enc.items()}
+    r0 = reqs[0]
+    gen = dict(max_new_tokens=max(r.max_new_tokens for r in reqs), do_sample=r0.do_sample, pad_token_id=tok.pad_token_id)
+    stops = [tok.eos_token_id, *_as_list(model.generation_config.eos_token_id), *getattr(self, "end_of_turn", [])]
+    gen["eos_token_id"] = sorted({int(x) for x in stops if x is not None})   # every sequence stops there, not only at max_new_tokens
+    if r0.do_sample: gen.update(temperature=r0.temperature, top_p=r0.top_p)
+    else: gen.update(temperature=None, top_p=None, top_k=None)
+    with torch.inference_mode(): out = model.generate(**enc, **gen)
+    self.generate_calls += 1; self.batch_sizes.append(len(reqs))
+    n_in = enc["input_ids"].shape[1]
+    eos = set(gen["eos_token_id"])
+    res = []
+    for i, r in enumerate(reqs):
+        ids = out[i, n_in:].tolist()[: r.max_new_tokens]
+        cut = next((j for j, t in enumerate(ids) if t in eos or t in r.eos), None)
+        ids = ids if cut is None else ids[:cut]
+        text = tok.decode(ids, skip_special_tokens=True)
+        for s in r.stop:
+            if s and s in text: text = text[: text.index(s)]
+        res.append((text, int(enc["attention_mask"][i].sum()), len(ids)))
+    return res
 
-    async def _run_worker(self):
-        loop = asyncio.get_running_loop()
-        while self._queue:
-            await asyncio.sleep(self.batch_window)          # let concurrent requests join
-            pending, self._queue = self._queue, []
-            groups = collections.defaultdict(list)
-            for r in pending: groups[(r.do_sample, r.temperature if r.do_sample else 0, r.top_p if r.do_sample else 1)].append(r)
-            for reqs in groups.values():
-                for i in range(0, len(reqs), self.max_batch):
-                    chunk = reqs[i:i + self.max_batch]
-                    try:
-                        outs = await loop.run_in_executor(self._executor, self._generate, chunk)
-                        for r, o in zip(chunk, outs):
-                            if not r.future.done(): r.future.set_result(o)
-                    except Exception as e:
-                        for r in chunk:
-                            if not r.future.done(): r.future.set_exception(BackendError(f"{self.spec}: generate failed: {type(e).__name__}: {e}"))
-        self._worker = None
+@patch
+async def _run_worker(self: HFBackend):
+    loop = asyncio.get_running_loop()
+    while self._queue:
+        await asyncio.sleep(self.batch_window)          # let concurrent requests join
+        pending, self._queue = self._queue, []
+        groups = collections.defaultdict(list)
+        for r in pending: groups[(r.do_sample, r.temperature if r.do_sample else 0, r.top_p if r.do_sample else 1)].append(r)
+        for reqs in groups.values():
+            for i in range(0, len(reqs), self.max_batch):
+                chunk = reqs[i:i + self.max_batch]
+                try:
+                    outs = await loop.run_in_executor(self._executor, self._generate, chunk)
+                    for r, o in zip(chunk, outs):
+                        if not r.future.done(): r.future.set_result(o)
+                except Exception as e:
+                    for r in chunk:
+                        if not r.future.done(): r.future.set_exception(BackendError(f"{self.spec}: generate failed: {type(e).__name__}: {e}"))
+    self._worker = None
 
-    async def complete(self, messages, ctx=None, **params) -> Completion:
-        import concurrent.futures
-        if self._load_lock is None: self._load_lock = asyncio.Lock()
-        async with self._load_lock:
-            if self._executor is None: self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="madlab-hf")
-            if self.model is None: await asyncio.get_running_loop().run_in_executor(self._executor, self._load)
-        p = {**self.defaults, **params}
-        greedy = p.get("greedy", False) or p.get("do_sample", True) is False or p.get("temperature", 1.0) == 0
-        stop = p.get("stop") or []
-        if isinstance(stop, str): stop = [stop]
-        eos = p.get("eos_token_id", p.get("stop_token_ids")) or []
-        if isinstance(eos, int): eos = [eos]
-        added = self.tokenizer.get_added_vocab()
-        eos = [*eos, *(added[s] for s in stop if s in added)]    # a stop that is a special token (e.g. "<|eot_id|>") is a stop id
-        n_new = params.get("max_new_tokens") or params.get("max_tokens") or self.defaults.get("max_new_tokens") or self.defaults.get("max_tokens") or 512
-        req = _HFRequest(messages, int(n_new), not greedy,
-                         float(p.get("temperature", 1.0)), float(p.get("top_p", 1.0)), list(stop), asyncio.get_running_loop().create_future(), [int(x) for x in eos])
-        self.requests += 1
-        t0 = time.perf_counter()
-        self._queue.append(req)
-        if self._worker is None: self._worker = asyncio.ensure_future(self._run_worker())
-        text, n_prompt, n_new = await req.future
-        return Completion(text, Usage(n_prompt, n_new, 1), time.perf_counter() - t0, model=self.spec)
+# %% ../nbs/01_backends.ipynb #2f5b93b4
+@patch
+async def complete(self: HFBackend, messages, ctx=None, **params) -> Completion:
+    import concurrent.futures
+    if self._load_lock is None: self._load_lock = asyncio.Lock()
+    async with self._load_lock:
+        if self._executor is None: self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="madlab-hf")
+        if self.model is None: await asyncio.get_running_loop().run_in_executor(self._executor, self._load)
+    p = {**self.defaults, **params}
+    greedy = p.get("greedy", False) or p.get("do_sample", True) is False or p.get("temperature", 1.0) == 0
+    stop = p.get("stop") or []
+    if isinstance(stop, str): stop = [stop]
+    eos = p.get("eos_token_id", p.get("stop_token_ids")) or []
+    if isinstance(eos, int): eos = [eos]
+    added = self.tokenizer.get_added_vocab()
+    eos = [*eos, *(added[s] for s in stop if s in added)]    # a stop that is a special token (e.g. "<|eot_id|>") is a stop id
+    n_new = params.get("max_new_tokens") or params.get("max_tokens") or self.defaults.get("max_new_tokens") or self.defaults.get("max_tokens") or 512
+    req = _HFRequest(messages, int(n_new), not greedy,
+                     float(p.get("temperature", 1.0)), float(p.get("top_p", 1.0)), list(stop), asyncio.get_running_loop().create_future(), [int(x) for x in eos])
+    self.requests += 1
+    t0 = time.perf_counter()
+    self._queue.append(req)
+    if self._worker is None: self._worker = asyncio.ensure_future(self._run_worker())
+    text, n_prompt, n_new = await req.future
+    return Completion(text, Usage(n_prompt, n_new, 1), time.perf_counter() - t0, model=self.spec)
 
 # %% ../nbs/01_backends.ipynb #b06acb5d
 import functools, logging

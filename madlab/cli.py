@@ -111,6 +111,7 @@ def _sample_items(loader, sample, what):
         except (ValueError, OSError) as e: raise _bad_data(f"not {what} ({e})") from None
     return load
 
+# %% ../nbs/40_cli.ipynb #d2853b06
 def _market_items(data, size):
     "Market news records (madlab's illustrative sample without --data) as one debate item."
     from madlab.tasks import load_market
@@ -279,6 +280,7 @@ def _majority_error(items, members, kw):
     kept = kept[:kw["n"]] if kw["n"] is not None else kept
     return kept, {"agents": A, "kept": len(kept), "of": len(items), "items": [it.id for it in kept]}
 
+# %% ../nbs/40_cli.ipynb #2a19dfb9
 def _run_protocol(proto, kw):
     "The body of `madlab run PROTOCOL`."
     from madlab.agents import make_team, load_team, DEFAULT_TEAM

@@ -83,6 +83,7 @@ class Protocol:
 
 PROTOCOLS: dict[str, Protocol] = {}
 
+# %% ../nbs/06_debate.ipynb #ee082d53
 def protocol(name: str, tasks=None, limits: dict|None = None):
     "Register an async-generator protocol under `name`, running on `tasks` (None: any task with an answer format), numbers within `limits`."
     def deco(fn):
@@ -155,85 +156,15 @@ class Debate:
         self.meta = {"id": id or getattr(item, "id", None) or new_id(), "status": "new", "madlab": madlab.__version__}
         self._gen, self.done = None, False
 
-    def agent(self, name) -> Agent:
-        "The agent called `name`."
-        for a in self.agents:
-            if a.name == name: return a
-        raise KeyError(f"no agent {name!r}; team: {', '.join(a.name for a in self.agents)}")
 
-    def _emit(self, event, **kw):
-        for f in list(self.listeners):
-            try: f(event, **kw)
-            except Exception: pass
 
-    def new_round(self, name: str, phase: str, **meta) -> Round:
-        "Open the next round (announced to listeners); the protocol fills its turns and yields it."
-        r = Round(name, phase, len(self.rounds), [], meta)
-        self._emit("round_start", round=r)
-        return r
 
-    async def gather(self, *coros) -> list[Turn]:
-        "Run agent calls concurrently, keeping their order."
-        if len(coros) == 1 and not inspect.isawaitable(coros[0]): coros = tuple(coros[0])
-        return list(await asyncio.gather(*coros))
 
-    def members(self, agents=None) -> list[Agent]:
-        "Agents by name or as given (None: the whole team)."
-        if agents is None: return list(self.agents)
-        if isinstance(agents, (str, Agent)): agents = [agents]
-        return [a if isinstance(a, Agent) else self.agent(a) for a in agents]
 
-    async def _next(self):
-        if self._gen is None:
-            self.meta.update(status="running", started=time.time())
-            self._gen = self.protocol.fn(self, **self.settings)
-        return await self._gen.__anext__()
 
-    async def astep(self) -> Round|None:
-        "Run the next round; `None` when the debate has ended."
-        if self.done: return None
-        try: r = await run_async(self._next())
-        except StopAsyncIteration:
-            self.done = True
-            self.meta.update(status="done", finished=time.time())
-            self._emit("done", debate=self)
-            return None
-        except BudgetExceeded as e:
-            self.done = True
-            self.meta.update(status="stopped", error=str(e), finished=time.time())
-            self._emit("done", debate=self)
-            raise
-        except Exception as e:
-            self.done = True
-            self.meta.update(status="failed", error=scrub_secrets(f"{type(e).__name__}: {e}"), traceback=scrub_secrets(traceback.format_exc(limit=8)), finished=time.time())
-            self._emit("done", debate=self)
-            raise
-        r.index = len(self.rounds)
-        r.history_lengths = {a.name: len(a.history) for a in self.agents}
-        self.rounds.append(r)
-        self._emit("round", round=r)
-        failed = [t for t in r.turns if t.error is not None]
-        if failed and self.on_error == "fail":
-            self.done = True
-            err = f"{failed[0].agent}: {failed[0].error}" + (f" (and {len(failed) - 1} more failed calls)" if len(failed) > 1 else "")
-            self.meta.update(status="failed", error=err, finished=time.time())
-            if self._gen is not None: await run_async(self._gen.aclose())
-            self._emit("done", debate=self)
-            raise BackendError(err)
-        return r
 
-    def step(self) -> Round|None:
-        "Run the next round and return it (`None` once the debate has ended)."
-        return run_sync(self.astep())
 
-    async def arun(self) -> Transcript:
-        "Run to the end; the transcript."
-        while await self.astep() is not None: pass
-        return self.transcript
 
-    def run(self) -> Transcript:
-        "Run to the end (blocking); the transcript."
-        return run_sync(self.arun())
 
     @property
     def transcript(self) -> Transcript:
@@ -244,8 +175,102 @@ class Debate:
     @property
     def usage(self) -> Usage: return sum((r.usage for r in self.rounds), Usage())
 
-    def _repr_html_(self): return self.transcript._repr_html_()
     def __repr__(self): return f"Debate({self.protocol.name!r}, item={self.meta['id']!r}, agents={[a.name for a in self.agents]}, rounds={len(self.rounds)}, status={self.meta['status']!r})"
+
+@patch
+def agent(self: Debate, name) -> Agent:
+    "The agent called `name`."
+    for a in self.agents:
+        if a.name == name: return a
+    raise KeyError(f"no agent {name!r}; team: {', '.join(a.name for a in self.agents)}")
+
+@patch
+def _emit(self: Debate, event, **kw):
+    for f in list(self.listeners):
+        try: f(event, **kw)
+        except Exception: pass
+
+# %% ../nbs/06_debate.ipynb #bf638a86
+@patch
+def new_round(self: Debate, name: str, phase: str, **meta) -> Round:
+    "Open the next round (announced to listeners); the protocol fills its turns and yields it."
+    r = Round(name, phase, len(self.rounds), [], meta)
+    self._emit("round_start", round=r)
+    return r
+
+@patch
+async def gather(self: Debate, *coros) -> list[Turn]:
+    "Run agent calls concurrently, keeping their order."
+    if len(coros) == 1 and not inspect.isawaitable(coros[0]): coros = tuple(coros[0])
+    return list(await asyncio.gather(*coros))
+
+@patch
+def members(self: Debate, agents=None) -> list[Agent]:
+    "Agents by name or as given (None: the whole team)."
+    if agents is None: return list(self.agents)
+    if isinstance(agents, (str, Agent)): agents = [agents]
+    return [a if isinstance(a, Agent) else self.agent(a) for a in agents]
+
+@patch
+async def _next(self: Debate):
+    if self._gen is None:
+        self.meta.update(status="running", started=time.time())
+        self._gen = self.protocol.fn(self, **self.settings)
+    return await self._gen.__anext__()
+
+@patch
+async def astep(self: Debate) -> Round|None:
+    "Run the next round; `None` when the debate has ended."
+    if self.done: return None
+    try: r = await run_async(self._next())
+    except StopAsyncIteration:
+        self.done = True
+        self.meta.update(status="done", finished=time.time())
+        self._emit("done", debate=self)
+        return None
+    except BudgetExceeded as e:
+        self.done = True
+        self.meta.update(status="stopped", error=str(e), finished=time.time())
+        self._emit("done", debate=self)
+        raise
+    except Exception as e:
+        self.done = True
+        self.meta.update(status="failed", error=scrub_secrets(f"{type(e).__name__}: {e}"), traceback=scrub_secrets(traceback.format_exc(limit=8)), finished=time.time())
+        self._emit("done", debate=self)
+        raise
+    r.index = len(self.rounds)
+    r.history_lengths = {a.name: len(a.history) for a in self.agents}
+    self.rounds.append(r)
+    self._emit("round", round=r)
+    failed = [t for t in r.turns if t.error is not None]
+    if failed and self.on_error == "fail":
+        self.done = True
+        err = f"{failed[0].agent}: {failed[0].error}" + (f" (and {len(failed) - 1} more failed calls)" if len(failed) > 1 else "")
+        self.meta.update(status="failed", error=err, finished=time.time())
+        if self._gen is not None: await run_async(self._gen.aclose())
+        self._emit("done", debate=self)
+        raise BackendError(err)
+    return r
+
+# %% ../nbs/06_debate.ipynb #fbb4d1c0
+@patch
+def step(self: Debate) -> Round|None:
+    "Run the next round and return it (`None` once the debate has ended)."
+    return run_sync(self.astep())
+
+@patch
+async def arun(self: Debate) -> Transcript:
+    "Run to the end; the transcript."
+    while await self.astep() is not None: pass
+    return self.transcript
+
+@patch
+def run(self: Debate) -> Transcript:
+    "Run to the end (blocking); the transcript."
+    return run_sync(self.arun())
+
+@patch
+def _repr_html_(self: Debate): return self.transcript._repr_html_()
 
 # %% ../nbs/06_debate.ipynb #a785b423
 @patch

@@ -156,6 +156,7 @@ def _client(scheduler, timeout: float|None = None):
     try: return Client(scheduler, timeout=timeout), True
     except Exception as e: raise OptionError("scheduler", f"cannot reach the Dask scheduler at {scheduler}: {e}") from None
 
+# %% ../nbs/30_experiments.ipynb #39acf3c8
 def sweep(notebook, params: dict, out="runs", workers: int = 2, scheduler=None, kernel: str|None = None,
           cache: str|None = None, timeout: float|None = None, progress: bool = True) -> pd.DataFrame:
     "Run `notebook` for every combination of `params` into `out/`; the gathered results (also in `out/summary.parquet`)."

@@ -8,6 +8,7 @@ Docs: https://madlab.github.io/madlab/live.html.md"""
 from __future__ import annotations
 import asyncio, html, json, threading, traceback
 import ipywidgets as W
+from fastcore.basics import patch
 from .core import *
 from .scoring import score_result
 
@@ -140,126 +141,22 @@ class LiveView(W.VBox):
         self._latest, self._seen, self._round, self._rows = {}, set(), None, []
         if debate is not None: self.attach(debate)
 
-    def attach(self, debate) -> LiveView:
-        "Show `debate` (replacing any other), including the rounds it has already run."
-        with self._lock:
-            self.detach()
-            self.debate, self.status = debate, debate.meta.get("status", "new")
-            self.cols = {a.name: _Col(a.name, getattr(a, "role", None)) for a in debate.agents}
-            self.cols_box.children = [c.box for c in self.cols.values()]
-            self._latest, self._seen, self._round, self._rows = {}, set(), None, []
-            for r in debate.rounds:
-                self._on_round_start(r); self._on_round(r)
-            debate.listeners.append(self.handle)
-            for c in self.cols.values(): self._render(c)
-            self._render_title(); self.footer.value = ""
-            if debate.done: self._on_done(debate)
-        return self
 
-    def detach(self):
-        "Stop listening to the current debate."
-        with self._lock:
-            if self.debate is not None and self.handle in self.debate.listeners: self.debate.listeners.remove(self.handle)
 
-    def handle(self, event, **kw):
-        "The debate listener: update the view for one event (safe to call from any thread)."
-        fn = getattr(self, f"_on_{event}", None)
-        if fn is None: return
-        try:
-            with self._lock: fn(**kw)
-        except Exception as e: self.errors.append(f"{event}: {type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}")
 
-    def start(self):
-        "Run the attached debate to the end on madlab's runtime loop without blocking; returns a `concurrent.futures.Future`."
-        if self.debate is None: raise ValueError("attach a debate first")
-        return asyncio.run_coroutine_threadsafe(self.debate.arun(), runtime_loop())
 
     # -- events ---------------------------------------------------------------
-    def _col(self, name):
-        if name not in self.cols:               # an agent that joined late
-            self.cols[name] = _Col(name)
-            self.cols_box.children = [c.box for c in self.cols.values()]
-        return self.cols[name]
 
-    def _on_round_start(self, round):
-        self._round = round
-        self.status = "running"
-        head = f'<div class="mlv-round">Round {round.index + 1} · {_esc(round.name)} <i>({_esc(round.phase)})</i></div>'
-        self._rows.append({"head": head, "cells": {}})
-        if len(self._rows) > self.max_entries: self._rows = self._rows[-self.max_entries:]
-        for c in self.cols.values(): c.entries.append(head)
-        self._render_body(); self._render_title()
 
-    def _on_call_start(self, agent, phase=None, round=None, focus=None, **kw):
-        c = self._col(agent)
-        c.inflight += 1
-        c.doing = (phase or "") + (f" → {focus}" if focus else "")
-        self._render(c, body=False)
 
-    def _on_call_end(self, agent, turn, **kw):
-        c = self._col(agent)
-        c.inflight = max(0, c.inflight - 1)
-        if c.inflight == 0: c.doing = None
-        self._show_turn(turn, self._round.phase if self._round is not None else None)
 
-    def _on_round(self, round):
-        for t in round.turns:
-            if id(t) not in self._seen: self._show_turn(t, round.phase)
-        self._render_title(done_round=round)
 
-    def _on_done(self, debate):
-        self.status = debate.meta.get("status", "done")
-        for c in self.cols.values():
-            c.inflight, c.doing = 0, None
-            self._render(c, body=False)
-        self._render_title()
-        res = debate.result or {}
-        verdict = _verdict_html(debate.item, res) if res else ""
-        if "decision" in res and isinstance(res["decision"], str):
-            txt = f'{_badge(res["decision"])} {_esc(res.get("reason") or "")}'
-            extra = [f"{k}: {_esc(json.dumps(to_jsonable(res[k]), ensure_ascii=False))}" for k in ("agreement", "max_risk", "veto", "changed_mind") if k in res]
-            if extra: txt += f'<div class="meta">{" · ".join(extra)}</div>'
-        elif res: txt = f"<pre>{_esc(json.dumps(to_jsonable(res), ensure_ascii=False, default=str)[:2000])}</pre>"
-        else: txt = ""
-        err = debate.meta.get("error")
-        self.footer.value = f'<div class="mlv-foot"><b>{_esc(self.status)}</b> {txt}{verdict}' + (f"<div>error: {_esc(err)}</div>" if err else "") + "</div>"
 
     # -- rendering ------------------------------------------------------------
-    def _show_turn(self, turn, phase):
-        self._seen.add(id(turn))
-        stance = turn_stance(turn, self._latest, turn.agent in self._latest)
-        if turn.answer is not None and not turn.receivers: self._latest[turn.agent] = _answer_key(turn.answer)
-        c = self._col(turn.agent)
-        self._add(c, _message_html(turn, stance, phase, self.max_chars))
-        self._render(c)
 
-    def _add(self, c, entry):
-        c.entries.append(entry)
-        if len(c.entries) > self.max_entries: c.entries = c.entries[-self.max_entries:]
-        if not self._rows: self._rows.append({"head": "", "cells": {}})
-        self._rows[-1]["cells"].setdefault(c.name, []).append(entry)
-        self._render_body()
 
-    def _render(self, c, body=True):
-        role = f'<span class="role">{_esc(c.role)}</span>' if c.role and c.role != c.name else ""
-        think = f' <span class="mlv-think">thinking… {_esc(c.doing or "")}</span>' if c.inflight else ""
-        c.head.value = f'<div class="mlv-head">{_esc(c.name)}{role}{think}</div>'
 
-    def _render_body(self):
-        "Every round as one grid row (its header across, then a cell per agent), so a round starts at the same height in every column."
-        names = list(self.cols)
-        out = [f'<div class="mlv-grid" style="grid-template-columns:repeat({max(1, len(names))}, minmax(220px, 1fr))">']
-        for row in self._rows:
-            if row["head"]: out.append(f'<div class="mlv-rowhead">{row["head"]}</div>')
-            out += [f'<div class="mlv-cell" data-agent="{_esc(n)}">{"".join(row["cells"].get(n, []))}</div>' for n in names]
-        self.body.value = "".join(out) + "</div>"
 
-    def _render_title(self, done_round=None):
-        d = self.debate
-        if d is None: return
-        r = self._round
-        where = f" · round {r.index + 1}: {_esc(r.name)}" if r is not None else ""
-        self.title.value = f"<b>{_esc(d.protocol.name)}</b> · {_esc(d.meta.get('id'))} · {_esc(self.status)}{where}"
 
     # -- for tests and scripts ----------------------------------------------------
     @property
@@ -267,9 +164,148 @@ class LiveView(W.VBox):
         "Agents whose call is in flight."
         return [n for n, c in self.cols.items() if c.inflight]
 
-    def column_html(self, name) -> str:
-        "The HTML of `name`'s column (header and messages)."
-        c = self.cols[name]
-        return c.head.value + "".join(c.entries)
 
     def __repr__(self): return f"LiveView({self.debate!r}, status={self.status!r})"
+
+# %% ../nbs/22_live.ipynb #9403d070
+@patch
+def attach(self: LiveView, debate) -> LiveView:
+    "Show `debate` (replacing any other), including the rounds it has already run."
+    with self._lock:
+        self.detach()
+        self.debate, self.status = debate, debate.meta.get("status", "new")
+        self.cols = {a.name: _Col(a.name, getattr(a, "role", None)) for a in debate.agents}
+        self.cols_box.children = [c.box for c in self.cols.values()]
+        self._latest, self._seen, self._round, self._rows = {}, set(), None, []
+        for r in debate.rounds:
+            self._on_round_start(r); self._on_round(r)
+        debate.listeners.append(self.handle)
+        for c in self.cols.values(): self._render(c)
+        self._render_title(); self.footer.value = ""
+        if debate.done: self._on_done(debate)
+    return self
+
+@patch
+def detach(self: LiveView):
+    "Stop listening to the current debate."
+    with self._lock:
+        if self.debate is not None and self.handle in self.debate.listeners: self.debate.listeners.remove(self.handle)
+
+@patch
+def handle(self: LiveView, event, **kw):
+    "The debate listener: update the view for one event (safe to call from any thread)."
+    fn = getattr(self, f"_on_{event}", None)
+    if fn is None: return
+    try:
+        with self._lock: fn(**kw)
+    except Exception as e: self.errors.append(f"{event}: {type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}")
+
+@patch
+def start(self: LiveView):
+    "Run the attached debate to the end on madlab's runtime loop without blocking; returns a `concurrent.futures.Future`."
+    if self.debate is None: raise ValueError("attach a debate first")
+    return asyncio.run_coroutine_threadsafe(self.debate.arun(), runtime_loop())
+
+@patch
+def _col(self: LiveView, name):
+    if name not in self.cols:               # an agent that joined late
+        self.cols[name] = _Col(name)
+        self.cols_box.children = [c.box for c in self.cols.values()]
+    return self.cols[name]
+
+@patch
+def _on_round_start(self: LiveView, round):
+    self._round = round
+    self.status = "running"
+    head = f'<div class="mlv-round">Round {round.index + 1} · {_esc(round.name)} <i>({_esc(round.phase)})</i></div>'
+    self._rows.append({"head": head, "cells": {}})
+    if len(self._rows) > self.max_entries: self._rows = self._rows[-self.max_entries:]
+    for c in self.cols.values(): c.entries.append(head)
+    self._render_body(); self._render_title()
+
+# %% ../nbs/22_live.ipynb #ce664d5d
+@patch
+def _on_call_start(self: LiveView, agent, phase=None, round=None, focus=None, **kw):
+    c = self._col(agent)
+    c.inflight += 1
+    c.doing = (phase or "") + (f" → {focus}" if focus else "")
+    self._render(c, body=False)
+
+@patch
+def _on_call_end(self: LiveView, agent, turn, **kw):
+    c = self._col(agent)
+    c.inflight = max(0, c.inflight - 1)
+    if c.inflight == 0: c.doing = None
+    self._show_turn(turn, self._round.phase if self._round is not None else None)
+
+@patch
+def _on_round(self: LiveView, round):
+    for t in round.turns:
+        if id(t) not in self._seen: self._show_turn(t, round.phase)
+    self._render_title(done_round=round)
+
+@patch
+def _on_done(self: LiveView, debate):
+    self.status = debate.meta.get("status", "done")
+    for c in self.cols.values():
+        c.inflight, c.doing = 0, None
+        self._render(c, body=False)
+    self._render_title()
+    res = debate.result or {}
+    verdict = _verdict_html(debate.item, res) if res else ""
+    if "decision" in res and isinstance(res["decision"], str):
+        txt = f'{_badge(res["decision"])} {_esc(res.get("reason") or "")}'
+        extra = [f"{k}: {_esc(json.dumps(to_jsonable(res[k]), ensure_ascii=False))}" for k in ("agreement", "max_risk", "veto", "changed_mind") if k in res]
+        if extra: txt += f'<div class="meta">{" · ".join(extra)}</div>'
+    elif res: txt = f"<pre>{_esc(json.dumps(to_jsonable(res), ensure_ascii=False, default=str)[:2000])}</pre>"
+    else: txt = ""
+    err = debate.meta.get("error")
+    self.footer.value = f'<div class="mlv-foot"><b>{_esc(self.status)}</b> {txt}{verdict}' + (f"<div>error: {_esc(err)}</div>" if err else "") + "</div>"
+
+@patch
+def _show_turn(self: LiveView, turn, phase):
+    self._seen.add(id(turn))
+    stance = turn_stance(turn, self._latest, turn.agent in self._latest)
+    if turn.answer is not None and not turn.receivers: self._latest[turn.agent] = _answer_key(turn.answer)
+    c = self._col(turn.agent)
+    self._add(c, _message_html(turn, stance, phase, self.max_chars))
+    self._render(c)
+
+@patch
+def _add(self: LiveView, c, entry):
+    c.entries.append(entry)
+    if len(c.entries) > self.max_entries: c.entries = c.entries[-self.max_entries:]
+    if not self._rows: self._rows.append({"head": "", "cells": {}})
+    self._rows[-1]["cells"].setdefault(c.name, []).append(entry)
+    self._render_body()
+
+@patch
+def _render(self: LiveView, c, body=True):
+    role = f'<span class="role">{_esc(c.role)}</span>' if c.role and c.role != c.name else ""
+    think = f' <span class="mlv-think">thinking… {_esc(c.doing or "")}</span>' if c.inflight else ""
+    c.head.value = f'<div class="mlv-head">{_esc(c.name)}{role}{think}</div>'
+
+# %% ../nbs/22_live.ipynb #8f617711
+@patch
+def _render_body(self: LiveView):
+    "Every round as one grid row (its header across, then a cell per agent), so a round starts at the same height in every column."
+    names = list(self.cols)
+    out = [f'<div class="mlv-grid" style="grid-template-columns:repeat({max(1, len(names))}, minmax(220px, 1fr))">']
+    for row in self._rows:
+        if row["head"]: out.append(f'<div class="mlv-rowhead">{row["head"]}</div>')
+        out += [f'<div class="mlv-cell" data-agent="{_esc(n)}">{"".join(row["cells"].get(n, []))}</div>' for n in names]
+    self.body.value = "".join(out) + "</div>"
+
+@patch
+def _render_title(self: LiveView, done_round=None):
+    d = self.debate
+    if d is None: return
+    r = self._round
+    where = f" · round {r.index + 1}: {_esc(r.name)}" if r is not None else ""
+    self.title.value = f"<b>{_esc(d.protocol.name)}</b> · {_esc(d.meta.get('id'))} · {_esc(self.status)}{where}"
+
+@patch
+def column_html(self: LiveView, name) -> str:
+    "The HTML of `name`'s column (header and messages)."
+    c = self.cols[name]
+    return c.head.value + "".join(c.entries)

@@ -10,6 +10,7 @@ import html, itertools, json, random, re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from fastcore.basics import patch
 from .core import Answer, Item, serializable, json_objects, _loads
 
 # %% auto #0
@@ -405,87 +406,96 @@ class _Model:
             if i != skip: self.reify(s, self.t[i])
         for h in puzzle.hints: self.reify(h, None)
 
-    def _eq_and(self, lit, xs):
-        "lit <-> AND(xs), or AND(xs) when lit is None."
-        if lit is None: self.m.AddBoolAnd(xs); return
-        self.m.AddBoolAnd(xs).OnlyEnforceIf(lit)
-        self.m.AddBoolOr([x.Not() for x in xs]).OnlyEnforceIf(lit.Not())
+@patch
+def _eq_and(self: _Model, lit, xs):
+    "lit <-> AND(xs), or AND(xs) when lit is None."
+    if lit is None: self.m.AddBoolAnd(xs); return
+    self.m.AddBoolAnd(xs).OnlyEnforceIf(lit)
+    self.m.AddBoolOr([x.Not() for x in xs]).OnlyEnforceIf(lit.Not())
 
-    def _eq_or(self, lit, xs):
-        if lit is None: self.m.AddBoolOr(xs); return
-        self.m.AddBoolOr(xs).OnlyEnforceIf(lit)
-        for x in xs: self.m.AddImplication(x, lit)
+@patch
+def _eq_or(self: _Model, lit, xs):
+    if lit is None: self.m.AddBoolOr(xs); return
+    self.m.AddBoolOr(xs).OnlyEnforceIf(lit)
+    for x in xs: self.m.AddImplication(x, lit)
 
-    def _truths(self, people, truthful): return [self.t[j] if truthful else self.t[j].Not() for j in people]
+@patch
+def _truths(self: _Model, people, truthful): return [self.t[j] if truthful else self.t[j].Not() for j in people]
 
-    def reify(self, s, lit):
-        "Post `lit <-> s` (or `s` itself when `lit` is None)."
-        m = self.m
-        if isinstance(s, (RoleCount, TruthCount)):
-            xs = [self.role[j][KKS_ROLES.index(s.role)] for j in s.people] if isinstance(s, RoleCount) else self._truths(s.people, s.truthful)
-            if lit is None: m.Add(sum(xs) == s.n); return
-            m.Add(sum(xs) == s.n).OnlyEnforceIf(lit)
-            m.Add(sum(xs) != s.n).OnlyEnforceIf(lit.Not())
-        elif isinstance(s, (SameRole, NotSameRole)):
-            alls = []
-            for k in range(3):
-                a = m.NewBoolVar(""); self._eq_and(a, [self.role[j][k] for j in s.people]); alls.append(a)
-            if isinstance(s, SameRole): self._eq_or(lit, alls)
-            elif lit is None: m.AddBoolAnd([a.Not() for a in alls])
-            else: self._eq_or(lit.Not(), alls)
-        elif isinstance(s, SameTruth):
-            a, b = m.NewBoolVar(""), m.NewBoolVar("")
-            self._eq_and(a, self._truths(s.people, True)); self._eq_and(b, self._truths(s.people, False))
-            self._eq_or(lit, [a, b])
-        elif isinstance(s, (RoleParity, TruthParity)):
-            xs = [self.role[j][KKS_ROLES.index(s.role)] for j in s.people] if isinstance(s, RoleParity) else self._truths(s.people, s.truthful)
-            if lit is None: lit = self._true()
-            # XOR(xs) is "the count is odd"; odd wanted: XOR(xs) == lit; even wanted: XOR(xs) == not lit
-            m.AddBoolXOr(xs + [lit] if s.even else xs + [lit.Not()])
-        elif isinstance(s, ExactlyOne):
-            a, b = m.NewBoolVar(""), m.NewBoolVar("")
-            self.reify(s.first, a); self.reify(s.second, b)
-            m.AddBoolXOr([a, b, (lit if lit is not None else self._true()).Not()])
-        elif isinstance(s, _Bool): self._reify_bool(s, lit)
-        else: raise TypeError(f"not a statement: {s!r}")
+# %% ../nbs/05_puzzles.ipynb #1e093ebc
+@patch
+def reify(self: _Model, s, lit):
+    "Post `lit <-> s` (or `s` itself when `lit` is None)."
+    m = self.m
+    if isinstance(s, (RoleCount, TruthCount)):
+        xs = [self.role[j][KKS_ROLES.index(s.role)] for j in s.people] if isinstance(s, RoleCount) else self._truths(s.people, s.truthful)
+        if lit is None: m.Add(sum(xs) == s.n); return
+        m.Add(sum(xs) == s.n).OnlyEnforceIf(lit)
+        m.Add(sum(xs) != s.n).OnlyEnforceIf(lit.Not())
+    elif isinstance(s, (SameRole, NotSameRole)):
+        alls = []
+        for k in range(3):
+            a = m.NewBoolVar(""); self._eq_and(a, [self.role[j][k] for j in s.people]); alls.append(a)
+        if isinstance(s, SameRole): self._eq_or(lit, alls)
+        elif lit is None: m.AddBoolAnd([a.Not() for a in alls])
+        else: self._eq_or(lit.Not(), alls)
+    elif isinstance(s, SameTruth):
+        a, b = m.NewBoolVar(""), m.NewBoolVar("")
+        self._eq_and(a, self._truths(s.people, True)); self._eq_and(b, self._truths(s.people, False))
+        self._eq_or(lit, [a, b])
+    elif isinstance(s, (RoleParity, TruthParity)):
+        xs = [self.role[j][KKS_ROLES.index(s.role)] for j in s.people] if isinstance(s, RoleParity) else self._truths(s.people, s.truthful)
+        if lit is None: lit = self._true()
+        # XOR(xs) is "the count is odd"; odd wanted: XOR(xs) == lit; even wanted: XOR(xs) == not lit
+        m.AddBoolXOr(xs + [lit] if s.even else xs + [lit.Not()])
+    elif isinstance(s, ExactlyOne):
+        a, b = m.NewBoolVar(""), m.NewBoolVar("")
+        self.reify(s.first, a); self.reify(s.second, b)
+        m.AddBoolXOr([a, b, (lit if lit is not None else self._true()).Not()])
+    elif isinstance(s, _Bool): self._reify_bool(s, lit)
+    else: raise TypeError(f"not a statement: {s!r}")
 
-    def _reify_bool(self, s, lit):
-        m = self.m
-        if isinstance(s, Is):
-            x = self.role[s.person][_RI[s.role]]
-            if lit is None: m.AddBoolOr([x])
-            else: m.AddImplication(x, lit); m.AddImplication(lit, x)
-            return
-        cs = [m.NewBoolVar("") for _ in s.parts()]
-        for c, p in zip(cs, s.parts()): self.reify(p, c)
-        if isinstance(s, Not): m.AddBoolOr([cs[0].Not()]) if lit is None else m.AddBoolXOr([cs[0], lit])
-        elif isinstance(s, And): self._eq_and(lit, cs)
-        elif isinstance(s, Or): self._eq_or(lit, cs)
-        elif isinstance(s, Implies): self._eq_or(lit, [cs[0].Not(), cs[1]])
-        elif isinstance(s, Iff): m.AddBoolXOr([cs[0], cs[1], lit if lit is not None else self._true()])   # odd sum: lit == (a == b)
-        else: raise TypeError(f"not a statement: {s!r}")
+@patch
+def _reify_bool(self: _Model, s, lit):
+    m = self.m
+    if isinstance(s, Is):
+        x = self.role[s.person][_RI[s.role]]
+        if lit is None: m.AddBoolOr([x])
+        else: m.AddImplication(x, lit); m.AddImplication(lit, x)
+        return
+    cs = [m.NewBoolVar("") for _ in s.parts()]
+    for c, p in zip(cs, s.parts()): self.reify(p, c)
+    if isinstance(s, Not): m.AddBoolOr([cs[0].Not()]) if lit is None else m.AddBoolXOr([cs[0], lit])
+    elif isinstance(s, And): self._eq_and(lit, cs)
+    elif isinstance(s, Or): self._eq_or(lit, cs)
+    elif isinstance(s, Implies): self._eq_or(lit, [cs[0].Not(), cs[1]])
+    elif isinstance(s, Iff): m.AddBoolXOr([cs[0], cs[1], lit if lit is not None else self._true()])   # odd sum: lit == (a == b)
+    else: raise TypeError(f"not a statement: {s!r}")
 
-    def _true(self):
-        v = self.m.NewBoolVar("true"); self.m.AddBoolOr([v]); return v
+@patch
+def _true(self: _Model):
+    v = self.m.NewBoolVar("true"); self.m.AddBoolOr([v]); return v
 
-    def solve(self, limit=None, with_truth=False):
-        "Distinct role assignments (tuples of role indices); with `with_truth`, distinct (roles, truth) pairs."
-        cp, role, t = self.cp, self.role, self.t
-        found, order = set(), []
-        class _CB(cp.CpSolverSolutionCallback):
-            def on_solution_callback(cb):
-                r = tuple(next(k for k in range(3) if cb.BooleanValue(role[i][k])) for i in range(len(role)))
-                key = (r, tuple(cb.BooleanValue(x) if x is not None else None for x in t)) if with_truth else r
-                if key not in found:
-                    found.add(key); order.append(key)
-                    if limit is not None and len(order) >= limit: cb.StopSearch()
-        solver = cp.CpSolver()
-        solver.parameters.enumerate_all_solutions = True
-        solver.parameters.num_workers = 1
-        solver.parameters.cp_model_presolve = False    # tiny models: presolve costs more than it saves (about 3x here)
-        solver.parameters.linearization_level = 0
-        solver.Solve(self.m, _CB())
-        return order
+# %% ../nbs/05_puzzles.ipynb #506b9e16
+@patch
+def solve(self: _Model, limit=None, with_truth=False):
+    "Distinct role assignments (tuples of role indices); with `with_truth`, distinct (roles, truth) pairs."
+    cp, role, t = self.cp, self.role, self.t
+    found, order = set(), []
+    class _CB(cp.CpSolverSolutionCallback):
+        def on_solution_callback(cb):
+            r = tuple(next(k for k in range(3) if cb.BooleanValue(role[i][k])) for i in range(len(role)))
+            key = (r, tuple(cb.BooleanValue(x) if x is not None else None for x in t)) if with_truth else r
+            if key not in found:
+                found.add(key); order.append(key)
+                if limit is not None and len(order) >= limit: cb.StopSearch()
+    solver = cp.CpSolver()
+    solver.parameters.enumerate_all_solutions = True
+    solver.parameters.num_workers = 1
+    solver.parameters.cp_model_presolve = False    # tiny models: presolve costs more than it saves (about 3x here)
+    solver.parameters.linearization_level = 0
+    solver.Solve(self.m, _CB())
+    return order
 
 def solve(puzzle: Puzzle, limit: int|None=None) -> list[dict]:
     "Every solution of `puzzle` (or the first `limit`), each a dict player name -> 'knight'/'knave'/'spy'."
@@ -572,6 +582,7 @@ def _puzzle_from_record(d, where, prefix):
     try: return Puzzle(names, sts[:n], sts[n:], sol, d.get("game_id"), f"{where[0].name}:{where[1]}", f"{prefix}-{where[0].stem}-{where[1]:04d}")
     except ValueError as e: _err(where, "text_game", str(e))
 
+# %% ../nbs/05_puzzles.ipynb #b869c4ec
 def _jsonl_files(path):
     path = Path(path)
     if path.is_dir():
@@ -631,14 +642,18 @@ def to_controlmad(puzzles, path) -> list[Path]:
 # %% ../nbs/05_puzzles.ipynb #caecd063
 _KIND_CODES = {"role_count": (1, 2, 3), "truth_count": (4, 5), "same_role": (6, 7), "same_truth": (8, 9), "not_same_role": (10,),
                "role_parity": (11, 12), "truth_parity": (13, 14), "exactly_one": (15,)}
+
 DIFFICULTY = {
     "easy": {"role_count": 3, "same_role": 2, "not_same_role": 1, "truth_count": 2},
     "medium": {k: len(v) for k, v in _KIND_CODES.items()},          # ControlMAD: codes 1-15 drawn uniformly
     "hard": {"role_count": 1, "truth_count": 2, "same_role": 1, "same_truth": 2, "not_same_role": 1, "role_parity": 2, "truth_parity": 3, "exactly_one": 4},
     "kk": {"is": 1, "not": 1, "and": 1, "or": 1, "implies": 1, "iff": 1},   # the classic puzzles: operators over atoms
 }
+
 _BOOL_KINDS = ("is", "not", "and", "or", "implies", "iff")
+
 _TRUTH_KINDS = {"truth_count": 1, "same_truth": 2, "truth_parity": 3}   # kind -> earlier players needed
+
 _ENUM, _CANDIDATES = 256, 12
 
 def _pick(rng, weights):
@@ -656,6 +671,7 @@ def _feasible(kind, n, sp):
     if kind in _TRUTH_KINDS: return m >= _TRUTH_KINDS[kind]
     return {"same_role": n >= 3, "not_same_role": n >= 2, "role_parity": n >= 3}.get(kind, True)
 
+# %% ../nbs/05_puzzles.ipynb #5a08b78c
 def _draw(rng, kind, sp, want, R, T, n, n_spies, mix):
     "A random statement of `kind` by speaker `sp` whose truth value under roles `R` and truths `T` is `want`, or None."
     if kind in _BOOL_KINDS: return _draw_bool(rng, kind, want, R, n, n_spies)
@@ -711,6 +727,7 @@ def _draw_bool(rng, kind, want, R, n, n_spies):
         if s.holds(R, None) == want: return s
     return None
 
+# %% ../nbs/05_puzzles.ipynb #631b5ef8
 def _statement(rng, sp, want, R, T, n, n_spies, mix):
     "A statement for speaker `sp` with truth value `want` under roles `R` and truths `T`."
     weights = {k: w for k, w in mix.items() if _feasible(k, n, sp)}
@@ -1115,6 +1132,7 @@ def _roles_from_text(text, players):
         if len(found) == 1: out[p] = found.pop()
     return out
 
+# %% ../nbs/05_puzzles.ipynb #c95139ca
 def _confidence(d, text):
     v = _lower_keys(d).get("confidence") if d else None
     if v is None:
@@ -1127,6 +1145,7 @@ def _confidence(d, text):
     return int(round(v)) if 1 <= v <= 10 else None
 
 _BODY_KEYS = ("players", "solution", "roles", "answer", "assignments")
+
 _ANSWER_START = re.compile(r"""\{\s*["']?(?:players|solution|roles|answer|assignments|explanation|reasoning|confidence)["']?\s*:""", re.I)
 
 def _is_answer(d, players) -> bool:
@@ -1170,6 +1189,7 @@ def _cut_answer(text, pos, start_re=_ANSWER_START):
         if cut is not False: return m.start(), cut
     return None, None
 
+# %% ../nbs/05_puzzles.ipynb #12cf3db1
 def parse_kks_answer(text, players) -> KKSAnswer:
     "A `KKSAnswer` with an entry for every player of `players` (names, or a `Puzzle`); unreadable players get None."
     players = list(players.players if isinstance(players, Puzzle) else players)

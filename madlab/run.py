@@ -291,6 +291,80 @@ class _Stop:
     def set(self):
         if self.loop is not None: self.loop.call_soon_threadsafe(self.event.set)
 
+# %% ../nbs/08_run.ipynb #a0765e13
+def _start_folder(folder, config: dict, ids: list, notes: dict|None) -> dict:
+    "Write the run's `config.json` (the items of earlier runs into the same folder kept); refuse a folder that holds a different run."
+    old = folder.read_config()
+    if old is not None:
+        diff = [k for k in _SAME if json.dumps(old.get(k), sort_keys=True, default=str) != json.dumps(to_jsonable(config[k]), sort_keys=True, default=str)]
+        if diff: raise OptionError("out", f"{folder.path} holds a run with different {', '.join(diff)}; choose another output folder")
+    config["items"] = list(dict.fromkeys(list((old or {}).get("items") or []) + ids))
+    config.update(notes or {}, started=(old or {}).get("started") or time.strftime("%Y-%m-%dT%H:%M:%S"))
+    write_atomic(folder.config_path, json.dumps(to_jsonable(config), indent=1, ensure_ascii=True))
+    return config
+
+def _unfinished(folder, ids, items, transcripts: dict, problems: list) -> list:
+    "(id, item) of the items with no finished transcript in `folder`; the finished ones go to `transcripts`, unreadable ones are moved aside."
+    todo = []
+    for iid, it in zip(ids, items):
+        f = folder.transcript_path(iid)
+        if f.exists():
+            try:
+                t = Transcript.from_json(f)
+                if t.meta.get("status") == "done":
+                    d = folder.item_dir(iid)
+                    if not all((d / n).exists() for n in ("log.html", "log.txt")): write_item_outputs(t, d)
+                    transcripts[iid] = t; continue
+            except (ValueError, TypeError) as e:
+                f.replace(f.with_name("transcript.json.unreadable"))
+                problems.append(f"{e}; moved aside to {f.with_name('transcript.json.unreadable')} and ran the item again")
+        todo.append((iid, it))
+    return todo
+
+# %% ../nbs/08_run.ipynb #10412d8f
+async def _debate_item(proto, iid, it, agents, settings, seed, budget, on_error, screen, status) -> Transcript:
+    "The transcript of item `it`: blocked by the screen, or debated (a failure is recorded in it; a budget stops the run)."
+    sr = None if screen is None else await screen.ascreen(getattr(it, "prompt", "")) if hasattr(screen, "ascreen") else screen(getattr(it, "prompt", ""))
+    if sr is not None and getattr(sr, "blocked", False): return _screened(proto, it, agents, settings, seed, sr)
+    d = Debate(proto, it, agents, seed=seed, budget=budget, id=iid, on_error=on_error, **settings)
+    try: await d.arun()
+    except BudgetExceeded as e: status["reason"] = status["reason"] or str(e)
+    except Exception: pass           # recorded in d.meta by the debate itself
+    t = d.transcript
+    if sr is not None and _screen_record(sr): t.meta["run_screen"] = _screen_record(sr)
+    return t
+
+async def _record(proto, folder, iid, t, rows, transcripts, status):
+    "The item's results row, and its files in the run folder; a failure to summarise or write fails the item, not the run."
+    try: rows[iid] = debate_row(t)
+    except Exception as e:
+        t.meta.update(status="failed", error=f"summarising failed: {type(e).__name__}: {e}")
+        rows[iid] = {"item_id": iid, "protocol": proto.name, "status": "failed", "error": t.meta["error"]}
+    status["failed"] += t.meta.get("status") == "failed"
+    transcripts[iid] = t
+    if folder is not None:
+        try: await _write_debate(folder, iid, t)
+        except (OSError, TypeError, ValueError) as e:
+            rows[iid].update(status="failed", error=f"writing outputs failed: {type(e).__name__}: {e}")
+            if t.meta.get("status") != "failed": status["failed"] += 1
+
+async def _drain(tasks, stop, status):
+    "Wait for every task, or for a stop (Ctrl-C, SIGTERM): then the rest are cancelled and the run is marked interrupted."
+    waiter = asyncio.ensure_future(stop.event.wait())
+    try:
+        pending = set(tasks)
+        while pending:
+            done, pending = await asyncio.wait(pending | {waiter}, return_when=asyncio.FIRST_COMPLETED)
+            pending.discard(waiter)
+            if waiter.done(): status["interrupted"] = True; break
+            for x in done:
+                if x is not waiter and x.exception() is not None: raise x.exception()
+    finally:
+        for x in tasks: x.cancel()
+        waiter.cancel()
+        await asyncio.gather(*tasks, waiter, return_exceptions=True)
+
+# %% ../nbs/08_run.ipynb #b20b3ffa
 async def arun_experiment(protocol, items, team=None, out=None, *, seed: int = 0, concurrency: int|None = None, cache=True, resume: bool = True,
                           progress: bool = False, budget: Budget|None = None, on_error: str = "fail", screen: Callable|None = None,
                           max_tokens: int|None = None, temperature: float|None = None, lock_timeout: float = 0, notes: dict|None = None,
@@ -319,75 +393,18 @@ async def arun_experiment(protocol, items, team=None, out=None, *, seed: int = 0
     try:
         config = {"protocol": proto.name, "options": to_jsonable(settings), "tasks": sorted({str(getattr(it, "task", None)) for it in items}),
                   "team": team_config(agents), "seed": seed, "max_tokens": max_tokens, "temperature": temperature, "madlab": madlab.__version__}
-        todo = list(zip(ids, items))
-        if folder:
-            old = folder.read_config()
-            if old is not None:
-                diff = [k for k in _SAME if json.dumps(old.get(k), sort_keys=True, default=str) != json.dumps(to_jsonable(config[k]), sort_keys=True, default=str)]
-                if diff: raise OptionError("out", f"{folder.path} holds a run with different {', '.join(diff)}; choose another output folder")
-            config["items"] = list(dict.fromkeys(list((old or {}).get("items") or []) + ids))
-            config.update(notes or {}, started=(old or {}).get("started") or time.strftime("%Y-%m-%dT%H:%M:%S"))
-            write_atomic(folder.config_path, json.dumps(to_jsonable(config), indent=1, ensure_ascii=True))
-            if resume:
-                todo = []
-                for iid, it in zip(ids, items):
-                    f = folder.transcript_path(iid)
-                    if f.exists():
-                        try:
-                            t = Transcript.from_json(f)
-                            if t.meta.get("status") == "done":
-                                d = folder.item_dir(iid)
-                                if not all((d / n).exists() for n in ("log.html", "log.txt")): write_item_outputs(t, d)
-                                transcripts[iid] = t; continue
-                        except (ValueError, TypeError) as e:
-                            f.replace(f.with_name("transcript.json.unreadable"))
-                            problems.append(f"{e}; moved aside to {f.with_name('transcript.json.unreadable')} and ran the item again")
-                    todo.append((iid, it))
+        if folder: config = _start_folder(folder, config, ids, notes)
+        todo = _unfinished(folder, ids, items, transcripts, problems) if folder and resume else list(zip(ids, items))
         sem = asyncio.Semaphore(concurrency or games_at_once(agents))
         bar = tqdm(total=len(items), initial=len(items) - len(todo), desc=desc or proto.name, disable=not progress, leave=False)
-
         async def one(iid, it):
             async with sem:
-                if status["reason"]:
-                    rows[iid] = {"item_id": iid, "protocol": proto.name, "status": "not_run", "error": status["reason"]}; bar.update(); return
-                sr = None if screen is None else await screen.ascreen(getattr(it, "prompt", "")) if hasattr(screen, "ascreen") else screen(getattr(it, "prompt", ""))
-                if sr is not None and getattr(sr, "blocked", False):
-                    t = _screened(proto, it, agents, settings, seed, sr)
-                else:
-                    d = Debate(proto, it, agents, seed=seed, budget=budget, id=iid, on_error=on_error, **settings)
-                    try: await d.arun()
-                    except BudgetExceeded as e: status["reason"] = status["reason"] or str(e)
-                    except Exception: pass           # recorded in d.meta by the debate itself
-                    t = d.transcript
-                    if sr is not None and _screen_record(sr): t.meta["run_screen"] = _screen_record(sr)
-                try: rows[iid] = debate_row(t)
-                except Exception as e:
-                    t.meta.update(status="failed", error=f"summarising failed: {type(e).__name__}: {e}")
-                    rows[iid] = {"item_id": iid, "protocol": proto.name, "status": "failed", "error": t.meta["error"]}
-                status["failed"] += t.meta.get("status") == "failed"
-                transcripts[iid] = t
-                if folder is not None:
-                    try: await _write_debate(folder, iid, t)
-                    except (OSError, TypeError, ValueError) as e:
-                        rows[iid].update(status="failed", error=f"writing outputs failed: {type(e).__name__}: {e}")
-                        if t.meta.get("status") != "failed": status["failed"] += 1
+                if status["reason"]: rows[iid] = {"item_id": iid, "protocol": proto.name, "status": "not_run", "error": status["reason"]}
+                else: await _record(proto, folder, iid, await _debate_item(proto, iid, it, agents, settings, seed, budget, on_error, screen, status),
+                                    rows, transcripts, status)
                 bar.update()
-
-        tasks = [asyncio.ensure_future(one(iid, it)) for iid, it in todo]
-        waiter = asyncio.ensure_future(stop.event.wait())
-        try:
-            pending = set(tasks)
-            while pending:
-                done, pending = await asyncio.wait(pending | {waiter}, return_when=asyncio.FIRST_COMPLETED)
-                pending.discard(waiter)
-                if waiter.done(): status["interrupted"] = True; break
-                for x in done:
-                    if x is not waiter and x.exception() is not None: raise x.exception()
-        finally:
-            for x in tasks: x.cancel()
-            waiter.cancel()
-            await asyncio.gather(*tasks, waiter, return_exceptions=True)
-            bar.close()
+        try: await _drain([asyncio.ensure_future(one(iid, it)) for iid, it in todo], stop, status)
+        finally: bar.close()
         return _finish_run(proto, config.get("items", ids), transcripts, rows, folder, agents, status, problems, t0)
     except asyncio.CancelledError:
         status["interrupted"] = True

@@ -93,7 +93,10 @@ def test_critic_actor_gsm8k_item_through_transformers_serve(smollm2, tmp_path_fa
         proxy = RecordingProxy(url)
         try:
             monkeypatch.setenv("OPENAI_BASE_URL", proxy.start())
-            team = [f"openai:{model}"] * 2 + [{"name": "Critic", "spec": f"openai:{model}", "role": "critic"}]
+            # a 135M model on a busy 2-core CPU can take over a minute per reply: the attempt timeout is generous, so that
+            # the test checks what reaches the server, not the machine's load
+            spec = f"openai:{model},timeout=600"
+            team = [spec] * 2 + [{"name": "Critic", "spec": spec, "role": "critic"}]
             res = run_experiment("critic_actor", items, team, tmp_path / "run", rounds=1, actor_max_tokens=64, critic_max_tokens=48,
                                  cache=False)
         finally: proxy.stop()

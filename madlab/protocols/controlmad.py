@@ -170,6 +170,7 @@ def _kks_supervisor_reply(ask, persona, rng):
 
 # %% ../../nbs/10_controlmad.ipynb #ce4ef087
 _SUP_BACKENDS: dict = {}
+
 _log = logging.getLogger("madlab.controlmad")
 
 def _supervisor(d, team, spec):
@@ -192,6 +193,7 @@ def _supervisor(d, team, spec):
     return a
 
 def _conf_text(c): return f" (confidence {c})" if c is not None else ""
+
 def _roles_text(roles, players): return ", ".join(f"{p}: {roles.get(p) or '?'}" for p in players)
 
 def _mark(turn, gold, players):
@@ -204,6 +206,146 @@ def _mark(turn, gold, players):
         sc = score_kks(roles_of(a) or {}, {p: gold[p] for p in players if p in gold})
         turn.meta.update(correct=sc["correct"], n_correct=sc["n_correct"])
 
+# %% ../../nbs/10_controlmad.ipynb #9e2b06d1
+class _Game:
+    "What the phases of one ControlMAD debate share: prompts, players, the team and every agent's current positions."
+    def __init__(self, d, prompts, confidence, supervisor):
+        self.P, self.item, self.confidence = controlmad_prompts(prompts), d.item, confidence
+        self.players, self.gold = kks_players(d.item), getattr(d.item, "gold", None) or {}
+        if not self.players: raise ValueError("controlmad needs a Knight-Knave-Spy item (task 'kks' with players)")
+        self.team = [a for a in d.agents if a.role != "supervisor"]
+        if not self.team: raise ValueError("controlmad needs at least one debating agent")
+        self.names, self.game = [a.name for a in self.team], d.item.prompt
+        self.sup = _supervisor(d, self.team, supervisor)
+        self.fmt_full = kks_answer_format(self.players, confidence=confidence)
+        self.opts = {"players": self.players, "confidence": confidence}
+        blank = lambda: {n: {p: None for p in self.players} for n in self.names}
+        self.pos, self.why, self.conf, self.invalid = blank(), blank(), blank(), 0
+
+    def parse_full(self, s): return parse_kks_answer(s, self.players)
+    def others(self, n): return [m for m in self.names if m != n]
+    def c(self, n, p): return _conf_text(self.conf[n][p]) if self.confidence else ""
+    def ask(self, a, **kw): return Ask(item=self.item, previous=dict(self.pos[a.name]), **kw)
+    def peers(self, a): return {m: dict(self.pos[m]) for m in self.others(a.name)}
+
+    def take_full(self, t):
+        "Record a complete answer's roles."
+        a = t.answer if t.error is None else None
+        for p, role in (roles_of(a) or {}).items():
+            if p in self.pos[t.agent] and role in KKS_ROLES: self.pos[t.agent][p], self.why[t.agent][p], self.conf[t.agent][p] = role, a.reasoning, a.confidence
+
+    def take_one(self, t, p):
+        "Record an answer on player `p`."
+        a = t.answer if t.error is None else None
+        if a is not None and a.valid: self.pos[t.agent][p], self.why[t.agent][p], self.conf[t.agent][p] = a.role, a.reasoning, a.confidence
+
+    def finish(self, r, subset=None):
+        "Mark the round's turns right or wrong and count the invalid ones."
+        for t in r.turns:
+            _mark(t, self.gold, subset or self.players); self.invalid += not t.valid
+        return r
+
+# %% ../../nbs/10_controlmad.ipynb #31047d69
+async def _initial_round(d, g: _Game):
+    for a in g.team:
+        sys_text = _fill(g.P, "system", agent=a.name, n_agents=len(g.team), n_players=len(g.players))
+        if len(a.history) == 0: a.history.add("system", sys_text, sender=a.name)
+        else: a.hear(sys_text, role="moderator", phase="initial")
+    r = d.new_round("initial proposals", "initial")
+    prompt = _fill(g.P, "initial", game=g.game, format=g.fmt_full, players=", ".join(g.players))
+    r.turns = await d.gather(a.ask(prompt, kind="kks.full", parse=g.parse_full, ask=Ask(item=g.item, options=g.opts), phase="initial", round=r.index) for a in g.team)
+    for t in r.turns: g.take_full(t)
+    return g.finish(r)
+
+async def _order_round(d, g: _Game):
+    "The agents propose a debate order; (round, order, where it came from), the game's order when no proposal is valid."
+    r = d.new_round("debate order", "order")
+    prompt = _fill(g.P, "order", players=", ".join(g.players), game=g.game)
+    r.turns = await d.gather(a.ask(prompt, kind="kks.order", parse=lambda s: parse_order(s, g.players), phase="order", round=r.index,
+                                   ask=g.ask(a, peers=g.peers(a), options={"players": g.players})) for a in g.team)
+    valid = [t.answer for t in r.turns if t.valid]
+    issues = {t.agent: t.error or t.meta.get("parse_error") or "no order" for t in r.turns if not t.valid}
+    seq, source = list(g.players), "truth"
+    if valid: seq, source = combine_orders(valid, g.players), "agents"
+    else:
+        source = "truth (fallback)"; r.meta["fallback"] = "no agent proposed a valid order, so the game's order is used: " + "; ".join(f"{k}: {v}" for k, v in issues.items())
+        _log.warning("controlmad: game %s: %s", d.meta.get("id"), r.meta["fallback"])
+    r.meta.update(order=seq, order_source=source, **({"issues": issues} if issues else {}))
+    g.invalid += sum(not t.valid for t in r.turns)
+    return r, seq, source
+
+def _share_positions(d, g: _Game, p):
+    "Before the debate on `p`: every agent hears the others' current position on `p`."
+    for a in g.team:
+        for m in g.others(a.name):
+            a.hear(_fill(g.P, "position", player=p, role=g.pos[m][p] or g.P["no_position"], confidence=g.c(m, p), reasoning=g.why[m][p] or ""),
+                   sender=m, phase="debate", round=len(d.rounds), focus=p)
+
+# %% ../../nbs/10_controlmad.ipynb #4b4031e7
+async def _debate_round(d, g: _Game, p, k, depth):
+    "Round `k` of the debate on player `p`: each agent answers on `p`, then hears the others' answers."
+    r = d.new_round(f"debate on {p} ({k}/{depth})", "debate", focus=p, depth=k)
+    fmt_one = _fill(g.P, "player_format", player=p, confidence_field=_fill(g.P, "player_confidence", player=p) if g.confidence else "")
+    def ask_one(a):
+        prompt = _fill(g.P, "debate", player=p, step=k, depth=depth, others=", ".join(g.others(a.name)), format=fmt_one)
+        return a.ask(prompt, kind="kks.player", parse=lambda s: parse_position(s, p), phase="debate", round=r.index, focus=p,
+                     ask=g.ask(a, focus=p, peers={m: g.pos[m][p] for m in g.others(a.name)}, options=g.opts))
+    r.turns = await d.gather(ask_one(a) for a in g.team)
+    for t in r.turns: g.take_one(t, p)
+    by = {t.agent: t for t in r.turns}
+    for a in g.team:
+        for m in g.others(a.name):
+            ans = by[m].answer if by[m].error is None else None
+            if ans is not None and ans.valid:
+                txt = _fill(g.P, "debate_reply", player=p, role=ans.role, confidence=_conf_text(ans.confidence) if g.confidence else "",
+                            agree=", ".join(ans.agree_with) or "nobody", disagree=", ".join(ans.disagree_with) or "nobody", reasoning=ans.reasoning or "")
+            else: txt = _fill(g.P, "position", player=p, role=g.P["no_position"], reasoning="")
+            a.hear(txt, sender=m, phase="debate", round=r.index, focus=p)
+    return g.finish(r, [p])
+
+async def _full_round(d, g: _Game, name, phase, prompt, focus=None):
+    "Every agent gives a complete solution (self-adjustment, final discussion)."
+    r = d.new_round(name, phase, **({"focus": focus} if focus is not None else {}))
+    r.turns = await d.gather(a.ask(prompt, kind="kks.full", parse=g.parse_full, phase=phase, round=r.index, **({"focus": focus} if focus is not None else {}),
+                                   ask=g.ask(a, **({"focus": focus} if focus is not None else {}), peers=g.peers(a), options=g.opts)) for a in g.team)
+    for t in r.turns: g.take_full(t)
+    return g.finish(r)
+
+def _share_solutions(d, g: _Game):
+    "Before the final discussion: every agent hears the others' whole solutions."
+    for a in g.team:
+        for m in g.others(a.name):
+            cs = [g.conf[m][p] for p in g.players if g.conf[m][p] is not None]
+            a.hear(_fill(g.P, "solution", roles=_roles_text(g.pos[m], g.players), confidence=_conf_text(round(sum(cs) / len(cs))) if g.confidence and cs else ""),
+                   sender=m, phase="final", round=len(d.rounds))
+
+# %% ../../nbs/10_controlmad.ipynb #988c95e6
+def _final_votes(g: _Game, final):
+    "(votes, strict majority, counts) per player, from the final answers."
+    votes = {p: [(roles_of(t.answer if t.error is None else None) or {}).get(p) for t in final] for p in g.players}
+    majority, counts = {}, {}
+    for p in g.players:
+        top, cnt = _majority([v if v in KKS_ROLES else None for v in votes[p]])
+        majority[p], counts[p] = top, dict(cnt)
+    return votes, majority, counts
+
+async def _supervisor_round(d, g: _Game, final, undecided):
+    "The supervisor reads the final votes and decides the `undecided` players; (round, its roles)."
+    r = d.new_round("supervisor decision", "supervisor", players=undecided)
+    lines = []
+    for t in final:
+        a = t.answer if t.error is None else None
+        lines.append(_fill(g.P, "vote", agent=t.agent, roles=_roles_text(roles_of(a) or {}, g.players) if a is not None else g.P["no_position"],
+                           confidence=_conf_text(getattr(a, "confidence", None)) if g.confidence else "", reasoning=getattr(a, "reasoning", None) or ""))
+    if len(g.sup.history) == 0: g.sup.history.add("system", g.P["supervisor_system"], sender=g.sup.name)
+    prompt = _fill(g.P, "supervisor", game=g.game, votes="\n".join(lines), players=", ".join(undecided), n_agents=len(g.team),
+                   format=kks_answer_format(undecided, confidence=False))
+    t = await g.sup.ask(prompt, kind="kks.supervisor", parse=lambda s: parse_kks_answer(s, undecided), phase="supervisor", round=r.index,
+                        ask=Ask(item=g.item, peers={x.agent: roles_of(x.answer) for x in final}, options={"players": undecided}))
+    r.turns = [t]
+    return g.finish(r, undecided), ((roles_of(t.answer) or {}) if t.error is None else {})
+
+# %% ../../nbs/10_controlmad.ipynb #14930f77
 @protocol("controlmad", tasks=("kks",), limits={"depth": (0, 20)})
 async def controlmad(d,
                      depth: int = 1, # debate rounds per player
@@ -215,145 +357,33 @@ async def controlmad(d,
                      prompts: dict|None = None, # overrides of `PROMPTS` entries
                     ):
     "ControlMAD's Knight-Knave-Spy debate: initial proposals, per-player debates, self-adjustment, final discussion, majority vote, supervisor."
-    P = controlmad_prompts(prompts)
-    item = d.item
-    players, gold = kks_players(item), getattr(item, "gold", None) or {}
-    if not players: raise ValueError("controlmad needs a Knight-Knave-Spy item (task 'kks' with players)")
-    team = [a for a in d.agents if a.role != "supervisor"]
-    if not team: raise ValueError("controlmad needs at least one debating agent")
-    names, game = [a.name for a in team], item.prompt
-    sup = _supervisor(d, team, supervisor)
-    fmt_full = kks_answer_format(players, confidence=confidence)
-    opts = {"players": players, "confidence": confidence}
-    parse_full = lambda s: parse_kks_answer(s, players)
-    pos = {n: {p: None for p in players} for n in names}      # current role per agent and player (from valid answers only)
-    why = {n: {p: None for p in players} for n in names}
-    conf = {n: {p: None for p in players} for n in names}
-    stats = {"invalid": 0}
-
-    def take_full(t):
-        a = t.answer if t.error is None else None
-        for p, role in (roles_of(a) or {}).items():
-            if p in pos[t.agent] and role in KKS_ROLES: pos[t.agent][p], why[t.agent][p], conf[t.agent][p] = role, a.reasoning, a.confidence
-    def take_one(t, p):
-        a = t.answer if t.error is None else None
-        if a is not None and a.valid: pos[t.agent][p], why[t.agent][p], conf[t.agent][p] = a.role, a.reasoning, a.confidence
-    def others(n): return [m for m in names if m != n]
-    def finish(r, subset=None):
-        for t in r.turns:
-            _mark(t, gold, subset or players); stats["invalid"] += not t.valid
-        return r
-    def c(n, p): return _conf_text(conf[n][p]) if confidence else ""
-
-    for a in team:
-        sys_text = _fill(P, "system", agent=a.name, n_agents=len(team), n_players=len(players))
-        if len(a.history) == 0: a.history.add("system", sys_text, sender=a.name)
-        else: a.hear(sys_text, role="moderator", phase="initial")
-
-    # 1. initial proposals
-    r = d.new_round("initial proposals", "initial")
-    prompt = _fill(P, "initial", game=game, format=fmt_full, players=", ".join(players))
-    r.turns = await d.gather(a.ask(prompt, kind="kks.full", parse=parse_full, ask=Ask(item=item, options=opts), phase="initial", round=r.index) for a in team)
-    for t in r.turns: take_full(t)
-    yield finish(r)
-
-    # 2. debate order
-    seq, source = list(players), "truth"
-    if order == "agents":
-        r = d.new_round("debate order", "order")
-        prompt = _fill(P, "order", players=", ".join(players), game=game)
-        r.turns = await d.gather(a.ask(prompt, kind="kks.order", parse=lambda s: parse_order(s, players), phase="order", round=r.index,
-                                       ask=Ask(item=item, previous=dict(pos[a.name]), peers={m: dict(pos[m]) for m in others(a.name)}, options={"players": players}))
-                                 for a in team)
-        valid = [t.answer for t in r.turns if t.valid]
-        issues = {t.agent: t.error or t.meta.get("parse_error") or "no order" for t in r.turns if not t.valid}
-        if valid: seq, source = combine_orders(valid, players), "agents"
-        else:
-            source = "truth (fallback)"; r.meta["fallback"] = "no agent proposed a valid order, so the game's order is used: " + "; ".join(f"{k}: {v}" for k, v in issues.items())
-            _log.warning("controlmad: game %s: %s", d.meta.get("id"), r.meta["fallback"])
-        r.meta.update(order=seq, order_source=source, **({"issues": issues} if issues else {}))
-        stats["invalid"] += sum(not t.valid for t in r.turns)
+    g = _Game(d, prompts, confidence, supervisor)
+    yield await _initial_round(d, g)                                         # 1. initial proposals
+    seq, source = list(g.players), "truth"
+    if order == "agents":                                                    # 2. debate order
+        r, seq, source = await _order_round(d, g)
         yield r
-
-    # 3-4. per-player debate and self-adjustment
-    for p in seq:
-        for a in team:
-            for m in others(a.name):
-                a.hear(_fill(P, "position", player=p, role=pos[m][p] or P["no_position"], confidence=c(m, p), reasoning=why[m][p] or ""),
-                       sender=m, phase="debate", round=len(d.rounds), focus=p)
-        for k in range(1, depth + 1):
-            r = d.new_round(f"debate on {p} ({k}/{depth})", "debate", focus=p, depth=k)
-            fmt_one = _fill(P, "player_format", player=p, confidence_field=_fill(P, "player_confidence", player=p) if confidence else "")
-            def ask_one(a):
-                prompt = _fill(P, "debate", player=p, step=k, depth=depth, others=", ".join(others(a.name)), format=fmt_one)
-                return a.ask(prompt, kind="kks.player", parse=lambda s: parse_position(s, p), phase="debate", round=r.index, focus=p,
-                             ask=Ask(item=item, focus=p, previous=dict(pos[a.name]), peers={m: pos[m][p] for m in others(a.name)}, options=opts))
-            r.turns = await d.gather(ask_one(a) for a in team)
-            for t in r.turns: take_one(t, p)
-            by = {t.agent: t for t in r.turns}
-            for a in team:
-                for m in others(a.name):
-                    ans = by[m].answer if by[m].error is None else None
-                    if ans is not None and ans.valid:
-                        txt = _fill(P, "debate_reply", player=p, role=ans.role, confidence=_conf_text(ans.confidence) if confidence else "",
-                                    agree=", ".join(ans.agree_with) or "nobody", disagree=", ".join(ans.disagree_with) or "nobody", reasoning=ans.reasoning or "")
-                    else: txt = _fill(P, "position", player=p, role=P["no_position"], reasoning="")
-                    a.hear(txt, sender=m, phase="debate", round=r.index, focus=p)
-            yield finish(r, [p])
+    for p in seq:                                                            # 3-4. per-player debate and self-adjustment
+        _share_positions(d, g, p)
+        for k in range(1, depth + 1): yield await _debate_round(d, g, p, k, depth)
         if self_adjustment:
-            r = d.new_round(f"self-adjustment after {p}", "self_adjustment", focus=p)
-            prompt = _fill(P, "self_adjustment", player=p, format=fmt_full)
-            r.turns = await d.gather(a.ask(prompt, kind="kks.full", parse=parse_full, phase="self_adjustment", round=r.index, focus=p,
-                                           ask=Ask(item=item, focus=p, previous=dict(pos[a.name]), peers={m: dict(pos[m]) for m in others(a.name)}, options=opts))
-                                     for a in team)
-            for t in r.turns: take_full(t)
-            yield finish(r)
-
-    # 5. final discussion
-    r = d.new_round("final discussion", "final")
-    for a in team:
-        for m in others(a.name):
-            cs = [conf[m][p] for p in players if conf[m][p] is not None]
-            a.hear(_fill(P, "solution", roles=_roles_text(pos[m], players), confidence=_conf_text(round(sum(cs) / len(cs))) if confidence and cs else ""),
-                   sender=m, phase="final", round=r.index)
-    prompt = _fill(P, "final", format=fmt_full)
-    r.turns = await d.gather(a.ask(prompt, kind="kks.full", parse=parse_full, phase="final", round=r.index,
-                                   ask=Ask(item=item, previous=dict(pos[a.name]), peers={m: dict(pos[m]) for m in others(a.name)}, options=opts))
-                             for a in team)
+            yield await _full_round(d, g, f"self-adjustment after {p}", "self_adjustment", _fill(g.P, "self_adjustment", player=p, format=g.fmt_full), focus=p)
+    _share_solutions(d, g)                                                   # 5. final discussion
+    r = await _full_round(d, g, "final discussion", "final", _fill(g.P, "final", format=g.fmt_full))
     final = r.turns
-    yield finish(r)
-
-    # 6. decision: strict majority per player, the supervisor where there is none
-    votes = {p: [(roles_of(t.answer if t.error is None else None) or {}).get(p) for t in final] for p in players}
-    majority, counts = {}, {}
-    for p in players:
-        top, cnt = _majority([v if v in KKS_ROLES else None for v in votes[p]])
-        majority[p], counts[p] = top, dict(cnt)
-    undecided = [p for p in players if majority[p] is None] if majority_vote else list(players)
+    yield r
+    votes, majority, counts = _final_votes(g, final)                         # 6. decision
+    undecided = [p for p in g.players if majority[p] is None] if majority_vote else list(g.players)
     decided = {}
     if undecided:
-        r = d.new_round("supervisor decision", "supervisor", players=undecided)
-        lines = []
-        for t in final:
-            a = t.answer if t.error is None else None
-            lines.append(_fill(P, "vote", agent=t.agent, roles=_roles_text(roles_of(a) or {}, players) if a is not None else P["no_position"],
-                               confidence=_conf_text(getattr(a, "confidence", None)) if confidence else "", reasoning=getattr(a, "reasoning", None) or ""))
-        if len(sup.history) == 0: sup.history.add("system", P["supervisor_system"], sender=sup.name)
-        prompt = _fill(P, "supervisor", game=game, votes="\n".join(lines), players=", ".join(undecided), n_agents=len(team),
-                       format=kks_answer_format(undecided, confidence=False))
-        t = await sup.ask(prompt, kind="kks.supervisor", parse=lambda s: parse_kks_answer(s, undecided), phase="supervisor", round=r.index,
-                          ask=Ask(item=item, peers={x.agent: roles_of(x.answer) for x in final}, options={"players": undecided}))
-        r.turns = [t]
-        decided = (roles_of(t.answer) or {}) if t.error is None else {}
-        yield finish(r, undecided)
-
-    assignment = {p: (decided.get(p) if p in undecided else majority[p]) for p in players}
+        r, decided = await _supervisor_round(d, g, final, undecided)
+        yield r
+    assignment = {p: (decided.get(p) if p in undecided else majority[p]) for p in g.players}
     assignment = {p: (v if v in KKS_ROLES else None) for p, v in assignment.items()}
-    res = {"answer": assignment, "assignment": assignment}     # the decision; the task scores it (`score_result`)
-    res.update(n_players=len(players), majority=majority, votes=counts, supervisor_used=bool(undecided), supervised=undecided,
-               undecided=sum(v is None for v in assignment.values()), order=seq, order_source=source,
-               final_agreement=sum(agreement(votes[p]) for p in players) / len(players), invalid_replies=stats["invalid"])
-    d.result = res
+    d.result = {"answer": assignment, "assignment": assignment,              # the decision; the task scores it (`score_result`)
+                "n_players": len(g.players), "majority": majority, "votes": counts, "supervisor_used": bool(undecided), "supervised": undecided,
+                "undecided": sum(v is None for v in assignment.values()), "order": seq, "order_source": source,
+                "final_agreement": sum(agreement(votes[p]) for p in g.players) / len(g.players), "invalid_replies": g.invalid}
 
 # %% ../../nbs/10_controlmad.ipynb #ae3fe7de
 import madlab.protocols.controlmad_report     # the report and game-log hooks: importing the protocol brings its report

@@ -215,6 +215,7 @@ def _turn_view(tu, r, players, gold):
     return {"agent": tu.agent, "cached": tu.cached, "tokens": tu.usage.total_tokens, "confidence": getattr(a, "confidence", None), "chips": chips, "extra": extra,
             "invalid": not tu.valid, "why": tu.error or tu.meta.get("parse_error"), "reply": tu.reply or ""}
 
+# %% ../../nbs/12_controlmad_report.ipynb #43886567
 @functools.lru_cache(maxsize=1024)
 def _cell_html(role: str, cls: str) -> Markup:
     "One cell of the positions table, escaped (few distinct cells per run: cached)."

@@ -427,6 +427,95 @@ def _blocked_result(sr: ScreenResult, gold, agents) -> dict:
             "veto": False, "vetoed_by": [], "changed_mind": [], "n_agents": len(agents), "n_changed": 0, "initial_votes": {}, "votes": {},
             "blocked": True, "screen": sr.category, "screen_reason": sr.reason, "invalid_votes": [], "overconfident": [], "challenges": 0}
 
+# %% ../../nbs/11_s4.ipynb #b6849a0c
+async def _screen_round(d, item, judge, max_chars):
+    "The input screen on the request: a round (and the refusal as the result) when it is blocked, else None."
+    query = getattr(item, "prompt", _request_text(item))
+    sr = await JudgedScreen(judge, max_chars=max_chars).ascreen(query) if judge else screen_input(query, max_chars=max_chars)
+    d.meta["screen"] = {"score": sr.score, "p_attack": sr.p_attack, "signals": [x["signal"] for x in sr.signals], "judge": sr.judge}
+    if not sr.blocked: return None
+    _log.warning("s4: request %s blocked by the input screen: %s", d.meta.get("id"), sr.reason)
+    r = d.new_round("input screen", "screen", blocked=True, category=sr.category, reason=sr.reason, score=sr.score, p_attack=sr.p_attack, judge=sr.judge)
+    d.result = _blocked_result(sr, getattr(item, "gold", None), d.agents)
+    return r
+
+async def _analysis_round(d, P, text, roles_of, ropt):
+    "Each agent analyses the request from its role; (round, votes by agent)."
+    r = d.new_round("initial analysis", "analysis")
+    def analyse(a):
+        role = roles_of[a.name]
+        q = P["analysis"].format(role=role.name, question=role.question, text=text, decisions=" | ".join(role.decisions))
+        return a.ask(q, kind="s4.analysis", parse=parse_position, phase="analysis", round=r.index, ask=Ask(item=d.item, options=ropt[a.name]))
+    r.turns = await d.gather(analyse(a) for a in d.agents)
+    initial = {t.agent: _turn_vote(t, roles_of[t.agent]) for t in r.turns}
+    for t in r.turns: t.meta.update(role=roles_of[t.agent].name, vote=initial[t.agent].decision, flags=initial[t.agent].flags)
+    return r, initial
+
+# %% ../../nbs/11_s4.ipynb #7f099a23
+async def _challenge_round(d, P, roles_of, ropt, initial):
+    "Every agent challenges every other (N·(N-1) turns); each challenge is delivered to its target only."
+    r = d.new_round("challenges", "challenge", challenges=len(d.agents) * (len(d.agents) - 1))
+    async def challenges_by(a):
+        out, mine = [], initial[a.name]
+        for b in d.agents:
+            if b is a: continue
+            tv = initial[b.name]
+            q = P["challenge"].format(target=b.name, role=roles_of[a.name].name, target_role=roles_of[b.name].name, decision=tv.decision,
+                                      confidence=tv.confidence, risk=tv.risk, reasoning=tv.reasoning or "(no readable reasoning)")
+            t = await a.ask(q, kind="s4.challenge", parse=parse_challenge, phase="challenge", round=r.index, focus=b.name, receivers=[b.name],
+                            ask=Ask(item=d.item, previous=mine.decision, peers={b.name: tv.decision},
+                                    options={**ropt[a.name], "target": b.name, "target_reasoning": tv.reasoning}))
+            t.meta.update(target=b.name, stance=t.answer.stance if t.answer else ("agree" if _side(mine.decision) == _side(tv.decision) else "disagree"),
+                          target_reasoning=tv.reasoning)
+            out.append(t)
+        return out
+    r.turns = [t for ts in await d.gather(challenges_by(a) for a in d.agents) for t in ts]
+    for t in r.turns:
+        said = t.answer.challenge if t.answer else (t.reply or f"(no challenge: {t.error or 'empty reply'})")
+        d.agent(t.meta["target"]).hear(said, sender=t.agent, receivers=[t.meta["target"]], phase="challenge", round=r.index, focus=t.meta["target"])
+    return r
+
+async def _revision_round(d, P, roles_of, ropt, initial, challenges):
+    "Each agent revises its vote after the challenges it received; (round, revised votes by agent)."
+    r = d.new_round("revision", "revision")
+    def revise(a):
+        role, mine = roles_of[a.name], initial[a.name]
+        got = [t.agent for t in challenges if t.meta["target"] == a.name]
+        q = P["revision"].format(k=len(got), names=", ".join(got) or "nobody", decision=mine.decision, confidence=mine.confidence, risk=mine.risk,
+                                 reasoning=mine.reasoning or "(no readable reasoning)", decisions=" | ".join(role.decisions))
+        return a.ask(q, kind="s4.revision", parse=parse_position, phase="revision", round=r.index,
+                     ask=Ask(item=d.item, previous=mine.decision, peers={s: initial[s].decision for s in got}, options={**ropt[a.name], "own": _vote_dict(mine)}))
+    r.turns = await d.gather(revise(a) for a in d.agents)
+    revised = {t.agent: _turn_vote(t, roles_of[t.agent]) for t in r.turns}
+    for t in r.turns:
+        b, a_ = initial[t.agent], revised[t.agent]
+        if t.answer is not None: t.answer.before = f"{b.decision} (confidence {b.confidence:g}, risk {b.risk:g})"   # the HTML log shows before and after
+        t.meta.update(role=roles_of[t.agent].name, before=_vote_dict(b), after=_vote_dict(a_), changed=b.decision != a_.decision,
+                      says_changed=t.answer.changed if t.answer else None, why=t.answer.why if t.answer else None, flags=a_.flags,
+                      challenges_from=[c.agent for c in challenges if c.meta["target"] == t.agent])
+    return r, revised
+
+# %% ../../nbs/11_s4.ipynb #c2f8b5fe
+def _vote_round(d, roles_of, initial, revised, rules, confidence_cap, screen, n_challenges):
+    "The final vote: the revised votes (over-confidence guarded), decided by the rules; the round, with the debate's result set."
+    names = [a.name for a in d.agents]
+    r = d.new_round("final vote", "vote")
+    votes = guard_overconfidence([revised[n] for n in names], confidence_cap, roles_of)
+    dec = decide(votes, rules)
+    r.turns = [Turn(v.agent, answer=v, meta={"role": v.role, "vote": v.decision, "from": "revision", "flags": v.flags}) for v in votes]
+    r.meta.update(decision=dec.decision, rule=dec.rule)
+    changed = [n for n, v in zip(names, votes) if v.decision != initial[n].decision]
+    d.result = {"answer": dec.decision, "decision": dec.decision, "reason": dec.reason, "rule": dec.rule,
+                "agreement": round(100 * dec.agreement, 1), "max_risk": dec.max_risk, "veto": dec.veto, "vetoed_by": dec.vetoed_by,
+                "changed_mind": changed, "n_agents": len(names), "n_changed": len(changed),
+                "initial_votes": {n: initial[n].decision for n in names}, "votes": {v.agent: v.decision for v in votes},
+                "blocked": False, "screen": "passed" if screen else "off", "screen_reason": None,
+                "invalid_votes": [v.agent for v in votes if any("defaulted to REFUSE" in f for f in v.flags)],
+                "overconfident": [v.agent for v in votes if any(f.startswith("over-confident") for f in v.flags)],
+                "challenges": n_challenges}
+    return r
+
+# %% ../../nbs/11_s4.ipynb #7c34fa91
 @protocol("s4", tasks=("safety",), limits={"max_chars": (1, 10_000_000), "confidence_cap": (0, 100)})
 async def s4(d,
              roles: list|None = None, # roles (`Role`s or dicts) matched to agents by `Agent.role`, else by position; None: Utility, Accuracy, Safety
@@ -441,87 +530,18 @@ async def s4(d,
     if callable(rules): d.settings["rules"] = rules = _rule_name(rules)   # transcripts store the registered name
     _rule_name(rules)
     P = s4_prompts(prompts)
-    item, gold = d.item, getattr(d.item, "gold", None)
-    text = _request_text(item)
     if screen:
-        query = getattr(item, "prompt", text)
-        sr = await JudgedScreen(judge, max_chars=max_chars).ascreen(query) if judge else screen_input(query, max_chars=max_chars)
-        d.meta["screen"] = {"score": sr.score, "p_attack": sr.p_attack, "signals": [x["signal"] for x in sr.signals], "judge": sr.judge}
-        if sr.blocked:
-            _log.warning("s4: request %s blocked by the input screen: %s", d.meta.get("id"), sr.reason)
-            r = d.new_round("input screen", "screen", blocked=True, category=sr.category, reason=sr.reason, score=sr.score, p_attack=sr.p_attack, judge=sr.judge)
-            d.result = _blocked_result(sr, gold, d.agents)
-            yield r
-            return
+        blocked = await _screen_round(d, d.item, judge, max_chars)
+        if blocked is not None: yield blocked; return
     roles_of = _assign_roles(d.agents, roles)
     ropt = {a.name: {"role": asdict(roles_of[a.name])} for a in d.agents}
-    names = [a.name for a in d.agents]
-
-    r = d.new_round("initial analysis", "analysis")
-    def analyse(a):
-        role = roles_of[a.name]
-        q = P["analysis"].format(role=role.name, question=role.question, text=text, decisions=" | ".join(role.decisions))
-        return a.ask(q, kind="s4.analysis", parse=parse_position, phase="analysis", round=r.index, ask=Ask(item=item, options=ropt[a.name]))
-    r.turns = await d.gather(analyse(a) for a in d.agents)
-    initial = {t.agent: _turn_vote(t, roles_of[t.agent]) for t in r.turns}
-    for t in r.turns: t.meta.update(role=roles_of[t.agent].name, vote=initial[t.agent].decision, flags=initial[t.agent].flags)
+    r, initial = await _analysis_round(d, P, _request_text(d.item), roles_of, ropt)
     yield r
-
-    r = d.new_round("challenges", "challenge", challenges=len(names) * (len(names) - 1))
-    async def challenges_by(a):
-        out, mine = [], initial[a.name]
-        for b in d.agents:
-            if b is a: continue
-            tv = initial[b.name]
-            q = P["challenge"].format(target=b.name, role=roles_of[a.name].name, target_role=roles_of[b.name].name, decision=tv.decision,
-                                        confidence=tv.confidence, risk=tv.risk, reasoning=tv.reasoning or "(no readable reasoning)")
-            t = await a.ask(q, kind="s4.challenge", parse=parse_challenge, phase="challenge", round=r.index, focus=b.name, receivers=[b.name],
-                            ask=Ask(item=item, previous=mine.decision, peers={b.name: tv.decision},
-                                    options={**ropt[a.name], "target": b.name, "target_reasoning": tv.reasoning}))
-            t.meta.update(target=b.name, stance=t.answer.stance if t.answer else ("agree" if _side(mine.decision) == _side(tv.decision) else "disagree"),
-                          target_reasoning=tv.reasoning)
-            out.append(t)
-        return out
-    r.turns = [t for ts in await d.gather(challenges_by(a) for a in d.agents) for t in ts]
-    for t in r.turns:
-        said = t.answer.challenge if t.answer else (t.reply or f"(no challenge: {t.error or 'empty reply'})")
-        d.agent(t.meta["target"]).hear(said, sender=t.agent, receivers=[t.meta["target"]], phase="challenge", round=r.index, focus=t.meta["target"])
-    challenges = r.turns
+    challenges = await _challenge_round(d, P, roles_of, ropt, initial)
+    yield challenges
+    r, revised = await _revision_round(d, P, roles_of, ropt, initial, challenges.turns)
     yield r
-
-    r = d.new_round("revision", "revision")
-    def revise(a):
-        role, mine = roles_of[a.name], initial[a.name]
-        got = [t.agent for t in challenges if t.meta["target"] == a.name]
-        q = P["revision"].format(k=len(got), names=", ".join(got) or "nobody", decision=mine.decision, confidence=mine.confidence, risk=mine.risk,
-                                   reasoning=mine.reasoning or "(no readable reasoning)", decisions=" | ".join(role.decisions))
-        return a.ask(q, kind="s4.revision", parse=parse_position, phase="revision", round=r.index,
-                     ask=Ask(item=item, previous=mine.decision, peers={s: initial[s].decision for s in got}, options={**ropt[a.name], "own": _vote_dict(mine)}))
-    r.turns = await d.gather(revise(a) for a in d.agents)
-    revised = {t.agent: _turn_vote(t, roles_of[t.agent]) for t in r.turns}
-    for t in r.turns:
-        b, a_ = initial[t.agent], revised[t.agent]
-        if t.answer is not None: t.answer.before = f"{b.decision} (confidence {b.confidence:g}, risk {b.risk:g})"   # the HTML log shows before and after
-        t.meta.update(role=roles_of[t.agent].name, before=_vote_dict(b), after=_vote_dict(a_), changed=b.decision != a_.decision,
-                      says_changed=t.answer.changed if t.answer else None, why=t.answer.why if t.answer else None, flags=a_.flags,
-                      challenges_from=[c.agent for c in challenges if c.meta["target"] == t.agent])
-    yield r
-
-    r = d.new_round("final vote", "vote")
-    votes = guard_overconfidence([revised[n] for n in names], confidence_cap, roles_of)
-    dec = decide(votes, rules)
-    r.turns = [Turn(v.agent, answer=v, meta={"role": v.role, "vote": v.decision, "from": "revision", "flags": v.flags}) for v in votes]
-    r.meta.update(decision=dec.decision, rule=dec.rule)
-    changed = [n for n, v in zip(names, votes) if v.decision != initial[n].decision]
-    d.result = {"answer": dec.decision, "decision": dec.decision, "reason": dec.reason, "rule": dec.rule,
-                "agreement": round(100 * dec.agreement, 1), "max_risk": dec.max_risk, "veto": dec.veto, "vetoed_by": dec.vetoed_by,
-                "changed_mind": changed, "n_agents": len(names), "n_changed": len(changed),
-                "initial_votes": {n: initial[n].decision for n in names}, "votes": {v.agent: v.decision for v in votes},
-                "blocked": False, "screen": "passed" if screen else "off", "screen_reason": None,
-                "invalid_votes": [v.agent for v in votes if any("defaulted to REFUSE" in f for f in v.flags)],
-                "overconfident": [v.agent for v in votes if any(f.startswith("over-confident") for f in v.flags)],
-                "challenges": len(challenges)}
-    yield r
+    yield _vote_round(d, roles_of, initial, revised, rules, confidence_cap, screen, len(challenges.turns))
 
 # %% ../../nbs/11_s4.ipynb #9e63ddfe
 @protocol_hook("s4", "team")
