@@ -73,14 +73,15 @@ class RecordingProxy:
         def serve():
             self.loop = asyncio.new_event_loop()
             app = web.Application(); app.router.add_route("*", "/{tail:.*}", handle)
-            self.runner = web.AppRunner(app); self.loop.run_until_complete(self.runner.setup())
+            # stopping cancels what is still in flight after 0.5 s (a retried request the slow model is still working on)
+            self.runner = web.AppRunner(app, shutdown_timeout=0.5); self.loop.run_until_complete(self.runner.setup())
             self.loop.run_until_complete(web.TCPSite(self.runner, "127.0.0.1", self.port).start())
             self.ready.set(); self.loop.run_forever()
         self.ready = threading.Event(); self.thread = threading.Thread(target=serve, daemon=True); self.thread.start()
         assert self.ready.wait(10)
         return f"http://127.0.0.1:{self.port}/v1"
     def stop(self):
-        asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(10)
+        asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(60)
         self.loop.call_soon_threadsafe(self.loop.stop); self.thread.join(5)
 
 def test_critic_actor_gsm8k_item_through_transformers_serve(smollm2, tmp_path_factory, tmp_path, monkeypatch):
