@@ -363,6 +363,11 @@ def _reschedule(self: CircuitBreaker, now: float):
     self._wake()
 
 @patch
+def abandon_probe(self: CircuitBreaker):
+    "The probe ended with no outcome (it was cancelled): the next call may probe (a no-op once its outcome was recorded)."
+    if self._probing: self._probing = False; self._wake()
+
+@patch
 def _wake(self: CircuitBreaker):
     if self._changed is not None: self._changed.set(); self._changed = None
 
@@ -670,8 +675,11 @@ async def _post(self: OpenAIBackend, body: bytes) -> dict:
 @patch
 async def _attempt(self: OpenAIBackend, ep: _Endpoint, body: bytes) -> dict:
     "One attempt under the endpoint's breaker and limit; it tells both how the attempt went."
-    await ep.breaker.admit()                        # while the endpoint looks down: wait for its probe, holding no slot
-    epoch = await ep.limit.acquire()
+    probe = await ep.breaker.admit()                # while the endpoint looks down: wait for its probe, holding no slot
+    try: epoch = await ep.limit.acquire()
+    except BaseException:
+        if probe: ep.breaker.abandon_probe()
+        raise
     try:
         self.attempts += 1
         answered_before = ep.breaker.last_answer
@@ -685,7 +693,9 @@ async def _attempt(self: OpenAIBackend, ep: _Endpoint, body: bytes) -> dict:
         ep.breaker.answered(); ep.limit.overloaded(epoch, min(_retry_after(e) or 0.0, self.max_wait)); raise
     except (*_sdk("APIStatusError"), _Malformed): ep.breaker.answered(); raise
     else: ep.breaker.answered(); ep.limit.succeeded(); return r
-    finally: ep.limit.release()
+    finally:
+        ep.limit.release()
+        if probe: ep.breaker.abandon_probe()        # cancelled before its outcome was recorded: another call may probe
 
 def _close_sessions_at_exit():
     "Close the HTTP sessions of loops that still run (madlab's runtime loop) when the interpreter exits."

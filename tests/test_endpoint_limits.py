@@ -151,3 +151,21 @@ def test_calls_wait_for_the_probe_and_go_on_when_it_answers():
         first, hits, out, br = run_sync(go())
     assert "APITimeoutError" in str(first) and hits == 1
     assert all(c.text for c in out) and not br.open and br.outages == 1 and br.calls_waited == 5
+
+def test_a_cancelled_probe_does_not_hold_the_breaker_shut():
+    "The probe call is cancelled (a run stopped during an outage): the next call probes, and an answer closes the breaker."
+    with Server(hang=True) as srv:
+        b = OpenAIBackend("m", base_url=srv.url, api_key="sk-test", timeout=0.3, max_retries=0, breaker_after=1, give_up_after=30)
+        async def go():
+            try: await b.complete(MSGS)
+            except Exception: pass
+            br = b._endpoint().breaker
+            br.next_probe = 0                                        # the probe is due at once
+            probe = asyncio.ensure_future(b.complete(MSGS))
+            while not br._probing: await asyncio.sleep(0.01)
+            probe.cancel()
+            await asyncio.gather(probe, return_exceptions=True)
+            srv.hang = False
+            return await asyncio.wait_for(b.complete(MSGS), 10), br
+        c, br = run_sync(go())
+    assert c.text and not br.open
