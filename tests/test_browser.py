@@ -30,6 +30,15 @@ def _wait(pred, timeout, what, poll=0.1):
         time.sleep(poll)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
+def _open_and_run_all(page, base, token, name):
+    "Open notebook `name` in JupyterLab, wait for an idle kernel, and run every cell through JupyterLab's own command."
+    page.goto(f"{base}/lab/tree/{name}?token={token}", wait_until="domcontentloaded", timeout=60_000)
+    page.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=60_000)
+    _wait(lambda: page.evaluate("() => { const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;"
+                                " return !!(w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel"
+                                " && w.sessionContext.session.kernel.status === 'idle'); }"), 60, "an idle kernel")
+    page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
+
 # a stepper whose rounds take ~0.8 s, appended to the tour, to click Stop while a round is in flight
 _SLOW_CELL = ('slow = DebateStepper(Debate("controlmad", item, ["synthetic:strong,seed=1,latency=0.8", "synthetic:medium,seed=2,latency=0.8",'
               ' "synthetic:weak,seed=3,latency=0.8"], depth=1))\nslow')
@@ -74,13 +83,7 @@ def test_stepper_in_jupyterlab(tmp_path):
         errors = []
         page.on("pageerror", lambda e: errors.append(str(e)))
         try:
-            page.goto(f"{base}/lab/tree/{TOUR.name}?token={token}", wait_until="domcontentloaded", timeout=60_000)
-            page.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=60_000)
-            # wait for the kernel, then run every cell through JupyterLab's own command
-            _wait(lambda: page.evaluate("() => { const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;"
-                                        " return !!(w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel"
-                                        " && w.sessionContext.session.kernel.status === 'idle'); }"), 60, "an idle kernel")
-            page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
+            _open_and_run_all(page, base, token, TOUR.name)
             stepper = page.locator(".madlab-stepper").first
             stepper.wait_for(state="visible", timeout=60_000)
             # the headless part of the tour (second stepper, fork, comparison) finishes too
@@ -268,12 +271,7 @@ def test_run_browser_in_jupyterlab(tmp_path):
         errors = []
         page.on("pageerror", lambda e: errors.append(str(e)))
         try:
-            page.goto(f"{base}/lab/tree/browse.ipynb?token={token}", wait_until="domcontentloaded", timeout=60_000)
-            page.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=60_000)
-            _wait(lambda: page.evaluate("() => { const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;"
-                                        " return !!(w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel"
-                                        " && w.sessionContext.session.kernel.status === 'idle'); }"), 60, "an idle kernel")
-            page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
+            _open_and_run_all(page, base, token, 'browse.ipynb')
             rb = page.locator(".madlab-run-browser").first
             rb.wait_for(state="visible", timeout=60_000)
             runs = rb.locator(".madlab-runs select option")

@@ -13,20 +13,19 @@ MAX_BYTES = 60_000                                         # per output: a table
 WIDGET = "application/vnd.jupyter.widget-view+json"
 PATHS = re.compile(r"(/tmp/|/home/|/root/|/work/|/Users/|[A-Z]:\\\\)")
 
+def _faults(o) -> list[str]:
+    "What breaks the rules in one output (none: it is kept)."
+    text, out = json.dumps(o), []
+    if WIDGET in o.get("data", {}): out.append("a widget output")
+    if len(text) > MAX_BYTES: out.append(f"an output of {len(text):,} bytes (over {MAX_BYTES:,})")
+    if PATHS.search(text): out.append(f"a machine path ({PATHS.search(text).group(0)}...)")
+    if o.get("output_type") == "error": out.append("an error")
+    return out
+
 def problems(nb: dict) -> list[str]:
     "What breaks the rules in `nb`'s outputs."
     out = ["notebook metadata: saved widget state (widgets)"] if "widgets" in nb.get("metadata", {}) else []
-    for i, c in enumerate(nb["cells"]):
-        for o in c.get("outputs", []):
-            text = json.dumps(o)
-            if WIDGET in o.get("data", {}): out.append(f"cell {i}: a widget output")
-            if len(text) > MAX_BYTES: out.append(f"cell {i}: an output of {len(text):,} bytes (over {MAX_BYTES:,})")
-            if PATHS.search(text): out.append(f"cell {i}: a machine path ({PATHS.search(text).group(0)}...)")
-            if o.get("output_type") == "error": out.append(f"cell {i}: an error")
-    return out
-
-def keep(o) -> bool:
-    return WIDGET not in o.get("data", {}) and len(json.dumps(o)) <= MAX_BYTES and not PATHS.search(json.dumps(o)) and o.get("output_type") != "error"
+    return out + [f"cell {i}: {f}" for i, c in enumerate(nb["cells"]) for o in c.get("outputs", []) for f in _faults(o)]
 
 def run(path: Path):
     import nbformat
@@ -37,7 +36,7 @@ def run(path: Path):
         os.environ["MADLAB_CACHE"] = str(Path(tmp) / "cache")
         NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
     for c in nb.cells:
-        if c.cell_type == "code": c.outputs = [o for o in c.outputs if keep(o)]
+        if c.cell_type == "code": c.outputs = [o for o in c.outputs if not _faults(o)]
     nb.metadata.pop("widgets", None)                   # the widgets' saved state: a broken widget on GitHub, and large
     nbformat.write(nb, path)
 
