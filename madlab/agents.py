@@ -11,10 +11,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 from .core import *
 from .backends import *
+from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['TEAM_ENDPOINT_FIELDS', 'DEFAULT_TEAM', 'BudgetExceeded', 'Budget', 'Agent', 'agent_name', 'split_specs', 'make_team',
-           'default_team', 'load_team', 'with_cache']
+__all__ = ['STRUCTURED_MODES', 'TEAM_ENDPOINT_FIELDS', 'DEFAULT_TEAM', 'BudgetExceeded', 'Budget', 'Agent', 'agent_name',
+           'split_specs', 'make_team', 'default_team', 'load_team', 'with_cache']
 
 # %% ../nbs/02_agents.ipynb #8c8826c0
 class BudgetExceeded(Exception):
@@ -40,6 +41,8 @@ class Budget:
         self.tokens += usage.total_tokens
 
 # %% ../nbs/02_agents.ipynb #6dd83672
+STRUCTURED_MODES = ("auto", "on", "off")
+
 @dataclass
 class Agent:
     "A debater: name, backend spec, system prompt, default call parameters and its own chat history."
@@ -49,13 +52,17 @@ class Agent:
     params: dict = field(default_factory=dict)
     role: str|None = None                       # a role in the team (e.g. "Safety"), if the protocol uses roles
     meta: dict = field(default_factory=dict)
+    structured: str = "auto"                    # replies held to their answer's schema: auto (where the backend can), on, off
     history: ChatHistory = field(default_factory=ChatHistory, repr=False)
     backend: Any = field(default=None, repr=False, compare=False)
     budget: Any = field(default=None, repr=False, compare=False)
     listeners: list = field(default_factory=list, repr=False, compare=False)
 
     def __post_init__(self):
+        if self.structured not in STRUCTURED_MODES: raise ValueError(f"structured must be one of {', '.join(STRUCTURED_MODES)}; got {self.structured!r}")
         if self.backend is None: self.backend = get_backend(self.spec)
+        if self.structured == "on" and not self.synthetic and not getattr(self.backend, "structured", None):
+            raise ValueError(f"structured=on: {self.spec} cannot hold replies to a schema" + (" (install madlab[hf] for llguidance)" if self.spec.startswith("hf:") else ""))
         if self.system and not len(self.history): self.history.add("system", self.system, sender=self.name)
 
     @property
@@ -63,11 +70,12 @@ class Agent:
 
     def fresh(self, backend=None) -> Agent:
         "The same agent with an empty history (sharing the backend unless one is given)."
-        return Agent(self.name, self.spec, self.system, dict(self.params), self.role, dict(self.meta), backend=backend or self.backend, budget=self.budget)
+        return Agent(self.name, self.spec, self.system, dict(self.params), self.role, dict(self.meta), self.structured, backend=backend or self.backend, budget=self.budget)
 
     def info(self) -> dict:
         "What a transcript records about this agent."
-        return {"name": self.name, "spec": self.spec, "synthetic": self.synthetic, "system": self.system, "params": self.params, "role": self.role, "meta": self.meta}
+        return {"name": self.name, "spec": self.spec, "synthetic": self.synthetic, "system": self.system, "params": self.params, "role": self.role, "meta": self.meta,
+                "structured": self.structured}
 
     def hear(self, content, sender=None, role="other_agent", **kw) -> Message:
         "Append a message this agent sees (another agent's words by default)."
@@ -81,9 +89,10 @@ class Agent:
     async def ask(self, prompt: str|None, *, kind="text", parse: Callable|None = None, ask: Ask|None = None,
                   phase=None, round=None, focus=None, receivers=None, role="moderator", **params) -> Turn:
         "Send `prompt` (if any), call the backend on the whole history, record and parse the reply."
-        if prompt is not None: self.history.add(role, prompt, phase=phase, round=round, focus=focus, receivers=[self.name])
         ask = replace(ask or Ask(), kind=ask.kind if ask and ask.kind != "text" else kind, agent=self.name, focus=focus if focus is not None else (ask.focus if ask else None),
                       phase=phase if phase is not None else (ask.phase if ask else None), round=round if round is not None else (ask.round if ask else None))
+        params, note = self._structure(ask, params)
+        if prompt is not None or note: self.history.add(role, (prompt or "") + note if prompt is not None else note.strip(), phase=phase, round=round, focus=focus, receivers=[self.name])
         messages = self.history.to_messages()
         turn = Turn(self.name, messages=messages, receivers=receivers, focus=focus)
         budget = self.budget
@@ -104,6 +113,7 @@ class Agent:
         if budget is not None: budget.pending -= 1; budget.charge(c.usage, c.cached)
         c = replace(c, text=scrub_secrets(c.text))       # a server may echo a key back: it is never recorded
         turn.reply, turn.usage, turn.latency, turn.cached = c.text, c.usage, c.latency, c.cached
+        if c.meta.get("structured"): turn.meta["structured"] = c.meta["structured"]     # how the reply was held to its schema
         self.history.add("assistant", c.text, sender=self.name, receivers=receivers, phase=phase, round=round, focus=focus)
         if parse is not None:
             try: turn.answer = parse(c.text)
@@ -111,6 +121,17 @@ class Agent:
         else: turn.answer = c.text
         self._emit("call_end", turn=turn)
         return turn
+
+# %% ../nbs/02_agents.ipynb #5422d4b3
+@patch
+def _structure(self: Agent, ask: Ask, params: dict) -> tuple[dict, str]:
+    "The call's params with the reply's schema (when this agent's backend can hold a reply to one) and the note that shows it in the prompt."
+    if self.structured == "off" or not getattr(self.backend, "structured", None): return params, ""
+    sch = schema_for(ask)
+    if sch is None: return params, ""
+    p = {**self.params, **params}
+    n = p.get("max_tokens") or p.get("max_new_tokens") or p.get("max_completion_tokens")
+    return {**params, "schema": sch.capped(n)}, ("" if sch.prompted else "\n\n" + sch.note())
 
 # %% ../nbs/02_agents.ipynb #9494f0eb
 _PROVIDER = {"openai": "OpenAI", "gemini": "Gemini", "qwen": "Qwen", "ollama": "Ollama", "vllm": "vLLM", "hf": "HF", "synthetic": "Synthetic", "replay": "Replay"}
@@ -141,11 +162,14 @@ def make_team(members, budget: Budget|None = None) -> list[Agent]:
         if isinstance(m, Agent): a = m.fresh()
         elif isinstance(m, str): a = Agent(agent_name(m), m)
         elif isinstance(m, dict):
-            allowed = {"name", "spec", "system", "params", "role", "meta", *TEAM_ENDPOINT_FIELDS}
+            allowed = {"name", "spec", "system", "params", "role", "meta", "structured", *TEAM_ENDPOINT_FIELDS}
             bad = set(m) - allowed
             if bad: raise ValueError(f"unknown team field(s) {', '.join(sorted(bad))}; allowed: {', '.join(sorted(allowed))}")
             if "spec" not in m: raise ValueError(f"team member {m} needs a 'spec'")
-            a = Agent(m.get("name") or agent_name(m["spec"]), m["spec"], m.get("system"), dict(m.get("params") or {}), m.get("role"), dict(m.get("meta") or {}))
+            try: a = Agent(m.get("name") or agent_name(m["spec"]), m["spec"], m.get("system"), dict(m.get("params") or {}), m.get("role"), dict(m.get("meta") or {}), m.get("structured", "auto"))
+            except ValueError as e:
+                if "structured" in str(e): raise ValueError(f"team member {m.get('name') or m['spec']}: {e}") from None
+                raise
             ep = {k: m[k] for k in TEAM_ENDPOINT_FIELDS if k in m}
             if ep and hasattr(a.backend, "configure"):               # OpenAI-compatible endpoints; other backends have none
                 try: a.backend.configure(**ep)
@@ -167,12 +191,12 @@ def default_team(budget=None) -> list[Agent]:
     return make_team(list(DEFAULT_TEAM), budget)
 
 def load_team(path) -> list[Agent]:
-    "A team from a YAML or JSON file: a list of members (see `make_team`), or `{agents: [...]}` with optional `max_concurrency`, `timeout`, `max_retries` for every member."
+    "A team from a YAML or JSON file: a list of members (see `make_team`), or `{agents: [...]}` with optional `max_concurrency`, `timeout`, `max_retries`, `structured` for every member."
     import yaml
     from pathlib import Path
     data = yaml.safe_load(Path(path).read_text())
     if isinstance(data, dict):
-        common = {k: data[k] for k in TEAM_ENDPOINT_FIELDS if k in data}
+        common = {k: data[k] for k in (*TEAM_ENDPOINT_FIELDS, "structured") if k in data}
         data = data.get("agents")
         if common and isinstance(data, list): data = [{**common, **({"spec": m} if isinstance(m, str) else m)} if isinstance(m, (str, dict)) else m for m in data]
     if not isinstance(data, list): raise ValueError(f"{path}: a team file holds a list of agents (or agents: [...])")

@@ -6,18 +6,19 @@ Docs: https://madlab.github.io/madlab/backends.html.md"""
 
 # %% ../nbs/01_backends.ipynb #92d17c7d
 from __future__ import annotations
-import asyncio, collections, json, math, os, random, time, weakref
+import asyncio, collections, json, math, os, random, re, time, weakref
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 from fastcore.basics import patch
 from .core import *
 
 # %% auto #0
-__all__ = ['PERSONAS', 'RESPONDERS', 'MALFORMED_REPLIES', 'ADAPTIVE_START', 'PRESETS', 'END_OF_TURN_TOKENS', 'BACKEND_KINDS',
-           'ENDPOINT_OPTIONS', 'HF_OPTIONS', 'BackendError', 'ReplayMiss', 'Ask', 'Backend', 'Persona',
+__all__ = ['PERSONAS', 'RESPONDERS', 'MALFORMED_REPLIES', 'SCHEMAS', 'ADAPTIVE_START', 'PRESETS', 'END_OF_TURN_TOKENS',
+           'BACKEND_KINDS', 'ENDPOINT_OPTIONS', 'HF_OPTIONS', 'BackendError', 'ReplayMiss', 'Ask', 'Backend', 'Persona',
            'synthetic_responder', 'synthetic_rng', 'believes_gold', 'conform', 'synthetic_confidence',
-           'SyntheticBackend', 'synthetic_backend', 'EndpointLimit', 'EndpointDown', 'CircuitBreaker', 'OpenAIBackend',
-           'HFBackend', 'CachedBackend', 'ReplayBackend', 'get_backend']
+           'SyntheticBackend', 'synthetic_backend', 'AnswerSchema', 'answer_schema', 'schema_for', 'schema_example',
+           'EndpointLimit', 'EndpointDown', 'CircuitBreaker', 'response_format', 'OpenAIBackend', 'HFBackend',
+           'CachedBackend', 'ReplayBackend', 'get_backend']
 
 # %% ../nbs/01_backends.ipynb #03b54978
 class BackendError(Exception):
@@ -45,6 +46,7 @@ class Backend:
     "Base class: subclasses implement `complete`."
     spec: str = "?"
     synthetic: bool = False
+    structured: str|None = None   # how a `schema=` param holds the reply: 'enforced' while decoding, 'requested' of a server, None: ignored
     async def complete(self, messages: list[dict], ctx: Ask|None = None, **params) -> Completion: raise NotImplementedError
     def cache_key_extra(self, ctx: Ask|None): "Extra data that decides the reply besides messages and params."; return None
     @property
@@ -197,6 +199,57 @@ def synthetic_backend(rest: str = "") -> SyntheticBackend:
         elif k == "latency" and v < 0: raise ValueError(f"synthetic option latency must be >= 0 seconds; got {v!r}")
         elif k != "latency" and not 0 <= v <= 1: raise ValueError(f"synthetic option {k} must be between 0 and 1; got {v!r}")
     return SyntheticBackend(replace(base, **kw), spec=f"synthetic:{rest}")
+
+# %% ../nbs/01_backends.ipynb #3e887c12
+@dataclass
+class AnswerSchema:
+    "The JSON shape of a valid reply to one kind of request: `schema` (JSON schema), its free-text `reasoning` field and the tokens the rest needs."
+    schema: dict
+    reasoning: str|None = "reasoning"     # the free-text field that comes first (its length is capped to leave room for the answer)
+    answer_tokens: int = 24               # about how many tokens everything but the reasoning takes
+    prompted: bool = False                # the request's own prompt already shows this JSON shape (no note is added)
+
+    def capped(self, max_tokens: int|None, most: int = 1500) -> dict:
+        "The schema with the reasoning field capped so that the whole reply fits in `max_tokens` (about 2.5 characters a token)."
+        s = json.loads(json.dumps(self.schema))
+        r = s.get("properties", {}).get(self.reasoning) if self.reasoning else None
+        if r is not None: r["maxLength"] = max(0, min(most, int(2.5 * ((max_tokens or 512) - self.answer_tokens - 8))))
+        return s
+
+    def note(self) -> str:
+        "The instruction that shows the model the shape the constraint enforces."
+        return "Reply with one JSON object of this shape (reasoning first, then the answer fields):\n" + schema_example(self.schema)
+
+SCHEMAS: dict[str, Callable] = {}
+
+def answer_schema(kind: str):
+    "Decorator: register `fn(ask) -> AnswerSchema|None`, the shape of a valid reply to requests of `kind`."
+    def deco(fn): SCHEMAS[kind] = fn; return fn
+    return deco
+
+def schema_for(ask: Ask|None) -> AnswerSchema|None:
+    "The `AnswerSchema` of `ask`'s kind for this item (None: free text, or a kind without one)."
+    fn = SCHEMAS.get(getattr(ask, "kind", None))
+    return fn(ask) if fn is not None else None
+
+# %% ../nbs/01_backends.ipynb #80314418
+def schema_example(s) -> str:
+    "A one-line example of what JSON schema `s` accepts, with `<...>` placeholders."
+    if not isinstance(s, dict): return "<value>"
+    if "const" in s: return json.dumps(s["const"])
+    if "enum" in s: return '"' + "|".join(map(str, s["enum"])) + '"' if all(isinstance(v, str) for v in s["enum"]) else "|".join(map(json.dumps, s["enum"]))
+    t = s.get("type")
+    if t == "object":
+        return "{" + ", ".join(f'"{k}": {schema_example(v)}' for k, v in s.get("properties", {}).items()) + "}"
+    if t == "array":
+        if s.get("prefixItems"): return "[" + ", ".join(schema_example(x) for x in s["prefixItems"]) + "]"
+        return "[" + schema_example(s.get("items")) + ", ...]"
+    if t in ("integer", "number"):
+        lo, hi = s.get("minimum"), s.get("maximum")
+        return f"<{t} {lo}-{hi}>" if lo is not None and hi is not None else f"<{t}>"
+    if t == "boolean": return "true|false"
+    if "anyOf" in s: return " or ".join(schema_example(x) for x in s["anyOf"])
+    return f'"<{s.get("description", "text")}>"'
 
 # %% ../nbs/01_backends.ipynb #621b8fde
 ADAPTIVE_START = 512     # calls in flight an adaptive endpoint limit starts at (and grows back to at most)
@@ -445,7 +498,25 @@ class _Endpoint:
     "What the calls to one endpoint share on one event loop: the in-flight limit and the circuit breaker."
     def __init__(self, url: str, limit: int|None, breaker_after: int, cooldown: float, give_up_after: float = 300.0):
         self.url, self.limit, self.breaker = url, EndpointLimit(limit), CircuitBreaker(url, breaker_after, cooldown, give_up_after)
+        self.schema_refused: str|None = None     # why the server refused `response_format` (then it is never sent again)
     def __repr__(self): return f"_Endpoint({self.url!r}, {self.limit!r}, {self.breaker!r})"
+
+# %% ../nbs/01_backends.ipynb #c29abc5c
+def _strict_subset(s):
+    "JSON schema `s` in the subset OpenAI's strict mode takes: no string lengths, per-position items as any of them, every property required."
+    if isinstance(s, list): return [_strict_subset(x) for x in s]
+    if not isinstance(s, dict): return s
+    out = {k: _strict_subset(v) for k, v in s.items() if k not in ("maxLength", "minLength", "prefixItems")}
+    if "prefixItems" in s: out["items"] = {"anyOf": _strict_subset(s["prefixItems"])}
+    if s.get("type") == "object": out.update(additionalProperties=False, required=list(s.get("properties", {})))
+    return out
+
+def response_format(preset: str, schema: dict) -> dict:
+    "The `response_format` field that asks an endpoint of `preset` for replies of `schema`."
+    if preset == "qwen": return {"type": "json_object"}
+    if preset in ("openai", "gemini"): schema, strict = _strict_subset(schema), True
+    else: strict = preset != "ollama"
+    return {"type": "json_schema", "json_schema": {"name": "answer", "schema": schema, **({"strict": True} if strict else {})}}
 
 # %% ../nbs/01_backends.ipynb #73eb3a13
 def _number(name, v, kind, lo, strict=False, auto=False):
@@ -484,6 +555,7 @@ class OpenAIBackend(Backend):
                        max_retries=max_retries, timeout=timeout, max_wait=max_wait, breaker_after=breaker_after, give_up_after=give_up_after)
 
 
+    structured = "requested"      # a `schema=` param goes to the server as `response_format` (see `response_format`)
     def __repr__(self): return f"OpenAIBackend({self.spec!r}, base_url={self.base_url!r})"  # never the key
     @property
     def identity(self) -> str: return f"{self.spec}@{self.base_url or 'https://api.openai.com/v1'}"
@@ -548,6 +620,7 @@ def _get_client(self: OpenAIBackend):
 async def complete(self: OpenAIBackend, messages, ctx=None, **params) -> Completion:
     if self._missing: raise BackendError(self._missing)      # say what is missing before the first call, not after retries
     params = {**self.defaults, **params}
+    schema = params.pop("schema", None)
     if params.pop("json", False): params.setdefault("response_format", {"type": "json_object"})
     greedy, do_sample = params.pop("greedy", False), params.pop("do_sample", None)
     if greedy or do_sample is False: params["temperature"] = 0
@@ -558,13 +631,19 @@ async def complete(self: OpenAIBackend, messages, ctx=None, **params) -> Complet
         extra.setdefault("stop_token_ids", [ids] if isinstance(ids, int) else list(ids))
     if extra: params["extra_body"] = extra
     extra_body = params.pop("extra_body", None) or {}
-    body = _json_body({"model": self.model, "messages": messages, **params, **extra_body})   # once, for every attempt
     ep, t0 = self._endpoint(), time.perf_counter()
+    held = None
+    if schema is not None and "response_format" not in params:
+        if ep.schema_refused is None: params["response_format"], held = response_format(self.preset, schema), "requested"
+        else: held = "refused"
+    body = _json_body({"model": self.model, "messages": messages, **params, **extra_body})   # once, for every attempt
     try:
-        try: r = await self._attempt(ep, body)            # most calls take one attempt: no retry machinery for them
-        except Exception as e:
-            if not isinstance(e, _retryable()) or not self.max_retries: raise
-            r = await self._retry(ep, body, e)
+        try: r = await self._send(ep, body)
+        except _sdk("BadRequestError", "UnprocessableEntityError") as e:
+            if held != "requested" or not _refuses_schema(e): raise
+            ep.schema_refused = ep.schema_refused or _err_text(e)[:200]   # remembered: later calls to this endpoint send no schema
+            params.pop("response_format"); held = "refused"
+            r = await self._send(ep, _json_body({"model": self.model, "messages": messages, **params, **extra_body}))
     except EndpointDown as e: raise EndpointDown(f"{self.spec}: {e}") from None
     except _sdk("AuthenticationError"): raise BackendError(f"{self.spec}: authentication failed at {self.base_url or 'api.openai.com'} (check the API key in the environment)") from None
     except _sdk("PermissionDeniedError") as e: raise BackendError(f"{self.spec}: permission denied ({e.status_code})") from None
@@ -578,8 +657,20 @@ async def complete(self: OpenAIBackend, messages, ctx=None, **params) -> Complet
     text = text if isinstance(text, str) else ""
     u = r.get("usage")
     usage = Usage(u.get("prompt_tokens") or 0, u.get("completion_tokens") or 0, 1) if isinstance(u, dict) else Usage(_prompt_tokens(messages), _estimate_tokens(text), 1)
-    return Completion(text, usage, time.perf_counter() - t0, model=self.spec,
-                      meta={"finish_reason": ch.get("finish_reason"), **({} if isinstance(u, dict) else {"usage_estimated": True})})
+    meta = {"finish_reason": ch.get("finish_reason"), **({} if isinstance(u, dict) else {"usage_estimated": True}), **({"structured": held} if held else {})}
+    return Completion(text, usage, time.perf_counter() - t0, model=self.spec, meta=meta)
+
+@patch
+async def _send(self: OpenAIBackend, ep: _Endpoint, body: bytes) -> dict:
+    "One call: most take one attempt (no retry machinery for them); retryable failures are retried within bounds."
+    try: return await self._attempt(ep, body)
+    except Exception as e:
+        if not isinstance(e, _retryable()) or not self.max_retries: raise
+        return await self._retry(ep, body, e)
+
+def _refuses_schema(e) -> bool:
+    "Whether a 400/422 answer refuses the structured-output field (it names `response_format`, `json_schema` or guided decoding)."
+    return bool(re.search(r"response_format|json_schema|guided|structured output", _err_text(e), re.I))
 
 @patch
 def health(self: OpenAIBackend) -> dict|None:
@@ -588,7 +679,7 @@ def health(self: OpenAIBackend) -> dict|None:
     br = self._ep.breaker
     down = br.outage_seconds + (time.monotonic() - br.opened_at if br.open else 0.0)
     return {"endpoint": self._ep.url, "unreachable_seconds": round(down, 1), "outages": br.outages + br.open,
-            "calls_waited": br.calls_waited, "gave_up": br.gave_up}
+            "calls_waited": br.calls_waited, "gave_up": br.gave_up, **({"structured": f"refused: {self._ep.schema_refused}"} if self._ep.schema_refused else {})}
 
 @patch
 async def aclose(self: OpenAIBackend):
@@ -756,6 +847,7 @@ class _HFRequest:
     stop: list
     future: Any = None
     eos: list = field(default_factory=list)   # extra end-of-sequence token ids for this request
+    schema: dict|None = None                  # the JSON schema the reply is held to while it decodes (None: free text)
 
 END_OF_TURN_TOKENS = ("<|eot_id|>", "<|im_end|>", "<end_of_turn>", "<|end|>")
 
@@ -804,6 +896,51 @@ def _load(self: HFBackend):
     self.end_of_turn = [added[t] for t in END_OF_TURN_TOKENS if t in added and t in str(getattr(tok, "chat_template", None) or "")]
     self.tokenizer, self.model = tok, model
 
+# %% ../nbs/01_backends.ipynb #3bd317b0
+class _SchemaMask:
+    "A logits processor for one `generate`: row i follows `schemas[i]` (llguidance, compact JSON) or is free when it is None."
+    def __init__(self, tokenizer, schemas, n_in: int):
+        import llguidance, llguidance.torch
+        self.n_in, self.torch = n_in, llguidance.torch
+        opts = {"whitespace_flexible": False, "key_separator": ": ", "item_separator": ", "}
+        self.matchers = [None if s is None else llguidance.LLMatcher(tokenizer, llguidance.LLMatcher.grammar_from_json_schema(json.dumps(s), defaults=opts))
+                         for s in schemas]
+        for m in self.matchers:
+            if m is not None and m.is_error(): raise ValueError(f"schema not supported: {m.get_error()[:200]}")
+        self.broken = [False] * len(schemas)
+        self.mask = llguidance.torch.allocate_token_bitmask(len(schemas), tokenizer.vocab_size)
+
+    @classmethod
+    def for_requests(cls, backend, reqs, n_in: int):
+        "The mask for a batch, or None when no request in it carries a schema."
+        if not any(r.schema for r in reqs): return None
+        if getattr(backend, "_llg", None) is None:
+            import llguidance.hf
+            backend._llg = llguidance.hf.from_tokenizer(backend.tokenizer, n_vocab=backend.model.get_output_embeddings().weight.shape[0])
+        return cls(backend._llg, [r.schema for r in reqs], n_in)
+
+    def __call__(self, input_ids, scores):
+        new = input_ids.shape[1] > self.n_in
+        self.mask.fill_(-1)                                     # all tokens allowed, for free and finished rows
+        for i, m in enumerate(self.matchers):
+            if m is None or self.broken[i] or m.is_stopped(): continue
+            if new and not m.consume_token(int(input_ids[i, -1])): self.broken[i] = True; self.mask[i].fill_(-1); continue
+            if not m.is_stopped(): self.torch.fill_next_token_bitmask(m, self.mask, i)
+        self.torch.apply_token_bitmask_inplace(scores, self.mask.to(scores.device))
+        return scores
+
+    def outcome(self, i) -> str|None:
+        "What held row i: 'enforced' (the schema held every token), 'broken' (a token left it), or None (free text)."
+        return None if self.matchers[i] is None else ("broken" if self.broken[i] else "enforced")
+
+# %% ../nbs/01_backends.ipynb #af2d3052
+@patch(as_prop=True)
+def structured(self: HFBackend) -> str|None:
+    "'enforced' when replies can be held to a JSON schema while they decode (llguidance is installed), else None."
+    try: import llguidance  # noqa: F401
+    except ImportError: return None
+    return "enforced"
+
 # %% ../nbs/01_backends.ipynb #ed924a14
 @patch
 def _prompt(self: HFBackend, messages):
@@ -824,6 +961,8 @@ def _generate(self: HFBackend, reqs: list[_HFRequest]):
     gen["eos_token_id"] = sorted({int(x) for x in stops if x is not None})   # every sequence stops there, not only at max_new_tokens
     if r0.do_sample: gen.update(temperature=r0.temperature, top_p=r0.top_p)
     else: gen.update(temperature=None, top_p=None, top_k=None)
+    mask = _SchemaMask.for_requests(self, reqs, enc["input_ids"].shape[1])
+    if mask is not None: gen["logits_processor"] = [mask]
     with torch.inference_mode(): out = model.generate(**enc, **gen)
     self.generate_calls += 1; self.batch_sizes.append(len(reqs))
     n_in = enc["input_ids"].shape[1]
@@ -836,7 +975,7 @@ def _generate(self: HFBackend, reqs: list[_HFRequest]):
         text = tok.decode(ids, skip_special_tokens=True)
         for s in r.stop:
             if s and s in text: text = text[: text.index(s)]
-        res.append((text, int(enc["attention_mask"][i].sum()), len(ids)))
+        res.append((text, int(enc["attention_mask"][i].sum()), len(ids), mask.outcome(i) if mask is not None else None))
     return res
 
 @patch
@@ -877,13 +1016,14 @@ async def complete(self: HFBackend, messages, ctx=None, **params) -> Completion:
     eos = [*eos, *(added[s] for s in stop if s in added)]    # a stop that is a special token (e.g. "<|eot_id|>") is a stop id
     n_new = params.get("max_new_tokens") or params.get("max_tokens") or self.defaults.get("max_new_tokens") or self.defaults.get("max_tokens") or 512
     req = _HFRequest(messages, int(n_new), not greedy,
-                     float(p.get("temperature", 1.0)), float(p.get("top_p", 1.0)), list(stop), asyncio.get_running_loop().create_future(), [int(x) for x in eos])
+                     float(p.get("temperature", 1.0)), float(p.get("top_p", 1.0)), list(stop), asyncio.get_running_loop().create_future(), [int(x) for x in eos],
+                     p.get("schema") if self.structured else None)
     self.requests += 1
     t0 = time.perf_counter()
     self._queue.append(req)
     if self._worker is None: self._worker = asyncio.ensure_future(self._run_worker())
-    text, n_prompt, n_new = await req.future
-    return Completion(text, Usage(n_prompt, n_new, 1), time.perf_counter() - t0, model=self.spec)
+    text, n_prompt, n_new, held = await req.future
+    return Completion(text, Usage(n_prompt, n_new, 1), time.perf_counter() - t0, model=self.spec, meta={"structured": held} if held else {})
 
 # %% ../nbs/01_backends.ipynb #b06acb5d
 import functools, logging
@@ -966,6 +1106,8 @@ class CachedBackend(Backend):
 
     async def aclose(self): await self.inner.aclose()
     def health(self) -> dict|None: return self.inner.health()
+    @property
+    def structured(self): return self.inner.structured
     def __repr__(self): return f"CachedBackend({self.inner!r}, hits={self.hits}, misses={self.misses}, evicted={self.evicted})"
 
 # %% ../nbs/01_backends.ipynb #5ce8413d
@@ -978,13 +1120,16 @@ class ReplayBackend(Backend):
         for t in turns:
             if agent is None or t.agent == agent: self._script[stable_hash(agent or t.agent, t.messages)].append(t)
         self.replayed = 0
+        held = any((t.meta or {}).get("structured") for q in self._script.values() for t in q)
+        self.structured = "replayed" if held else getattr(fallback, "structured", None)   # asked as recorded, so the prompts match
 
     async def complete(self, messages, ctx=None, **params) -> Completion:
         q = self._script.get(stable_hash(self.agent or (ctx.agent if ctx else None), messages))
         if q:
             t = q.popleft(); self.replayed += 1
             if t.error is not None: raise BackendError(t.error)
-            return Completion(t.reply or "", t.usage, 0.0, cached=True, meta={"replayed": True})
+            held = (t.meta or {}).get("structured")
+            return Completion(t.reply or "", t.usage, 0.0, cached=True, meta={"replayed": True, **({"structured": held} if held else {})})
         if self.fallback is None: raise ReplayMiss(f"no recorded reply for {ctx.agent if ctx else '?'} at this point: the debate left the transcript")
         return await self.fallback.complete(messages, ctx, **params)
 

@@ -18,8 +18,8 @@ __all__ = ['KKS_ROLES', 'NAMES', 'STATEMENT_TYPES', 'DIFFICULTY', 'KK_TEMPLATES'
            'SameTruth', 'NotSameRole', 'RoleParity', 'TruthParity', 'ExactlyOne', 'Is', 'Not', 'And', 'Or', 'Implies',
            'Iff', 'Puzzle', 'kks_items', 'solve', 'KKSFormatError', 'load_controlmad', 'controlmad_record',
            'to_controlmad', 'generate', 'kk_quiz', 'KKQuizError', 'parse_kk_quiz', 'load_kk', 'kk_record', 'to_kk',
-           'load_puzzles', 'kks_answer_format', 'KKSAnswer', 'parse_kks_answer', 'parse_player_role', 'score_kks',
-           'make_kks_sets']
+           'load_puzzles', 'kks_schema', 'kks_answer_format', 'KKSAnswer', 'parse_kks_answer', 'parse_player_role',
+           'score_kks', 'make_kks_sets']
 
 # %% ../nbs/05_puzzles.ipynb #65b03235
 KKS_ROLES = ("knight", "knave", "spy")   # ControlMAD raw codes 1, 2, 3
@@ -1044,13 +1044,21 @@ def load_puzzles(path) -> list[Puzzle]:
     return load_kk(path) if head.startswith(b"[") or b'"quiz"' in first or b'"statements"' in first else load_controlmad(path)
 
 # %% ../nbs/05_puzzles.ipynb #47aa6624
+def kks_schema(players, confidence: bool = False) -> dict:
+    "The JSON schema of a full answer: the reasoning first, then exactly these players in this order, each once, with one of the roles."
+    row = lambda p: {"type": "object", "properties": {"name": {"const": p}, "role": {"enum": list(KKS_ROLES)}}, "required": ["name", "role"], "additionalProperties": False}
+    props = {"explanation": {"type": "string", "description": "your reasoning"},
+             "players": {"type": "array", "prefixItems": [row(p) for p in players], "items": False, "minItems": len(players), "maxItems": len(players)}}
+    if confidence: props["confidence"] = {"type": "integer", "minimum": 1, "maximum": 10}
+    return {"type": "object", "properties": props, "required": list(props), "additionalProperties": False}
+
 def kks_answer_format(players=None, confidence: bool = False) -> str:
-    "The answer instruction agents get (ControlMAD's JSON format; with `confidence`, a 1-10 self-reported confidence)."
+    "The answer instruction agents get (ControlMAD's JSON format, the reasoning first; with `confidence`, a 1-10 self-reported confidence); `kks_schema` is its shape."
     names = list(players) if players else ["player_name"]
     rows = ",\n".join(f'        {{"name": "{p}", "role": "knight|knave|spy"}}' for p in names)
-    conf = '\n    "confidence": 1-10,' if confidence else ""
+    conf = ',\n    "confidence": 1-10' if confidence else ""
     return ("Give your answer in this JSON format, with one entry for each player and each role one of "
-            '"knight", "knave" or "spy":\n{\n    "players": [\n' + rows + "\n    ]," + conf + '\n    "explanation": "your reasoning"\n}')
+            '"knight", "knave" or "spy":\n{\n    "explanation": "your reasoning",\n    "players": [\n' + rows + "\n    ]" + conf + '\n}')
 
 @serializable
 @dataclass

@@ -14,11 +14,12 @@ from .tasks import extract_number, numbers_match, parse_choice
 
 # %% auto #0
 __all__ = ['FORMATS', 'vote_key', 'KKS_PHASES', 'CHANGE_KINDS', 'PAIRWISE_INSTRUCTIONS', 'STOCK_POSITIONS', 'STOCK_FIELDS',
-           'STOCK_INSTRUCTIONS', 'AnswerFormat', 'register_format', 'answer_format', 'score_result', 'toy_arith_items',
-           'majority_vote', 'plurality_vote', 'agreement', 'parse_decision', 'kks_players', 'roles_of',
-           'synthetic_kks_belief', 'synthetic_kks_position', 'kks_positions', 'phase_accuracy', 'kks_flips',
-           'position_changes', 'flip_summary', 'kks_consensus', 'kks_games', 'kks_decisions', 'agent_usage',
-           'PairwiseVerdict', 'parse_pairwise', 'cohen_kappa', 'stock_position', 'StockAnswer', 'parse_stock_answer']
+           'STOCK_INSTRUCTIONS', 'AnswerFormat', 'register_format', 'answer_format', 'answer_field', 'parse_number',
+           'score_result', 'toy_arith_items', 'majority_vote', 'plurality_vote', 'agreement', 'parse_decision',
+           'kks_players', 'roles_of', 'synthetic_kks_belief', 'synthetic_kks_position', 'kks_positions',
+           'phase_accuracy', 'kks_flips', 'position_changes', 'flip_summary', 'kks_consensus', 'kks_games',
+           'kks_decisions', 'agent_usage', 'PairwiseVerdict', 'parse_pairwise', 'cohen_kappa', 'stock_position',
+           'StockAnswer', 'parse_stock_answer', 'reasoned']
 
 # %% ../nbs/03_scoring.ipynb #78748a11
 @dataclass
@@ -47,7 +48,17 @@ def answer_format(item) -> AnswerFormat:
     return fmt.bind(item) if fmt.bind is not None else fmt
 
 # %% ../nbs/03_scoring.ipynb #c5755135
-register_format("arith", AnswerFormat("number", "Think step by step, then end with 'The answer is N.'", extract_number, numbers_match))
+def answer_field(text, key: str = "answer"):
+    "The value of `key` in the last JSON object of `text` that has it, or None (a structured reply's answer field)."
+    objs = json_objects(text) if isinstance(text, str) else []
+    return next((o[key] for o in reversed(objs) if isinstance(o, dict) and key in o), None)
+
+def parse_number(text):
+    "The numeric answer of a reply: a structured reply's `answer` field, else `extract_number` of the text."
+    v = answer_field(text)
+    return extract_number(str(v)) if isinstance(v, (int, float, str)) and not isinstance(v, bool) else extract_number(text)
+
+register_format("arith", AnswerFormat("number", "Think step by step, then end with 'The answer is N.'", parse_number, numbers_match))
 
 # %% ../nbs/03_scoring.ipynb #44d777d4
 def score_result(item, result) -> dict:
@@ -95,7 +106,7 @@ def agreement(answers) -> float:
     return counts.most_common(1)[0][1] / len(answers) if counts and answers else 0.0
 
 # %% ../nbs/03_scoring.ipynb #c73d42dd
-register_format("gsm8k", AnswerFormat("number", "Solve it step by step, then end with 'The answer is N.' where N is a number.", extract_number, numbers_match))
+register_format("gsm8k", AnswerFormat("number", "Solve it step by step, then end with 'The answer is N.' where N is a number.", parse_number, numbers_match))
 register_format("mmlu", AnswerFormat("choice", "Think it through, then end with 'Answer: X' where X is one of A, B, C, D.", parse_choice,
                                      lambda a, g: a is not None and str(a).upper() == str(g).upper(), {"choices": ["A", "B", "C", "D"]}))
 
@@ -353,6 +364,9 @@ _SCORE_RE = r"score\W+of\W+assistant\s*{}\W*?[:=]?\s*(-?\d+(?:\.\d+)?)"
 def parse_pairwise(text) -> PairwiseVerdict|None:
     "The last stated scores of Assistant 1 and Assistant 2, or None."
     if not isinstance(text, str): return None
+    s1, s2 = answer_field(text, "score_1"), answer_field(text, "score_2")       # a structured reply
+    if isinstance(s1, (int, float)) and isinstance(s2, (int, float)) and not isinstance(s1, bool) and not isinstance(s2, bool):
+        return PairwiseVerdict(float(s1), float(s2))
     s1, s2 = (re.findall(_SCORE_RE.format(k), text, re.I) for k in (1, 2))
     return PairwiseVerdict(float(s1[-1]), float(s2[-1])) if s1 and s2 else None
 
@@ -500,3 +514,38 @@ def _stock_reply(ask, persona, rng):
     why += {"Buy": ", I expect the price to rise.", "Short": ", I expect the price to fall.", "Wait": ", the signals cancel out; I would wait."}[pos]
     return (f"Justification: {why}\nPosition: {pos}\nAsset: {ask.options.get('asset') or _item_asset(ask.item)}\nProjected Percentage Change: {change:+.1f}%\n"
             f"Time Horizon: {rng.choice([24, 48, 72, 168])} hours\nConfidence: {conf:.2f}")
+
+# %% ../nbs/03_scoring.ipynb #a01e0a4f
+from .backends import AnswerSchema, answer_schema, schema_for
+from .puzzles import kks_schema
+
+def reasoned(fields: dict, answer_tokens: int = 16, reasoning: str = "reasoning", prompted: bool = False) -> AnswerSchema:
+    "An `AnswerSchema` of an object with a free-text `reasoning` field first, then `fields` (each a JSON schema), all required."
+    props = {reasoning: {"type": "string", "description": "your reasoning"}, **fields}
+    return AnswerSchema({"type": "object", "properties": props, "required": list(props), "additionalProperties": False}, reasoning, answer_tokens, prompted)
+
+@answer_schema("number")
+def _number_schema(ask): return reasoned({"answer": {"type": "number"}}, 12)
+
+@answer_schema("choice")
+def _choice_schema(ask): return reasoned({"answer": {"enum": list((ask.options or {}).get("choices") or "ABCD")}}, 8)
+
+@answer_schema("safety")
+def _safety_schema(ask): return reasoned({"decision": {"enum": ["ACT", "WARN", "REFUSE"]}}, 10)
+
+@answer_schema("kks.full")
+def _kks_schema(ask):
+    o = ask.options or {}
+    players = list(o.get("players") or kks_players(ask.item))
+    return AnswerSchema(kks_schema(players, bool(o.get("confidence"))), "explanation", 16 + 14 * len(players), prompted=True)
+
+@answer_schema("pairwise")
+def _pairwise_schema(ask):
+    score = {"type": "integer", "minimum": 1, "maximum": 10}
+    return reasoned({"score_1": score, "score_2": score}, 16)
+
+@answer_schema("market.stock")
+def _stock_schema(ask):
+    return reasoned({"position": {"enum": list(STOCK_POSITIONS)}, "asset": {"type": "string", "maxLength": 12},
+                     "projected_percentage_change": {"type": "number"}, "time_horizon": {"type": "number", "minimum": 0},
+                     "confidence": {"type": "number", "minimum": 0, "maximum": 1}}, 48, reasoning="justification")
