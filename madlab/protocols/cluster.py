@@ -15,11 +15,13 @@ from ..agents import Agent
 from ..debate import protocol, protocol_hook
 from ..scoring import answer_format, plurality_vote, stock_position, parse_stock_answer, StockAnswer
 from ..tasks import MarketRecord
+from ..backends import answer_schema
+from ..scoring import answer_field, reasoned
 
 # %% auto #0
-__all__ = ['PERSONAS', 'TOPICS', 'POSITION_COLORS', 'cluster_counts', 'diversity', 'greedy_clusters', 'token_counter',
-           'pack_records', 'TfIdf', 'StockUtil', 'resolve_hook', 'ClusterPrompts', 'record_topic', 'cluster',
-           'cluster_frame', 'cluster_tree_figure', 'positions_figure', 'cluster_log_html', 'cluster_report']
+__all__ = ['PERSONAS', 'CATEGORY_PATTERN', 'TOPICS', 'POSITION_COLORS', 'cluster_counts', 'diversity', 'greedy_clusters',
+           'token_counter', 'pack_records', 'TfIdf', 'StockUtil', 'resolve_hook', 'ClusterPrompts', 'record_topic',
+           'cluster', 'cluster_frame', 'cluster_tree_figure', 'positions_figure', 'cluster_log_html', 'cluster_report']
 
 # %% ../../nbs/15_cluster.ipynb #530011fe
 def cluster_counts(c0: int, layers: int) -> list[int]:
@@ -173,10 +175,18 @@ class ClusterPrompts:
                        "otherwise name a new short category.\n\nRecord: {record}\n\nReply with one line: Category: <name>")
     def parse_category(self, text, known=()) -> str|None:
         "The category a reply names after 'Category:' (matched to `known` regardless of case), or None."
-        m = re.findall(r"category\s*[:=]\s*[*_\"']*\s*([A-Za-z][A-Za-z0-9 &/-]{0,39}?)\s*[*_\"'.]*\s*$", text or "", re.I | re.M)
+        v = answer_field(text, "category")                         # a structured reply
+        m = [v] if isinstance(v, str) and re.fullmatch(CATEGORY_PATTERN, v.strip()) else \
+            re.findall(r"category\s*[:=]\s*[*_\"']*\s*([A-Za-z][A-Za-z0-9 &/-]{0,39}?)\s*[*_\"'.]*\s*$", text or "", re.I | re.M)
         if not m: return None
         name = re.sub(r"\s+", " ", m[-1]).strip()
         return next((k for k in known if k.lower() == name.lower()), name[:1].upper() + name[1:])
+
+# %% ../../nbs/15_cluster.ipynb #1ed41a48
+CATEGORY_PATTERN = r"[A-Za-z][A-Za-z0-9 &/-]{0,39}"
+
+@answer_schema("market.category")
+def _category_schema(ask): return reasoned({"category": {"type": "string", "pattern": f"^{CATEGORY_PATTERN}$"}}, 16)
 
 # %% ../../nbs/15_cluster.ipynb #da85defd
 TOPICS = (("Earnings", r"revenue|earnings|guidance|margin|profit|quarter|\bq[1-4]\b"), ("Deals", r"\bdeal|contract|agreement|partnership|acqui|merger"),

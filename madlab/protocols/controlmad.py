@@ -10,11 +10,11 @@ import collections, json, logging
 from dataclasses import dataclass, field
 from typing import Literal
 from ..core import *
-from ..backends import Ask, CachedBackend, get_backend, synthetic_responder, synthetic_confidence
+from ..backends import Ask, AnswerSchema, CachedBackend, answer_schema, get_backend, schema_for, synthetic_responder, synthetic_confidence
 from ..agents import Agent
 from ..debate import protocol
-from ..puzzles import KKS_ROLES, kks_answer_format, parse_kks_answer, parse_player_role, score_kks
-from ..scoring import kks_players, agreement, roles_of, synthetic_kks_belief, synthetic_kks_position
+from ..puzzles import KKS_ROLES, kks_answer_format, kks_schema, parse_kks_answer, parse_player_role, score_kks
+from ..scoring import kks_players, agreement, reasoned, roles_of, synthetic_kks_belief, synthetic_kks_position
 from ..scoring import majority_vote as _majority
 
 # %% auto #0
@@ -33,14 +33,14 @@ PROMPTS = {
     "initial": "Here is the game:\n{game}\nSolve it on your own first. {format}",
     "order": ("Before the debate, propose the order in which the team should discuss the players: for example, start with the players whose roles "
               "the agents disagree on most, or where the deduction naturally starts. The players are: {players}. Each must appear exactly once.\n"
-              "Reply with JSON only:\n{{\"debate_order\": [\"<player>\", ...], \"reasoning\": \"<one sentence>\"}}"),
+              "Reply with JSON only:\n{{\"reasoning\": \"<one sentence>\", \"debate_order\": [\"<player>\", ...]}}"),
     "position": "My current position on {player}: {role}.{confidence} My reasoning: {reasoning}",
     "debate_reply": "On {player} I say: {role}.{confidence} I agree with: {agree}. I disagree with: {disagree}. {reasoning}",
     "debate": ("We are now debating the role of {player} (round {step} of {depth}). Above are the other agents' positions on {player}. "
                "Decide which of the other agents ({others}) you agree with and which you disagree with, and why; then state your role for {player}. "
                "Consider only {player}'s role here.\nReply with JSON only:\n{format}"),
-    "player_format": ('{{"player": "{player}", "role": "knight|knave|spy", "agree_with": ["<agent name>", ...], "disagree_with": ["<agent name>", ...], '
-                      '"agree_reasoning": "<why>", "disagree_reasoning": "<why>"{confidence_field}}}'),
+    "player_format": ('{{"agree_reasoning": "<why>", "disagree_reasoning": "<why>", "player": "{player}", "agree_with": ["<agent name>", ...], '
+                      '"disagree_with": ["<agent name>", ...], "role": "knight|knave|spy"{confidence_field}}}'),
     "player_confidence": ', "confidence": <your confidence about {player}, an integer from 1 to 10>',
     "self_adjustment": ("The debate on {player} is over. You may now revise your position on {player}, and on any other player, in the light of the debate. "
                         "Give your complete current solution. {format}"),
@@ -167,6 +167,26 @@ def _kks_supervisor_reply(ask, persona, rng):
     roles = {p: synthetic_kks_belief(persona, ask, p) for p in players}
     return json.dumps({"players": [{"name": p, "role": r} for p, r in roles.items()],
                        "explanation": "Weighing the agents' arguments against the statements and the hint."})
+
+# %% ../../nbs/10_controlmad.ipynb #c204ea87
+@answer_schema("kks.player")
+def _kks_player_schema(ask):
+    o, others = ask.options or {}, sorted(ask.peers or {})
+    names = {"type": "array", "items": {"enum": others} if others else {"type": "string", "maxLength": 40}, "maxItems": max(1, len(others))}
+    fields = {"disagree_reasoning": {"type": "string", "maxLength": 300}, "player": {"const": ask.focus}, "agree_with": names,
+              "disagree_with": names, "role": {"enum": list(KKS_ROLES)}}
+    if o.get("confidence"): fields["confidence"] = {"type": "integer", "minimum": 1, "maximum": 10}
+    return reasoned(fields, 150, reasoning="agree_reasoning", prompted=True)
+
+@answer_schema("kks.order")
+def _kks_order_schema(ask):
+    ps = list((ask.options or {}).get("players") or kks_players(ask.item))
+    return reasoned({"debate_order": {"type": "array", "items": {"enum": ps}, "minItems": len(ps), "maxItems": len(ps)}}, 8 + 4 * len(ps), prompted=True)
+
+@answer_schema("kks.supervisor")
+def _kks_supervisor_schema(ask):
+    ps = list((ask.options or {}).get("players") or [])
+    return AnswerSchema(kks_schema(ps, False), "explanation", 16 + 14 * len(ps), prompted=True) if ps else None
 
 # %% ../../nbs/10_controlmad.ipynb #ce4ef087
 _SUP_BACKENDS: dict = {}

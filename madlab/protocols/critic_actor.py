@@ -10,10 +10,10 @@ import asyncio, collections, json, re
 from dataclasses import dataclass, field
 from typing import Literal
 from ..core import *
-from ..backends import Ask, Persona, synthetic_responder, synthetic_rng, believes_gold
+from ..backends import Ask, AnswerSchema, Persona, answer_schema, schema_for, synthetic_responder, synthetic_rng, believes_gold
 from ..agents import Agent
 from ..debate import Debate, protocol, protocol_hook
-from ..scoring import answer_format, agreement
+from ..scoring import answer_format, agreement, parse_number, reasoned
 from ..tasks import extract_number, numbers_match
 
 # %% auto #0
@@ -28,10 +28,10 @@ PROMPTS = {
     "critic": ("You are a Critic agent. Your task is to evaluate a given solution to a math problem: check its logic (is every step justified and "
                "relevant?) and its computation (is every calculation right?).\nProblem: {question}\n\nSolution:\n{solution}\n\n"
                "Score the logic and the computation from 1 to 10 in steps of 0.5, and say briefly what is wrong, if anything. "
-               "Reply with only a JSON object:\n{{\"logic_score\": <1-10>, \"computation_score\": <1-10>, \"critique\": \"<what is wrong, or why it is right>\"}}"),
+               "Reply with only a JSON object:\n{{\"critique\": \"<what is wrong, or why it is right>\", \"logic_score\": <1-10>, \"computation_score\": <1-10>}}"),
     "global_critic": ("You are a Critic agent. Your task is to evaluate every agent's solution to a math problem.\nProblem: {question}\n\n{solutions}\n\n"
                       "Score each solution from 1 to 10 in steps of 0.5 and name its main flaw (\"none\" when there is none). "
-                      "Reply with only a JSON object:\n{{\"agents\": [{{\"id\": \"<agent>\", \"score\": <1-10>, \"flaw\": \"<main flaw>\"}}, ...]}}"),
+                      "Reply with only a JSON object:\n{{\"agents\": [{{\"id\": \"<agent>\", \"flaw\": \"<main flaw>\", \"score\": <1-10>}}, ...]}}"),
     "debate": ("You are a debater in a multi-agent debate about a math problem.\nProblem: {question}\n\n"
                "These are the current solutions of every agent, with the critic's scores and critiques:\n\n{solutions}\n\n"
                "You are {agent}. If you believe your own solution is correct, defend it and keep its answer, even when the other agents disagree: "
@@ -127,6 +127,24 @@ def critic_actor_vote(answers) -> tuple:
     top = max(counts.values())
     win = next(k for k in keys if counts[k] == top)
     return (None if win == _UNPARSED else answers[keys.index(win)]), {str(k): n for k, n in counts.items()}
+
+# %% ../../nbs/13_critic_actor.ipynb #0b46ddb7
+_SCORE = {"type": "number", "minimum": 1, "maximum": 10}
+
+@answer_schema("critic_actor.solution")
+def _solution_schema(ask): return reasoned({"answer": {"type": "number"}}, 12)
+
+@answer_schema("critic_actor.critique")
+def _critique_schema(ask): return reasoned({"logic_score": _SCORE, "computation_score": _SCORE}, 24, "critique", prompted=True)
+
+@answer_schema("critic_actor.global")
+def _global_schema(ask):
+    names = list((ask.options or {}).get("answers") or [])
+    row = lambda n: {"type": "object", "properties": {"id": {"const": n}, "flaw": {"type": "string", "maxLength": 200}, "score": _SCORE},
+                     "required": ["id", "flaw", "score"], "additionalProperties": False}
+    s = {"type": "object", "properties": {"agents": {"type": "array", "prefixItems": [row(n) for n in names], "items": False,
+         "minItems": len(names), "maxItems": len(names)}}, "required": ["agents"], "additionalProperties": False}
+    return AnswerSchema(s, None, 0, prompted=True) if names else None
 
 # %% ../../nbs/13_critic_actor.ipynb #cfb0282b
 _OFFSETS = [-3, -2, -1, 1, 2, 5, 10]
@@ -282,7 +300,7 @@ async def critic_actor(d,
                     ask = Ask(item=d.item, sample=attempt, previous=state[a.name]["answer"], peers={b: s["answer"] for b, s in state.items() if b != a.name},
                               options={"scores": {b: {x: s[x] for x in ("answer", "logic", "computation")} for b, s in state.items()},
                                        "logic_margin": logic_margin, "computation_margin": computation_margin if not glob else logic_margin})
-                return _fresh_ask(a, prompt, system.get(a.name), kind="critic_actor.solution", parse=extract_number, ask=ask, phase=r.phase, round=r.index, **actor_p)
+                return _fresh_ask(a, prompt, system.get(a.name), kind="critic_actor.solution", parse=parse_number, ask=ask, phase=r.phase, round=r.index, **actor_p)
             r.turns = turns = await d.gather(actor_call(a) for a in actors)
             yield r
             c = d.new_round(f"critique {k}" + (f" (restart {attempt})" if attempt else ""), "critique", depth=k, restart=attempt)
