@@ -15,7 +15,7 @@ from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['STRUCTURED_MODES', 'TEAM_ENDPOINT_FIELDS', 'DEFAULT_TEAM', 'BudgetExceeded', 'Budget', 'Agent', 'agent_name',
-           'split_specs', 'make_team', 'default_team', 'load_team', 'with_cache']
+           'split_specs', 'make_team', 'default_team', 'load_team', 'set_structured', 'with_cache']
 
 # %% ../nbs/02_agents.ipynb #8c8826c0
 class BudgetExceeded(Exception):
@@ -59,6 +59,8 @@ class Agent:
     listeners: list = field(default_factory=list, repr=False, compare=False)
 
     def __post_init__(self):
+        m = re.search(r",\s*structured\s*=\s*([^,]*)", self.spec or "")       # the spec option `hf:smollm2,structured=off`
+        if m: self.spec, self.structured = self.spec[:m.start()] + self.spec[m.end():], m.group(1).strip()
         if self.structured not in STRUCTURED_MODES: raise ValueError(f"structured must be one of {', '.join(STRUCTURED_MODES)}; got {self.structured!r}")
         if self.backend is None: self.backend = get_backend(self.spec)
         if self.structured == "on" and not self.synthetic and not getattr(self.backend, "structured", None):
@@ -201,6 +203,16 @@ def load_team(path) -> list[Agent]:
         if common and isinstance(data, list): data = [{**common, **({"spec": m} if isinstance(m, str) else m)} if isinstance(m, (str, dict)) else m for m in data]
     if not isinstance(data, list): raise ValueError(f"{path}: a team file holds a list of agents (or agents: [...])")
     return make_team(data)
+
+# %% ../nbs/02_agents.ipynb #6f4a92a6
+def set_structured(agents, mode: str) -> list:
+    "Set every agent's `structured` mode (auto, on, off); raises `OptionError('structured', ...)` naming a member that cannot."
+    if mode not in STRUCTURED_MODES: raise OptionError("structured", f"must be one of {', '.join(STRUCTURED_MODES)}; got {mode!r}")
+    for a in agents:
+        if mode == "on" and not a.synthetic and not getattr(a.backend, "structured", None):
+            raise OptionError("structured", f"on: {a.name} ({a.spec}) cannot hold replies to a schema" + (" (install madlab[hf] for llguidance)" if a.spec.startswith("hf:") else ""))
+        a.structured = mode
+    return agents
 
 # %% ../nbs/02_agents.ipynb #aacdb854
 def with_cache(agents: list[Agent], cache=True) -> list[Agent]:

@@ -499,6 +499,19 @@ class _Endpoint:
     def __init__(self, url: str, limit: int|None, breaker_after: int, cooldown: float, give_up_after: float = 300.0):
         self.url, self.limit, self.breaker = url, EndpointLimit(limit), CircuitBreaker(url, breaker_after, cooldown, give_up_after)
         self.schema_refused: str|None = None     # why the server refused `response_format` (then it is never sent again)
+        self.schema_ok, self._schema_probe = False, None   # it took one; the call that finds out, while one is in flight
+
+    async def schema_turn(self) -> bool:
+        "Wait while another call finds out whether this server takes `response_format`; True when this call is the one to find out."
+        while not self.schema_ok and self.schema_refused is None and self._schema_probe is not None: await asyncio.shield(self._schema_probe)
+        if self.schema_ok or self.schema_refused is not None: return False
+        self._schema_probe = asyncio.get_running_loop().create_future()
+        return True
+
+    def schema_settled(self):
+        "The finding-out call is over (answered, refused, or failed otherwise: then the next call finds out)."
+        f, self._schema_probe = self._schema_probe, None
+        if f is not None and not f.done(): f.set_result(None)
     def __repr__(self): return f"_Endpoint({self.url!r}, {self.limit!r}, {self.breaker!r})"
 
 # %% ../nbs/01_backends.ipynb #c29abc5c
@@ -555,7 +568,6 @@ class OpenAIBackend(Backend):
                        max_retries=max_retries, timeout=timeout, max_wait=max_wait, breaker_after=breaker_after, give_up_after=give_up_after)
 
 
-    structured = "requested"      # a `schema=` param goes to the server as `response_format` (see `response_format`)
     def __repr__(self): return f"OpenAIBackend({self.spec!r}, base_url={self.base_url!r})"  # never the key
     @property
     def identity(self) -> str: return f"{self.spec}@{self.base_url or 'https://api.openai.com/v1'}"
@@ -615,6 +627,12 @@ def _get_client(self: OpenAIBackend):
     self._client = per_loop[k]
     return self._client
 
+# %% ../nbs/01_backends.ipynb #d64ff807
+@patch(as_prop=True)
+def structured(self: OpenAIBackend) -> str|None:
+    "'requested': a `schema=` param goes to the server as `response_format`; None once its endpoint refused that (then prompts ask in prose, as before)."
+    return None if self._ep is not None and self._ep.schema_refused else "requested"
+
 # %% ../nbs/01_backends.ipynb #b6ef2abf
 @patch
 async def complete(self: OpenAIBackend, messages, ctx=None, **params) -> Completion:
@@ -632,16 +650,20 @@ async def complete(self: OpenAIBackend, messages, ctx=None, **params) -> Complet
     if extra: params["extra_body"] = extra
     extra_body = params.pop("extra_body", None) or {}
     ep, t0 = self._endpoint(), time.perf_counter()
-    held = None
+    held, probe = None, False
     if schema is not None and "response_format" not in params:
+        probe = await ep.schema_turn()                  # the first call finds out whether the server takes a schema; the rest wait for it
         if ep.schema_refused is None: params["response_format"], held = response_format(self.preset, schema), "requested"
         else: held = "refused"
     body = _json_body({"model": self.model, "messages": messages, **params, **extra_body})   # once, for every attempt
     try:
-        try: r = await self._send(ep, body)
+        try:
+            r = await self._send(ep, body)
+            if held == "requested": ep.schema_ok = True
         except _sdk("BadRequestError", "UnprocessableEntityError") as e:
             if held != "requested" or not _refuses_schema(e): raise
             ep.schema_refused = ep.schema_refused or _err_text(e)[:200]   # remembered: later calls to this endpoint send no schema
+            if probe: ep.schema_settled(); probe = False
             params.pop("response_format"); held = "refused"
             r = await self._send(ep, _json_body({"model": self.model, "messages": messages, **params, **extra_body}))
     except EndpointDown as e: raise EndpointDown(f"{self.spec}: {e}") from None
@@ -651,6 +673,8 @@ async def complete(self: OpenAIBackend, messages, ctx=None, **params) -> Complet
     except _sdk("BadRequestError") as e: raise BackendError(f"{self.spec}: bad request: {_err_text(e)}") from None
     except _retryable() as e: raise BackendError(f"{self.spec}: gave up after {self.max_retries + 1} attempts: {type(e).__name__}: {_err_text(e)}") from None
     except _sdk("APIStatusError") as e: raise BackendError(f"{self.spec}: HTTP {e.status_code}: {_err_text(e)}") from None
+    finally:
+        if probe: ep.schema_settled()
     self.calls += 1
     ch = r["choices"][0]
     text = ch["message"].get("content")
@@ -899,9 +923,9 @@ def _load(self: HFBackend):
 # %% ../nbs/01_backends.ipynb #3bd317b0
 class _SchemaMask:
     "A logits processor for one `generate`: row i follows `schemas[i]` (llguidance, compact JSON) or is free when it is None."
-    def __init__(self, tokenizer, schemas, n_in: int):
+    def __init__(self, tokenizer, schemas, n_in: int, eos=()):
         import llguidance, llguidance.torch
-        self.n_in, self.torch = n_in, llguidance.torch
+        self.n_in, self.torch, self.eos = n_in, llguidance.torch, sorted(set(eos))
         opts = {"whitespace_flexible": False, "key_separator": ": ", "item_separator": ", "}
         self.matchers = [None if s is None else llguidance.LLMatcher(tokenizer, llguidance.LLMatcher.grammar_from_json_schema(json.dumps(s), defaults=opts))
                          for s in schemas]
@@ -911,13 +935,13 @@ class _SchemaMask:
         self.mask = llguidance.torch.allocate_token_bitmask(len(schemas), tokenizer.vocab_size)
 
     @classmethod
-    def for_requests(cls, backend, reqs, n_in: int):
+    def for_requests(cls, backend, reqs, n_in: int, eos=()):
         "The mask for a batch, or None when no request in it carries a schema."
         if not any(r.schema for r in reqs): return None
         if getattr(backend, "_llg", None) is None:
             import llguidance.hf
             backend._llg = llguidance.hf.from_tokenizer(backend.tokenizer, n_vocab=backend.model.get_output_embeddings().weight.shape[0])
-        return cls(backend._llg, [r.schema for r in reqs], n_in)
+        return cls(backend._llg, [r.schema for r in reqs], n_in, eos)
 
     def __call__(self, input_ids, scores):
         new = input_ids.shape[1] > self.n_in
@@ -925,9 +949,14 @@ class _SchemaMask:
         for i, m in enumerate(self.matchers):
             if m is None or self.broken[i] or m.is_stopped(): continue
             if new and not m.consume_token(int(input_ids[i, -1])): self.broken[i] = True; self.mask[i].fill_(-1); continue
-            if not m.is_stopped(): self.torch.fill_next_token_bitmask(m, self.mask, i)
+            if m.is_stopped(): self._only_eos(i)             # the reply is complete: it ends here
+            else: self.torch.fill_next_token_bitmask(m, self.mask, i)
         self.torch.apply_token_bitmask_inplace(scores, self.mask.to(scores.device))
         return scores
+
+    def _only_eos(self, i):
+        self.mask[i].zero_()
+        for e in self.eos: self.mask[i, e // 32] |= (1 << (e % 32)) - (1 << 32 if e % 32 == 31 else 0)   # int32 words: bit 31 is the sign
 
     def outcome(self, i) -> str|None:
         "What held row i: 'enforced' (the schema held every token), 'broken' (a token left it), or None (free text)."
@@ -961,7 +990,7 @@ def _generate(self: HFBackend, reqs: list[_HFRequest]):
     gen["eos_token_id"] = sorted({int(x) for x in stops if x is not None})   # every sequence stops there, not only at max_new_tokens
     if r0.do_sample: gen.update(temperature=r0.temperature, top_p=r0.top_p)
     else: gen.update(temperature=None, top_p=None, top_k=None)
-    mask = _SchemaMask.for_requests(self, reqs, enc["input_ids"].shape[1])
+    mask = _SchemaMask.for_requests(self, reqs, enc["input_ids"].shape[1], [*gen["eos_token_id"], *(e for r in reqs for e in r.eos)])
     if mask is not None: gen["logits_processor"] = [mask]
     with torch.inference_mode(): out = model.generate(**enc, **gen)
     self.generate_calls += 1; self.batch_sizes.append(len(reqs))

@@ -227,6 +227,8 @@ def _common_params(proto):
         O(["--max-retries"], type=click.IntRange(0, 100), default=None, help="Retries of a failed call (429, 5xx, timeout, dropped connection)  [default: 4]"),
         O(["--give-up-after"], type=click.FloatRange(0, 7 * 86_400, min_open=True), default=None, callback=_finite_cb,
           help="Seconds an endpoint may answer nothing before its calls fail (meanwhile they wait for it)  [default: 300]"),
+        O(["--structured"], type=click.Choice(["auto", "on", "off"]), default=None,
+          help="Hold replies to their answer's JSON schema: auto where the backend can (hf: while decoding, openai: asks the server), on (refuse a backend that cannot), off (the format in the prompt only)  [default: auto, or the team file's]"),
         O(["--seed"], type=int, default=0, show_default=True, help="Seed of the debates"),
         O(["--max-tokens"], type=click.IntRange(1, 1_000_000), default=None, help="Max completion tokens per call, for every agent"),
         O(["--temperature"], type=click.FloatRange(0, 2), default=None, callback=_finite_cb, help="Sampling temperature in 0..2, for every agent"),
@@ -313,7 +315,7 @@ def _run_protocol(proto, kw):
     gc_settings = _gc_for_a_run()
     try:
         res = run_experiment(proto, items, members, out, seed=kw["seed"], concurrency=kw["concurrency"], cache=kw["cache"], resume=kw["resume"],
-                             progress=progress, max_tokens=kw["max_tokens"], temperature=kw["temperature"], on_error="fail",
+                             progress=progress, max_tokens=kw["max_tokens"], temperature=kw["temperature"], on_error="fail", structured=kw.get("structured"),
                              notes=notes, **opts)
     except OptionError as e: raise click.BadParameter(e.message, param_hint=f"'{e.flag}'") from None
     except ValueError as e: raise click.ClickException(str(e)) from None

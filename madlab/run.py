@@ -6,7 +6,7 @@ Docs: https://madlab.github.io/madlab/run.html.md"""
 
 # %% ../nbs/08_run.ipynb #5a8ffaad
 from __future__ import annotations
-import asyncio, hashlib, html, json, math, re, time
+import asyncio, collections, hashlib, html, json, math, re, time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -199,8 +199,12 @@ class RunResult:
         if self.failed: L.append(f"{self.failed} debate{'s' if self.failed != 1 else ''} failed in this run; first error: "
                                  + str(df[df.status == 'failed'].error.dropna().iloc[0] if (df.status == 'failed').any() else '?')[:300])
         for e in self.endpoints:
+            if e.get("structured"): L.append(f"endpoint {e['endpoint']}: {e['structured']}; its replies were asked for in prose only (the format in the prompt)")
+            if not (e["outages"] or e["calls_waited"] or e["gave_up"]): continue
             L.append(f"endpoint {e['endpoint']}: unreachable for {e['unreachable_seconds']:g} s ({e['outages']} outage{'s' if e['outages'] != 1 else ''}); "
                      f"{e['calls_waited']} call{'s' if e['calls_waited'] != 1 else ''} waited for it" + ("; it answered nothing for too long: its calls failed" if e["gave_up"] else ""))
+        held = self.structured_replies()
+        if held: L.append("structured replies: " + ", ".join(f"{n} {k}" for k, n in held.items()) + f" (of {sum(1 for t in self._turns())} replies)")
         if self.stopped: L.append(f"stopped early: {self.stopped}")
         if self.interrupted: L.append("interrupted: the table holds the debates that finished; run the same command again to resume")
         L += [f"problem: {p}" for p in self.problems]
@@ -208,6 +212,17 @@ class RunResult:
         return "\n".join(L)
     def __repr__(self): return f"RunResult({self.summary()})"
     def _repr_html_(self): return "<pre>" + html.escape(self.summary()) + "</pre>" + self.df._repr_html_()
+
+# %% ../nbs/08_run.ipynb #72e24566
+@patch
+def _turns(self: RunResult):
+    for t in self.transcripts.values():
+        for r in t.rounds: yield from r.turns
+
+@patch
+def structured_replies(self: RunResult) -> dict:
+    "How many replies were held to their schema, by how (`enforced`, `requested`, `refused`, `broken`, `replayed`)."
+    return dict(collections.Counter(t.meta["structured"] for t in self._turns() if (t.meta or {}).get("structured")))
 
 # %% ../nbs/08_run.ipynb #1a6b1656
 def _params(max_tokens, temperature) -> dict:
@@ -241,7 +256,7 @@ def _endpoint_health(agents) -> list:
     out = {}
     for a in agents:
         h = a.backend.health() if hasattr(a.backend, "health") else None
-        if h and (h["outages"] or h["calls_waited"] or h["gave_up"]): out.setdefault(h["endpoint"], h)
+        if h and (h["outages"] or h["calls_waited"] or h["gave_up"] or h.get("structured")): out.setdefault(h["endpoint"], h)
     return list(out.values())
 
 def _order(ids, known):
@@ -368,7 +383,7 @@ async def _drain(tasks, stop, status):
 async def arun_experiment(protocol, items, team=None, out=None, *, seed: int = 0, concurrency: int|None = None, cache=True, resume: bool = True,
                           progress: bool = False, budget: Budget|None = None, on_error: str = "fail", screen: Callable|None = None,
                           max_tokens: int|None = None, temperature: float|None = None, lock_timeout: float = 0, notes: dict|None = None,
-                          desc: str|None = None, _stop: _Stop|None = None, **options) -> RunResult:
+                          desc: str|None = None, structured: str|None = None, _stop: _Stop|None = None, **options) -> RunResult:
     "Async `run_experiment`."
     from tqdm.auto import tqdm
     t0 = time.perf_counter()
@@ -384,6 +399,7 @@ async def arun_experiment(protocol, items, team=None, out=None, *, seed: int = 0
     ids = [str(getattr(it, "id", i)) for i, it in enumerate(items)]
     if team is None: team = proto.hooks["team"]() if "team" in proto.hooks else list(DEFAULT_TEAM)
     agents = make_team(list(team), budget)
+    if structured is not None: set_structured(agents, structured)      # every agent; the team file and specs set it per agent
     for a in agents: a.params.update(params)
     with_cache(agents, cache)
     folder = RunFolder(out).create() if out is not None else None

@@ -8,6 +8,7 @@
 | `429` / `429:S`  | 429 Too Many Requests, `Retry-After: S` (default 0)               |
 | `500`, `503`     | that status with an OpenAI-style error body                       |
 | `401`, `400`     | authentication / bad-request errors                               |
+| `refuse_schema`  | 400 naming `response_format` (a server without structured output) |
 | `timeout:S`      | sleeps S seconds before answering (longer than the client waits)  |
 | `nonjson`        | 200 with `text/html` garbage                                      |
 | `badjson`        | 200, `application/json` content type, truncated JSON             |
@@ -111,6 +112,7 @@ class FakeOpenAIServer:
         if kind in ("500", "502", "503"): return self._error(int(kind), "The server had an error", "server_error")
         if kind == "401": return self._error(401, "Incorrect API key provided", "invalid_request_error")
         if kind == "400": return self._error(400, "Invalid request: bad parameter", "invalid_request_error")
+        if kind == "refuse_schema": return self._error(400, "Invalid parameter: 'response_format' of type 'json_schema' is not supported with this model", "invalid_request_error")
         if kind == "timeout":
             await asyncio.sleep(float(arg or 5))
             return self._response(200, self._completion(req))

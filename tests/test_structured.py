@@ -1,0 +1,89 @@
+"""Structured answers against real parts: the schema reaches an OpenAI-compatible server in `response_format`; a server that
+refuses the field costs one refused call per endpoint and the run finishes; `hf:` holds each request of one batched `generate`
+to its own schema (or none)."""
+import asyncio, json
+import jsonschema, pytest
+from madlab.core import Item, run_sync
+from madlab.backends import HFBackend, get_backend, schema_for, Ask
+from madlab.run import run_experiment
+from madlab.scoring import toy_arith_items
+
+NUMBER = '{"reasoning": "6 times 7 is 42.", "answer": 42}'
+
+def _schemas(log):
+    return [req.get("response_format") for _, _, req in log]
+
+def test_openai_backend_sends_the_schema(fake_server, tmp_path):
+    srv = fake_server(reply=NUMBER)
+    items = toy_arith_items(3)
+    res = run_experiment("single", items, [f"vllm:m,base_url={srv.url}"], tmp_path / "run", cache=False, max_tokens=200)
+    assert res.df.status.tolist() == ["done"] * 3
+    sent = _schemas(srv.log)
+    assert len(sent) == 3 and all(f and f["type"] == "json_schema" and f["json_schema"]["strict"] for f in sent)
+    s = sent[0]["json_schema"]["schema"]
+    assert list(s["properties"]) == ["reasoning", "answer"] and s["properties"]["reasoning"]["maxLength"] > 0
+    jsonschema.validate(json.loads(NUMBER), s)
+    t = next(iter(res.transcripts.values()))
+    assert [tu.meta.get("structured") for r in t.rounds for tu in r.turns] == ["requested"]
+    assert t.rounds[0].turns[0].messages[-1]["content"].endswith('{"reasoning": "<your reasoning>", "answer": <number>}')
+
+def test_structured_off_sends_no_schema(fake_server, tmp_path):
+    srv = fake_server(reply="The answer is 42.")
+    res = run_experiment("single", toy_arith_items(2), [f"vllm:m,base_url={srv.url}"], tmp_path / "run", cache=False, structured="off")
+    assert res.df.status.tolist() == ["done"] * 2 and _schemas(srv.log) == [None, None]
+
+def test_a_server_refusing_the_schema_costs_one_call_per_endpoint(fake_server, tmp_path):
+    srv = fake_server(reply="The answer is 42.", route=lambda req: "refuse_schema" if "response_format" in req else None, latency=0.05)
+    items = toy_arith_items(12)
+    team = [f"vllm:m,base_url={srv.url}"] * 3
+    res = run_experiment("du", items, team, tmp_path / "run", rounds=2, cache=False, concurrency=12)
+    assert res.df.status.tolist() == ["done"] * 12
+    assert sum(f is not None for f in _schemas(srv.log)) == 1           # one refusal, then every call of the run asks in prose
+    assert res.df.invalid.sum() == 0                                     # the prose replies parse as before
+    held = res.structured_replies()
+    assert held.get("refused", 0) >= 1 and sum(held.values()) <= 12 * 3 * 3   # after the refusal the agents ask in prose: no schema at all
+    cfg = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert [e["structured"].startswith("refused: ") and "response_format" in e["structured"] for e in cfg["endpoints"]] == [True]
+    assert res.summary().count("its replies were asked for in prose only") == 1
+
+def test_structured_on_refuses_a_backend_that_cannot(tmp_path):
+    from madlab.core import OptionError
+    class Plain:                     # a backend that ignores schemas (replay of an unstructured run, say)
+        spec, synthetic, structured = "plain:", False, None
+    from madlab.agents import Agent, set_structured
+    with pytest.raises(OptionError, match="structured: on: Ann .* cannot hold replies to a schema"):
+        set_structured([Agent("Ann", "plain:", backend=Plain())], "on")
+
+@pytest.fixture(scope="module")
+def hf(tiny_model_dir):
+    b = HFBackend(tiny_model_dir, max_new_tokens=48)
+    run_sync(b.complete([{"role": "user", "content": "hi"}], greedy=True, max_new_tokens=1))
+    return b
+
+def test_one_generate_holds_each_request_to_its_own_schema(hf):
+    "Two schemas and a free request in one batched `generate`: each constrained reply is valid JSON of its schema."
+    a = {"type": "object", "properties": {"pick": {"enum": ["left", "right"]}, "n": {"type": "integer", "minimum": 0, "maximum": 9}},
+         "required": ["pick", "n"], "additionalProperties": False}
+    b = {"type": "object", "properties": {"note": {"type": "string", "maxLength": 8}, "ok": {"type": "boolean"}},
+         "required": ["note", "ok"], "additionalProperties": False}
+    msgs = [[{"role": "user", "content": f"Question {i}?"}] for i in range(3)]
+    before = hf.generate_calls
+    async def go():
+        return await asyncio.gather(hf.complete(msgs[0], greedy=True, schema=a), hf.complete(msgs[1], greedy=True, schema=b),
+                                    hf.complete(msgs[2], greedy=True))
+    ca, cb, cf = run_sync(go())
+    assert hf.generate_calls == before + 1 and hf.batch_sizes[-1] == 3
+    jsonschema.validate(json.loads(ca.text), a)
+    jsonschema.validate(json.loads(cb.text), b)
+    assert ca.meta == {"structured": "enforced"} and cb.meta == {"structured": "enforced"} and "structured" not in cf.meta
+    free = run_sync(hf.complete(msgs[2], greedy=True))
+    assert free.text == cf.text                                        # the free request decodes as it would alone
+
+def test_a_debate_on_hf_holds_every_reply(tiny_model_dir, tmp_path):
+    "A random tiny model under the schema: no token ever leaves it; a reply that ends before the token limit is a valid answer."
+    res = run_experiment("du", toy_arith_items(2), [f"hf:{tiny_model_dir}"] * 2, tmp_path / "run", rounds=1, cache=False, max_tokens=48, temperature=0)
+    turns = [tu for t in res.transcripts.values() for r in t.rounds for tu in r.turns]
+    assert turns and all(tu.meta.get("structured") == "enforced" for tu in turns)
+    assert all(tu.reply.startswith('{"reasoning": "') for tu in turns)
+    ended = [tu for tu in turns if tu.usage.completion_tokens < 48]
+    assert all(tu.valid for tu in ended)           # (one cut off by the limit is invalid unless it happened to end there)
