@@ -33,9 +33,10 @@ demo: $(CORE)
 
 # One ControlMAD game with three real SmolLM2-135M-Instruct agents, offline (the model comes from its PyPI wheel).
 # A few minutes on a 2-core CPU: ControlMAD's prompts are long, so this skips the per-player debates and self-adjustment.
+# Each reply is held to the game's answer schema (--structured auto): all valid; the summary puts the accuracy beside chance.
 demo-real: $(HF)
 	$(BIN)/madlab models get smollm2
-	$(BIN)/madlab run controlmad --size 4 --games 1 --depth 0 --no-self-adjustment --max-tokens 96 --temperature 0 \
+	$(BIN)/madlab run controlmad --size 4 --games 1 --depth 0 --no-self-adjustment --max-tokens 128 --temperature 0 \
 		--agents "hf:smollm2;hf:smollm2;hf:smollm2" --no-cache --out results/
 
 test: $(DEV)

@@ -37,21 +37,27 @@ def test_hf_cpu_dtype_is_float32(smollm2):
     assert _hf_dtype("auto") is torch.float32 and _hf_dtype("bfloat16") is torch.bfloat16 and _hf_dtype(torch.float16) is torch.float16
 
 def test_controlmad_game_with_three_smollm2_agents(smollm2, tmp_path):
-    "One 4-player game, three `hf:smollm2` agents batched in process: it completes with real text, and the parse statistics count what was valid."
+    "One 4-player game, three `hf:smollm2` agents batched in process, each reply held to the game's schema: every reply parses, with exactly the game's players."
     from madlab.cli import load_items
     from madlab.run import run_experiment, parse_stats
     items = load_items("kks", size=4, items=[1])
     # ControlMAD's prompts are long (about 1,200 tokens), and a 2-core CPU reads them at about 80 tokens/s: keep the phases to
-    # initial proposals, final discussion and the supervisor, and the replies short, so the game takes a few minutes, not half an hour.
-    res = run_experiment("controlmad", items, ["hf:smollm2"] * 3, tmp_path / "run", depth=0, self_adjustment=False, max_tokens=32,
+    # initial proposals, final discussion and the supervisor, so the game takes a few minutes, not half an hour. 96 new tokens
+    # hold the four players' roles and a short explanation (the schema caps the explanation to fit).
+    res = run_experiment("controlmad", items, ["hf:smollm2"] * 3, tmp_path / "run", depth=0, self_adjustment=False, max_tokens=96,
                          temperature=0, cache=False)
     assert res.df.status.tolist() == ["done"]
     t = next(iter(res.transcripts.values()))
-    replies = [tu.reply for r in t.rounds for tu in r.turns]
-    assert replies and all(isinstance(x, str) and x.strip() for x in replies)
-    assert sum(any(w in x.lower() for w in ("knight", "knave", "spy", "player", "name", "role")) for x in replies) >= len(replies) // 2   # real words, not noise
+    ts = [tu for r in t.rounds for tu in r.turns]
+    assert ts and all(tu.meta.get("structured") == "enforced" for tu in ts)
+    from madlab.scoring import kks_players
+    players = kks_players(items[0])
+    for tu in ts:
+        assert tu.valid, tu.reply
+        assert [p["name"] for p in json.loads(tu.reply)["players"]] == players          # each player once, in the game's order
+        assert list(tu.answer.roles) == players and all(r in ("knight", "knave", "spy") for r in tu.answer.roles.values())
     st = parse_stats(t)
-    assert int(st.turns.sum()) == len(replies) and int((st.valid + st.invalid + st.errors).sum()) == len(replies)
+    assert int(st.invalid.sum()) == 0 and int(st.turns.sum()) == len(ts)
     assert (tmp_path / "run" / "results.parquet").exists()
     from madlab.backends import get_backend
     b = get_backend("hf:smollm2")
@@ -111,6 +117,10 @@ def test_critic_actor_gsm8k_item_through_transformers_serve(smollm2, tmp_path_fa
     # every critic call reached the server; a request retried after a timeout (a busy CPU) reaches it twice, and two critiques
     # of the same solution text send the same body, so the calls lie between the distinct bodies and all bodies
     distinct = {json.dumps(b["messages"], sort_keys=True) for b in critic}
+    # every call asked for its schema; `transformers serve` takes the field and ignores it (it logs "Ignoring unsupported fields"),
+    # so the replies are recorded as requested, not held
+    assert all(b["response_format"]["type"] == "json_schema" for b in proxy.bodies)
+    assert all(b["response_format"]["json_schema"]["schema"]["properties"].keys() == {"critique", "logic_score", "computation_score"} for b in critic)
     assert len(distinct) <= row.critic_calls <= len(critic) and row.critic_calls >= 2 and 0 <= row.critic_parse_failures <= row.critic_calls
 
 REPLIES = json.loads((HERE / "data" / "smollm2_replies.json").read_text())

@@ -14,6 +14,7 @@ from ..core import *
 from ..core import _page
 from ..debate import protocol_hook
 from ..scoring import score_result
+from ..puzzles import KKS_ROLES
 from ..scoring import (KKS_PHASES, kks_players, roles_of, kks_positions, kks_flips, flip_summary, kks_consensus, kks_games,
                             position_changes, CHANGE_KINDS, kks_decisions, agent_usage, phase_accuracy)
 
@@ -312,6 +313,8 @@ def controlmad_summary(res) -> str:
         sup = int(g.supervisor_used.sum())
         L.append(f"team decision: {int(g.correct.sum())}/{len(g)} games exactly right ({g.correct.mean():.3f}); per-player accuracy {g.accuracy.mean():.3f}; "
                  f"supervisor used in {sup} game{'s' if sup != 1 else ''}")
+        n_roles = len(KKS_ROLES)        # what random roles score on the same games: the line a team must clear to show it reasons
+        L.append(f"chance (each role drawn at random): {(1 / n_roles ** g.n_players).mean():.3f} exactly right; per-player accuracy {1 / n_roles:.3f}")
     fs = frames["flip_summary"]
     if len(fs):
         tot = fs.sum()
