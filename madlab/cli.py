@@ -163,6 +163,15 @@ def _items_cb(ctx, param, value):
     try: return parse_games(value)
     except ValueError as e: raise click.BadParameter(str(e)) from None
 
+def _decision_cb(ctx, param, value):
+    "A decision rule (`madlab.decisions.get_decision`); a judge's backend spec is checked too."
+    if value is None: return None
+    from madlab.decisions import get_decision
+    try: rule = get_decision(value)
+    except OptionError as e: raise click.BadParameter(e.message) from None
+    if rule.judge and rule.backend: _spec_cb(ctx, param, rule.backend)
+    return rule
+
 def _finite_cb(ctx, param, value):
     if value is not None and not math.isfinite(value): raise click.BadParameter(f"must be a finite number; got {value}")
     return value
@@ -227,6 +236,8 @@ def _common_params(proto):
         O(["--max-retries"], type=click.IntRange(0, 100), default=None, help="Retries of a failed call (429, 5xx, timeout, dropped connection)  [default: 4]"),
         O(["--give-up-after"], type=click.FloatRange(0, 7 * 86_400, min_open=True), default=None, callback=_finite_cb,
           help="Seconds an endpoint may answer nothing before its calls fail (meanwhile they wait for it)  [default: 300]"),
+        O(["--decision"], metavar="RULE", default=None, callback=_decision_cb,
+          help="How the team decides: protocol, plurality, majority, supermajority:Q, unanimity, confidence, borda, approval:K, judge:SPEC  [default: protocol, the protocol's own rule]"),
         O(["--seed"], type=int, default=0, show_default=True, help="Seed of the debates"),
         O(["--max-tokens"], type=click.IntRange(1, 1_000_000), default=None, help="Max completion tokens per call, for every agent"),
         O(["--temperature"], type=click.FloatRange(0, 2), default=None, callback=_finite_cb, help="Sampling temperature in 0..2, for every agent"),
@@ -304,9 +315,15 @@ def _run_protocol(proto, kw):
         if endpoint and hasattr(b, "configure"): b.configure(**endpoint)
     notes = {"data": str(kw["data"]) if kw["data"] else None, "task": kw["task"]}
     if kw.get("majority_error"): items, notes["majority_error"] = _majority_error(items, members, kw)
-    try: settings = proto.validate(opts)
+    try:
+        settings = proto.validate(opts)
+        if kw["decision"] is not None:
+            from madlab.decisions import check_decision
+            for it in items: check_decision(kw["decision"], it, proto.name, settings)   # what the rule needs, before any call
     except OptionError as e: raise click.BadParameter(e.message, param_hint=f"'{e.flag}'") from None
-    out = Path(kw["out"]) / (kw["name"] or run_name(proto, items, [a for a in members if a.role != "supervisor"], settings, kw["seed"]))
+    name = kw["name"] or run_name(proto, items, [a for a in members if a.role != "supervisor"], settings, kw["seed"])
+    if not kw["name"] and kw["decision"] is not None and not kw["decision"].protocol: name += "_decision-" + re.sub(r"[^A-Za-z0-9.+-]+", "-", kw["decision"].spec)
+    out = Path(kw["out"]) / name
     progress = sys.stderr.isatty() if kw["progress"] is None else kw["progress"]
     try: old = signal.signal(signal.SIGTERM, _raise_interrupt)      # SIGTERM stops the run as Ctrl-C does
     except (ValueError, AttributeError): old = None                 # not the main thread (e.g. a notebook kernel): Ctrl-C only
@@ -314,7 +331,7 @@ def _run_protocol(proto, kw):
     try:
         res = run_experiment(proto, items, members, out, seed=kw["seed"], concurrency=kw["concurrency"], cache=kw["cache"], resume=kw["resume"],
                              progress=progress, max_tokens=kw["max_tokens"], temperature=kw["temperature"], on_error="fail",
-                             notes=notes, **opts)
+                             notes=notes, decision=kw["decision"], **opts)
     except OptionError as e: raise click.BadParameter(e.message, param_hint=f"'{e.flag}'") from None
     except ValueError as e: raise click.ClickException(str(e)) from None
     except OSError as e: raise click.ClickException(f"writing the outputs failed: {e}") from None
@@ -345,13 +362,26 @@ def protocols_cmd():
 
 @main.command("rescore")
 @click.argument("run_dir", type=click.Path(exists=True, file_okay=False))
-def rescore_cmd(run_dir):
-    "Re-score a finished run from its transcripts (no backend calls) and rewrite its results table and report."
+@click.option("--decision", metavar="RULE", default=None, callback=_decision_cb,
+              help="Re-decide the debates with this rule into results.decision-RULE.parquet/.csv beside the original table (no call; a judge makes only its own, cached)")
+@click.option("--compare", is_flag=True, help="Print every rule that fits the run side by side: accuracy with a 95% bootstrap interval, how often each changes the decision")
+@click.option("--cache/--no-cache", default=True, show_default=True, help="A judge's calls go through the response cache ($MADLAB_CACHE)")
+def rescore_cmd(run_dir, decision, compare, cache):
+    "Re-score a finished run from its transcripts (no backend calls) and rewrite its results table and report; or re-decide it with another rule."
     from madlab.run import rescore
-    try: res = rescore(run_dir)
-    except OptionError as e: raise click.BadParameter(e.message, param_hint="RUN_DIR") from None
+    try:
+        if compare:
+            from madlab.runs import open_run
+            import pandas as pd
+            with pd.option_context("display.width", 200, "display.max_columns", 20): click.echo(open_run(run_dir).decisions().to_string(index=False))
+            return
+        res = rescore(run_dir, decision=decision, cache=cache)
+    except OptionError as e: raise click.BadParameter(e.message, param_hint="RUN_DIR" if e.option in ("out", "path") else f"'{e.flag}'") from None
     except ValueError as e: raise click.ClickException(str(e)) from None
     click.echo(res.summary())
+    if decision is not None:
+        from madlab.run import decision_table_name
+        click.echo(f"table: {Path(run_dir) / decision_table_name(decision)}.parquet (and .csv)")
 
 _P_HELP = ("-p, --param NAME VALUE...", "A notebook parameter and the values to sweep; repeatable, e.g. -p depth 1 2 3 -p size 4 6")
 
