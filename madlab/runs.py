@@ -183,7 +183,7 @@ def decisions(self: OpenRun, rules=None, n_boot: int = 2000, seed: int = 0) -> p
         for t, (r, _) in zip(ts, res):
             c = score_result(t.item, r).get("correct")
             if c is not None: ok.append(bool(c))
-            none += r.get("answer") is None
+            none += r.get("answer") is None or r.get("decision_reason", "decided") != "decided"   # a part left undecided counts too
             changed += answer_key(r.get("answer")) != answer_key((t.result or {}).get("answer"))
         lo, hi = _boot(ok, n_boot, rng)
         rows.append({"rule": rule.spec, "items": len(ts), "accuracy": round(float(np.mean(ok)), 3) if ok else None, "ci_low": lo, "ci_high": hi,
