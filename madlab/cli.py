@@ -60,78 +60,27 @@ parse_items = parse_games
 # %% ../nbs/40_cli.ipynb #0d23b0a4
 def default_data_dir() -> Path:
     "madlab's Knight-Knave-Spy games, shipped inside the package."
-    import madlab
-    return Path(madlab.__file__).resolve().parent / "data" / "kks"
+    from madlab.tasks import madlab_data
+    return madlab_data("kks")
 
-def _bad_data(msg): return click.BadParameter(msg, param_hint="'--data'")
+def _task_cb(ctx, param, value):
+    "A registered task or a YAML task file; a bad task file names its field."
+    from madlab.tasks import TASKS, get_task, _is_task_file
+    if _is_task_file(value):
+        try: get_task(value)
+        except OptionError as e: raise click.BadParameter(e.message) from None
+        return value
+    allowed = getattr(ctx.command, "tasks", None) or list(TASKS)
+    if value not in allowed: raise click.BadParameter(f"{value!r} is not one of {', '.join(map(repr, allowed))} (or a YAML task file)")
+    return value
 
-def _kks_items(data, size):
-    from madlab.puzzles import load_controlmad, load_puzzles
-    path = Path(data) if data is not None else default_data_dir()
-    try:
-        if path.is_dir():
-            size = size or 6
-            f = path / f"{size}.jsonl"
-            if not f.exists():
-                have = sorted(int(p.stem) for p in path.glob("*.jsonl") if p.stem.isdigit())
-                raise click.BadParameter(f"no games of size {size} in {path} (sizes there: {', '.join(map(str, have)) or 'none'})", param_hint="'--size'")
-            games = load_controlmad(f)
-        else:
-            games = load_puzzles(path)             # ControlMAD's format or the classic mem-kk-logic one
-            if size is not None: games = [g for g in games if g.n_players == size]
-            if not games: raise click.BadParameter(f"{path} holds no games" + (f" of size {size}" if size is not None else ""), param_hint="'--size'" if size is not None else "'--data'")
-    except (ValueError, OSError) as e: raise _bad_data(f"not a file of Knight-Knave-Spy games in ControlMAD's JSONL format or of classic puzzles in mem-kk-logic's ({e})") from None
-    return [g.to_item() for g in games]
-
-def _safety_items(data, size):
-    from madlab.tasks import load_xstest
-    if data is None:
-        import madlab
-        data = Path(madlab.__file__).resolve().parent / "data" / "s4" / "sample.csv"
-    try: return load_xstest(data)
-    except (ValueError, OSError) as e: raise _bad_data(f"not a CSV of prompts in XSTest's format (columns id, prompt, label) ({e})") from None
-
-def _file_items(loader, what):
-    def load(data, size):
-        if data is None: raise click.BadParameter(f"this task needs --data: {what}", param_hint="'--data'")
-        try: return loader(data)
-        except (ValueError, OSError) as e: raise _bad_data(f"not {what} ({e})") from None
-    return load
-
-def _arith_items(data, size):
-    from madlab.scoring import toy_arith_items
-    return toy_arith_items(100)
-
-def _sample_items(loader, sample, what):
-    "A loader whose default data is madlab's own sample in data/agentverse/."
-    def load(data, size):
-        import madlab
-        path = data if data is not None else Path(madlab.__file__).resolve().parent / "data" / "agentverse" / sample
-        try: return loader(path)
-        except (ValueError, OSError) as e: raise _bad_data(f"not {what} ({e})") from None
-    return load
 
 # %% ../nbs/40_cli.ipynb #d2853b06
-def _market_items(data, size):
-    "Market news records (madlab's illustrative sample without --data) as one debate item."
-    from madlab.tasks import load_market
-    if data is None:
-        import madlab
-        data = Path(madlab.__file__).resolve().parent / "data" / "market" / "sample.jsonl"
-    try: return load_market(data)
-    except (ValueError, OSError) as e: raise _bad_data(f"not a JSONL file or JSON array of market news records ({e})") from None
-
-def _tasks():
-    from madlab import tasks as T
-    return {"kks": _kks_items, "safety": _safety_items, "arith": _arith_items,
-            "gsm8k": _file_items(T.load_gsm8k, "GSM8K's JSONL (question, answer)"), "mmlu": _file_items(T.load_mmlu, "MMLU CSV files"),
-            "market": _market_items,
-            "pairwise": _sample_items(T.load_pairwise, "pairwise_sample.jsonl", "a JSONL file of {id, question, answer_1, answer_2, preference} records"),
-            "scenario": _sample_items(T.load_scenarios, "scenarios.jsonl", "a JSONL file of {id, prompt} records")}
-
 def load_items(task, data=None, size=None, items=None, n=None) -> list:
-    "The items of `task` from `data` (default: madlab's own), at 1-based positions `items` or the first `n`."
-    got = _tasks()[task](data, size)
+    "The items of `task` (a registered task or a YAML task file, see `madlab.tasks.TASKS`) from `data` (default: madlab's own), at 1-based positions `items` or the first `n`."
+    from madlab.tasks import task_items
+    try: got = task_items(task, data, size)
+    except OptionError as e: raise click.BadParameter(e.message, param_hint=f"'{e.flag}'") from None
     if items:
         bad = [i for i in items if i > len(got)]
         if bad: raise click.BadParameter(f"there are only {len(got)} items in the data; got {bad[0]}", param_hint="'--items' / '--games'")
@@ -139,6 +88,7 @@ def load_items(task, data=None, size=None, items=None, n=None) -> list:
     if n is not None: got = got[:n]
     if not got: raise click.BadParameter("no items to run", param_hint="'--data'")
     return got
+
 
 # %% ../nbs/40_cli.ipynb #e2552528
 def _agents_cb(ctx, param, value):
@@ -216,10 +166,10 @@ def _max_concurrency_cb(ctx, param, value):
 
 def _common_params(proto):
     default_task = proto.tasks[0] if proto.tasks else "arith"
-    tasks = list(proto.tasks) if proto.tasks else list(_tasks())
     O = click.Option
     return [
-        O(["--task"], type=click.Choice(tasks), default=default_task, show_default=True, help="The task whose items are debated"),
+        O(["--task"], metavar="TASK|FILE.yaml", default=default_task, show_default=True, callback=_task_cb,
+          help="The task whose items are debated: " + (", ".join(proto.tasks) if proto.tasks else "a registered task (kks, safety, arith, gsm8k, mmlu, market, pairwise, scenario) or a YAML task file")),
         O(["--data"], type=click.Path(exists=True), help="The task's data: a file or folder (ControlMAD's groundtruth/ folder for kks)  [default: madlab's own]"),
         O(["--size"], type=click.IntRange(min=2), default=None, help="Knight-Knave-Spy players per game: picks <size>.jsonl in the data folder  [default: 6]"),
         O(["--items", "--games", "items"], metavar="RANGE", callback=_items_cb, help="1-based positions of the items: 1-20, 3 or 1,4,7-9  [default: all; 1-20 for games]"),
@@ -346,8 +296,10 @@ def protocol_command(proto) -> click.Command:
     "`madlab run PROTOCOL`: the protocol's options and the common ones."
     def callback(**kw): _run_protocol(proto, kw)
     params = [_option_param(proto, k) for k in proto.options] + _common_params(proto)
-    return click.Command(proto.name, callback=callback, params=params, help=(proto.doc or proto.name),
-                         short_help=(proto.doc or "").split(":")[0][:80], context_settings={"max_content_width": 110})
+    cmd = click.Command(proto.name, callback=callback, params=params, help=(proto.doc or proto.name),
+                        short_help=(proto.doc or "").split(":")[0][:80], context_settings={"max_content_width": 110})
+    cmd.tasks = list(proto.tasks) if proto.tasks else None     # what --task accepts besides a task file
+    return cmd
 
 # %% ../nbs/40_cli.ipynb #931bfb69
 @main.command("protocols")
