@@ -60,78 +60,27 @@ parse_items = parse_games
 # %% ../nbs/40_cli.ipynb #0d23b0a4
 def default_data_dir() -> Path:
     "madlab's Knight-Knave-Spy games, shipped inside the package."
-    import madlab
-    return Path(madlab.__file__).resolve().parent / "data" / "kks"
+    from madlab.tasks import madlab_data
+    return madlab_data("kks")
 
-def _bad_data(msg): return click.BadParameter(msg, param_hint="'--data'")
+def _task_cb(ctx, param, value):
+    "A registered task or a YAML task file; a bad task file names its field."
+    from madlab.tasks import TASKS, get_task, _is_task_file
+    if _is_task_file(value):
+        try: get_task(value)
+        except OptionError as e: raise click.BadParameter(e.message) from None
+        return value
+    allowed = getattr(ctx.command, "tasks", None) or list(TASKS)
+    if value not in allowed: raise click.BadParameter(f"{value!r} is not one of {', '.join(map(repr, allowed))} (or a YAML task file)")
+    return value
 
-def _kks_items(data, size):
-    from madlab.puzzles import load_controlmad, load_puzzles
-    path = Path(data) if data is not None else default_data_dir()
-    try:
-        if path.is_dir():
-            size = size or 6
-            f = path / f"{size}.jsonl"
-            if not f.exists():
-                have = sorted(int(p.stem) for p in path.glob("*.jsonl") if p.stem.isdigit())
-                raise click.BadParameter(f"no games of size {size} in {path} (sizes there: {', '.join(map(str, have)) or 'none'})", param_hint="'--size'")
-            games = load_controlmad(f)
-        else:
-            games = load_puzzles(path)             # ControlMAD's format or the classic mem-kk-logic one
-            if size is not None: games = [g for g in games if g.n_players == size]
-            if not games: raise click.BadParameter(f"{path} holds no games" + (f" of size {size}" if size is not None else ""), param_hint="'--size'" if size is not None else "'--data'")
-    except (ValueError, OSError) as e: raise _bad_data(f"not a file of Knight-Knave-Spy games in ControlMAD's JSONL format or of classic puzzles in mem-kk-logic's ({e})") from None
-    return [g.to_item() for g in games]
-
-def _safety_items(data, size):
-    from madlab.tasks import load_xstest
-    if data is None:
-        import madlab
-        data = Path(madlab.__file__).resolve().parent / "data" / "s4" / "sample.csv"
-    try: return load_xstest(data)
-    except (ValueError, OSError) as e: raise _bad_data(f"not a CSV of prompts in XSTest's format (columns id, prompt, label) ({e})") from None
-
-def _file_items(loader, what):
-    def load(data, size):
-        if data is None: raise click.BadParameter(f"this task needs --data: {what}", param_hint="'--data'")
-        try: return loader(data)
-        except (ValueError, OSError) as e: raise _bad_data(f"not {what} ({e})") from None
-    return load
-
-def _arith_items(data, size):
-    from madlab.scoring import toy_arith_items
-    return toy_arith_items(100)
-
-def _sample_items(loader, sample, what):
-    "A loader whose default data is madlab's own sample in data/agentverse/."
-    def load(data, size):
-        import madlab
-        path = data if data is not None else Path(madlab.__file__).resolve().parent / "data" / "agentverse" / sample
-        try: return loader(path)
-        except (ValueError, OSError) as e: raise _bad_data(f"not {what} ({e})") from None
-    return load
 
 # %% ../nbs/40_cli.ipynb #d2853b06
-def _market_items(data, size):
-    "Market news records (madlab's illustrative sample without --data) as one debate item."
-    from madlab.tasks import load_market
-    if data is None:
-        import madlab
-        data = Path(madlab.__file__).resolve().parent / "data" / "market" / "sample.jsonl"
-    try: return load_market(data)
-    except (ValueError, OSError) as e: raise _bad_data(f"not a JSONL file or JSON array of market news records ({e})") from None
-
-def _tasks():
-    from madlab import tasks as T
-    return {"kks": _kks_items, "safety": _safety_items, "arith": _arith_items,
-            "gsm8k": _file_items(T.load_gsm8k, "GSM8K's JSONL (question, answer)"), "mmlu": _file_items(T.load_mmlu, "MMLU CSV files"),
-            "market": _market_items,
-            "pairwise": _sample_items(T.load_pairwise, "pairwise_sample.jsonl", "a JSONL file of {id, question, answer_1, answer_2, preference} records"),
-            "scenario": _sample_items(T.load_scenarios, "scenarios.jsonl", "a JSONL file of {id, prompt} records")}
-
 def load_items(task, data=None, size=None, items=None, n=None) -> list:
-    "The items of `task` from `data` (default: madlab's own), at 1-based positions `items` or the first `n`."
-    got = _tasks()[task](data, size)
+    "The items of `task` (a registered task or a YAML task file, see `madlab.tasks.TASKS`) from `data` (default: madlab's own), at 1-based positions `items` or the first `n`."
+    from madlab.tasks import task_items
+    try: got = task_items(task, data, size)
+    except OptionError as e: raise click.BadParameter(e.message, param_hint=f"'{e.flag}'") from None
     if items:
         bad = [i for i in items if i > len(got)]
         if bad: raise click.BadParameter(f"there are only {len(got)} items in the data; got {bad[0]}", param_hint="'--items' / '--games'")
@@ -139,6 +88,7 @@ def load_items(task, data=None, size=None, items=None, n=None) -> list:
     if n is not None: got = got[:n]
     if not got: raise click.BadParameter("no items to run", param_hint="'--data'")
     return got
+
 
 # %% ../nbs/40_cli.ipynb #e2552528
 def _agents_cb(ctx, param, value):
@@ -162,6 +112,15 @@ def _items_cb(ctx, param, value):
     if value is None: return None
     try: return parse_games(value)
     except ValueError as e: raise click.BadParameter(str(e)) from None
+
+def _decision_cb(ctx, param, value):
+    "A decision rule (`madlab.decisions.get_decision`); a judge's backend spec is checked too."
+    if value is None: return None
+    from madlab.decisions import get_decision
+    try: rule = get_decision(value)
+    except OptionError as e: raise click.BadParameter(e.message) from None
+    if rule.judge and rule.backend: _spec_cb(ctx, param, rule.backend)
+    return rule
 
 def _finite_cb(ctx, param, value):
     if value is not None and not math.isfinite(value): raise click.BadParameter(f"must be a finite number; got {value}")
@@ -207,10 +166,10 @@ def _max_concurrency_cb(ctx, param, value):
 
 def _common_params(proto):
     default_task = proto.tasks[0] if proto.tasks else "arith"
-    tasks = list(proto.tasks) if proto.tasks else list(_tasks())
     O = click.Option
     return [
-        O(["--task"], type=click.Choice(tasks), default=default_task, show_default=True, help="The task whose items are debated"),
+        O(["--task"], metavar="TASK|FILE.yaml", default=default_task, show_default=True, callback=_task_cb,
+          help="The task whose items are debated: " + (", ".join(proto.tasks) if proto.tasks else "a registered task (kks, safety, arith, gsm8k, mmlu, market, pairwise, scenario) or a YAML task file")),
         O(["--data"], type=click.Path(exists=True), help="The task's data: a file or folder (ControlMAD's groundtruth/ folder for kks)  [default: madlab's own]"),
         O(["--size"], type=click.IntRange(min=2), default=None, help="Knight-Knave-Spy players per game: picks <size>.jsonl in the data folder  [default: 6]"),
         O(["--items", "--games", "items"], metavar="RANGE", callback=_items_cb, help="1-based positions of the items: 1-20, 3 or 1,4,7-9  [default: all; 1-20 for games]"),
@@ -229,6 +188,8 @@ def _common_params(proto):
           help="Seconds an endpoint may answer nothing before its calls fail (meanwhile they wait for it)  [default: 300]"),
         O(["--structured"], type=click.Choice(["auto", "on", "off"]), default=None,
           help="Hold replies to their answer's JSON schema: auto where the backend can (hf: while decoding, openai: asks the server), on (refuse a backend that cannot), off (the format in the prompt only)  [default: auto, or the team file's]"),
+        O(["--decision"], metavar="RULE", default=None, callback=_decision_cb,
+          help="How the team decides: protocol, plurality, majority, supermajority:Q, unanimity, confidence, borda, approval:K, judge:SPEC  [default: protocol, the protocol's own rule]"),
         O(["--seed"], type=int, default=0, show_default=True, help="Seed of the debates"),
         O(["--max-tokens"], type=click.IntRange(1, 1_000_000), default=None, help="Max completion tokens per call, for every agent"),
         O(["--temperature"], type=click.FloatRange(0, 2), default=None, callback=_finite_cb, help="Sampling temperature in 0..2, for every agent"),
@@ -306,9 +267,15 @@ def _run_protocol(proto, kw):
         if endpoint and hasattr(b, "configure"): b.configure(**endpoint)
     notes = {"data": str(kw["data"]) if kw["data"] else None, "task": kw["task"]}
     if kw.get("majority_error"): items, notes["majority_error"] = _majority_error(items, members, kw)
-    try: settings = proto.validate(opts)
+    try:
+        settings = proto.validate(opts)
+        if kw["decision"] is not None:
+            from madlab.decisions import check_decision
+            for it in items: check_decision(kw["decision"], it, proto.name, settings)   # what the rule needs, before any call
     except OptionError as e: raise click.BadParameter(e.message, param_hint=f"'{e.flag}'") from None
-    out = Path(kw["out"]) / (kw["name"] or run_name(proto, items, [a for a in members if a.role != "supervisor"], settings, kw["seed"]))
+    name = kw["name"] or run_name(proto, items, [a for a in members if a.role != "supervisor"], settings, kw["seed"])
+    if not kw["name"] and kw["decision"] is not None and not kw["decision"].protocol: name += "_decision-" + re.sub(r"[^A-Za-z0-9.+-]+", "-", kw["decision"].spec)
+    out = Path(kw["out"]) / name
     progress = sys.stderr.isatty() if kw["progress"] is None else kw["progress"]
     try: old = signal.signal(signal.SIGTERM, _raise_interrupt)      # SIGTERM stops the run as Ctrl-C does
     except (ValueError, AttributeError): old = None                 # not the main thread (e.g. a notebook kernel): Ctrl-C only
@@ -316,7 +283,7 @@ def _run_protocol(proto, kw):
     try:
         res = run_experiment(proto, items, members, out, seed=kw["seed"], concurrency=kw["concurrency"], cache=kw["cache"], resume=kw["resume"],
                              progress=progress, max_tokens=kw["max_tokens"], temperature=kw["temperature"], on_error="fail", structured=kw.get("structured"),
-                             notes=notes, **opts)
+                             notes=notes, decision=kw["decision"], **opts)
     except OptionError as e: raise click.BadParameter(e.message, param_hint=f"'{e.flag}'") from None
     except ValueError as e: raise click.ClickException(str(e)) from None
     except OSError as e: raise click.ClickException(f"writing the outputs failed: {e}") from None
@@ -331,8 +298,10 @@ def protocol_command(proto) -> click.Command:
     "`madlab run PROTOCOL`: the protocol's options and the common ones."
     def callback(**kw): _run_protocol(proto, kw)
     params = [_option_param(proto, k) for k in proto.options] + _common_params(proto)
-    return click.Command(proto.name, callback=callback, params=params, help=(proto.doc or proto.name),
-                         short_help=(proto.doc or "").split(":")[0][:80], context_settings={"max_content_width": 110})
+    cmd = click.Command(proto.name, callback=callback, params=params, help=(proto.doc or proto.name),
+                        short_help=(proto.doc or "").split(":")[0][:80], context_settings={"max_content_width": 110})
+    cmd.tasks = list(proto.tasks) if proto.tasks else None     # what --task accepts besides a task file
+    return cmd
 
 # %% ../nbs/40_cli.ipynb #931bfb69
 @main.command("protocols")
@@ -347,13 +316,26 @@ def protocols_cmd():
 
 @main.command("rescore")
 @click.argument("run_dir", type=click.Path(exists=True, file_okay=False))
-def rescore_cmd(run_dir):
-    "Re-score a finished run from its transcripts (no backend calls) and rewrite its results table and report."
+@click.option("--decision", metavar="RULE", default=None, callback=_decision_cb,
+              help="Re-decide the debates with this rule into results.decision-RULE.parquet/.csv beside the original table (no call; a judge makes only its own, cached)")
+@click.option("--compare", is_flag=True, help="Print every rule that fits the run side by side: accuracy with a 95% bootstrap interval, how often each changes the decision")
+@click.option("--cache/--no-cache", default=True, show_default=True, help="A judge's calls go through the response cache ($MADLAB_CACHE)")
+def rescore_cmd(run_dir, decision, compare, cache):
+    "Re-score a finished run from its transcripts (no backend calls) and rewrite its results table and report; or re-decide it with another rule."
     from madlab.run import rescore
-    try: res = rescore(run_dir)
-    except OptionError as e: raise click.BadParameter(e.message, param_hint="RUN_DIR") from None
+    try:
+        if compare:
+            from madlab.runs import open_run
+            import pandas as pd
+            with pd.option_context("display.width", 200, "display.max_columns", 20): click.echo(open_run(run_dir).decisions().to_string(index=False))
+            return
+        res = rescore(run_dir, decision=decision, cache=cache)
+    except OptionError as e: raise click.BadParameter(e.message, param_hint="RUN_DIR" if e.option in ("out", "path") else f"'{e.flag}'") from None
     except ValueError as e: raise click.ClickException(str(e)) from None
     click.echo(res.summary())
+    if decision is not None:
+        from madlab.run import decision_table_name
+        click.echo(f"table: {Path(run_dir) / decision_table_name(decision)}.parquet (and .csv)")
 
 _P_HELP = ("-p, --param NAME VALUE...", "A notebook parameter and the values to sweep; repeatable, e.g. -p depth 1 2 3 -p size 4 6")
 

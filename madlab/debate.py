@@ -15,11 +15,12 @@ import madlab
 from .core import *
 from .backends import *
 from .agents import *
+from .decisions import check_decision, aredecide
 from .scoring import answer_format
 
 # %% auto #0
-__all__ = ['PROTOCOLS', 'HOOKS', 'Protocol', 'protocol', 'protocol_hook', 'get_protocol', 'Debate', 'fork', 'afork',
-           'from_transcript', 'comparable']
+__all__ = ['PROTOCOLS', 'HOOKS', 'EXTRA_ROLES', 'Protocol', 'protocol', 'protocol_hook', 'get_protocol', 'Debate', 'fork',
+           'afork', 'from_transcript', 'comparable']
 
 # %% ../nbs/06_debate.ipynb #a8ec8595
 def _type_name(tp) -> str:
@@ -137,13 +138,14 @@ def get_protocol(name) -> Protocol:
 class Debate:
     "One debate: a protocol over one item with one team."
     def __init__(self, protocol, item, team=None, *, seed: int = 0, budget: Budget|None = None, cache=False, id: str|None = None,
-                 on_error: str = "fail", **options):
+                 on_error: str = "fail", decision=None, **options):
         if on_error not in ("fail", "continue"): raise OptionError("on_error", f"must be 'fail' or 'continue'; got {on_error!r}")
         if not isinstance(seed, int) or isinstance(seed, bool): raise OptionError("seed", f"must be an integer; got {seed!r}")
         self.on_error = on_error
         self.protocol = get_protocol(protocol)
         self.settings = self.protocol.validate(options)
         self.protocol.check_item(item)
+        self.decision = check_decision(decision, item, self.protocol.name, self.settings)   # what the rule needs, before any call
         self.item, self.seed = item, seed
         self.rng = random.Random(seed)
         self.budget = budget
@@ -154,7 +156,7 @@ class Debate:
         self.listeners: list[Callable] = []
         for a in self.agents: a.listeners.append(self._emit)
         self.meta = {"id": id or getattr(item, "id", None) or new_id(), "status": "new", "madlab": madlab.__version__}
-        self._gen, self.done = None, False
+        self._gen, self.done, self._decided = None, False, False
 
 
 
@@ -169,7 +171,8 @@ class Debate:
     @property
     def transcript(self) -> Transcript:
         "Everything so far, as a `Transcript`."
-        return Transcript(self.protocol.name, self.item, [a.info() for a in self.agents], {**self.settings, "seed": self.seed},
+        return Transcript(self.protocol.name, self.item, [a.info() for a in self.agents],
+                          {**self.settings, "seed": self.seed, **({} if self.decision.protocol else {"decision": self.decision.spec})},
                           list(self.rounds), {a.name: a.history for a in self.agents}, dict(self.result), dict(self.meta))
 
     @property
@@ -216,7 +219,26 @@ async def _next(self: Debate):
     if self._gen is None:
         self.meta.update(status="running", started=time.time())
         self._gen = self.protocol.fn(self, **self.settings)
-    return await self._gen.__anext__()
+    try: return await self._gen.__anext__()
+    except StopAsyncIteration:
+        if self._decided: raise
+        self._decided = True
+        r = await self._decide()                 # a decision rule other than the protocol's: one more round when a judge is asked
+        if r is None: raise
+        return r
+
+@patch
+async def _decide(self: Debate) -> Round|None:
+    "Re-decide the finished debate with its `decision` rule (the protocol's own: nothing to do); the judge's round, if one was asked."
+    rule, t = self.decision, self.transcript
+    if rule.protocol: self.result.setdefault("decision_rule", "protocol"); return None
+    t.meta["status"] = "done"                     # the protocol has finished: its final answers are the ballots
+    if not rule.judge: self.result = (await aredecide(t, rule))[0]; return None
+    r = self.new_round("judge decision", "decision", rule=rule.spec)
+    self.result, turn = await aredecide(t, rule, self.role_agent("judge", rule.backend), round=r.index)
+    if turn is None: return None
+    r.turns = [turn]
+    return r
 
 @patch
 async def astep(self: Debate) -> Round|None:
@@ -298,7 +320,8 @@ def deliver(self: Debate, turns, to="others", *, text=None, among=None, **kw) ->
 
 # %% ../nbs/06_debate.ipynb #67273378
 def _replayed(debate_or_none, protocol, item, team_infos, settings, seed, turns, fallbacks=None, **kw) -> Debate:
-    settings = {k: v for k, v in settings.items() if k != "seed"}
+    kw.setdefault("decision", settings.get("decision"))
+    settings = {k: v for k, v in settings.items() if k not in ("seed", "decision")}
     members = []
     for info in team_infos:
         if (info.get("meta") or {}).get("added_at") is not None: continue   # created mid-debate: the protocol adds it again (`add_agent`)
@@ -341,7 +364,7 @@ def _fork(self: Debate, round: int, *, agent: str|None = None, reply: str|None =
         raise ValueError((f"round must be a round number in 1..{n} (rounds are numbered from 1)" if n else "the debate has no rounds yet to fork at") + f"; got {round!r}")
     turns, edit = _edit_turns(self.rounds, round, agent, reply, turn)
     live = {a.name: a.backend for a in self.agents}
-    d = _replayed(self, self.protocol, self.item, [a.info() for a in self.agents], self.settings, self.seed, turns, live, budget=self.budget)
+    d = _replayed(self, self.protocol, self.item, [a.info() for a in self.agents], self.settings, self.seed, turns, live, budget=self.budget, decision=self.decision)
     d.meta["forked_from"] = {"id": self.meta["id"], "round": round, **({"edit": edit} if edit else {})}
     return d
 
@@ -418,3 +441,30 @@ async def concurrently(self: Debate, *subs):
         for r in got:
             if r is not _END: yield r
 
+
+# %% ../nbs/06_debate.ipynb #e995f45e
+EXTRA_ROLES = ("judge", "supervisor", "summariser")
+_ROLE_BACKENDS: dict = {}
+
+def _role_backend(spec, like):
+    "The backend of spec `spec`, cached as the team's first backend `like` is (one per spec and cache folder)."
+    path = like.path if isinstance(like, CachedBackend) else False
+    key = (spec, path)
+    if key not in _ROLE_BACKENDS:
+        b = get_backend(spec)
+        _ROLE_BACKENDS[key] = b if path is False else CachedBackend(b, path)
+    return _ROLE_BACKENDS[key]
+
+@patch
+def role_agent(self: Debate, role: str, spec: str|None = None, *, name: str|None = None, system: str|None = None, params: dict|None = None) -> Agent:
+    "The debate's agent for `role` (a judge, supervisor, summariser), called `name` (default: the role, capitalised), made on first use from backend `spec`."
+    for a in self.agents:
+        if a.role == role and (name is None or a.name == name): return a
+    team = [a for a in self.agents if a.role not in EXTRA_ROLES] or self.agents
+    first = team[0]
+    base = name or role.capitalize()
+    taken, name, k = {a.name for a in self.agents}, base, 1
+    while name in taken: k += 1; name = f"{base}-{k}"
+    backend = first.backend if spec is None else _role_backend(spec, first.backend)
+    a = Agent(name, spec or first.spec, system, dict(first.params if params is None else params), role, {"made_for": role}, backend=backend, budget=self.budget)
+    return self.add_agent(a)

@@ -19,11 +19,13 @@ from .backends import *
 from .agents import *
 from .scoring import answer_format, score_result
 from .debate import *
+from .decisions import get_decision, check_decision, aredecide
 
 # %% auto #0
 __all__ = ['MAX_GAMES_AT_ONCE', 'debate_row', 'safe_name', 'transcript_text', 'chat_histories', 'item_outputs',
            'write_item_outputs', 'write_table', 'team_config', 'RunFolder', 'RunResult', 'games_at_once',
-           'arun_experiment', 'run_experiment', 'arun_many', 'run_many', 'rescore', 'parse_stats']
+           'arun_experiment', 'run_experiment', 'arun_many', 'run_many', 'rescore', 'decision_table_name',
+           'aredecide_run', 'redecide_run', 'parse_stats']
 
 # %% ../nbs/08_run.ipynb #b92f3f7e
 _LONE = re.compile("[\ud800-\udfff]")
@@ -43,8 +45,9 @@ def debate_row(t: Transcript) -> dict:
            "errors": len(turns) - len(ok), "calls": sum(tu.usage.calls for tu in live), "cached_calls": sum(bool(tu.cached) for tu in ok),
            "prompt_tokens": sum(tu.usage.prompt_tokens for tu in ok), "completion_tokens": sum(tu.usage.completion_tokens for tu in ok),
            "seconds": round((t.meta.get("finished") or 0) - (t.meta.get("started") or 0), 4) if t.meta.get("started") else None,
-           "synthetic": t.synthetic}
-    for k, v in (t.result or {}).items(): row[f"result_{k}" if k in row else k] = _cell(v)
+           "synthetic": t.synthetic, "decision_rule": (t.result or {}).get("decision_rule", "protocol")}
+    for k, v in (t.result or {}).items():
+        if k != "decision_rule": row[f"result_{k}" if k in row else k] = _cell(v)
     try: score = score_result(t.item, t.result)
     except Exception as e: score = {"correct": None, "score_error": f"{type(e).__name__}: {e}"}
     row.update({k: _cell(v) for k, v in score.items()}, gold=_cell(getattr(t.item, "gold", None)))
@@ -112,7 +115,8 @@ def team_config(agents) -> list[dict]:
         out.append(info)
     return out
 
-_SAME = ("protocol", "options", "team", "seed", "max_tokens", "temperature")
+_SAME = ("protocol", "options", "team", "seed", "max_tokens", "temperature", "decision")
+_SAME_DEFAULTS = {"decision": "protocol"}     # what a config written before the key existed meant
 
 class RunFolder:
     "A run's folder: its config, per-item transcripts and logs, and the results table."
@@ -311,7 +315,7 @@ def _start_folder(folder, config: dict, ids: list, notes: dict|None) -> dict:
     "Write the run's `config.json` (the items of earlier runs into the same folder kept); refuse a folder that holds a different run."
     old = folder.read_config()
     if old is not None:
-        diff = [k for k in _SAME if json.dumps(old.get(k), sort_keys=True, default=str) != json.dumps(to_jsonable(config[k]), sort_keys=True, default=str)]
+        diff = [k for k in _SAME if json.dumps(old.get(k, _SAME_DEFAULTS.get(k)), sort_keys=True, default=str) != json.dumps(to_jsonable(config.get(k, _SAME_DEFAULTS.get(k))), sort_keys=True, default=str)]
         if diff: raise OptionError("out", f"{folder.path} holds a run with different {', '.join(diff)}; choose another output folder")
     config["items"] = list(dict.fromkeys(list((old or {}).get("items") or []) + ids))
     config.update(notes or {}, started=(old or {}).get("started") or time.strftime("%Y-%m-%dT%H:%M:%S"))
@@ -337,11 +341,11 @@ def _unfinished(folder, ids, items, transcripts: dict, problems: list) -> list:
     return todo
 
 # %% ../nbs/08_run.ipynb #10412d8f
-async def _debate_item(proto, iid, it, agents, settings, seed, budget, on_error, screen, status) -> Transcript:
+async def _debate_item(proto, iid, it, agents, settings, seed, budget, on_error, screen, status, decision=None) -> Transcript:
     "The transcript of item `it`: blocked by the screen, or debated (a failure is recorded in it; a budget stops the run)."
     sr = None if screen is None else await screen.ascreen(getattr(it, "prompt", "")) if hasattr(screen, "ascreen") else screen(getattr(it, "prompt", ""))
     if sr is not None and getattr(sr, "blocked", False): return _screened(proto, it, agents, settings, seed, sr)
-    d = Debate(proto, it, agents, seed=seed, budget=budget, id=iid, on_error=on_error, **settings)
+    d = Debate(proto, it, agents, seed=seed, budget=budget, id=iid, on_error=on_error, decision=decision, **settings)
     try: await d.arun()
     except BudgetExceeded as e: status["reason"] = status["reason"] or str(e)
     except Exception: pass           # recorded in d.meta by the debate itself
@@ -383,7 +387,7 @@ async def _drain(tasks, stop, status):
 async def arun_experiment(protocol, items, team=None, out=None, *, seed: int = 0, concurrency: int|None = None, cache=True, resume: bool = True,
                           progress: bool = False, budget: Budget|None = None, on_error: str = "fail", screen: Callable|None = None,
                           max_tokens: int|None = None, temperature: float|None = None, lock_timeout: float = 0, notes: dict|None = None,
-                          desc: str|None = None, structured: str|None = None, _stop: _Stop|None = None, **options) -> RunResult:
+                          desc: str|None = None, decision=None, structured: str|None = None, _stop: _Stop|None = None, **options) -> RunResult:
     "Async `run_experiment`."
     from tqdm.auto import tqdm
     t0 = time.perf_counter()
@@ -396,6 +400,8 @@ async def arun_experiment(protocol, items, team=None, out=None, *, seed: int = 0
         settings = proto.validate(options)
     params = _params(max_tokens, temperature)
     items = _check_items(proto, items)
+    rule = get_decision(decision)
+    for it in items: check_decision(rule, it, proto.name, settings)       # a rule the answers cannot serve is refused before any call
     ids = [str(getattr(it, "id", i)) for i, it in enumerate(items)]
     if team is None: team = proto.hooks["team"]() if "team" in proto.hooks else list(DEFAULT_TEAM)
     agents = make_team(list(team), budget)
@@ -408,7 +414,8 @@ async def arun_experiment(protocol, items, team=None, out=None, *, seed: int = 0
     transcripts, rows, problems, status = {}, {}, [], {"reason": None, "failed": 0, "interrupted": False}
     try:
         config = {"protocol": proto.name, "options": to_jsonable(settings), "tasks": sorted({str(getattr(it, "task", None)) for it in items}),
-                  "team": team_config(agents), "seed": seed, "max_tokens": max_tokens, "temperature": temperature, "madlab": madlab.__version__}
+                  "team": team_config(agents), "seed": seed, "max_tokens": max_tokens, "temperature": temperature, "madlab": madlab.__version__,
+                  "decision": rule.spec}
         if folder: config = _start_folder(folder, config, ids, notes)
         todo = _unfinished(folder, ids, items, transcripts, problems) if folder and resume else list(zip(ids, items))
         sem = asyncio.Semaphore(concurrency or games_at_once(agents))
@@ -416,7 +423,7 @@ async def arun_experiment(protocol, items, team=None, out=None, *, seed: int = 0
         async def one(iid, it):
             async with sem:
                 if status["reason"]: rows[iid] = {"item_id": iid, "protocol": proto.name, "status": "not_run", "error": status["reason"]}
-                else: await _record(proto, folder, iid, await _debate_item(proto, iid, it, agents, settings, seed, budget, on_error, screen, status),
+                else: await _record(proto, folder, iid, await _debate_item(proto, iid, it, agents, settings, seed, budget, on_error, screen, status, rule),
                                     rows, transcripts, status)
                 bar.update()
         try: await _drain([asyncio.ensure_future(one(iid, it)) for iid, it in todo], stop, status)
@@ -473,8 +480,9 @@ def run_many(protocol, items, team=None, **kw) -> RunResult:
     return run_experiment(protocol, items, team, kw.pop("out", None), **kw)
 
 # %% ../nbs/08_run.ipynb #7a617fc8
-def rescore(out, lock_timeout: float = 0) -> RunResult:
-    "Re-score the run folder `out` from its transcripts (zero backend calls) and rewrite its results table, report and summary."
+def rescore(out, lock_timeout: float = 0, decision=None, cache=True) -> RunResult:
+    "Re-score the run folder `out` from its transcripts (zero backend calls) and rewrite its results table, report and summary; with `decision`, re-decide with that rule into a table beside it instead (see `redecide_run`)."
+    if decision is not None: return redecide_run(out, decision, cache=cache, lock_timeout=lock_timeout)
     folder = RunFolder(out)
     if not folder.path.is_dir(): raise OptionError("out", f"{folder.path} is not a folder")
     cfg = folder.read_config()
@@ -483,6 +491,7 @@ def rescore(out, lock_timeout: float = 0) -> RunResult:
         hint = f"; runs under it: {', '.join(runs)}" if runs else "; give the folder `madlab run` wrote (OUT/<run name>)"
         raise OptionError("out", f"{folder.path} holds no config.json: not a madlab run folder{hint}")
     proto = get_protocol(cfg.get("protocol"))
+    if cfg.get("decision", "protocol") != "protocol": raise OptionError("decision", f"{folder.path} was decided by {cfg['decision']!r}: re-decide it with `rescore --decision`")
     lock = folder.lock(lock_timeout)
     try:
         resumed = {}
@@ -493,6 +502,45 @@ def rescore(out, lock_timeout: float = 0) -> RunResult:
         return _finish_run(proto, list(cfg.get("items") or []), {}, {}, folder, [], {"reason": None, "failed": 0, "interrupted": False}, [], time.perf_counter(),
                            resumed=resumed)
     finally: lock.release()
+
+# %% ../nbs/08_run.ipynb #8aa83892
+def decision_table_name(rule) -> str:
+    "The file stem of the table a rule's re-decision writes (`results.decision-supermajority-0.75`)."
+    return "results.decision-" + re.sub(r"[^A-Za-z0-9.+-]+", "-", get_decision(rule).spec).strip("-")
+
+def _judge(rule, transcripts, cache):
+    "The judge agent of a re-decision: its spec, else the first debater's of the run."
+    if not rule.judge: return None
+    first = next((a for t in transcripts for a in t.team if a.get("role") not in ("supervisor", "judge", "critic", "summariser")), None)
+    spec = rule.backend or (first or {}).get("spec")
+    if spec is None: raise OptionError("decision", "the run has no debater whose backend could judge; name one: judge:SPEC")
+    return with_cache(make_team([{"name": "Judge", "spec": spec, "role": "judge"}]), cache)[0]
+
+async def aredecide_run(out, decision, cache=True, lock_timeout: float = 0) -> RunResult:
+    "Async `redecide_run`."
+    t0, folder, rule = time.perf_counter(), RunFolder(out), get_decision(decision)
+    if folder.read_config() is None: raise OptionError("out", f"{folder.path} holds no config.json: not a madlab run folder")
+    found, problems = folder.transcripts()
+    ts = list(found.values())
+    for t in ts[:1]: check_decision(rule, t.item, t.protocol, {k: v for k, v in t.settings.items() if k not in ("seed", "decision")})
+    judge = _judge(rule, ts, cache)
+    async def one(t):
+        res, turn = await aredecide(t, rule, judge)
+        row = debate_row(Transcript(t.protocol, t.item, t.team, t.settings, t.rounds, t.histories, res, t.meta))
+        if rule.judge: row.update(judge_calls=int(turn is not None and not turn.cached and turn.error is None), judge_error=None if turn is None else turn.error)
+        return row
+    with folder.lock(lock_timeout):
+        rows = await asyncio.gather(*(one(t) for t in ts))
+        df = pd.DataFrame(rows)
+        res = RunResult(df, found, None, _cache_stats([judge] if judge else []), str(folder.path), 0, False, problems, time.perf_counter() - t0)
+        stem = decision_table_name(rule)
+        write_parquet(df, folder.path / f"{stem}.parquet"); write_atomic(folder.path / f"{stem}.csv", df.to_csv(index=False))
+        write_atomic(folder.path / f"summary.{stem.removeprefix('results.')}.txt", res.summary() + "\n")
+    return res
+
+def redecide_run(out, decision, cache=True, lock_timeout: float = 0) -> RunResult:
+    "Re-decide every finished debate of run folder `out` with rule `decision`, into `results.decision-<rule>.parquet/.csv` beside the original table."
+    return asyncio.run_coroutine_threadsafe(aredecide_run(out, decision, cache, lock_timeout), runtime_loop()).result()
 
 # %% ../nbs/08_run.ipynb #9cbafbf5
 def parse_stats(transcripts, by=("protocol", "phase")) -> pd.DataFrame:

@@ -16,7 +16,7 @@ from .run import RunFolder, RunResult, debate_row
 from .widgets import DebateStepper
 
 # %% auto #0
-__all__ = ['FILTERS', 'OpenRun', 'open_run', 'compare_runs', 'find_runs', 'RunBrowser']
+__all__ = ['FILTERS', 'DEFAULT_RULES', 'OpenRun', 'open_run', 'compare_runs', 'find_runs', 'RunBrowser']
 
 # %% ../nbs/23_runs.ipynb #7bc26bc4
 def _results(folder: RunFolder) -> pd.DataFrame:
@@ -145,6 +145,50 @@ def compare_runs(a, b, names: tuple = ("a", "b")) -> pd.DataFrame:
     ra, rb = (m[f"correct_{n}"].eq(True) for n in names)
     m["outcome"] = [("both right" if x and y else f"only {names[0]}" if x else f"only {names[1]}" if y else "both wrong") for x, y in zip(ra, rb)]
     return m
+
+# %% ../nbs/23_runs.ipynb #e937f96f
+DEFAULT_RULES = ("protocol", "plurality", "majority", "supermajority:0.75", "unanimity", "confidence", "borda", "approval:2")
+
+def _boot(x, n_boot, rng):
+    "The 2.5 and 97.5 percentiles of the mean of `x` over `n_boot` resamples."
+    import numpy as np
+    if len(x) == 0: return (None, None)
+    m = rng.integers(0, len(x), (n_boot, len(x)))
+    lo, hi = np.percentile(np.asarray(x, float)[m].mean(axis=1), [2.5, 97.5])
+    return round(float(lo), 3), round(float(hi), 3)
+
+@patch
+def decisions(self: OpenRun, rules=None, n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
+    "Every rule in `rules` (default: each of `DEFAULT_RULES` the run's answers can serve) on this run's debates: items, accuracy [ci_low, ci_high], no_decision, changed."
+    import asyncio, numpy as np
+    from madlab.core import answer_key, runtime_loop
+    from madlab.decisions import get_decision, check_decision, aredecide
+    from madlab.run import _judge
+    from madlab.scoring import score_result
+    found, _ = self.folder.transcripts()
+    ts = [t for t in found.values() if t.meta.get("status") == "done"]
+    asked = [get_decision(r) for r in (rules or DEFAULT_RULES)]
+    def fits(r, t):
+        try: check_decision(r, t.item, t.protocol, {k: v for k, v in t.settings.items() if k not in ("seed", "decision")}); return True
+        except Exception:
+            if rules: raise
+            return False
+    use = [r for r in asked if not ts or fits(r, ts[0])]
+    rng, rows = np.random.default_rng(seed), []
+    for rule in use:
+        judge = _judge(rule, ts, True)
+        async def every(): return await asyncio.gather(*(aredecide(t, rule, judge) for t in ts))
+        res = asyncio.run_coroutine_threadsafe(every(), runtime_loop()).result()
+        ok, none, changed = [], 0, 0
+        for t, (r, _) in zip(ts, res):
+            c = score_result(t.item, r).get("correct")
+            if c is not None: ok.append(bool(c))
+            none += r.get("answer") is None or r.get("decision_reason", "decided") != "decided"   # a part left undecided counts too
+            changed += answer_key(r.get("answer")) != answer_key((t.result or {}).get("answer"))
+        lo, hi = _boot(ok, n_boot, rng)
+        rows.append({"rule": rule.spec, "items": len(ts), "accuracy": round(float(np.mean(ok)), 3) if ok else None, "ci_low": lo, "ci_high": hi,
+                     "no_decision": none, "changed": round(changed / len(ts), 3) if ts else None})
+    return pd.DataFrame(rows, columns=["rule", "items", "accuracy", "ci_low", "ci_high", "no_decision", "changed"])
 
 # %% ../nbs/23_runs.ipynb #8b5bb0a7
 def find_runs(folder, depth: int = 3) -> pd.DataFrame:

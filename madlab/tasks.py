@@ -10,12 +10,13 @@ import csv, io, json, math, re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from .core import Item, serializable
+from .core import Item, OptionError, serializable
 
 # %% auto #0
-__all__ = ['SAFETY_DECISIONS', 'RELIABILITY_LABELS', 'MARKET_QUESTION', 'extract_number', 'numbers_match', 'gsm8k_gold',
+__all__ = ['SAFETY_DECISIONS', 'RELIABILITY_LABELS', 'MARKET_QUESTION', 'TASKS', 'extract_number', 'numbers_match', 'gsm8k_gold',
            'load_gsm8k', 'load_xstest', 'MarketRecord', 'load_market_news', 'market_item', 'load_market', 'load_mmlu',
-           'parse_choice', 'pairwise_prompt', 'load_pairwise', 'load_scenarios']
+           'parse_choice', 'pairwise_prompt', 'load_pairwise', 'load_scenarios', 'Task', 'register_task', 'madlab_data',
+           'get_task', 'task_items', 'load_task_file']
 
 # %% ../nbs/04_tasks.ipynb #4b49f779
 _FRAC_RE = r"(?<![\w./])[-\u2212]?\d+\s*/\s*\d+(?![\w/]|\.\d)"   # 3/4, -1/2 (not dates such as 12/25/2020)
@@ -298,3 +299,189 @@ def load_scenarios(path) -> list[Item]:
         out.append(Item(str(d.get("id", f"scenario-{len(out):04d}")), "scenario", d["prompt"], d.get("gold"), meta={"line": ln}))
     return out
 
+
+# %% ../nbs/04_tasks.ipynb #cbcaff24
+@dataclass
+class Task:
+    "A task: its loader `load(data, size) -> [Item]`, its default data (a path inside madlab's data folder; None: `data` is required), and what its data is."
+    name: str
+    load: Any
+    data: str|None = None
+    what: str = ""
+    doc: str = ""
+    own_data: bool = False      # a task file: its loader reads the data the file names
+
+TASKS: dict[str, Task] = {}
+
+def register_task(name: str, load, data: str|None = None, what: str = "", doc: str = "", own_data: bool = False) -> Task:
+    "Register task `name`."
+    TASKS[name] = Task(name, load, data, what, doc, own_data); return TASKS[name]
+
+def madlab_data(*parts) -> Path:
+    "A path inside madlab's shipped data."
+    import madlab
+    return Path(madlab.__file__).resolve().parent.joinpath("data", *parts)
+
+def _is_task_file(name) -> bool: return isinstance(name, (str, Path)) and str(name).lower().endswith((".yaml", ".yml"))
+
+def get_task(name) -> Task:
+    "The registered task `name`, or the task a YAML task file defines."
+    if isinstance(name, Task): return name
+    if _is_task_file(name): return load_task_file(name)
+    if name not in TASKS: raise OptionError("task", f"unknown task {name!r}; choose from {', '.join(TASKS)} or give a YAML task file")
+    return TASKS[name]
+
+def task_items(task, data=None, size=None) -> list[Item]:
+    "The items of `task` from `data` (default: the task's own); bad data is an `OptionError` naming `data` (or `size`)."
+    t = get_task(task)
+    path = data if data is not None else (madlab_data(t.data) if t.data else None)
+    if path is None and not t.own_data: raise OptionError("data", f"task {t.name!r} needs --data: {t.what}")
+    try: return t.load(path, size)
+    except OptionError: raise
+    except (ValueError, OSError) as e: raise OptionError("data", f"not {t.what} ({e})") from None
+
+# %% ../nbs/04_tasks.ipynb #9065168a
+def _kks_load(path, size):
+    from madlab.puzzles import load_controlmad, load_puzzles
+    path = Path(path)
+    if path.is_dir():
+        f = path / f"{size or 6}.jsonl"
+        if not f.exists():
+            have = sorted(int(p.stem) for p in path.glob("*.jsonl") if p.stem.isdigit())
+            raise OptionError("size", f"no games of size {size or 6} in {path} (sizes there: {', '.join(map(str, have)) or 'none'})")
+        games = load_controlmad(f)
+    else:
+        games = load_puzzles(path)             # ControlMAD's format or the classic mem-kk-logic one
+        if size is not None: games = [g for g in games if g.n_players == size]
+        if not games: raise (OptionError("size", f"{path} holds no games of size {size}") if size is not None else ValueError(f"{path} holds no games"))
+    return [g.to_item() for g in games]
+
+def _arith_load(path, size):
+    from madlab.scoring import toy_arith_items
+    return toy_arith_items(100)
+
+register_task("kks", _kks_load, "kks", "a file of Knight-Knave-Spy games in ControlMAD's JSONL format or of classic puzzles in mem-kk-logic's, or a folder of <size>.jsonl",
+              "Knight-Knave-Spy games")
+register_task("safety", lambda p, s: load_xstest(p), "s4/sample.csv", "a CSV of prompts in XSTest's format (columns id, prompt, label)", "safety triage")
+register_task("arith", _arith_load, None, "anything (100 generated questions)", "toy arithmetic", own_data=True)
+register_task("gsm8k", lambda p, s: load_gsm8k(p), None, "GSM8K's JSONL (question, answer)", "grade-school maths")
+register_task("mmlu", lambda p, s: load_mmlu(p), None, "MMLU CSV files", "multiple choice")
+register_task("market", lambda p, s: load_market(p), "market/sample.jsonl", "a JSONL file or JSON array of market news records", "market news")
+register_task("pairwise", lambda p, s: load_pairwise(p), "agentverse/pairwise_sample.jsonl", "a JSONL file of {id, question, answer_1, answer_2, preference} records", "pairwise answer comparison")
+register_task("scenario", lambda p, s: load_scenarios(p), "agentverse/scenarios.jsonl", "a JSONL file of {id, prompt} records", "free scenarios")
+
+# %% ../nbs/04_tasks.ipynb #84380bf4
+_TASK_FIELDS = {"name", "data", "split", "columns", "id", "prompt", "gold", "answer", "instructions", "description"}
+
+def _env():
+    import jinja2.sandbox, jinja2
+    return jinja2.sandbox.SandboxedEnvironment(undefined=jinja2.StrictUndefined, autoescape=False)
+
+def _template(spec, where, field):
+    "A function of a record: a jinja2 template (when `spec` holds '{{' or '{%'), else the record's field `spec`."
+    import jinja2
+    if not isinstance(spec, str) or not spec.strip(): raise ValueError(f"{where}: field {field}: must be a field name or a jinja2 template; got {spec!r}")
+    if "{{" not in spec and "{%" not in spec: return lambda rec: rec[spec] if spec in rec else (_ for _ in ()).throw(KeyError(f"no field {spec!r} in the record"))
+    try: t = _env().from_string(spec)
+    except jinja2.TemplateSyntaxError as e: raise ValueError(f"{where}: field {field}: bad template ({e.message}, line {e.lineno})") from None
+    return t.render
+
+def _records(paths, columns):
+    "(where, record) of every record of the JSONL, CSV and Parquet files `paths`, with `file` (stem), `row` (in its file) and `line`."
+    for f in paths:
+        suf = f.suffix.lower()
+        if suf in (".jsonl", ".json"): it = ((ln, d) for ln, d in _read_jsonl(f))
+        elif suf == ".csv":
+            rows = _csv_rows(f)
+            cols = list(columns) if columns else next(rows, (1, []))[1]
+            it = ((ln, dict(zip(cols, r))) for ln, r in rows if r)
+        elif suf == ".parquet":
+            import pandas as pd
+            it = ((i + 1, d) for i, d in enumerate(pd.read_parquet(f).to_dict("records")))
+        else: raise ValueError(f"{f}: field data: files must be .jsonl, .csv or .parquet")
+        for row, (ln, d) in enumerate(it): yield f"{f}:{ln}", {**d, "file": f.stem, "row": row, "line": ln}
+
+def _data_files(data, split, where):
+    fs = []
+    for p in (data if isinstance(data, list) else [data]):
+        p = Path(p)
+        if p.is_dir(): fs += sorted(x for x in p.rglob("*") if x.suffix.lower() in (".jsonl", ".json", ".csv", ".parquet") and (not split or split in x.name))
+        elif p.exists(): fs.append(p)
+        else: raise ValueError(f"{where}: field data: no file or folder {p}")
+    if not fs: raise ValueError(f"{where}: field data: no .jsonl, .csv or .parquet files" + (f" for split {split!r}" if split else ""))
+    return fs
+
+# %% ../nbs/04_tasks.ipynb #9cd10ede
+def _file_format(name, spec, where, instructions):
+    "The answer format a task file names, registered under the task's name in `madlab.scoring`."
+    from madlab import scoring as S
+    d = spec if isinstance(spec, dict) else {"format": spec}
+    kind = d.get("format")
+    if kind in S.FORMATS and kind not in ("number", "choice", "text", "regex"): fmt = S.FORMATS[kind]
+    elif kind == "number": fmt = S.AnswerFormat("number", "Solve it step by step, then end with 'The answer is N.' where N is a number.", extract_number, numbers_match)
+    elif kind == "choice":
+        L = "".join(d.get("letters") or "ABCD")
+        if not re.fullmatch(r"[A-Z]{2,26}", L): raise ValueError(f"{where}: field answer.letters: must be 2 to 26 capital letters; got {L!r}")
+        fmt = S.AnswerFormat("choice", f"Think it through, then end with 'Answer: X' where X is one of {', '.join(L)}.", lambda s: parse_choice(s, L),
+                             lambda a, g: a is not None and str(a).upper() == str(g).strip().upper(), {"choices": list(L)})
+    elif kind in ("text", "regex"):
+        norm = (lambda s: re.sub(r"\s+", " ", re.sub(r"[^\w\s]", "", str(s).lower())).strip()) if d.get("match", "normalised") in ("normalised", "normalized") else (lambda s: str(s).strip())
+        if d.get("match", "normalised") not in ("exact", "normalised", "normalized"): raise ValueError(f"{where}: field answer.match: must be exact or normalised; got {d.get('match')!r}")
+        if kind == "regex":
+            try: pat = re.compile(d["pattern"])
+            except (KeyError, re.error, TypeError) as e: raise ValueError(f"{where}: field answer.pattern: a regular expression with a group is required ({e})") from None
+            parse = lambda s: (lambda m: (m[-1] if isinstance(m[-1], str) else m[-1][0]) if m else None)(pat.findall(s) if isinstance(s, str) else [])
+        else: parse = lambda s: (re.split(r"(?i)\banswer\s*:", s)[-1].strip() or None) if isinstance(s, str) else None
+        fmt = S.AnswerFormat("text", "End with 'Answer: ' and your answer.", parse, lambda a, g: a is not None and norm(a) == norm(g))
+    else: raise ValueError(f"{where}: field answer: must be number, choice, text, regex or a registered task ({', '.join(S.FORMATS)}); got {kind!r}")
+    if instructions is not None: fmt = dataclasses.replace(fmt, instructions=str(instructions))
+    return S.register_format(name, fmt)
+
+# %% ../nbs/04_tasks.ipynb #7bc0f876
+import dataclasses
+
+def load_task_file(path) -> Task:
+    "The task a YAML task file defines (registered under its name, with its answer format)."
+    import yaml
+    path = Path(path)
+    try: spec = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as e: raise OptionError("task", f"{path}: not readable ({e})") from None
+    except yaml.YAMLError as e: raise OptionError("task", f"{path}: not YAML ({str(e).splitlines()[0]})") from None
+    try:
+        if not isinstance(spec, dict): raise ValueError(f"{path}: a task file is a mapping of {', '.join(sorted(_TASK_FIELDS))}")
+        bad = sorted(set(spec) - _TASK_FIELDS)
+        if bad: raise ValueError(f"{path}: field {bad[0]}: unknown; allowed: {', '.join(sorted(_TASK_FIELDS))}")
+        for k in ("name", "prompt", "gold", "answer"):
+            if k not in spec: raise ValueError(f"{path}: field {k}: missing")
+        name = spec["name"]
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z][\w.-]*", name): raise ValueError(f"{path}: field name: letters, digits, '_', '.', '-'; got {name!r}")
+        fs = {k: _template(spec[k], path, k) for k in ("prompt", "gold")}
+        fs["id"] = _template(spec.get("id") or f"{name}-{{{{ '%04d' % index }}}}", path, "id")
+        _file_format(name, spec["answer"], path, spec.get("instructions"))
+    except ValueError as e: raise OptionError("task", str(e)) from None
+    base = path.parent
+    def load(data, size):
+        d = data if data is not None else spec.get("data")
+        if d is None: raise OptionError("data", f"{path}: field data: missing (or give --data)")
+        d = [base / x for x in d] if isinstance(d, list) else (Path(d) if data is not None else base / d)
+        return _file_items(name, fs, _records(_data_files(d, spec.get("split"), path), spec.get("columns")), path)
+    return Task(name, load, None, f"the data of {path}", str(spec.get("description") or ""), own_data=True)
+
+def _file_items(name, fs, records, path) -> list[Item]:
+    import jinja2.exceptions as J
+    out = []
+    for i, (where, rec) in enumerate(records):
+        vals = {}
+        for k in ("id", "prompt", "gold"):
+            try: vals[k] = fs[k]({**rec, "index": i})
+            except J.SecurityError as e: raise OptionError("task", f"{path}: field {k}: the template reaches for what a task file may not ({e})") from None
+            except (J.UndefinedError, KeyError, TypeError, ValueError) as e: raise ValueError(f"{where}: field {k}: {e}") from None
+        out.append(Item(str(vals["id"]), name, vals["prompt"], _gold(vals["gold"]), meta={"line": rec["line"], "file": rec["file"]}))
+    return out
+
+def _gold(g):
+    "A rendered gold value: a number when it reads as one, else the text."
+    if isinstance(g, str):
+        v = _to_number(g.strip()) if g.strip() else None
+        return v if v is not None else g.strip()
+    return g

@@ -10,9 +10,10 @@ import collections, json, logging
 from dataclasses import dataclass, field
 from typing import Literal
 from ..core import *
-from ..backends import Ask, AnswerSchema, CachedBackend, answer_schema, get_backend, schema_for, synthetic_responder, synthetic_confidence
+from ..backends import Ask, AnswerSchema, answer_schema, schema_for, synthetic_responder, synthetic_confidence
 from ..agents import Agent
 from ..debate import protocol
+from ..decisions import protocol_features
 from ..puzzles import KKS_ROLES, kks_answer_format, kks_schema, parse_kks_answer, parse_player_role, score_kks
 from ..scoring import kks_players, agreement, reasoned, roles_of, synthetic_kks_belief, synthetic_kks_position
 from ..scoring import majority_vote as _majority
@@ -189,28 +190,11 @@ def _kks_supervisor_schema(ask):
     return AnswerSchema(kks_schema(ps, False), "explanation", 16 + 14 * len(ps), prompted=True) if ps else None
 
 # %% ../../nbs/10_controlmad.ipynb #ce4ef087
-_SUP_BACKENDS: dict = {}
-
 _log = logging.getLogger("madlab.controlmad")
 
-def _supervisor(d, team, spec):
-    for a in d.agents:
-        if a.role == "supervisor": return a
-    first = team[0]
-    if spec is None: backend, spec = first.backend, first.spec
-    else:
-        path = first.backend.path if isinstance(first.backend, CachedBackend) else None
-        key = (spec, path)
-        if key not in _SUP_BACKENDS:
-            b = get_backend(spec)
-            _SUP_BACKENDS[key] = CachedBackend(b, path) if path else b
-        backend = _SUP_BACKENDS[key]
-    taken, name, k = {a.name for a in d.agents}, "Supervisor", 1
-    while name in taken: k += 1; name = f"Supervisor-{k}"
-    a = Agent(name, spec, None, dict(first.params), "supervisor", backend=backend, budget=d.budget)
-    a.listeners.append(d._emit)
-    d.agents.append(a)
-    return a
+def _supervisor(d, spec):
+    "The debate's supervisor: an agent the debate makes by role (backend `spec`; None: the first debater's)."
+    return d.role_agent("supervisor", spec)
 
 def _conf_text(c): return f" (confidence {c})" if c is not None else ""
 
@@ -236,7 +220,7 @@ class _Game:
         self.team = [a for a in d.agents if a.role != "supervisor"]
         if not self.team: raise ValueError("controlmad needs at least one debating agent")
         self.names, self.game = [a.name for a in self.team], d.item.prompt
-        self.sup = _supervisor(d, self.team, supervisor)
+        self.sup = _supervisor(d, supervisor)
         self.fmt_full = kks_answer_format(self.players, confidence=confidence)
         self.opts = {"players": self.players, "confidence": confidence}
         blank = lambda: {n: {p: None for p in self.players} for n in self.names}
@@ -404,6 +388,11 @@ async def controlmad(d,
                 "n_players": len(g.players), "majority": majority, "votes": counts, "supervisor_used": bool(undecided), "supervised": undecided,
                 "undecided": sum(v is None for v in assignment.values()), "order": seq, "order_source": source,
                 "final_agreement": sum(agreement(votes[p]) for p in g.players) / len(g.players), "invalid_replies": g.invalid}
+
+# %% ../../nbs/10_controlmad.ipynb #20ffa6f3
+@protocol_features("controlmad")
+def _controlmad_features(settings, features):
+    return features if settings.get("confidence", True) else features - {"confidence"}
 
 # %% ../../nbs/10_controlmad.ipynb #ae3fe7de
 import madlab.protocols.controlmad_report     # the report and game-log hooks: importing the protocol brings its report

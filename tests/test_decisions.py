@@ -1,0 +1,92 @@
+"""Decision rules on finished debates: `--decision` on `madlab run` (refused before any call when the answers lack what the rule needs),
+`rescore --decision` with zero backend calls, a judge's calls cached, and the rules side by side on a du run and a ControlMAD run."""
+from __future__ import annotations
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+from madlab.cli import main
+from madlab.backends import SyntheticBackend
+from madlab.debate import Debate
+from madlab.run import run_experiment, rescore
+from madlab.runs import open_run
+from madlab.scoring import toy_arith_items
+
+def invoke(*args): return CliRunner().invoke(main, [str(a) for a in args])
+
+TEAM = ["synthetic:strong", "synthetic:weak", "synthetic:weak"]
+
+def _no_calls(monkeypatch):
+    "Every synthetic call fails from now on."
+    async def boom(self, *a, **k): raise AssertionError("a backend was called")
+    monkeypatch.setattr(SyntheticBackend, "complete", boom)
+
+def test_run_records_the_rule_in_every_row(tmp_path):
+    r = invoke("run", "du", "--task", "arith", "--n", "6", "--decision", "supermajority:0.75", "--out", tmp_path, "--no-cache", "--name", "r")
+    assert r.exit_code == 0, r.output
+    df = pd.read_parquet(tmp_path / "r" / "results.parquet")
+    assert set(df.decision_rule) == {"supermajority:0.75"} and "decision_reason" in df and "protocol_answer" in df
+    r = invoke("run", "du", "--task", "arith", "--n", "3", "--out", tmp_path, "--no-cache", "--name", "p")
+    assert set(pd.read_parquet(tmp_path / "p" / "results.parquet").decision_rule) == {"protocol"}
+
+@pytest.mark.parametrize("args, words", [
+    (["du", "--task", "arith", "--decision", "confidence"], ["--decision", "needs answers with a confidence", "carry only the answer"]),
+    (["controlmad", "--size", "4", "--decision", "borda"], ["--decision", "needs answers with a ranking"]),
+    (["controlmad", "--size", "4", "--no-confidence", "--decision", "confidence"], ["--decision", "needs answers with a confidence"]),
+    (["du", "--decision", "veto"], ["--decision", "unknown decision rule 'veto'"]),
+    (["du", "--decision", "supermajority:0.3"], ["--decision", "0.5 < q <= 1"]),
+])
+def test_a_rule_the_answers_cannot_serve_is_refused_before_any_call(tmp_path, monkeypatch, args, words):
+    _no_calls(monkeypatch)
+    r = invoke("run", *args, "--n", "2", "--out", tmp_path, "--no-cache")
+    assert r.exit_code == 2, r.output
+    for w in words: assert w in r.output, (w, r.output)
+    assert not any(tmp_path.iterdir())                      # no run folder either
+
+def test_rescore_decision_makes_no_call_and_writes_beside(tmp_path, monkeypatch):
+    run_experiment("du", toy_arith_items(8), TEAM, tmp_path / "du", rounds=1, cache=False)
+    before = (tmp_path / "du" / "results.parquet").read_bytes()
+    _no_calls(monkeypatch)
+    r = invoke("rescore", tmp_path / "du", "--decision", "unanimity")
+    assert r.exit_code == 0, r.output
+    assert "results.decision-unanimity.parquet" in r.output
+    df = pd.read_parquet(tmp_path / "du" / "results.decision-unanimity.parquet")
+    assert len(df) == 8 and set(df.decision_rule) == {"unanimity"}
+    assert (tmp_path / "du" / "results.parquet").read_bytes() == before
+    assert (df.decision_reason != "decided").sum() == df.answer.isna().sum()   # no decision: no answer, scored wrong
+    assert not df[df.answer.isna()].correct.any()
+    r = invoke("rescore", tmp_path / "du", "--compare")                     # every rule side by side: no call either
+    assert r.exit_code == 0 and "unanimity" in r.output and "ci_low" in r.output, r.output
+
+def test_a_judge_makes_only_its_own_calls_cached(tmp_path, monkeypatch):
+    cache = tmp_path / "cache"
+    run_experiment("du", toy_arith_items(6), TEAM, tmp_path / "du", rounds=0, cache=False)
+    calls = []
+    orig = SyntheticBackend.complete
+    async def count(self, messages, *a, **k):
+        calls.append(messages[-1]["content"]); return await orig(self, messages, *a, **k)
+    monkeypatch.setattr(SyntheticBackend, "complete", count)
+    r1 = rescore(tmp_path / "du", decision="judge:synthetic:oracle", cache=cache)
+    assert calls and all("You are the judge" in c for c in calls)          # only the judge was asked
+    assert int(r1.df.judge_calls.sum()) == len(calls)
+    n = len(calls)
+    r2 = rescore(tmp_path / "du", decision="judge:synthetic:oracle", cache=cache)
+    assert len(calls) == n and int(r2.df.judge_calls.sum()) == 0           # the second time from the cache
+    assert list(r1.df.answer) == list(r2.df.answer)
+
+def test_a_judge_in_a_live_debate_replays_without_calls():
+    t = Debate("du", toy_arith_items(1)[0], TEAM, rounds=0, decision="judge:synthetic:oracle").run()
+    assert t.result["decision_rule"] == "judge:synthetic:oracle"
+    assert [a["role"] for a in t.team][-1:] == ["judge"] or len({str(x.answer) for x in t.rounds[0].turns}) == 1
+    d = Debate.from_transcript(t)
+    assert d.result["answer"] == t.result["answer"] and d.done
+
+def test_comparison_on_a_du_run_and_a_controlmad_run(tmp_path):
+    from madlab.cli import load_items
+    run_experiment("du", toy_arith_items(12), TEAM, tmp_path / "du", rounds=1, cache=False)
+    run_experiment("controlmad", load_items("kks", None, 4, [1, 2, 3, 4, 5, 6]), None, tmp_path / "cm", depth=0, cache=False)
+    du = open_run(tmp_path / "du").decisions()
+    assert list(du.rule) == ["protocol", "plurality", "majority", "supermajority:0.75", "unanimity"]
+    cm = open_run(tmp_path / "cm").decisions(n_boot=200)
+    assert "confidence" in set(cm.rule) and "borda" not in set(cm.rule)   # ControlMAD's answers carry confidences, no ranking
+    assert (cm.ci_low <= cm.accuracy).all() and (cm.accuracy <= cm.ci_high).all()
+    assert cm.set_index("rule").loc["protocol", "changed"] == 0
