@@ -87,3 +87,38 @@ def test_a_debate_on_hf_holds_every_reply(tiny_model_dir, tmp_path):
     assert all(tu.reply.startswith('{"reasoning": "') for tu in turns)
     ended = [tu for tu in turns if tu.usage.completion_tokens < 48]
     assert all(tu.valid for tu in ended)           # (one cut off by the limit is invalid unless it happened to end there)
+
+def _keys_in_order(text: str) -> list:
+    "The keys of the JSON example a prompt shows, in order, at the outermost level (nested objects skipped; placeholders hold no keys)."
+    import re
+    body, depth, keys, i = text[text.index("{"):], 0, [], 0
+    while i < len(body):
+        ch = body[i]
+        if ch in "{[": depth += 1
+        elif ch in "}]": depth -= 1
+        elif ch == '"' and depth == 1:
+            m = re.match(r'"([A-Za-z_]+)"\s*:', body[i:])
+            if m: keys.append(m.group(1)); i += m.end(); continue
+        i += 1
+    return keys
+
+def test_prompts_show_the_shape_their_schema_holds():
+    "Every prompt that shows a JSON shape shows the schema's fields in the schema's order (the reasoning first): prompt and constraint agree."
+    from madlab.protocols import s4, critic_actor, controlmad
+    from madlab.puzzles import kks_answer_format
+    P = controlmad.controlmad_prompts({})
+    shown = {
+        "kks.full": (kks_answer_format(["Ann", "Bob"], confidence=True), Ask(kind="kks.full", options={"players": ["Ann", "Bob"], "confidence": True})),
+        "kks.player": (P["player_format"].format(player="Ann", confidence_field=P["player_confidence"].format(player="Ann")),
+                       Ask(kind="kks.player", focus="Ann", peers={"B": None}, options={"confidence": True})),
+        "kks.order": (P["order"].format(players="Ann, Bob"), Ask(kind="kks.order", options={"players": ["Ann", "Bob"]})),
+        "s4.analysis": (s4.ANALYSIS_PROMPT, Ask(kind="s4.analysis")),
+        "s4.challenge": (s4.CHALLENGE_PROMPT, Ask(kind="s4.challenge", options={"target": "Safety"})),
+        "s4.revision": (s4.REVISION_PROMPT, Ask(kind="s4.revision")),
+        "critic_actor.critique": (critic_actor.PROMPTS["critic"], Ask(kind="critic_actor.critique")),
+    }
+    for kind, (prompt, ask) in shown.items():
+        s = schema_for(ask)
+        assert s is not None and s.prompted, kind
+        assert _keys_in_order(prompt.replace("{{", "{").replace("}}", "}")) == list(s.schema["properties"]), kind
+        assert list(s.schema["properties"])[0] == (s.reasoning or list(s.schema["properties"])[0]), kind
