@@ -328,7 +328,7 @@ def _replayed(debate_or_none, protocol, item, team_infos, settings, seed, turns,
         live = (fallbacks or {}).get(info["name"])
         mine = [t for t in turns if t.agent == info["name"]]
         a = Agent(info["name"], info["spec"], info.get("system"), dict(info.get("params") or {}), info.get("role"), dict(info.get("meta") or {}),
-                  backend=ReplayBackend(mine, fallback=live, spec=info["spec"], synthetic=info.get("synthetic")))
+                  info.get("structured", "auto"), backend=ReplayBackend(mine, fallback=live, spec=info["spec"], synthetic=info.get("synthetic")))
         members.append(a)
     d = Debate(protocol, item, members, seed=seed, **settings, **kw)
     d._replay = (turns, fallbacks)
@@ -466,5 +466,6 @@ def role_agent(self: Debate, role: str, spec: str|None = None, *, name: str|None
     taken, name, k = {a.name for a in self.agents}, base, 1
     while name in taken: k += 1; name = f"{base}-{k}"
     backend = first.backend if spec is None else _role_backend(spec, first.backend)
-    a = Agent(name, spec or first.spec, system, dict(first.params if params is None else params), role, {"made_for": role}, backend=backend, budget=self.budget)
+    a = Agent(name, spec or first.spec, system, dict(first.params if params is None else params), role, {"made_for": role},
+              first.structured if spec is None else "auto", backend=backend, budget=self.budget)
     return self.add_agent(a)

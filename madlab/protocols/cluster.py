@@ -247,7 +247,7 @@ class _State:
     def new_agent(self, name, system, kind, **meta) -> Agent:
         "A dynamic or persona agent created mid-debate, on the next team member's backend."
         w = self.workers[self.n % len(self.workers)]; self.n += 1
-        a = self.d.add_agent(Agent(name, w.spec, system, dict(w.params), "static" if kind == "static" else kind, {"kind": kind, **meta}, backend=w.backend))
+        a = self.d.add_agent(Agent(name, w.spec, system, dict(w.params), "static" if kind == "static" else kind, {"kind": kind, **meta}, w.structured, backend=w.backend))
         self.kind[a.name] = kind
         self.data[a.name] = list(meta.get("data", []))
         return a
