@@ -244,6 +244,19 @@ def _majority_error(items, members, kw):
     return kept, {"agents": A, "kept": len(kept), "of": len(items), "items": [it.id for it in kept]}
 
 # %% ../nbs/40_cli.ipynb #2a19dfb9
+def _config_task(proto, opts, kw):
+    "A protocol config that names its task and data (the protocol's `task` hook) sets --task and --data; naming another --task is a usage error."
+    if "task" not in proto.hooks: return
+    try: want = proto.hooks["task"](opts) or {}
+    except OptionError as e: raise click.BadParameter(e.message, param_hint=f"'{e.flag}'") from None
+    task, given = want.get("task"), click.get_current_context().get_parameter_source("task") is not click.core.ParameterSource.DEFAULT
+    from madlab.tasks import TASKS
+    if task and task not in TASKS: raise click.BadParameter(f"the config's task {task!r} is not one of: {', '.join(TASKS)}", param_hint="'--config'")
+    if task and given and kw["task"] != task: raise click.UsageError(f"--task {kw['task']}: the config is written for {task!r} items; leave --task out or give --task {task}")
+    if task: kw["task"] = task
+    if kw["data"] is None and want.get("missing"): raise click.BadParameter(want["missing"], param_hint="'--data'")
+    if kw["data"] is None and want.get("data"): kw["data"] = want["data"]
+
 def _run_protocol(proto, kw):
     "The body of `madlab run PROTOCOL`."
     from madlab.agents import make_team, load_team, DEFAULT_TEAM
@@ -251,6 +264,7 @@ def _run_protocol(proto, kw):
     opts = {k: kw.pop(k) for k in list(kw) if k in proto.options}
     opts = {k: v for k, v in opts.items() if not (v is None and proto.options[k] is None)}
     if kw["agents"] and kw["team_file"]: raise click.UsageError("give either --agents or --team, not both")
+    _config_task(proto, opts, kw)
     items_pos = kw["items"] if kw["items"] is not None else (list(range(1, 21)) if kw["task"] == "kks" and kw["n"] is None else None)
     items = load_items(kw["task"], kw["data"], kw["size"], items_pos, None if kw.get("majority_error") else kw["n"])
     team = kw["agents"]

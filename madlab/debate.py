@@ -104,10 +104,10 @@ def protocol(name: str, tasks=None, limits: dict|None = None):
         return fn
     return deco
 
-HOOKS = ("team", "report", "log_html", "log_text", "row", "check")
+HOOKS = ("team", "report", "log_html", "log_text", "row", "check", "task")
 
 def protocol_hook(name: str, kind: str):
-    "Register a function as protocol `name`'s `kind` hook: `team` (its default team), `report`, `log_html`, `log_text`, `row` (see `run`) or `check` (called with the settings by `validate`: raise `OptionError` before any call)."
+    "Register a function as protocol `name`'s `kind` hook: `team` (its default team), `report`, `log_html`, `log_text`, `row` (see `run`) `check` (called with the settings by `validate`: raise `OptionError` before any call) or `task` (the options -> `{task, data}` the command line defaults to)."
     if kind not in HOOKS: raise ValueError(f"hook kind must be one of {', '.join(HOOKS)}; got {kind!r}")
     def deco(fn):
         if name in PROTOCOLS: PROTOCOLS[name].hooks[kind] = fn

@@ -15,8 +15,8 @@ from .core import Item, OptionError, serializable
 # %% auto #0
 __all__ = ['SAFETY_DECISIONS', 'RELIABILITY_LABELS', 'MARKET_QUESTION', 'TASKS', 'extract_number', 'numbers_match', 'gsm8k_gold',
            'load_gsm8k', 'load_xstest', 'MarketRecord', 'load_market_news', 'market_item', 'load_market', 'load_mmlu',
-           'parse_choice', 'pairwise_prompt', 'load_pairwise', 'load_scenarios', 'Task', 'register_task', 'madlab_data',
-           'get_task', 'task_items', 'load_task_file']
+           'parse_choice', 'pairwise_prompt', 'load_faireval', 'load_pairwise', 'load_scenarios', 'Task',
+           'register_task', 'madlab_data', 'get_task', 'task_items', 'load_task_file']
 
 # %% ../nbs/04_tasks.ipynb #4b49f779
 _FRAC_RE = r"(?<![\w./])[-\u2212]?\d+\s*/\s*\d+(?![\w/]|\.\d)"   # 3/4, -1/2 (not dates such as 12/25/2020)
@@ -279,8 +279,27 @@ def pairwise_prompt(question: str, answer_1: str, answer_2: str) -> str:
     "The text of a pairwise item: the question and both answers."
     return f"[Question]\n{question}\n\n[The Start of Assistant 1's Answer]\n{answer_1}\n[The End of Assistant 1's Answer]\n\n[The Start of Assistant 2's Answer]\n{answer_2}\n[The End of Assistant 2's Answer]"
 
+def load_faireval(path, models: tuple|None = None) -> list[Item]:
+    "Pairwise items from FairEval's layout as ChatEval reads it: a JSON list of `{question_id, question, response: {model: text, ...}}`; answer 1 is `models[0]` (default: the first model of the first record); a `preference`, `label` or `human` field (1, 2, 0 tie) is the human label."
+    try: recs = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e: raise ValueError(f"{path}: not a readable JSON file ({e})") from None
+    if not isinstance(recs, list): raise ValueError(f"{path}: expected a JSON list of records")
+    out = []
+    for i, d in enumerate(recs):
+        where = f"{path}: record {i}"
+        if not isinstance(d, dict) or not isinstance(d.get("question"), str) or not isinstance(d.get("response"), dict): raise ValueError(f"{where}: needs question (text) and response ({{model: text}})")
+        ms = tuple(models or list(recs[0]["response"])[:2])
+        if len(ms) != 2 or any(not isinstance(d["response"].get(m), str) for m in ms): raise ValueError(f"{where}: response: needs text for both models {', '.join(map(str, ms))}; has {', '.join(d['response'])}")
+        p = next((d[k] for k in ("preference", "label", "human") if k in d), None)
+        if p is not None and (isinstance(p, bool) or p not in _PREFERENCE): raise ValueError(f"{where}: human label: expected 1, 2 or 0 (tie); got {p!r}")
+        data = {"question": d["question"], "answer_1": d["response"][ms[0]], "answer_2": d["response"][ms[1]]}
+        out.append(Item(str(d.get("question_id", f"faireval-{i:04d}")), "pairwise", pairwise_prompt(**data), None if p is None else _PREFERENCE[p],
+                        data=data, meta={"record": i, "models": list(ms)}))
+    return out
+
 def load_pairwise(path) -> list[Item]:
-    "Pairwise items (`task='pairwise'`, gold 1, 2 or 0 for a tie) from JSONL records `{id, question, answer_1, answer_2, preference}`."
+    "Pairwise items (`task='pairwise'`, gold 1, 2 or 0 for a tie) from JSONL records `{id, question, answer_1, answer_2, preference}`, or from FairEval's JSON layout (`load_faireval`)."
+    if Path(path).read_text(encoding="utf-8", errors="replace").lstrip().startswith("["): return load_faireval(path)
     out = []
     for ln, d in _read_jsonl(path):
         for k in ("question", "answer_1", "answer_2"):

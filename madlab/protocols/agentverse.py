@@ -11,21 +11,27 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable
 from ..core import *
-from ..backends import Ask, ReplayBackend, get_backend
+from ..backends import Ask, ReplayBackend, get_backend, synthetic_responder
 from ..agents import DEFAULT_TEAM
 from ..debate import protocol, protocol_hook
 from ..scoring import answer_format, majority_vote, plurality_vote, agreement, cohen_kappa, PairwiseVerdict
 from ..tasks import pairwise_prompt
 
 # %% auto #0
-__all__ = ['RULE_KINDS', 'RULES', 'MEMORIES', 'SUMMARY_TEMPLATE', 'DEFAULT_PROMPT', 'AGGREGATIONS', 'ConfigError',
-           'template_vars', 'fill', 'Rule', 'rule_type', 'make_rule', 'Order', 'Sequential', 'Concurrent',
-           'RandomOrder', 'Moderated', 'Scripted', 'Describer', 'BasicDescriber', 'Selector', 'BasicSelector',
-           'KeepAll', 'Updater', 'BasicUpdater', 'Visibility', 'AllVisible', 'Oneself', 'BlindJudge', 'PerAgent',
-           'custom_rule', 'memory_type', 'Memory', 'ChatHistoryMemory', 'TokenWindowMemory', 'SummaryMemory',
-           'make_memory', 'AgentSetup', 'AgentVerseConfig', 'config_from_dict', 'load_config', 'Environment',
-           'item_values', 'env_turn', 'agentverse_team', 'resolve_config', 'agentverse', 'agentverse_html',
-           'agentverse_report', 'example_path']
+__all__ = ['RULE_KINDS', 'RULES', 'MEMORIES', 'SUMMARY_TEMPLATE', 'MANIPULATORS', 'OUTPUT_PARSERS', 'DEFAULT_PROMPT',
+           'AGGREGATIONS', 'ENV_TYPES', 'AGENT_TYPES', 'ConfigError', 'template_vars', 'fill', 'Rule', 'rule_type',
+           'make_rule', 'Order', 'Sequential', 'Concurrent', 'RandomOrder', 'Moderated', 'Scripted', 'Describer',
+           'BasicDescriber', 'Selector', 'BasicSelector', 'KeepAll', 'Updater', 'BasicUpdater', 'Visibility',
+           'AllVisible', 'Oneself', 'BlindJudge', 'PerAgent', 'custom_rule', 'ClassroomOrder', 'ClassroomSelector',
+           'ClassroomVisibility', 'ClassroomDescriber', 'ClassroomUpdater', 'PrisonerOrder', 'PrisonerDescriber',
+           'PrisonerVisibility', 'IndexScript', 'SdeTeamOrder', 'SdeGivenTestsOrder', 'SdeTeamSelector',
+           'SdeGivenTestsSelector', 'SdeTeamUpdater', 'SdeTeamVisibility', 'LLMEvalBlindJudge', 'memory_type', 'Memory',
+           'ChatHistoryMemory', 'TokenWindowMemory', 'SummaryMemory', 'make_memory', 'VectorStoreMemory',
+           'SdeTeamMemory', 'manipulator_type', 'Manipulator', 'BasicManipulator', 'make_manipulator', 'reflection_due',
+           'memory_score', 'Reflection', 'Plan', 'SummaryManipulator', 'output_parser', 'parse_speak', 'parse_action',
+           'parse_alice', 'parse_plain', 'AgentSetup', 'AgentVerseConfig', 'config_from_dict', 'load_config',
+           'Environment', 'item_values', 'env_turn', 'agentverse_team', 'resolve_config', 'agentverse',
+           'agentverse_html', 'agentverse_report', 'config_task', 'example_path']
 
 # %% ../../nbs/14_agentverse.ipynb #5122f538
 class ConfigError(ValueError):
@@ -154,7 +160,9 @@ class Scripted(Order):
 
 # %% ../../nbs/14_agentverse.ipynb #087b7b0a
 class Describer(Rule):
+    "Each agent's environment description; `describe_all(env)` is called once per turn (stateful describers act there)."
     def describe(self, env, name: str) -> str: raise NotImplementedError
+    def describe_all(self, env) -> dict: return {n: self.describe(env, n) for n in env.names}
 
 @rule_type("describer", "basic")
 @dataclass
@@ -182,13 +190,14 @@ class KeepAll(Selector):
 # %% ../../nbs/14_agentverse.ipynb #f0f72e44
 class Updater(Rule):
     def update(self, env, turns: list) -> list: raise NotImplementedError
+    def notes(self, env) -> dict: return {}      # agent -> a line it is told this turn besides the messages
 
 @rule_type("updater", "basic")
 @dataclass
 class BasicUpdater(Updater):
     "Each kept message goes to the receivers named for its speaker (`all` or names), else to whom the speaker addresses (visibility)."
     receivers: dict = field(default_factory=dict)
-    silence: str = "[Silence]"
+    silence: str|None = "[Silence]"
     def reset(self, env):
         for k, v in self.receivers.items():
             where = f"environment.rule.updater.receivers.{k}"
@@ -211,7 +220,10 @@ class Visibility(Rule):
     def reset(self, env): self.st = {}; self.update(env)
     def update(self, env): self.st = {"targets": {n: self.compute(env, n) for n in env.names}}
     def compute(self, env, name) -> list[str]: return list(env.names)
-    def targets(self, env, name) -> list[str]: return list(self.st["targets"][name])
+    def targets(self, env, name) -> list[str]:
+        "Whom `name` addresses: the receivers a rule set for it (`env.receivers`), else this rule's."
+        got = getattr(env, "receivers", {}).get(name)
+        return list(self.st["targets"][name]) if got is None else [n for n in env.names if n in got]
 
 @rule_type("visibility", "all")
 @dataclass
@@ -259,6 +271,224 @@ def custom_rule(kind: str, name: str):
         rule_type(kind, name)(dataclass(cls))
         return fn
     return deco
+
+# %% ../../nbs/14_agentverse.ipynb #7e77731d
+def _content(t) -> str:
+    "The text a turn puts into the environment: its output parser's reading of the reply, else the reply."
+    c = t.meta.get("content") if t.meta else None
+    return c if c is not None else (t.reply or "")
+
+def _short(name: str) -> str: return name.split()[-1] if name.split() else name
+
+@rule_type("order", "classroom")
+@dataclass
+class ClassroomOrder(Order):
+    "AgentVerse's classroom order (the first agent is the professor)."
+    def speakers(self, env):
+        p, last = env.names[0], env.last
+        if env.params.get("is_grouped_ended"): return [p]
+        if env.params.get("is_grouped"):
+            groups = env.params.get("groups") or [list(range(1, len(env.names)))]
+            at = {int(k): v for k, v in env.params.get("group_speaker", {}).items()} or {g: 0 for g in range(len(groups))}
+            out = [env.names[groups[g][at[g] % len(groups[g])]] for g in range(len(groups))]
+            env.params["group_speaker"] = {g: (at[g] + 1) % len(groups[g]) for g in range(len(groups))}
+            return out
+        if len(last) != 1 or last[0].agent != p: return [p]
+        c = _content(last[0])
+        if not c.startswith("[CallOn]"): return list(env.names)
+        by = {_short(n).lower(): n for n in env.names[1:]} | {n.lower(): n for n in env.names[1:]}
+        m = re.search(r"\[CallOn\]\s*Yes,?\s*(?:[sS]tudent\s+)?([\w .'-]+)", c)
+        hit = next((by[k] for k in sorted(by, key=len, reverse=True) if m and m.group(1).lower().startswith(k)), None)
+        return [hit] if hit else list(env.names)
+
+@rule_type("selector", "classroom")
+@dataclass
+class ClassroomSelector(Selector):
+    "Students' '[RaiseHand]' kept as just that; the professor's '[GroupDiscuss]' alone; with the professor speaking, only raised hands besides."
+    def select(self, env, turns):
+        p, kept = env.names[0], []
+        for t in turns:
+            if t.error is not None or t.reply is None: continue
+            c = _content(t)
+            if t.agent == p:
+                if c.startswith("[GroupDiscuss]"): return [t]
+                kept.append(t)
+            elif c.startswith("[RaiseHand]"): t.meta["content"] = "[RaiseHand]"; kept.append(t)
+            elif c: kept.append(t)
+        if len(kept) > 1 and kept[0].agent == p and _content(kept[0]):
+            kept = [kept[0]] + [t for t in kept[1:] if _content(t).startswith("[RaiseHand]")]
+        return kept
+
+# %% ../../nbs/14_agentverse.ipynb #01087756
+@rule_type("visibility", "classroom")
+@dataclass
+class ClassroomVisibility(Visibility):
+    "Groups the students when the professor says '[GroupDiscuss]'; ends the discussion after `num_discussion_turn` turns."
+    grouping: Any = "sequential"     # sequential, random or a list of lists of agent indices
+    student_per_group: int = 4
+    num_discussion_turn: int = 5
+    def reset(self, env):
+        if not (self.grouping in ("sequential", "random") or isinstance(self.grouping, list)):
+            raise ConfigError("environment.rule.visibility.grouping", f"must be sequential, random or a list of index lists; got {self.grouping!r}")
+        Visibility.reset(self, env); self.st["current_turn"] = 0
+    def _groups(self, env):
+        if isinstance(self.grouping, list): return [list(g) for g in self.grouping]
+        idx = list(range(1, len(env.names)))
+        if self.grouping == "random": random.Random(stable_hash("classroom-groups", env.seed, env.turn)).shuffle(idx)
+        return [idx[i:i + self.student_per_group] for i in range(0, len(idx), self.student_per_group)]
+    def update(self, env):
+        cur = getattr(self, "st", {}).get("current_turn", 0)
+        if len(env.last) == 1 and _content(env.last[0]).startswith("[GroupDiscuss]"):
+            env.params.update(is_grouped=True, groups=self._groups(env), group_speaker={})
+            for g in env.params["groups"]:
+                for i in g: env.receivers[env.names[i]] = [env.names[j] for j in g]
+        elif env.params.get("is_grouped"):
+            cur += 1
+            if cur >= self.num_discussion_turn:
+                cur = 0
+                env.params.update(is_grouped=False, is_grouped_ended=True)
+                for n in env.names[1:]: env.receivers.pop(n, None)
+        Visibility.update(self, env); self.st["current_turn"] = cur
+
+@rule_type("describer", "classroom")
+@dataclass
+class ClassroomDescriber(Describer):
+    "Tells grouped students who is in their group; everyone when the discussion ends; nothing otherwise."
+    start_prompt: str = "You are having a group discussion with ${receiver_name}."
+    end_prompt: str = "The group discussion is over."
+    def describe_all(self, env):
+        if not env.params.get("is_grouped"):
+            if env.params.pop("is_grouped_ended", False): return {n: self.end_prompt for n in env.names}
+            return {n: "" for n in env.names}
+        return {n: "" if i == 0 else string.Template(self.start_prompt).safe_substitute(receiver_name=", ".join(env.receivers.get(n, env.names)))
+                for i, n in enumerate(env.names)}
+    def describe(self, env, name): return ""
+
+@rule_type("updater", "classroom")
+@dataclass
+class ClassroomUpdater(BasicUpdater):
+    "The basic updater, and '[Discussing]' to the professor while the students discuss in groups."
+    def notes(self, env): return {env.names[0]: "[Discussing]"} if env.params.get("is_grouped") else {}
+
+# %% ../../nbs/14_agentverse.ipynb #bad38949
+@rule_type("order", "prisoner")
+@dataclass
+class PrisonerOrder(Order):
+    "Police first; after the police the suspects in turn (agents 1, 2, 1, ...); after a suspect the police."
+    def reset(self, env): self.st = {"next_suspect": 1}
+    def speakers(self, env):
+        if len(env.last) != 1 or env.last[0].agent != env.names[0]: return [env.names[0]]
+        i = self.st["next_suspect"]; self.st["next_suspect"] = 2 if i == 1 else 1
+        return [env.names[i]]
+
+@rule_type("describer", "prisoner")
+@dataclass
+class PrisonerDescriber(Describer):
+    "On even turns the police is told whom it talks to (both suspects, then the suspect who speaks next) and addresses only them."
+    def reset(self, env): self.st = {"talking_to": "Both Suspects"}
+    def describe(self, env, name): return ""
+    def describe_all(self, env):
+        police, s1, s2 = env.names[:3]
+        if env.turn == 0: env.receivers.update({police: list(env.names), s1: [police, s1], s2: [police, s2]})
+        out = {n: "" for n in env.names}
+        if env.turn % 2 == 0:
+            who = self.st["talking_to"]
+            out[police] = f"You are now talking to {who}"
+            env.receivers[police] = list(env.names) if who == "Both Suspects" else [police, who]
+            self.st["talking_to"] = s1 if who == s2 else s2
+        return out
+
+@rule_type("visibility", "prisoner")
+@dataclass
+class PrisonerVisibility(Visibility):
+    "Receivers are set by the prisoner describer."
+
+@rule_type("order", "scripted_index")
+@dataclass
+class IndexScript(Order):
+    "Agents by position: the steps of `first` once, then the steps of `cycle` in a loop (a step lists who speaks together)."
+    first: list = field(default_factory=list)
+    cycle: list = field(default_factory=lambda: [[0]])
+    def reset(self, env):
+        bad = [i for s in self.first + self.cycle for i in s if not (isinstance(i, int) and 0 <= i < len(env.names))]
+        if bad or not self.cycle: raise ConfigError("environment.rule.order", f"positions must be 0..{len(env.names) - 1} and the cycle not empty; got {bad[:1] or self.cycle}")
+        self.st = {"step": 0}
+    def speakers(self, env):
+        k = self.st["step"]; self.st["step"] += 1
+        s = self.first[k] if k < len(self.first) else self.cycle[(k - len(self.first)) % len(self.cycle)]
+        return [env.names[i] for i in s]
+
+@rule_type("order", "sde_team")
+@dataclass
+class SdeTeamOrder(IndexScript):
+    "AgentVerse's SDE team: the unit-test generator (agent 2) five times at once, then code writer (0) and reviewer (1) in turn."
+    first: list = field(default_factory=lambda: [[2] * 5])
+    cycle: list = field(default_factory=lambda: [[0], [1]])
+
+@rule_type("order", "sde_team_given_tests")
+@dataclass
+class SdeGivenTestsOrder(IndexScript):
+    "AgentVerse's SDE team with given tests: writer (0), tester (1), reviewer (2), in a loop."
+    cycle: list = field(default_factory=lambda: [[0], [1], [2]])
+
+# %% ../../nbs/14_agentverse.ipynb #fdafe918
+_NOT_RUN = json.dumps({"is_passing": None, "note": "unit tests not run: madlab never executes model-written code"})
+
+def _section(text: str, key: str) -> str:
+    "The lines after the first line that starts with `key` (AgentVerse's `<code>:` sections)."
+    lines = text.split("\n")
+    at = next((i for i, l in enumerate(lines) if l.strip().startswith(key)), None)
+    return "" if at is None else "".join(l + "\n" for l in lines[at + 1:])
+
+@rule_type("selector", "sde_team")
+@dataclass
+class SdeTeamSelector(Selector):
+    "Collects the generated unit tests (not delivered), shows the writer's code with the (not run) test feedback, the reviewer's review under the code."
+    def select(self, env, turns):
+        turns = [t for t in turns if t.error is None and t.reply is not None]
+        if not turns: return []
+        who, names = turns[0].agent, env.names
+        if who == names[2]:
+            env.params["unit_tests"] = sorted({_section(_content(t), "<unit test>:") for t in turns})
+            for t in turns: t.meta["content"] = ""
+            return turns[:1]
+        if who == names[0]:
+            env.params["code"] = _section(_content(turns[0]), "<code>:")
+            turns[0].meta["content"] = f"<current code>:\n\n{env.params['code']}\n\n<unit test feedback>:\n{_NOT_RUN}"
+        elif who == names[1]:
+            turns[0].meta["content"] = f"<current code>:\n\n{env.params.get('code', '')}\n\n{_content(turns[0])}"
+        return turns
+
+@rule_type("selector", "sde_team_given_tests")
+@dataclass
+class SdeGivenTestsSelector(Selector):
+    "The writer's code as '<current code>', the tester's turn as the (not run) feedback, the reviewer's review as it is."
+    def select(self, env, turns):
+        turns = [t for t in turns if t.error is None and t.reply is not None]
+        if not turns: return []
+        who, names = turns[0].agent, env.names
+        if who == names[0]:
+            env.params["code"] = _section(_content(turns[0]), "<code>:")
+            turns[0].meta["content"] = f"<current code>:\n{env.params['code']}"
+        elif who == names[1]: turns[0].meta["content"] = f"<unit test feedback>:\n{_NOT_RUN}"
+        return turns
+
+@rule_type("updater", "sde_team")
+@dataclass
+class SdeTeamUpdater(BasicUpdater):
+    "The basic updater without '[Silence]'."
+    silence: str|None = None
+
+@rule_type("visibility", "sde_team")
+@dataclass
+class SdeTeamVisibility(Visibility):
+    "Leaves receivers as the agents name them."
+
+@rule_type("visibility", "llmeval_blind_judge")
+@dataclass
+class LLMEvalBlindJudge(Visibility):
+    "ChatEval's blind judge: once `max_turns - n_agents` turns are over, each agent addresses only itself."
+    def compute(self, env, name): return [name] if env.turn - 1 >= env.max_turns - len(env.names) else list(env.names)
 
 # %% ../../nbs/14_agentverse.ipynb #c5ce796a
 MEMORIES: dict[str, type] = {}
@@ -344,9 +574,253 @@ def make_memory(spec, where: str = "memory") -> Memory:
     m.reset()
     return m
 
+# %% ../../nbs/14_agentverse.ipynb #54c781f7
+@memory_type("vectorstore")
+@dataclass
+class VectorStoreMemory(ChatHistoryMemory):
+    "Every message; no embedding calls: relevance, where a manipulator needs it, is measured on word counts."
+
+@memory_type("sde_team")
+@dataclass
+class SdeTeamMemory(Memory):
+    "One buffer: the code writer's message replaces it, the others' messages are appended."
+    writer: str = "code_writer"
+    def reset(self): super().reset(); self.buffer = ""
+    def add(self, m):
+        super().add(m)
+        if not m.content: return
+        self.buffer = m.content if m.sender == self.writer else (self.buffer + "\n\n" + m.content if self.buffer else m.content)
+    def view(self): return [Message("user", self.buffer)] if self.buffer else []
+    def state(self): return {"buffer": self.buffer}
+
+# %% ../../nbs/14_agentverse.ipynb #e3e1101b
+MANIPULATORS: dict[str, type] = {}
+
+def manipulator_type(name: str):
+    "Register a memory manipulator dataclass under `name`."
+    def deco(cls): cls.type = name; MANIPULATORS[name] = serializable(cls); return cls
+    return deco
+
+class Manipulator:
+    "Base of memory manipulators: `manipulate(d, env, agent, round)` returns the recorded calls it made."
+    type = ""
+    def reset(self): self.st = {}
+    def state(self) -> dict: return copy.deepcopy(getattr(self, "st", {}))
+    def spec(self) -> dict: return {"memory_manipulator_type": self.type, **{f.name: getattr(self, f.name) for f in fields(self)}}
+    async def manipulate(self, d, env, a, r) -> list: return []
+
+@manipulator_type("basic")
+@dataclass
+class BasicManipulator(Manipulator):
+    "Leaves the memory alone."
+
+def make_manipulator(spec, where: str = "memory_manipulator") -> Manipulator:
+    "A fresh manipulator from a type name, a `{memory_manipulator_type, ...}` mapping or a manipulator."
+    if isinstance(spec, Manipulator): m = copy.deepcopy(spec)
+    else:
+        spec = {"memory_manipulator_type": spec or "basic"} if not isinstance(spec, dict) else spec
+        t = spec.get("memory_manipulator_type", spec.get("type"))
+        if t not in MANIPULATORS: raise ConfigError(f"{where}.memory_manipulator_type", f"unknown memory manipulator {t!r}; valid: {', '.join(MANIPULATORS)}")
+        params = {k: v for k, v in spec.items() if k not in ("memory_manipulator_type", "type")}
+        allowed = [f.name for f in fields(MANIPULATORS[t])]
+        bad = [k for k in params if k not in allowed]
+        if bad: raise ConfigError(f"{where}.{bad[0]}", f"unknown parameter of memory manipulator {t!r}; valid parameters: {', '.join(allowed) or '(none)'}")
+        m = MANIPULATORS[t](**params)
+    m.reset()
+    return m
+
+async def _side_call(d, a, r, prompt: str, kind: str, ask_kind: str = "text", max_tokens: int = 256) -> Turn:
+    "One recorded call of agent `a` outside its turn (a rating, a plan, ...)."
+    msgs, t0 = [{"role": "user", "content": prompt}], time.perf_counter()
+    turn = Turn(a.name, messages=msgs, meta={"kind": kind})
+    try: c = await a.backend.complete(msgs, Ask(kind=ask_kind, item=d.item, agent=a.name, phase=kind, round=r.index), **{**a.params, "max_tokens": max_tokens})
+    except Exception as e: turn.error, turn.latency = f"{kind}: {type(e).__name__}: {e}", time.perf_counter() - t0; return turn
+    turn.reply, turn.answer, turn.usage, turn.latency, turn.cached = c.text, c.text, c.usage, c.latency, c.cached
+    return turn
+
+# %% ../../nbs/14_agentverse.ipynb #0b79bdb9
+def reflection_due(accumulated: float, threshold: float) -> tuple[bool, float]:
+    "AgentVerse's trigger: reflect when the accumulated importance reaches the threshold, which then doubles."
+    return (True, threshold * 2) if accumulated >= threshold else (False, threshold)
+
+def memory_score(relevance, importance, immediacy, hours_since_access, minutes_since_creation) -> float:
+    "AgentVerse's retrieval score: relevance × max(0.99^hours × importance/10, 0.90^minutes × immediacy/10), whole hours and minutes."
+    return relevance * max(0.99 ** int(hours_since_access // 1) * importance / 10, 0.90 ** int(minutes_since_creation // 1) * immediacy / 10)
+
+def _rating(text) -> int:
+    m = re.search(r"\d+", text or "")
+    return int(m.group()) if m else 0
+
+def _cosine(a: str, b: str) -> float:
+    from collections import Counter
+    x, y = Counter(re.findall(r"\w+", a.lower())), Counter(re.findall(r"\w+", b.lower()))
+    num = sum(x[k] * y[k] for k in x)
+    return num / ((sum(v * v for v in x.values()) * sum(v * v for v in y.values())) ** 0.5 or 1)
+
+_IMPORTANCE = ("On a scale of 1 to 10, where 1 is mundane (brushing teeth) and 10 is very poignant (a break-up, a college acceptance), "
+               "rate the likely poignancy of this memory. Reply with one number only.\nMemory: ${memory}\nRating:")
+_IMMEDIACY = ("On a scale of 1 to 10, where 1 needs no attention soon and 10 needs an immediate response (someone waiting for a reply), "
+              "rate the immediacy of this memory. Reply with one number only.\nMemory: ${memory}\nRating:")
+_QUESTIONS = "${statements}\nGiven only the statements above, what are the 3 most salient high-level questions we can answer about their subjects?"
+_INSIGHTS = "${statements}\nWhat at most 5 high-level insights can you infer from the statements above? One per line, e.g. 'insight (because of 1, 3)'."
+
+# %% ../../nbs/14_agentverse.ipynb #913c6573
+@manipulator_type("reflection")
+@dataclass
+class Reflection(Manipulator):
+    "AgentVerse's reflection: rate each line once; reflect when the accumulated importance reaches the (doubling) threshold."
+    importance_threshold: float = 10
+    def reset(self): self.st = {"threshold": self.importance_threshold, "importance": {}, "immediacy": {}, "created": {}, "accessed": {}, "accumulated": 0, "insights": []}
+    async def manipulate(self, d, env, a, r):
+        mem, st, now, calls = env.memories[a.name], self.st, env.now(), []
+        for m in mem.messages:
+            if m.content in st["importance"] and m.content in st["immediacy"]: continue
+            for kind, tpl in (("importance", _IMPORTANCE), ("immediacy", _IMMEDIACY)):
+                t = await _side_call(d, a, r, fill(tpl, {"memory": m.content}), kind, "agentverse.rating", 8); calls.append(t)
+                st[kind][m.content] = _rating(t.reply)
+            st["created"].setdefault(m.content, now); st["accessed"].setdefault(m.content, now)
+        st["accumulated"] = sum(st["importance"].values())
+        due, st["threshold"] = reflection_due(st["accumulated"], st["threshold"])
+        if due: calls += await self._reflect(d, env, a, r, mem, now)
+        return calls
+    async def _reflect(self, d, env, a, r, mem, now):
+        st, own = self.st, [m.content for m in mem.messages[-100:] if m.sender == a.name]
+        q = await _side_call(d, a, r, fill(_QUESTIONS, {"statements": "\n".join(own)}), "questions")
+        questions = [x for x in (q.reply or "").split("\n") if x.strip()][:3]
+        if not own or not questions: return [q]
+        hours = lambda c: (_clock(now) - _clock(st["accessed"][c])).total_seconds() / 3600
+        mins = lambda c: (_clock(now) - _clock(st["created"][c])).total_seconds() / 60
+        score = {c: max(memory_score(_cosine(qq, c), st["importance"].get(c, 0), st["immediacy"].get(c, 0), hours(c), mins(c)) for qq in questions) for c in own}
+        top = sorted(score, key=score.get, reverse=True)[:len(questions) * 10]
+        for c in top: st["accessed"][c] = now
+        top.sort(key=lambda c: st["created"][c])
+        ins = await _side_call(d, a, r, fill(_INSIGHTS, {"statements": "\n".join(f"{i + 1}. {c}" for i, c in enumerate(top))}), "insights")
+        got = [re.sub(r"^\s*\d+[.)]\s*", "", x).split("(")[0].strip() for x in (ins.reply or "").split("\n") if x.strip()][:5]
+        for g in filter(None, got): mem.add(Message("assistant", g, sender=a.name, receivers=[a.name])); st["insights"].append(g)
+        return [q, ins]
+
+def _clock(s): import datetime as _dt; return _dt.datetime.fromisoformat(s)
+
+_PLAN = ("You act as ${agent_name} in a virtual world. Your description: ${role_description}\nIt is now ${current_time}. Your memory:\n${chat_history}\n"
+         "If all your plans have expired, plan the next period of time. Do you need a new plan? If yes, give it with its time period; if no, reply No.")
+
+@manipulator_type("plan")
+@dataclass
+class Plan(Manipulator):
+    "Asks the agent for a new plan at the environment's clock; a plan (anything but 'No') is added to its memory."
+    def reset(self): self.st = {"plans": []}
+    async def manipulate(self, d, env, a, r):
+        mem = env.memories[a.name]
+        t = await _side_call(d, a, r, fill(_PLAN, {"agent_name": a.name, "role_description": env.values(a.name)["role_description"],
+                                                   "current_time": env.now(), "chat_history": "\n".join(map(_line, mem.view()))}), "plan")
+        plan = (t.reply or "").strip().strip(".")
+        if plan and plan != "No": mem.add(Message("assistant", plan, sender=a.name, receivers=[a.name])); self.st["plans"].append(plan)
+        return [t]
+
+@manipulator_type("summary")
+@dataclass
+class SummaryManipulator(Manipulator):
+    "Folds the memory's lines older than the last `buffer` into one summary line (one recorded call when there is something new)."
+    buffer: int = 4
+    def reset(self): self.st = {"summary": ""}
+    async def manipulate(self, d, env, a, r):
+        mem = env.memories[a.name]
+        old = [m for m in mem.messages[:-self.buffer or None] if m.phase != "summary"] if len(mem.messages) > self.buffer else []
+        if not old: return []
+        t = await _side_call(d, a, r, fill(SUMMARY_TEMPLATE, {"summary": self.st["summary"] or "(none yet)", "new_lines": "\n".join(map(_line, old))}), "summary")
+        if t.reply:
+            self.st["summary"] = t.reply
+            mem.messages = [Message("user", f"Summary of the conversation so far:\n{t.reply}", phase="summary")] + mem.messages[-self.buffer:]
+        return [t]
+
+# %% ../../nbs/14_agentverse.ipynb #08817ebd
+OUTPUT_PARSERS: dict[str, tuple] = {}
+
+def output_parser(*names: str, synthetic: str = "text"):
+    "Register `fn(reply, agent) -> {'content', 'to'} | None` as the output parser `names`; synthetic agents answer requests of kind `synthetic`."
+    def deco(fn):
+        for n in names: OUTPUT_PARSERS[n] = (fn, synthetic)
+        return fn
+    return deco
+
+@output_parser("nlp_classroom_3players", "prisoner_dilemma", synthetic="agentverse.action")
+def parse_speak(text, agent=None):
+    "'Action: Speak' and 'Action Input: Y' -> Y; any other action is unreadable."
+    got = parse_action(text, agent)
+    return got if got is not None and re.search(r"Action:\s*Speak\b", text or "") else None
+
+@output_parser("nlp_classroom_9players", "nlp_classroom_9players_group", synthetic="agentverse.action")
+def parse_action(text, agent=None):
+    "'Action: X' and 'Action Input: Y' -> Y for Speak, '' for Listen, '[X] Y' for CallOn, RaiseHand, GroupDiscuss."
+    m = re.search(r"Action:\s*(\w+)\s*(?:Action Input:\s*(.*))?", text or "", re.S)
+    if not m: return None
+    act, arg = m.group(1), (m.group(2) or "").strip()
+    if act == "Speak" and m.group(2) is not None: return {"content": arg}
+    if act == "Listen": return {"content": ""}
+    if act in ("CallOn", "RaiseHand", "GroupDiscuss"): return {"content": f"[{act}] {arg}".strip()}
+    return None
+
+@output_parser("alice_home", synthetic="agentverse.alice")
+def parse_alice(text, agent=None):
+    "`say(content, target=...)`, `act(description, target=...)`, `do_nothing()` after 'Action:', read as literals."
+    import ast
+    m = re.search(r"Action:\s*(.+)", text or "")
+    try: call = ast.parse(m.group(1).strip(), mode="eval").body if m else None
+    except SyntaxError: call = None
+    if not isinstance(call, ast.Call) or not isinstance(call.func, ast.Name) or call.func.id not in ("say", "act", "do_nothing"): return None
+    try: args, kw = [ast.literal_eval(x) for x in call.args], {k.arg: ast.literal_eval(k.value) for k in call.keywords}
+    except ValueError: return None
+    if call.func.id == "do_nothing": return {"content": ""}
+    what, to = (args + [None])[0], kw.get("target", (args + [None, None])[1])
+    if what is None: return {"content": ""}
+    verb = "says" if call.func.id == "say" else "performs action"
+    return {"content": f"{agent} {verb}{f' to {to}' if to else ''}: '{what}'.", "to": to}
+
+@output_parser("sde_team/sde_team_2players", "sde_team/sde_team_3players", "dummy")
+def parse_plain(text, agent=None):
+    "The reply as it is."
+    return {"content": text or ""}
+
+def _parse_reply(name, text, agent):
+    "The parser's reading, with AgentVerse's fallbacks for a reply it cannot read."
+    got = OUTPUT_PARSERS[name][0](text, agent)
+    if got is not None: return got, False
+    return {"content": "Keep doing last action ..." if name == "alice_home" else ""}, True
+
+# %% ../../nbs/14_agentverse.ipynb #22573a5c
+@synthetic_responder("agentverse.action")
+def _action_reply(ask, persona, rng):
+    "A synthetic classroom or prisoner's-dilemma reply: professors speak, call on students or start group work; students listen, raise hands or speak."
+    o = ask.options
+    me, names, first = o.get("me"), o.get("names") or [], o.get("first")
+    if o.get("parser") == "nlp_classroom_3players": return "Action: Speak\nAction Input: " + rng.choice(["Let us begin with tokenisation.", "Could you explain that again?", "The exam is next week."])
+    if o.get("parser") == "prisoner_dilemma":
+        line = rng.choice(["I will remain silent.", "I will testify against the other suspect.", "What does the other suspect say?"]) if me != first else rng.choice(["Testify and you walk free.", "Attention! Give your final decision."])
+        return f"Action: Speak\nAction Input: {line}"
+    if me == first:
+        x = rng.random()
+        if x < 0.3 and len(names) > 1: return f"Action: CallOn\nAction Input: Yes, {_short(rng.choice(names[1:]))}"
+        if x < 0.4 and o.get("parser") == "nlp_classroom_9players_group": return "Action: GroupDiscuss\nAction Input: Discuss the question in your groups."
+        return "Action: Speak\nAction Input: " + rng.choice(["Today we look at word embeddings.", "Any questions so far?", "Let us move on to attention."])
+    x = rng.random()
+    if x < 0.5: return "Action: Listen\nAction Input: None"
+    if x < 0.8: return "Action: RaiseHand\nAction Input: None"
+    return "Action: Speak\nAction Input: " + rng.choice(["Could you give an example?", "Why does that work?"])
+
+@synthetic_responder("agentverse.alice")
+def _alice_reply(ask, persona, rng):
+    others = [n for n in ask.options.get("names", []) if n != ask.options.get("me")]
+    x = rng.random()
+    if x < 0.5 and others: return f'Thought: I should talk.\nAction: say("Good morning, how are you?", target="{rng.choice(others)}")'
+    if x < 0.8: return 'Thought: Time to work.\nAction: act("Make coffee", target=None)'
+    return "Thought: Nothing to do.\nAction: do_nothing()"
+
+@synthetic_responder("agentverse.rating")
+def _rating_reply(ask, persona, rng): return str(rng.randint(1, 10))
+
 # %% ../../nbs/14_agentverse.ipynb #11e7aecd
 DEFAULT_PROMPT = "You are ${agent_name}. ${role_description}\n\n${env_description}\n\n${question}\n\n${instructions}"
-AGGREGATIONS = ("majority_vote", "plurality", "single", "average")
+AGGREGATIONS = ("majority_vote", "plurality", "single", "average", "none")
 _LLM_KEYS = ("model", "llm_type", "temperature", "max_tokens", "top_p")
 
 @serializable
@@ -358,6 +832,11 @@ class AgentSetup:
     prompt_template: str = DEFAULT_PROMPT
     memory: Any = field(default_factory=ChatHistoryMemory)
     llm: dict = field(default_factory=dict)
+    receiver: list|None = None      # whom it addresses (AgentVerse's `receiver`); default: the visibility rule's
+    final_prompt: str = ""          # its own final prompt (ChatEval's `final_prompt_to_use`); default: the environment's
+    output_parser: str|None = None  # how its reply becomes a message (AgentVerse's output parser); default: the reply
+    manipulator: Any = None         # its memory manipulator (`make_manipulator` spec); default: basic
+    variables: dict = field(default_factory=dict)   # its own fields that its templates name (${personality} ...)
 
     def spec(self) -> str|None:
         "The backend spec the `llm` names (None: none named)."
@@ -366,7 +845,9 @@ class AgentSetup:
     def params(self) -> dict: return {k: v for k, v in self.llm.items() if k in ("temperature", "max_tokens", "top_p")}
     def to_dict(self) -> dict:
         return {"name": self.name, "role_description": self.role_description, "prompt_template": self.prompt_template,
-                "memory": self.memory.spec(), **({"llm": dict(self.llm)} if self.llm else {})}
+                "memory": self.memory.spec(), **({"llm": dict(self.llm)} if self.llm else {}), **({"receiver": list(self.receiver)} if self.receiver else {}),
+                **({"final_prompt_to_use": self.final_prompt} if self.final_prompt else {}), **({"output_parser": {"type": self.output_parser}} if self.output_parser else {}),
+                **({"memory_manipulator": make_manipulator(self.manipulator).spec()} if self.manipulator else {}), **self.variables}
 
 # %% ../../nbs/14_agentverse.ipynb #2a023772
 @serializable
@@ -383,7 +864,12 @@ class AgentVerseConfig:
     final_prompt: str = ""          # added to the prompt in the last `final_turns` turns (ChatEval's final prompt)
     final_turns: int = 0
     aggregation: dict = field(default_factory=lambda: {"type": "majority_vote"})
-    task: str|None = None           # the task its templates are written for (checked against the items)
+    task: str|None = None           # the task its templates are written for (checked against the items; the command line's default)
+    env_type: str|None = None       # AgentVerse's environment type, when the file gives one
+    data_path: str|None = None      # the items' file the config names (the command line's default --data)
+    current_time: str|None = None   # a reflection environment's clock at turn 0 ("YYYY-MM-DD HH:MM:SS")
+    time_delta: int = 120           # seconds the clock advances per turn
+    ignored: list = field(default_factory=list)   # fields read but not acted on ("field (why)")
 
     @property
     def names(self) -> list[str]: return [a.name for a in self.agents]
@@ -393,7 +879,9 @@ class AgentVerseConfig:
         env = {"max_turns": self.max_turns, "rule": {k: getattr(self, k).spec() for k in RULE_KINDS}}
         if self.final_prompt: env.update(final_prompt=self.final_prompt, final_turns=self.final_turns)
         env["aggregation"] = dict(self.aggregation)
-        return {**({"task": self.task} if self.task else {}), "environment": env, "agents": [a.to_dict() for a in self.agents]}
+        if self.env_type: env["env_type"] = self.env_type
+        if self.current_time: env.update(current_time=self.current_time, time_delta=self.time_delta)
+        return {**({"task": self.task} if self.task else {}), **({"data_path": self.data_path} if self.data_path else {}), "environment": env, "agents": [a.to_dict() for a in self.agents]}
 
     def to_yaml(self, path=None) -> str:
         "The YAML text (written to `path` too when given)."
@@ -413,12 +901,20 @@ def _only(d, allowed, where):
 
 def _agent_setup(d, i) -> AgentSetup:
     where = f"agents[{i}]"
-    _only(_need(d, where), ("name", "role_description", "prompt_template", "memory", "llm"), where)
+    _only(_need(d, where), ("name", "role_description", "prompt_template", "memory", "llm", "receiver", "final_prompt_to_use", "output_parser", "memory_manipulator", "variables"), where)
     if not isinstance(d.get("name"), str) or not d["name"].strip(): raise ConfigError(f"{where}.name", "every agent needs a name")
     llm = _need(d.get("llm") or {}, f"{where}.llm")
     _only(llm, _LLM_KEYS, f"{where}.llm")
     a = AgentSetup(d["name"], str(d.get("role_description") or ""), d.get("prompt_template") or DEFAULT_PROMPT, make_memory(d.get("memory"), f"{where}.memory"), dict(llm))
     template_vars(a.prompt_template, f"{where}.prompt_template")
+    r = d.get("receiver")
+    if r is not None: a.receiver = [r] if isinstance(r, str) else list(_need(r, f"{where}.receiver", list))
+    a.final_prompt = str(d.get("final_prompt_to_use") or "")
+    op = d.get("output_parser")
+    op = op.get("type") if isinstance(op, dict) else op
+    if op is not None and op not in OUTPUT_PARSERS: raise ConfigError(f"{where}.output_parser.type", f"unknown output parser {op!r}; madlab reads: {', '.join(OUTPUT_PARSERS)}")
+    a.output_parser, a.variables = op, dict(_need(d.get("variables") or {}, f"{where}.variables"))
+    if d.get("memory_manipulator") is not None: a.manipulator = make_manipulator(d["memory_manipulator"], f"{where}.memory_manipulator").spec()
     if a.spec() is not None:
         try: get_backend(a.spec())
         except (ValueError, TypeError) as e: raise ConfigError(f"{where}.llm.model", str(e)) from None
@@ -430,10 +926,74 @@ def _aggregation(a, where="environment.aggregation") -> dict:
     _only(a, ("type", "agent", "both_orders"), where)
     return a
 
+# %% ../../nbs/14_agentverse.ipynb #60ab3dd8
+ENV_TYPES = {"basic": None, "sim-basic": "scenario", "llm_eval": "pairwise", "prisoner_dilemma": "scenario", "sde_team": "scenario",
+             "sde_team_given_tests": "scenario", "reflection": "scenario"}
+AGENT_TYPES = ("conversation", "llm_eval_multi", "police", "prisoner", "reflection")
+_REFUSED_ENVS = {"pokemon": "AgentVerse's Pokémon game (its map, locations and moves need AgentVerse's own simulator)"}
+_TASK_ALIASES = {"llmeval": "pairwise", "llm_eval": "pairwise"}
+_IGNORED = {"output_dir": "madlab writes the run to --out", "verbose": "madlab logs every turn", "max_retry": "a reply a parser cannot read is kept as an empty message",
+            "task_name": "madlab does not look problems up by name: the item and the prompts give the problem",
+            "unit_tests": "madlab never runs model-written code: the SDE selectors report the tests as not run",
+            "stop": "stop sequences are not passed on", "current_time": "the environment's current_time sets the one clock"}
+
+def _tools_refused(where, v):
+    names = ", ".join(str(t.get("tool_name", "?")).strip(",") if isinstance(t, dict) else str(t) for t in (v if isinstance(v, list) else [v]))
+    return ConfigError(where, f"tool use is not implemented in madlab (tools: {names}); remove the tools or the tool agents to run the rest")
+
+def _from_agentverse(data: dict) -> tuple[dict, list, dict]:
+    "AgentVerse's layout as madlab's: (the mapping, the ignored fields, the extra config fields); a `ConfigError` for what madlab refuses."
+    d, ign, extra = copy.deepcopy(data), [], {}
+    note = lambda k, why: ign.append(f"{k} ({why})") if f"{k} ({why})" not in ign else None
+    if d.get("tools"): raise _tools_refused("tools", d["tools"])
+    d.pop("tools", None)
+    if "output_dir" in d: d.pop("output_dir"); note("output_dir", _IGNORED["output_dir"])
+    if "data_path" in d: extra["data_path"] = d.pop("data_path")
+    if isinstance(d.get("task"), str): d["task"] = _TASK_ALIASES.get(d["task"], d["task"])
+    env = d.get("environment") if isinstance(d.get("environment"), dict) else {}
+    et = env.pop("env_type", None)
+    if et is not None:
+        if et in _REFUSED_ENVS: raise ConfigError("environment.env_type", f"{et!r}: {_REFUSED_ENVS[et]} is not implemented in madlab")
+        if et not in ENV_TYPES: raise ConfigError("environment.env_type", f"unknown env_type {et!r}; madlab runs: {', '.join(ENV_TYPES)}")
+        extra["env_type"] = et
+        if ENV_TYPES[et] and "task" not in d: d["task"] = ENV_TYPES[et]
+        rule = env.setdefault("rule", {}) or {}
+        desc = rule.get("describer", "basic")
+        if desc == "basic" or desc == {"type": "basic"}: rule["describer"] = {"type": "basic", "template": ""}
+        env.setdefault("aggregation", {"type": "average", "both_orders": False} if et == "llm_eval" else "none" if ENV_TYPES[et] == "scenario" else "majority_vote")
+        if et == "llm_eval": env.setdefault("final_turns", len(d.get("agents") or []))
+    if "locations" in env: raise ConfigError("environment.locations", "a game map (locations) needs AgentVerse's own simulator; it is not implemented in madlab")
+    for k in ("current_time", "time_delta"):
+        if k in env: extra[k] = env.pop(k)
+    for k in ("task_name", "unit_tests"):
+        if k in env: env.pop(k); note(f"environment.{k}", _IGNORED[k])
+    for i, a in enumerate(d.get("agents") or []):
+        if isinstance(a, dict): _agent_from_agentverse(a, i, note)
+    return d, ign, extra
+
+# %% ../../nbs/14_agentverse.ipynb #558f3528
+_AGENT_FIELDS = ("name", "role_description", "prompt_template", "memory", "llm", "memory_manipulator", "output_parser", "receiver", "final_prompt_to_use")
+
+def _agent_from_agentverse(a: dict, i: int, note):
+    "One agent of AgentVerse's layout as madlab's, in place."
+    where = f"agents[{i}]"
+    if a.get("tools") or a.get("tool_memory") or a.get("agent_type") == "tool": raise _tools_refused(f"{where}.agent_type", a.get("tools") or "tool")
+    a.pop("tools", None); a.pop("tool_memory", None)
+    at = a.pop("agent_type", None)
+    if at is not None and at not in AGENT_TYPES: raise ConfigError(f"{where}.agent_type", f"unknown agent_type {at!r}; madlab runs: {', '.join(AGENT_TYPES)}")
+    for k in ("verbose", "max_retry", "current_time"):
+        if k in a: a.pop(k); note(f"agents[*].{k}", _IGNORED[k])
+    if isinstance(a.get("llm"), dict) and "stop" in a["llm"]: a["llm"].pop("stop"); note("agents[*].llm.stop", _IGNORED["stop"])
+    texts = " ".join(str(a.get(k) or "") for k in ("role_description", "prompt_template"))
+    named = set(re.findall(r"\$\{(\w+)\}", texts))
+    extra = {k: a.pop(k) for k in list(a) if k not in _AGENT_FIELDS and k in named and isinstance(a[k], (str, int, float))}
+    if extra: a["variables"] = extra
+
 # %% ../../nbs/14_agentverse.ipynb #be9306b4
 def config_from_dict(data: dict) -> AgentVerseConfig:
     "An `AgentVerseConfig` from AgentVerse's YAML layout (already parsed); a `ConfigError` names the bad field and the valid values."
-    _only(_need(data, "the file"), ("task", "environment", "agents", "prompts", "name", "description"), "")
+    data, ignored, extra = _from_agentverse(_need(data, "the file"))
+    _only(data, ("task", "environment", "agents", "prompts", "name", "description"), "")
     env = _need(data.get("environment") or {}, "environment")
     _only(env, ("max_turns", "rule", "final_prompt", "final_turns", "aggregation"), "environment")
     rule = _need(env.get("rule") or {}, "environment.rule")
@@ -449,8 +1009,16 @@ def config_from_dict(data: dict) -> AgentVerseConfig:
     rules = {k: make_rule(k, rule.get(k, "basic" if k in ("describer", "selector", "updater") else {"order": "sequential", "visibility": "all"}[k])) for k in RULE_KINDS}
     fp = env.get("final_prompt") or ""
     template_vars(fp, "environment.final_prompt")
+    for k in ("data_path", "current_time"):
+        if k in extra and not isinstance(extra[k], str): raise ConfigError(k, f"must be text; got {extra[k]!r}")
+    if extra.get("current_time"):
+        try: _clock(extra["current_time"])
+        except ValueError: raise ConfigError("environment.current_time", f"must read YYYY-MM-DD HH:MM:SS; got {extra['current_time']!r}") from None
+    td = extra.get("time_delta", 120)
+    if isinstance(td, bool) or not isinstance(td, int) or td < 0: raise ConfigError("environment.time_delta", f"must be a whole number of seconds >= 0; got {td!r}")
     return AgentVerseConfig(setups, mt, final_prompt=fp, final_turns=ft, aggregation=_aggregation(env.get("aggregation", "majority_vote")),
-                            task=data.get("task"), **rules)
+                            task=data.get("task"), env_type=extra.get("env_type"), data_path=extra.get("data_path"), current_time=extra.get("current_time"),
+                            time_delta=td, ignored=ignored, **rules)
 
 def load_config(path) -> AgentVerseConfig:
     "Read an AgentVerse YAML task file; errors name the file and the field."
@@ -471,13 +1039,16 @@ class Environment:
         self.setups = {a.name: a for a in cfg.agents}
         for k in RULE_KINDS: setattr(self, k, make_rule(k, getattr(cfg, k)))
         self.memories = {a.name: make_memory(a.memory, f"agents[{i}].memory") for i, a in enumerate(cfg.agents)}
+        self.manipulators = {a.name: make_manipulator(a.manipulator, f"agents[{i}].memory_manipulator") for i, a in enumerate(cfg.agents)}
         self.reset()
 
     def reset(self, values: dict|None = None):
         "Start over: turn 0, empty memories, every rule reset."
         if values is not None: self.item_values = dict(values)
         self.turn, self.answers, self.latest, self.heard = 0, {}, {}, {n: set() for n in self.names}
-        for m in self.memories.values(): m.reset()
+        self.params, self.last, self.descriptions = {}, [], {}
+        self.receivers = {a.name: list(a.receiver) for a in self.cfg.agents if a.receiver}
+        for m in list(self.memories.values()) + list(self.manipulators.values()): m.reset()
         for k in RULE_KINDS:
             try: getattr(self, k).reset(self)
             except ConfigError: raise
@@ -485,14 +1056,25 @@ class Environment:
 
     def values(self, name: str) -> dict:
         "The template variables for agent `name` now."
-        return {**self.item_values, "agent_name": name, "role_description": self.setups[name].role_description, "turn": self.turn + 1, "max_turns": self.max_turns}
+        s = self.setups[name]
+        role = string.Template(s.role_description).safe_substitute({k: str(v) for k, v in s.variables.items()})
+        return {**self.item_values, **s.variables, "agent_name": name, "role_description": role, "turn": self.turn + 1, "max_turns": self.max_turns, "current_time": self.now()}
+
+    def now(self) -> str:
+        "The environment's clock: `current_time` plus `time_delta` seconds per turn (turns from 2023-01-01 00:00:00 when none is set)."
+        import datetime as _dt
+        t0 = _dt.datetime.fromisoformat(self.cfg.current_time or "2023-01-01 00:00:00")
+        return str(t0 + _dt.timedelta(seconds=self.turn * self.cfg.time_delta))
 
     @property
     def final(self) -> bool: return self.turn >= self.max_turns - self.cfg.final_turns
 
     def state(self) -> dict:
         "The rules' states and every agent's memory."
-        return {"turn": self.turn, "rules": {k: getattr(self, k).state() for k in RULE_KINDS if getattr(self, k).state()},
+        rules = {k: getattr(self, k).state() for k in RULE_KINDS if getattr(self, k).state()}
+        shared = {k: copy.deepcopy(v) for k, v in (("params", self.params), ("receivers", self.receivers)) if v}
+        manip = {n: m.state() for n, m in self.manipulators.items() if m.type != "basic"}
+        return {"turn": self.turn, "rules": {**rules, **({"environment": shared} if shared else {}), **({"memory_manipulators": manip} if manip else {})},
                 "memory": {n: m.state() for n, m in self.memories.items()}}
 
 # %% ../../nbs/14_agentverse.ipynb #1f46f9c0
@@ -506,6 +1088,8 @@ def item_values(item, swapped: bool = False) -> dict:
     if swapped and "answer_1" in v and "answer_2" in v:
         v["answer_1"], v["answer_2"] = v["answer_2"], v["answer_1"]
         v["prompt"] = pairwise_prompt(str(v.get("question", item.prompt)), str(v["answer_1"]), str(v["answer_2"]))
+    if "answer_1" in v and "answer_2" in v:     # ChatEval's names
+        v.update(source_text=v.get("question", item.prompt), compared_text_one=v["answer_1"], compared_text_two=v["answer_2"])
     return v
 
 def _swapped_item(item):
@@ -542,13 +1126,15 @@ async def _summarise(d, env, a, mem, r) -> Turn|None:
     return turn
 
 # %% ../../nbs/14_agentverse.ipynb #c04d1175
-async def _speak(d, env, a, fmt, ask_item, r):
-    "The summary calls (if any) and the turn of one speaker."
+async def _speak(d, env, a, fmt, ask_item, r, sample: int = 0):
+    "The memory's own calls (summary, manipulator), then the turn of one speaker (its reply read by its output parser)."
     name, mem, setup = a.name, env.memories[a.name], env.setups[a.name]
     s = await _summarise(d, env, a, mem, r) if isinstance(mem, SummaryMemory) else None
+    side = ([s] if s else []) + await env.manipulators[name].manipulate(d, env, a, r)
     seen, i = mem.view(), env.names.index(name)
-    vals = {**env.values(name), "env_description": env.describer.describe(env, name), "chat_history": "\n".join(map(_line, seen)), "instructions": fmt.instructions}
-    final = fill(env.cfg.final_prompt, {**vals, "final_prompt": ""}, "environment.final_prompt") if env.final and env.cfg.final_prompt else ""
+    vals = {**env.values(name), "env_description": env.descriptions.get(name, ""), "chat_history": "\n".join(map(_line, seen)), "instructions": fmt.instructions}
+    fp, fwhere = (setup.final_prompt, f"agents[{i}].final_prompt_to_use") if setup.final_prompt else (env.cfg.final_prompt, "environment.final_prompt")
+    final = fill(fp, {**vals, "final_prompt": ""}, fwhere) if env.final and fp else ""
     used = template_vars(setup.prompt_template)
     prompt = fill(setup.prompt_template, {**vals, "final_prompt": final}, f"agents[{i}].prompt_template")
     if final and "final_prompt" not in used: prompt += "\n\n" + final
@@ -556,25 +1142,38 @@ async def _speak(d, env, a, fmt, ask_item, r):
     if "chat_history" not in used:
         for m in seen: solo.history.add(dataclasses.replace(m))
     peers = {b: env.answers[b] for b in sorted(env.heard[name]) if b in env.answers}
-    t = await solo.ask(prompt, kind=fmt.kind, parse=fmt.parse, phase=r.phase, round=r.index, role="user",
-                       ask=Ask(item=ask_item, options=fmt.options, previous=env.answers.get(name), peers=peers))
-    return ([s] if s else []), t
+    kind, parse, opts = fmt.kind, fmt.parse, fmt.options
+    if setup.output_parser:
+        kind, parse = OUTPUT_PARSERS[setup.output_parser][1], lambda text: fmt.parse(_parse_reply(setup.output_parser, text, name)[0]["content"])
+        opts = {**fmt.options, "parser": setup.output_parser, "me": name, "names": list(env.names), "first": env.names[0]}
+    t = await solo.ask(prompt, kind=kind, parse=parse, phase=r.phase, round=r.index, role="user",
+                       ask=Ask(item=ask_item, options=opts, previous=env.answers.get(name), peers=peers, sample=sample))
+    if setup.output_parser and t.reply is not None:
+        got, failed = _parse_reply(setup.output_parser, t.reply, name)
+        t.meta.update(content=got["content"], **({"parse_failed": True} if failed else {}))
+        if got.get("to") in env.names: t.meta["to"] = [name, got["to"]]
+    return side, t
 
 # %% ../../nbs/14_agentverse.ipynb #29604a6f
 def _deliver(env, cast, deliveries, r):
-    "Put every delivered message into its receivers' memories and chat histories; '[Silence]' to everyone when none."
+    "Put every delivered message (its text: `_content`; empty ones are not delivered) into its receivers' memories and chat histories; the updater's notes; '[Silence]' to everyone when nothing was delivered."
+    said = False
     for t, rcv in deliveries:
-        t.receivers = rcv
+        t.receivers, text = rcv, _content(t)
+        if not text: continue
+        said = True
         for n in rcv:
             own = n == t.agent
-            env.memories[n].add(Message("assistant" if own else "other_agent", t.reply, sender=t.agent, receivers=rcv, phase=r.phase, round=r.index))
-            if own: cast[n].history.add("assistant", t.reply, sender=n, receivers=rcv, phase=r.phase, round=r.index)
-            else: cast[n].hear(t.reply, sender=t.agent, receivers=rcv, phase=r.phase, round=r.index); env.heard[n].add(t.agent)
-    if not deliveries:
-        silence = getattr(env.updater, "silence", "[Silence]")
-        for n in env.names:
-            env.memories[n].add(Message("user", silence, phase=r.phase, round=r.index))
-            cast[n].history.add("user", silence, phase=r.phase, round=r.index)
+            env.memories[n].add(Message("assistant" if own else "other_agent", text, sender=t.agent, receivers=rcv, phase=r.phase, round=r.index))
+            if own: cast[n].history.add("assistant", text, sender=n, receivers=rcv, phase=r.phase, round=r.index)
+            else: cast[n].hear(text, sender=t.agent, receivers=rcv, phase=r.phase, round=r.index); env.heard[n].add(t.agent)
+    silence = getattr(env.updater, "silence", "[Silence]")
+    notes = {} if said or silence is None else {n: silence for n in env.names}
+    for n, line in env.updater.notes(env).items(): notes[n] = f"{notes[n]}\n{line}" if n in notes else line
+    for n, line in notes.items():
+        env.memories[n].add(Message("user", line, phase=r.phase, round=r.index))
+        cast[n].history.add("user", line, phase=r.phase, round=r.index)
+    return said
 
 async def env_turn(d, env: Environment, cast: dict, fmt, ask_item, label: str = "") -> Round:
     "Run one turn of `env` in debate `d`: order, describer, speakers, selector, updater, visibility; the round records who spoke, who received what and every memory."
@@ -582,20 +1181,24 @@ async def env_turn(d, env: Environment, cast: dict, fmt, ask_item, label: str = 
     bad = [n for n in speakers if n not in env.names]
     if bad: raise ConfigError("environment.rule.order", f"chose an unknown agent {bad[0]!r}; agents: {', '.join(env.names)}")
     r = d.new_round(f"{label}turn {env.turn + 1}/{env.max_turns}", "final" if env.final else "debate", turn=env.turn + 1, speakers=speakers)
-    got = await d.gather(_speak(d, env, cast[n], fmt, ask_item, r) for n in speakers)
+    env.descriptions = env.describer.describe_all(env)
+    got = await d.gather(_speak(d, env, cast[n], fmt, ask_item, r, speakers[:j].count(n)) for j, n in enumerate(speakers))   # an agent asked k times at once: samples 0..k-1
     turns = [t for _, t in got]
     for t in turns:
         env.latest[t.agent] = t.answer if t.valid else None
         if t.valid: env.answers[t.agent] = t.answer
     kept = env.selector.select(env, turns)
     env.order.observe(env, kept)
-    deliveries = env.updater.update(env, kept)
-    _deliver(env, cast, deliveries, r)
+    env.last = kept
+    deliveries = [(t, [n for n in env.names if n in t.meta["to"]] if t.meta.get("to") else rcv) for t, rcv in env.updater.update(env, kept)]
+    said = _deliver(env, cast, deliveries, r)
     r.turns = [s for ss, _ in got for s in ss] + turns
     env.turn += 1
     env.visibility.update(env)
     st = env.state()
-    r.meta.update(received={t.agent: list(rcv) for t, rcv in deliveries}, silence=not deliveries, rules=st["rules"],
+    r.meta.update(received={t.agent: list(rcv) for t, rcv in deliveries if _content(t)}, silence=not said, rules=st["rules"],
+                  descriptions={n: v for n, v in env.descriptions.items() if v},
+                  said={t.agent: _content(t) for t in turns if t.meta.get("content") is not None},
                   memory={n: "\n".join(map(_line, m.view())) for n, m in env.memories.items()})
     return r
 
@@ -649,7 +1252,9 @@ def _check_templates(env, fmt):
     try:
         for i, s in enumerate(env.cfg.agents): fill(s.prompt_template, vals, f"agents[{i}].prompt_template")
         fill(env.cfg.final_prompt, vals, "environment.final_prompt")
-        for name in env.names: env.describer.describe(env, name)
+        copy.deepcopy(env).describer.describe_all(copy.deepcopy(env))
+        for i, s in enumerate(env.cfg.agents):
+            if s.final_prompt: fill(s.final_prompt, vals, f"agents[{i}].final_prompt_to_use")
     except ConfigError as e: raise OptionError("config", str(e)) from None
 
 def _decide(cfg, passes: list, names: list) -> dict:
@@ -657,7 +1262,8 @@ def _decide(cfg, passes: list, names: list) -> dict:
     kind, latest = cfg.aggregation["type"], passes[-1][1]
     answers = list(latest.values())
     votes = {}
-    if kind == "single":
+    if kind == "none": ans = None
+    elif kind == "single":
         who = cfg.aggregation.get("agent") or names[0]
         ans = latest.get(who)
     elif kind == "average":
@@ -677,7 +1283,7 @@ def _decide(cfg, passes: list, names: list) -> dict:
 # %% ../../nbs/14_agentverse.ipynb #a906b52c
 @protocol("agentverse", limits={"max_turns": (1, 1000)})
 async def agentverse(d,
-                     config: dict|str|AgentVerseConfig|None = None, # an AgentVerse YAML task file (a path, its parsed mapping or an AgentVerseConfig); default: the team in turn
+                     config: str|dict|AgentVerseConfig|None = None, # an AgentVerse YAML task file (a path, its parsed mapping or an AgentVerseConfig); default: the team in turn
                      max_turns: int|None = None, # turns of the environment  [default: the config's]
                      order: str|dict|Rule|None = None, # sequential, concurrent, random, moderator or scripted  [default: the config's]
                      visibility: str|dict|Rule|None = None, # all, oneself, blind_judge or per_agent  [default: the config's]
@@ -686,12 +1292,13 @@ async def agentverse(d,
                      describer: str|dict|Rule|None = None, # basic  [default: the config's]
                      memory: str|dict|Memory|None = None, # every agent's memory: chat_history, token_window or summary  [default: the config's]
                      prompt_template: str|None = None, # every agent's prompt template (${agent_name}, ${env_description}, ${question} ...)  [default: the config's]
-                     aggregation: str|None = None, # majority_vote, plurality, single or average  [default: the config's]
+                     aggregation: str|None = None, # majority_vote, plurality, single, average or none  [default: the config's]
                     ):
     "AgentVerse environments: per turn an order picks speakers, a describer, a selector, an updater and visibility rules route messages between agents' memories."
     cfg = resolve_config(config, [a.name for a in d.agents], max_turns=max_turns, order=order, visibility=visibility, selector=selector, updater=updater,
                          describer=describer, memory=memory, prompt_template=prompt_template, aggregation=aggregation)
     task = getattr(d.item, "task", None)
+    d.result = {"ignored": list(cfg.ignored)} if cfg.ignored else None
     if cfg.task and cfg.task != task: raise OptionError("config", f"task: this environment is written for {cfg.task!r} items; got a {task!r} item")
     if cfg.aggregation["type"] == "average" and task != "pairwise": raise OptionError("aggregation", f"average sums pairwise scores: it needs pairwise items; got a {task!r} item")
     fmt, cast = answer_format(d.item), _cast(d, cfg)
@@ -707,7 +1314,7 @@ async def agentverse(d,
         for _ in range(cfg.max_turns):
             yield await env_turn(d, env, cast, fmt, _swapped_item(d.item) if swapped else d.item, "swapped order · " if swapped else "")
         passes.append((swapped, dict(env.latest)))
-    d.result = _decide(cfg, passes, cfg.names)
+    d.result = {**_decide(cfg, passes, cfg.names), **({"ignored": list(cfg.ignored)} if cfg.ignored else {})}
 
 # %% ../../nbs/14_agentverse.ipynb #316e6e04
 @protocol_hook("agentverse", "check")
@@ -768,9 +1375,26 @@ def agentverse_report(res, folder=None) -> str:
         clean = lambda s: [None if pd.isna(v) else int(v) for v in s]
         k = cohen_kappa(clean(df.preference), clean(df.human))
         lines.append("Cohen's kappa against human labels: " + ("n/a (no labelled verdicts)" if k is None else f"{k:.3f}"))
+    ignored = next((t.result["ignored"] for t in res.transcripts.values() if isinstance(t.result, dict) and t.result.get("ignored")), None)
+    if ignored: lines.append("ignored: " + "; ".join(ignored))
     text = "\n".join(lines)
-    if folder is not None: write_atomic(Path(folder) / "agentverse_report.txt", text + "\n")
+    if folder is not None:
+        write_atomic(Path(folder) / "agentverse_report.txt", text + "\n")
+        cj = Path(folder) / "config.json"
+        if ignored and cj.exists(): write_atomic(cj, json.dumps({**json.loads(cj.read_text(encoding="utf-8")), "ignored": ignored}, indent=1, ensure_ascii=True))
     return text
+
+@protocol_hook("agentverse", "task")
+def config_task(options: dict) -> dict:
+    "What the config says about the items: its `task`, and its `data_path` when that exists (from here or beside the file), else why not (`missing`)."
+    cfg = resolve_config(options.get("config")) if options.get("config") is not None else None
+    if cfg is None: return {}
+    data, src = None, options.get("config")
+    if cfg.data_path:
+        here = [Path(cfg.data_path)] + ([Path(src).parent / cfg.data_path] if isinstance(src, (str, Path)) else [])
+        data = next((str(p) for p in here if p.exists()), None)
+    missing = None if data or not cfg.data_path else f"the config's data_path {cfg.data_path} is not found (from here or beside the config); give --data"
+    return {"task": cfg.task, "data": data, "missing": missing}
 
 # %% ../../nbs/14_agentverse.ipynb #d85e5376
 def example_path(name: str) -> Path:

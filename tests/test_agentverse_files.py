@@ -1,0 +1,200 @@
+"""AgentVerse's and ChatEval's own task-file layout in `madlab.protocols.agentverse`: small files written here from memory of that layout
+(not copies), run through `madlab run` with no --task; refused features named with the file; the classroom order against a scripted
+professor; the reflection trigger against a hand computation."""
+import json, os, subprocess, sys
+from pathlib import Path
+import pandas as pd
+import pytest
+import yaml
+from click.testing import CliRunner
+from madlab.cli import main
+from madlab.core import Completion, Usage
+from madlab.backends import Backend
+from madlab.debate import Debate
+from madlab.tasks import load_scenarios, load_faireval
+from madlab.protocols.agentverse import (ConfigError, config_from_dict, example_path, load_config, reflection_due, memory_score)
+
+EXAMPLES = ["debate_sequential", "brainstorm_concurrent", "independent", "pairwise_eval", "prisoners_dilemma"]
+SCENARIO = load_scenarios(example_path("prisoners_dilemma").with_name("scenarios.jsonl"))[0]
+SYNTH = "synthetic:strong,synthetic:medium,synthetic:weak"
+
+def talk(script):
+    "A backend whose reply is `script(agent, n, phase, prompt)` (n counts that agent's calls of that phase)."
+    class Scripted(Backend):
+        def __init__(self): self.n = {}
+        async def complete(self, messages, ctx=None, **params):
+            key = (ctx.agent, ctx.phase); self.n[key] = self.n.get(key, 0) + 1
+            return Completion(script(ctx.agent, self.n[key], ctx.phase, messages[-1]["content"]), Usage(3, 3, 0))
+    return Scripted()
+
+def team(names, script):
+    from madlab.agents import Agent
+    b = talk(script)
+    return [Agent(n, "scripted:", backend=b) for n in names]
+
+PROMPT = "${role_description}\nHistory:\n${chat_history}\n${env_description}\nAnswer as Action: ... / Action Input: ..."
+
+def classroom(n_students=2, parser="nlp_classroom_9players_group", max_turns=8, **vis):
+    names = ["Professor Ada"] + [f"Student {x}" for x in ["Bob", "Cy", "Di", "Ed"][:n_students]]
+    return {"prompts": {"p": PROMPT}, "name": "a small classroom",
+            "environment": {"env_type": "sim-basic", "max_turns": max_turns,
+                            "rule": {"order": {"type": "classroom"}, "visibility": {"type": "classroom", **vis}, "selector": {"type": "classroom"},
+                                     "updater": {"type": "classroom"}, "describer": {"type": "classroom", "start_prompt": "Your group: ${receiver_name}.", "end_prompt": "Discussion over."}}},
+            "agents": [{"agent_type": "conversation", "name": n, "role_description": f"You are {n}.", "prompt_template": PROMPT, "memory": {"memory_type": "chat_history"},
+                        "llm": {"llm_type": "gpt-4", "model": "gpt-4", "temperature": 0.7, "max_tokens": 100}, "output_parser": {"type": parser}, "verbose": True}
+                       for n in names], "tools": None}
+
+def test_classroom_order_against_a_scripted_professor():
+    prof = {1: "Action: Speak\nAction Input: Welcome.", 2: "Action: Speak\nAction Input: Any questions?", 3: "Action: CallOn\nAction Input: Yes, Bob",
+            4: "Action: GroupDiscuss\nAction Input: Discuss in pairs.", 5: "Action: Speak\nAction Input: Back to me."}
+    def script(agent, n, phase, prompt):
+        if agent.startswith("Professor"): return prof.get(n, "Action: Speak\nAction Input: Fine.")
+        if agent == "Student Bob" and n == 1: return "Action: RaiseHand\nAction Input: None"
+        return "Action: Listen\nAction Input: None" if n == 1 else f"Action: Speak\nAction Input: {agent} says {n}."
+    cfg = load_config_from(classroom(4, max_turns=9, student_per_group=2, num_discussion_turn=2))
+    t = Debate("agentverse", SCENARIO, team(cfg.names, script), config=cfg).run()
+    P, B, C, D, E = cfg.names
+    assert [r.meta["speakers"] for r in t.rounds] == [
+        [P],                 # the class begins: only the professor
+        [P, B, C, D, E],     # after the professor spoke, everyone may act: Bob raises his hand, the others listen
+        [P],                 # the professor and a raised hand were kept: the professor again
+        [B],                 # "[CallOn] Yes, Bob"
+        [P],                 # after a student, the professor: he starts a group discussion
+        [B, D],              # groups of two (Bob, Cy) and (Di, Ed): the first of each speaks
+        [C, E],              # then the second
+        [P],                 # the discussion ended after 2 turns: the professor
+        [P, B, C, D, E]]
+    r1 = t.rounds[1]
+    assert r1.meta["said"][B] == "[RaiseHand]" and set(r1.meta["received"]) == {P, B}      # the listeners were dropped, the hand kept
+    assert sorted(r1.meta["received"][B]) == sorted(cfg.names)
+    grouped = t.rounds[5]
+    assert grouped.meta["received"] == {B: [B, C], D: [D, E]}
+    assert grouped.meta["descriptions"] == {B: f"Your group: {B}, {C}.", C: f"Your group: {B}, {C}.", D: f"Your group: {D}, {E}.", E: f"Your group: {D}, {E}."}
+    assert "[Discussing]" in t.rounds[5].meta["memory"][P] and t.rounds[5].meta["rules"]["environment"]["params"]["is_grouped"] is True
+    assert t.rounds[7].meta["descriptions"] == {n: "Discussion over." for n in cfg.names}
+    assert t.rounds[7].meta["rules"]["environment"].get("receivers", {}) == {}
+
+def load_config_from(d):
+    return config_from_dict(yaml.safe_load(yaml.safe_dump(d)))
+
+def test_prisoner_order_and_describer():
+    pd_cfg = {"environment": {"env_type": "prisoner_dilemma", "max_turns": 8, "rule": {"order": {"type": "prisoner"}, "visibility": {"type": "prisoner"},
+                                                                                    "selector": {"type": "basic"}, "updater": {"type": "basic"}, "describer": {"type": "prisoner"}}},
+              "agents": [{"agent_type": t, "name": n, "role_description": "${personality} Be brief.", "personality": f"{n} is calm.", "prompt_template": "${role_description} ${env_description} ${chat_history}",
+                          "memory": {"memory_type": "chat_history"}, "output_parser": {"type": "prisoner_dilemma"}} for t, n in (("police", "Police"), ("prisoner", "S1"), ("prisoner", "S2"))]}
+    cfg = load_config_from(pd_cfg)
+    t = Debate("agentverse", SCENARIO, team(cfg.names, lambda a, n, ph, p: f"Action: Speak\nAction Input: {a} #{n}"), config=cfg).run()
+    assert [r.meta["speakers"][0] for r in t.rounds] == ["Police", "S1", "Police", "S2"] * 2
+    assert [sorted(r.meta["received"][r.meta["speakers"][0]]) for r in t.rounds[:5]] == [["Police", "S1", "S2"], ["Police", "S1"], ["Police", "S2"], ["Police", "S2"], ["Police", "S1"]]
+    assert t.rounds[2].meta["descriptions"] == {"Police": "You are now talking to S2"}
+    assert "S1 is calm." in t.rounds[1].turns[0].messages[-1]["content"]          # an agent's own field in its role description
+
+def test_reflection_trigger_against_a_hand_computation():
+    # both agents speak every turn; A's memory gains two distinct lines per turn (its own and B's) plus its insights;
+    # every line is rated 4 for importance. Before A's turn k it holds 2(k-1) lines (+ distinct insights):
+    # turn 2: 8 < 10; turn 3: 16 >= 10 -> reflect, threshold 20; turn 4: 6 lines + 1 insight = 28 >= 20 -> reflect, threshold 40;
+    # turn 5: 8 + 1 (the same insight) = 36 < 40; turn 6: 10 + 1 = 44 >= 40 -> reflect, threshold 80.
+    def script(agent, n, phase, prompt):
+        return {"importance": "Rating: 4", "immediacy": "1", "questions": "What happened?", "insights": "1. things happen (because of 1)"}.get(phase, f"<<{agent} {n}>>")
+    cfg = config_from_dict({"environment": {"env_type": "reflection", "max_turns": 6, "current_time": "2023-04-01 07:00:00", "time_delta": 1800,
+                                            "rule": {"order": {"type": "concurrent"}}},
+                            "agents": [{"agent_type": "reflection", "name": "A", "prompt_template": "${chat_history}", "memory": {"memory_type": "vectorstore"},
+                                        "memory_manipulator": {"memory_manipulator_type": "reflection"}},
+                                       {"agent_type": "reflection", "name": "B", "prompt_template": "${chat_history}"}]})
+    t = Debate("agentverse", SCENARIO, team(["A", "B"], script), config=cfg).run()
+    kinds = lambda r: [x.meta.get("kind") for x in r.turns if x.agent == "A" and x.meta.get("kind")]
+    assert [i + 1 for i, r in enumerate(t.rounds) if "insights" in kinds(r)] == [3, 4, 6]
+    st = t.rounds[-1].meta["rules"]["memory_manipulators"]["A"]
+    assert st["threshold"] == 80 and st["accumulated"] == 44 and st["insights"][0] == "things happen"
+    assert reflection_due(16, 10) == (True, 20) and reflection_due(36, 40) == (False, 40)
+    # recency: 0.99 per whole hour since last access, 0.90 per whole minute since creation, each times its rating / 10
+    assert memory_score(0.5, 8, 2, 3.7, 0.5) == pytest.approx(0.5 * max(0.99 ** 3 * 0.8, 1.0 * 0.2))
+    assert memory_score(1.0, 1, 9, 100, 2) == pytest.approx(max(0.99 ** 100 * 0.1, 0.9 ** 2 * 0.9))
+
+def write(tmp_path, name, d):
+    p = tmp_path / name; p.write_text(yaml.safe_dump(d, sort_keys=False)); return p
+
+@pytest.mark.parametrize("bad,feature", [
+    ({"tools": [{"tool_name": "bing_search", "tool_url": "http://127.0.0.1:8079/tools/bing_search/"}]}, "tools: tool use is not implemented in madlab (tools: bing_search)"),
+    ({"environment": {"env_type": "pokemon", "locations": [{"name": "Town"}]}}, "environment.env_type: 'pokemon': AgentVerse's Pokémon game"),
+    ({"agents": [{"agent_type": "tool", "name": "Solver", "tools": [{"tool_name": "wolframalpha"}]}]}, "agents[0].agent_type: tool use is not implemented in madlab (tools: wolframalpha)"),
+])
+def test_refused_before_any_call_naming_the_feature_and_the_file(tmp_path, bad, feature):
+    d = classroom(1)
+    for k, v in bad.items(): d[k] = {**d[k], **v} if k == "environment" else v
+    p = write(tmp_path, "refused.yaml", d)
+    with pytest.raises(ConfigError) as e: load_config(p)
+    assert str(e.value).startswith(f"{p}: ") and feature in str(e.value)
+    r = CliRunner().invoke(main, ["run", "agentverse", "--config", str(p), "--n", "1", "--out", str(tmp_path / "out")])
+    assert r.exit_code == 2 and feature in r.output and "Traceback" not in r.output and not (tmp_path / "out").exists()
+
+def test_madlab_layout_typos_still_caught():
+    with pytest.raises(ConfigError, match=r"environment.max_turn: unknown field"): config_from_dict({"agents": [{"name": "A"}], "environment": {"max_turn": 3}})
+    with pytest.raises(ConfigError, match=r"agents\[0\].agent_type: unknown agent_type 'conversaton'"): config_from_dict({"agents": [{"name": "A", "agent_type": "conversaton"}]})
+    with pytest.raises(ConfigError, match=r"agents\[0\].output_parser.type: unknown output parser 'nlp_clasroom'"): config_from_dict({"agents": [{"name": "A", "output_parser": {"type": "nlp_clasroom"}}]})
+    with pytest.raises(ConfigError, match=r"agents\[0\].personalty: unknown field"): config_from_dict({"environment": {"env_type": "sim-basic"}, "agents": [{"name": "A", "personalty": "x"}]})
+    with pytest.raises(ConfigError, match=r"memory_manipulator_type: unknown memory manipulator 'reflexion'"):
+        config_from_dict({"agents": [{"name": "A", "memory_manipulator": {"memory_manipulator_type": "reflexion"}}]})
+
+def run_cli(tmp_path, *args):
+    env = {**os.environ, "MADLAB_CACHE": str(tmp_path / "cache")}
+    cmd = [str(Path(sys.executable).parent / "madlab"), "run", "agentverse", *map(str, args), "--out", str(tmp_path / "out"), "--no-progress"]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_every_example_runs_with_no_task(name, tmp_path):
+    p = run_cli(tmp_path, "--config", example_path(name), "--n", "2")
+    assert p.returncode == 0, p.stdout + p.stderr
+    run_dir = Path(p.stdout.strip().splitlines()[-1].removeprefix("outputs: "))
+    df = pd.read_parquet(run_dir / "results.parquet")
+    assert set(df.status) == {"done"} and json.loads((run_dir / "config.json").read_text())["task"] == load_config(example_path(name)).task
+
+def test_a_conflicting_task_is_a_usage_error(tmp_path):
+    p = run_cli(tmp_path, "--config", example_path("debate_sequential"), "--task", "arith", "--n", "2")
+    assert p.returncode == 2 and "--task arith: the config is written for 'kks' items" in p.stderr and "Traceback" not in p.stderr
+    assert not (tmp_path / "out").exists()
+
+def test_agentverse_files_run_offline_and_list_what_is_ignored(tmp_path):
+    d = classroom(2)
+    d["environment"]["task_name"] = "HumanEval/0"
+    p = write(tmp_path, "classroom.yaml", d)
+    r = run_cli(tmp_path, "--config", p, "--n", "1", "--agents", SYNTH)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.count("ignored: ") == 1 and "environment.task_name" in r.stdout and "agents[*].verbose" in r.stdout
+    run_dir = Path(r.stdout.strip().splitlines()[-1].removeprefix("outputs: "))
+    cfg = json.loads((run_dir / "config.json").read_text())
+    assert cfg["task"] == "scenario" and any(x.startswith("agents[*].verbose") for x in cfg["ignored"])
+    t = json.loads(next((run_dir / "debates").glob("*/transcript.json")).read_text())
+    assert len(t["rounds"]) == 8 and t["rounds"][0]["meta"]["speakers"] == ["Professor Ada"]
+
+def test_chateval_referees_on_faireval_data_with_kappa(tmp_path):
+    recs = [{"question_id": i, "question": f"Question {i}?", "response": {"gpt35": f"Long careful answer {i}.", "vicuna": f"Short answer {i}."},
+             **({"preference": [1, 2, 0][i % 3]} if i != 4 else {})} for i in range(1, 7)]
+    (tmp_path / "data").mkdir(); (tmp_path / "data" / "test.json").write_text(json.dumps(recs))
+    items = load_faireval(tmp_path / "data" / "test.json")
+    assert [it.gold for it in items] == [2, 0, 1, None, 0, 1] and items[0].data["answer_1"] == "Long careful answer 1." and items[0].meta["models"] == ["gpt35", "vicuna"]
+    final = "Output two lines:\nThe score of Assistant 1: [score only]\nThe score of Assistant 2: [score only]"
+    conf = {"task": "llmeval", "data_path": "data/test.json", "output_dir": "./outputs/llm_eval",
+            "prompts": {"prompt": "[Question]\n${source_text}\n[Assistant 1]\n${compared_text_one}\n[Assistant 2]\n${compared_text_two}\n${role_description}\n${agent_name}\n${final_prompt}"},
+            "environment": {"env_type": "llm_eval", "max_turns": 4, "rule": {"order": {"type": "sequential"}, "visibility": {"type": "llmeval_blind_judge"},
+                                                                             "selector": {"type": "basic"}, "updater": {"type": "basic"}, "describer": {"type": "basic"}}},
+            "agents": [{"agent_type": "llm_eval_multi", "name": n, "final_prompt_to_use": final, "role_description": f"You are {n}.", "memory": {"memory_type": "chat_history"},
+                        "memory_manipulator": {"memory_manipulator_type": "basic"}, "prompt_template": "PLACEHOLDER",
+                        "llm": {"model": "gpt-4", "llm_type": "gpt-4", "temperature": 0, "max_tokens": 512}} for n in ("General Public", "Critic")], "tools": None}
+    for a in conf["agents"]: a["prompt_template"] = conf["prompts"]["prompt"]
+    p = write(tmp_path, "config.yaml", conf)
+    cfg = load_config(p)
+    assert (cfg.task, cfg.final_turns, cfg.aggregation) == ("pairwise", 2, {"type": "average", "both_orders": False})
+    r = run_cli(tmp_path, "--config", p, "--agents", "synthetic:strong,synthetic:medium")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "Cohen's kappa against human labels: " in r.stdout and "n/a" not in r.stdout and "ignored: output_dir" in r.stdout
+    run_dir = Path(r.stdout.strip().splitlines()[-1].removeprefix("outputs: "))
+    df = pd.read_parquet(run_dir / "results.parquet")
+    assert len(df) == 6 and df.preference.notna().all()
+    t = json.loads((run_dir / "debates" / "1" / "transcript.json").read_text())
+    sent = lambda k: t["rounds"][k]["turns"][0]["messages"][-1]["content"]
+    assert "Long careful answer 1." in sent(0) and final not in sent(1) and final in sent(2) and final in sent(3)
+    assert t["rounds"][3]["meta"]["received"] == {"Critic": ["Critic"]} and sorted(t["rounds"][2]["meta"]["received"]["General Public"]) == ["Critic", "General Public"]
+    missing = write(tmp_path, "elsewhere.yaml", {**conf, "data_path": "nowhere/test.json"})
+    r = run_cli(tmp_path, "--config", missing)
+    assert r.returncode == 2 and "data_path nowhere/test.json is not found" in r.stderr
