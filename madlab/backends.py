@@ -499,12 +499,13 @@ class _Endpoint:
     def __init__(self, url: str, limit: int|None, breaker_after: int, cooldown: float, give_up_after: float = 300.0):
         self.url, self.limit, self.breaker = url, EndpointLimit(limit), CircuitBreaker(url, breaker_after, cooldown, give_up_after)
         self.schema_refused: str|None = None     # why the server refused `response_format` (then it is never sent again)
-        self.schema_ok, self._schema_probe = False, None   # it took one; the call that finds out, while one is in flight
+        self.schema_ok, self._schema_probe, self._schema_asked = False, None, False   # it took one; the call finding out; whether one did
 
     async def schema_turn(self) -> bool:
-        "Wait while another call finds out whether this server takes `response_format`; True when this call is the one to find out."
+        "Wait while the first call finds out whether this server takes `response_format`; True when this call is that first one."
         while not self.schema_ok and self.schema_refused is None and self._schema_probe is not None: await asyncio.shield(self._schema_probe)
-        if self.schema_ok or self.schema_refused is not None: return False
+        if self.schema_ok or self.schema_refused is not None or self._schema_asked: return False   # one call finds out; after it, none waits
+        self._schema_asked = True
         self._schema_probe = asyncio.get_running_loop().create_future()
         return True
 
@@ -658,7 +659,7 @@ async def complete(self: OpenAIBackend, messages, ctx=None, **params) -> Complet
     body = _json_body({"model": self.model, "messages": messages, **params, **extra_body})   # once, for every attempt
     try:
         try:
-            r = await self._send(ep, body)
+            r = await self._send(ep, body, ep.schema_settled if probe else None)
             if held == "requested": ep.schema_ok = True
         except _sdk("BadRequestError", "UnprocessableEntityError") as e:
             if held != "requested" or not _refuses_schema(e): raise
@@ -685,10 +686,11 @@ async def complete(self: OpenAIBackend, messages, ctx=None, **params) -> Complet
     return Completion(text, usage, time.perf_counter() - t0, model=self.spec, meta=meta)
 
 @patch
-async def _send(self: OpenAIBackend, ep: _Endpoint, body: bytes) -> dict:
-    "One call: most take one attempt (no retry machinery for them); retryable failures are retried within bounds."
+async def _send(self: OpenAIBackend, ep: _Endpoint, body: bytes, first_failed=None) -> dict:
+    "One call: most take one attempt (no retry machinery for them); retryable failures are retried within bounds (`first_failed()` is told of the first)."
     try: return await self._attempt(ep, body)
     except Exception as e:
+        if first_failed is not None and not isinstance(e, _sdk("BadRequestError", "UnprocessableEntityError")): first_failed()   # no answer about the schema: stop holding the others
         if not isinstance(e, _retryable()) or not self.max_retries: raise
         return await self._retry(ep, body, e)
 
