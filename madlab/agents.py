@@ -15,7 +15,7 @@ from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['STRUCTURED_MODES', 'TEAM_ENDPOINT_FIELDS', 'DEFAULT_TEAM', 'BudgetExceeded', 'Budget', 'Agent', 'agent_name',
-           'split_specs', 'make_team', 'default_team', 'load_team', 'set_structured', 'with_cache']
+           'check_spec', 'split_specs', 'make_team', 'default_team', 'load_team', 'set_structured', 'with_cache']
 
 # %% ../nbs/02_agents.ipynb #8c8826c0
 class BudgetExceeded(Exception):
@@ -149,6 +149,11 @@ def agent_name(spec: str) -> str:
     elif kind in PRESETS: rest = rest.split(",")[0]              # endpoint options are not part of the name
     rest = re.sub(r"[^A-Za-z0-9._-]+", "-", rest).strip("-")
     return f"{prov}-{rest}" if rest else prov
+
+def check_spec(spec: str) -> str:
+    "`spec` when it names a backend madlab can build (nothing is loaded or called), else the ValueError saying why."
+    get_backend(spec)
+    return spec
 
 def split_specs(s: str) -> list[str]:
     "Backend specs from one string: `;` separates them, and so does a comma before `KIND:`, so `key=value` options stay with their spec."

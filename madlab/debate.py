@@ -469,3 +469,17 @@ def role_agent(self: Debate, role: str, spec: str|None = None, *, name: str|None
     a = Agent(name, spec or first.spec, system, dict(first.params if params is None else params), role, {"made_for": role},
               first.structured if spec is None else "auto", backend=backend, budget=self.budget)
     return self.add_agent(a)
+
+# %% ../nbs/06_debate.ipynb #f0b34eb2
+@patch
+def side_backend(self: Debate, spec: str, agent: str, kind: str):
+    "The backend of `agent`'s side calls of `kind` (e.g. a memory's 'summary') made with `spec`: the team's cache; when replayed, the recorded turns first."
+    cache = self.__dict__.setdefault("_side_backends", {})
+    if (spec, agent, kind) not in cache:
+        team = [a for a in self.agents if a.role not in EXTRA_ROLES] or self.agents
+        live, replay = _role_backend(spec, team[0].backend), getattr(self, "_replay", None)
+        if replay is not None:
+            turns, fallbacks = replay
+            live = ReplayBackend([t for t in turns if t.agent == agent and t.meta.get("kind") == kind], fallback=live if fallbacks is not None else None, spec=spec)
+        cache[(spec, agent, kind)] = live
+    return cache[(spec, agent, kind)]

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable
 from ..core import *
-from ..backends import Ask, ReplayBackend, get_backend, synthetic_responder
-from ..agents import DEFAULT_TEAM
+from ..backends import Ask, synthetic_responder
+from ..agents import DEFAULT_TEAM, check_spec
 from ..debate import protocol, protocol_hook
 from ..scoring import answer_format, majority_vote, plurality_vote, agreement, cohen_kappa, PairwiseVerdict
 from ..tasks import pairwise_prompt
@@ -569,7 +569,7 @@ def make_memory(spec, where: str = "memory") -> Memory:
         bad = [v for v in vs if v not in ("summary", "new_lines")]
         if bad: raise ConfigError(f"{where}.template", f"unknown variable ${{{bad[0]}}}; valid variables: ${{new_lines}}, ${{summary}}")
         if m.llm is not None:
-            try: get_backend(m.llm)
+            try: check_spec(m.llm)
             except (ValueError, TypeError) as e: raise ConfigError(f"{where}.llm", str(e)) from None
     m.reset()
     return m
@@ -916,7 +916,7 @@ def _agent_setup(d, i) -> AgentSetup:
     a.output_parser, a.variables = op, dict(_need(d.get("variables") or {}, f"{where}.variables"))
     if d.get("memory_manipulator") is not None: a.manipulator = make_manipulator(d["memory_manipulator"], f"{where}.memory_manipulator").spec()
     if a.spec() is not None:
-        try: get_backend(a.spec())
+        try: check_spec(a.spec())
         except (ValueError, TypeError) as e: raise ConfigError(f"{where}.llm.model", str(e)) from None
     return a
 
@@ -1099,15 +1099,7 @@ def _swapped_item(item):
 # %% ../../nbs/14_agentverse.ipynb #257e4d9b
 def _summariser(d, env, a, mem):
     "The backend that summarises for agent `a`: its own, or the spec `mem.llm` (served from the transcript when the debate is replayed)."
-    if mem.llm is None: return a.backend
-    cache = env.__dict__.setdefault("_summarisers", {})
-    if a.name not in cache:
-        live, replay = get_backend(mem.llm), getattr(d, "_replay", None)
-        if replay is not None:
-            turns, fallbacks = replay
-            live = ReplayBackend([t for t in turns if t.agent == a.name and t.meta.get("kind") == "summary"], fallback=live if fallbacks is not None else None, spec=mem.llm)
-        cache[a.name] = live
-    return cache[a.name]
+    return a.backend if mem.llm is None else d.side_backend(mem.llm, a.name, "summary")
 
 async def _summarise(d, env, a, mem, r) -> Turn|None:
     "Fold the memory's older lines into its summary with one recorded LLM call; None when nothing is pending."
