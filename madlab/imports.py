@@ -230,7 +230,8 @@ def import_run(format, path, out, task: str = "gsm8k", model: str|None = None, l
     "Import log file `path` (in `format`, see `LOG_FORMATS`) as a run folder `out`: transcripts, logs, results table scored by `task`, no call made."
     t0, fmt = time.perf_counter(), get_log_format(format)
     if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1): raise OptionError("limit", f"must be an integer >= 1; got {limit!r}")
-    answer_format(Item("-", task, ""))                                   # an unknown task is refused before reading
+    try: answer_format(Item("-", task, ""))                              # an unknown task is refused before reading
+    except ValueError as e: raise OptionError("task", str(e)) from None
     ts = log_transcripts(fmt, path, task, model, limit)
     ids = [t.meta["id"] for t in ts]
     dup = sorted({i for i in ids if ids.count(i) > 1})
