@@ -14,8 +14,8 @@ from .agents import split_specs
 
 # %% auto #0
 __all__ = ['parse_items', 'main', 'run', 'parse_games', 'default_data_dir', 'load_items', 'run_name', 'protocol_command',
-           'protocols_cmd', 'rescore_cmd', 'parse_sweep_params', 'sweep_cmd', 'models_cmd', 'models_list', 'models_get',
-           'console']
+           'protocols_cmd', 'rescore_cmd', 'parse_sweep_params', 'sweep_cmd', 'import_cmd', 'models_cmd', 'models_list',
+           'models_get', 'console']
 
 # %% ../nbs/40_cli.ipynb #5ed24ad8
 class _Protocols(click.Group):
@@ -396,6 +396,27 @@ def sweep_cmd(notebook, params, out, workers, scheduler):
     import pandas as pd
     with pd.option_context("display.width", 200, "display.max_columns", 30): click.echo(df.to_string())
     click.echo(f"summary: {Path(out) / 'summary.parquet'}")
+
+# %% ../nbs/40_cli.ipynb #fb80ac9e
+def _log_format_cb(ctx, param, value):
+    from madlab.imports import LOG_FORMATS
+    if value not in LOG_FORMATS: raise click.BadParameter(f"must be one of {', '.join(sorted(LOG_FORMATS))}; got {value!r}")
+    return value
+
+@main.command("import")
+@click.argument("format", metavar="FORMAT", callback=_log_format_cb)
+@click.argument("path", type=click.Path(exists=True, dir_okay=False))
+@click.option("--out", required=True, callback=_out_cb, help="The run folder to write")
+@click.option("--task", default="gsm8k", show_default=True, help="The task whose gold and answer format score the items")
+@click.option("--model", default=None, help="The model that wrote the log, recorded as the agents' spec imported:MODEL")
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="Import the first N records only")
+def import_cmd(format, path, out, task, model, limit):
+    "Import a published debate log (FORMAT: du, critic_actor) as a run folder: transcripts, logs and a results table scored by the task, no call made."
+    from madlab.imports import import_run
+    try: res = import_run(format, path, out, task=task, model=model, limit=limit)
+    except OptionError as e: raise click.BadParameter(e.message, param_hint="PATH" if e.option == "path" else f"'{e.flag}'") from None
+    except ValueError as e: raise click.ClickException(str(e)) from None
+    click.echo(res.summary())
 
 # %% ../nbs/40_cli.ipynb #113055d8
 @main.group("models")

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Literal
 from ..backends import Ask
 from ..debate import protocol
+from ..decisions import ballots_from
 from ..scoring import answer_format, majority_vote, plurality_vote, agreement
 
 # %% auto #0
@@ -77,3 +78,12 @@ async def du(d,
                               phase="debate", round=r.index, ask=_asking(d, fmt, {t.agent: t.answer for t in prev_turns}))
         yield r
     _finish(d, r.turns, majority_vote if vote == "majority" else plurality_vote)
+
+# %% ../../nbs/07_baselines.ipynb #d91a8eba
+@ballots_from("du")
+def _du_ballots(t) -> list:
+    "Each debater's latest turn, in team order."
+    last = {}
+    for r in t.rounds:
+        for tu in r.turns: last[tu.agent] = tu
+    return list(last.values())
