@@ -53,6 +53,7 @@ class Backend:
     def identity(self) -> str: "What the cache keys on: the spec, plus the endpoint where there is one."; return self.spec
     async def aclose(self): pass
     def health(self) -> dict|None: "How its endpoint fared (outages, calls that waited), for a run summary; None without an endpoint."; return None
+    def count_tokens(self, text: str) -> int: "How many tokens `text` is for this model; here the estimate ⌈characters / 4⌉ (a model with a tokenizer counts exactly)."; return _estimate_tokens(text)
     def __repr__(self): return f"{type(self).__name__}({self.spec!r})"
 
 # %% ../nbs/01_backends.ipynb #adf00d8e
@@ -970,6 +971,16 @@ def structured(self: HFBackend) -> str|None:
     except ImportError: return None
     return "enforced"
 
+# %% ../nbs/01_backends.ipynb #7438677e
+@patch
+def count_tokens(self: HFBackend, text: str) -> int:
+    "Tokens of `text` under this model's tokenizer (special tokens not added)."
+    tok = self.tokenizer or getattr(self, "_count_tok", None)
+    if tok is None:
+        import transformers
+        tok = self._count_tok = transformers.AutoTokenizer.from_pretrained(self.path)
+    return len(tok(text, add_special_tokens=False)["input_ids"]) if text else 0
+
 # %% ../nbs/01_backends.ipynb #ed924a14
 @patch
 def _prompt(self: HFBackend, messages):
@@ -1135,6 +1146,7 @@ class CachedBackend(Backend):
 
     async def aclose(self): await self.inner.aclose()
     def health(self) -> dict|None: return self.inner.health()
+    def count_tokens(self, text: str) -> int: return self.inner.count_tokens(text)
     @property
     def structured(self): return self.inner.structured
     def __repr__(self): return f"CachedBackend({self.inner!r}, hits={self.hits}, misses={self.misses}, evicted={self.evicted})"
@@ -1161,6 +1173,10 @@ class ReplayBackend(Backend):
             return Completion(t.reply or "", t.usage, 0.0, cached=True, meta={"replayed": True, **({"structured": held} if held else {})})
         if self.fallback is None: raise ReplayMiss(f"no recorded reply for {ctx.agent if ctx else '?'} at this point: the debate left the transcript")
         return await self.fallback.complete(messages, ctx, **params)
+
+    def count_tokens(self, text: str) -> int:
+        "The live backend's count, or the estimate when there is none."
+        return self.fallback.count_tokens(text) if self.fallback is not None else super().count_tokens(text)
 
 # %% ../nbs/01_backends.ipynb #c1763aac
 BACKEND_KINDS = ("synthetic", *PRESETS, "hf", "replay")
