@@ -643,7 +643,7 @@ def __call__(self: JudgedScreen, text) -> ScreenResult:
 
 def _register_synthetic_judge():
     "Synthetic agents can play the judge: right with probability `skill` when told the truth, else agreeing with the score."
-    from madlab.backends import RESPONDERS, synthetic_responder
+    from madlab.synthetic import RESPONDERS, synthetic_responder
     if "screen.judge" in RESPONDERS: return
     from madlab.backends import AnswerSchema, answer_schema
     verdict = {"type": "object", "properties": {"reasoning": {"type": "string", "description": "one sentence saying why"}, "verdict": {"enum": ["ATTACK", "SAFE"]}},

@@ -10,7 +10,8 @@ import collections, collections.abc, html, importlib, itertools, json, math, ran
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from ..core import *
-from ..backends import Ask, synthetic_responder, synthetic_rng
+from ..backends import Ask
+from ..synthetic import synthetic_responder, synthetic_rng
 from ..agents import Agent
 from ..debate import protocol, protocol_hook
 from ..scoring import answer_format, plurality_vote, stock_position, parse_stock_answer, StockAnswer
