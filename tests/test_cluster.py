@@ -4,8 +4,7 @@ import collections, itertools, json, random
 from pathlib import Path
 import pytest
 from click.testing import CliRunner
-import madlab
-from madlab.core import Transcript
+from madlab.core import Transcript, madlab_data
 from madlab.backends import CachedBackend, ReplayBackend, get_backend
 from madlab.debate import Debate, comparable
 from madlab.scoring import stock_position, score_result
@@ -13,7 +12,7 @@ from madlab.tasks import MarketRecord, load_market, market_item
 from madlab.protocols.cluster import (cluster_counts, diversity, greedy_clusters, pack_records, token_counter, cluster_log_html,
                                       cluster_frame, StockUtil, ClusterPrompts)
 
-SAMPLE = Path(madlab.__file__).parent / "data" / "market" / "sample.jsonl"
+SAMPLE = madlab_data("market", "sample.jsonl")
 ORACLE_TEAM = ["synthetic:oracle", "synthetic:strong,seed=2", "synthetic:medium,seed=3"]
 
 def rec(headline, day=1, body=""):

@@ -775,8 +775,7 @@ def agentverse_report(res, folder=None) -> str:
 # %% ../../nbs/14_agentverse.ipynb #d85e5376
 def example_path(name: str) -> Path:
     "The path of one of madlab's example AgentVerse task files (e.g. 'pairwise_eval')."
-    import madlab
-    p = Path(madlab.__file__).resolve().parent / "data" / "agentverse" / (name if name.endswith(".yaml") else f"{name}.yaml")
+    p = madlab_data("agentverse", name if name.endswith(".yaml") else f"{name}.yaml")
     if not p.exists():
         have = sorted(q.stem for q in p.parent.glob("*.yaml"))
         raise ValueError(f"no example {name!r}; examples: {', '.join(have)}")
