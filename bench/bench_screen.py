@@ -1,6 +1,6 @@
 """The input screen's detection rates, per family of attack and of benign look-alike, with the learned stage and with the rules alone.
 
-Sets: the training sets of the learned stage (`madlab/data/screen/*.jsonl`: the project's own attacks and look-alikes, two
+Sets: the training sets of the learned stage (`data/screen/*.jsonl`: the project's own attacks and look-alikes, two
 earlier held-out sets, three red-team sets written without sight of the screen, ordinary requests): rates on them are
 training rates. The test set `tests/data/screen_heldout3.jsonl` was written the same way as the red-team sets and never
 trained or tuned on: its rates are what the screen does on attacks written independently of it. XSTest's 450 prompts
@@ -21,7 +21,7 @@ XSTEST = ROOT.parent / "shared" / "data" / "xstest" / "xstest_prompts.csv"
 def cases():
     "(set, group, attack?, text) for every case."
     out = []
-    for f in sorted((ROOT / "madlab" / "data" / "screen").glob("*.jsonl")) + [ROOT / "tests" / "data" / "screen_heldout3.jsonl"]:
+    for f in sorted((ROOT / "data" / "screen").glob("*.jsonl")) + [ROOT / "tests" / "data" / "screen_heldout3.jsonl"]:
         name = "held-out 3 (test)" if f.parent.name == "data" and f.parent.parent.name == "tests" else f"train: {f.stem}"
         for l in f.read_text(encoding="utf-8").splitlines():
             c = json.loads(l)

@@ -1,4 +1,4 @@
-"""One call to every LLM: `complete(messages, **params) -> Completion`, chosen by a spec string; plus a response cache, replay, and offline synthetic agents.
+"""One call to every LLM: `complete(messages, **params) -> Completion`, chosen by a spec string; plus a response cache and replay (offline synthetic agents live in `madlab.synthetic`).
 
 Docs: https://madlab.github.io/madlab/backends.html.md"""
 
@@ -13,12 +13,10 @@ from fastcore.basics import patch
 from .core import *
 
 # %% auto #0
-__all__ = ['PERSONAS', 'RESPONDERS', 'MALFORMED_REPLIES', 'SCHEMAS', 'ADAPTIVE_START', 'PRESETS', 'END_OF_TURN_TOKENS',
-           'BACKEND_KINDS', 'ENDPOINT_OPTIONS', 'HF_OPTIONS', 'BackendError', 'ReplayMiss', 'Ask', 'Backend', 'Persona',
-           'synthetic_responder', 'synthetic_rng', 'believes_gold', 'conform', 'synthetic_confidence',
-           'SyntheticBackend', 'synthetic_backend', 'AnswerSchema', 'answer_schema', 'schema_for', 'schema_example',
-           'EndpointLimit', 'EndpointDown', 'CircuitBreaker', 'response_format', 'OpenAIBackend', 'HFBackend',
-           'CachedBackend', 'ReplayBackend', 'get_backend']
+__all__ = ['SCHEMAS', 'ADAPTIVE_START', 'PRESETS', 'END_OF_TURN_TOKENS', 'BACKEND_KINDS', 'ENDPOINT_OPTIONS', 'HF_OPTIONS',
+           'BackendError', 'ReplayMiss', 'Ask', 'Backend', 'AnswerSchema', 'answer_schema', 'schema_for',
+           'schema_example', 'EndpointLimit', 'EndpointDown', 'CircuitBreaker', 'response_format', 'OpenAIBackend',
+           'HFBackend', 'CachedBackend', 'ReplayBackend', 'get_backend']
 
 # %% ../nbs/01_backends.ipynb #03b54978
 class BackendError(Exception):
@@ -53,152 +51,12 @@ class Backend:
     def identity(self) -> str: "What the cache keys on: the spec, plus the endpoint where there is one."; return self.spec
     async def aclose(self): pass
     def health(self) -> dict|None: "How its endpoint fared (outages, calls that waited), for a run summary; None without an endpoint."; return None
+    def count_tokens(self, text: str) -> int: "How many tokens `text` is for this model; here the estimate ⌈characters / 4⌉ (a model with a tokenizer counts exactly)."; return _estimate_tokens(text)
     def __repr__(self): return f"{type(self).__name__}({self.spec!r})"
 
 # %% ../nbs/01_backends.ipynb #adf00d8e
 def _estimate_tokens(text: str) -> int: return max(1, math.ceil(len(text) / 4)) if text else 0
 def _prompt_tokens(messages): return sum(_estimate_tokens(m.get("content") or "") + 4 for m in messages)
-
-# %% ../nbs/01_backends.ipynb #8d681788
-@serializable
-@dataclass
-class Persona:
-    "How a synthetic agent behaves."
-    skill: float = 0.7            # chance of a right answer per item (or per player)
-    susceptibility: float = 0.3   # chance of adopting the peers' majority when it differs
-    malformed: float = 0.0        # chance of an unparseable reply
-    calibration: float = 0.8      # how strongly confidence tracks correctness (0: none, 1: perfect)
-    seed: int = 0
-    latency: float = 0.0          # seconds per call (simulated)
-
-PERSONAS = {
-    "oracle": Persona(skill=1.0, susceptibility=0.0, calibration=1.0),
-    "strong": Persona(skill=0.85, susceptibility=0.2),
-    "medium": Persona(skill=0.7, susceptibility=0.35),
-    "weak":   Persona(skill=0.55, susceptibility=0.5, malformed=0.05),
-    "random": Persona(skill=0.0, susceptibility=0.0, calibration=0.0),
-}
-
-# %% ../nbs/01_backends.ipynb #f90a7513
-RESPONDERS: dict[str, Callable] = {}
-
-def synthetic_responder(kind: str):
-    "Register `fn(ask, persona, rng) -> str` as the synthetic reply writer for requests of `kind`."
-    def deco(fn): RESPONDERS[kind] = fn; return fn
-    return deco
-
-def synthetic_rng(persona: Persona, *keys) -> random.Random:
-    "A `random.Random` seeded by the persona's seed and `keys` (stable across machines and call order)."
-    return random.Random(int(stable_hash(persona.seed, *keys)[:16], 16))
-
-def believes_gold(persona: Persona, ask: Ask, *keys) -> bool:
-    "Whether this agent's own (initial) belief about `keys` of the item is the gold one: true with probability `skill`."
-    item_id = getattr(ask.item, "id", None)
-    return synthetic_rng(persona, "belief", ask.agent, item_id, *keys).random() < persona.skill
-
-def conform(persona: Persona, rng: random.Random, own, peer_answers: list):
-    "Adopt the strict majority of `peer_answers` with probability `susceptibility` when it differs from `own`."
-    votes = collections.Counter(a for a in peer_answers if a is not None)
-    if not votes: return own
-    top, n = votes.most_common(1)[0]
-    if top != own and n * 2 > len(peer_answers) and rng.random() < persona.susceptibility: return top
-    return own
-
-def synthetic_confidence(persona: Persona, rng: random.Random, correct: bool, scale=10) -> int:
-    "A confidence on 1..`scale` that tracks correctness as much as `calibration` says."
-    base = 0.85 if correct else 0.45
-    c = persona.calibration * base + (1 - persona.calibration) * 0.65 + rng.gauss(0, 0.08)
-    return int(min(scale, max(1, round(c * scale))))
-
-MALFORMED_REPLIES = ["I need to think about this more carefully before answering.",
-                     "{\"players\": [ {\"name\": ", "Hmm, it could go either way; hard to say.", "```json\n{oops}\n```"]
-
-# %% ../nbs/01_backends.ipynb #82629d84
-def _peer_values(ask): return [a for a in (ask.peers or {}).values()]
-
-def _own_value(persona, ask, gold, wrong):
-    if ask.previous is not None: return ask.previous
-    return gold if believes_gold(persona, ask) else wrong
-
-@synthetic_responder("number")
-def _number_reply(ask, persona, rng):
-    gold = getattr(ask.item, "gold", None)
-    if gold is None: return "I cannot tell. The answer is 0."
-    wrong = gold + synthetic_rng(persona, "wrong", ask.agent, getattr(ask.item, "id", None)).choice([-3, -2, -1, 1, 2, 5, 10])
-    ans = conform(persona, rng, _own_value(persona, ask, gold, wrong), _peer_values(ask))
-    ans = int(ans) if float(ans).is_integer() else ans
-    return f"Let me work through it step by step.\nAfter the calculation, the result is {ans}.\nThe answer is {ans}."
-
-@synthetic_responder("choice")
-def _choice_reply(ask, persona, rng):
-    gold = getattr(ask.item, "gold", None)
-    choices = ask.options.get("choices") or ["A", "B", "C", "D"]
-    others = [c for c in choices if c != gold] or choices
-    wrong = synthetic_rng(persona, "wrong", ask.agent, getattr(ask.item, "id", None)).choice(others)
-    ans = conform(persona, rng, _own_value(persona, ask, gold, wrong), _peer_values(ask))
-    return f"Considering each option, I choose {ans}.\nAnswer: {ans}"
-
-@synthetic_responder("label")
-def _label_reply(ask, persona, rng):
-    gold = getattr(ask.item, "gold", None)
-    labels = ask.options.get("labels") or [gold]
-    others = [c for c in labels if c != gold] or labels
-    wrong = synthetic_rng(persona, "wrong", ask.agent, getattr(ask.item, "id", None)).choice(others)
-    ans = conform(persona, rng, _own_value(persona, ask, gold, wrong), _peer_values(ask))
-    return json.dumps({"label": ans, "confidence": synthetic_confidence(persona, rng, ans == gold)})
-
-@synthetic_responder("text")
-def _text_reply(ask, persona, rng): return "I have considered the discussion so far and have nothing to add."
-
-# %% ../nbs/01_backends.ipynb #aa8ec6cc
-class SyntheticBackend(Backend):
-    "Offline, seeded synthetic agent (see `Persona`)."
-    synthetic = True
-    def __init__(self, persona: Persona|None = None, spec="synthetic:"):
-        self.persona, self.spec, self.calls = persona or Persona(), spec, 0
-
-    def cache_key_extra(self, ctx): return to_jsonable(ctx) if ctx is not None else None
-
-    async def complete(self, messages, ctx=None, **params) -> Completion:
-        ask = ctx or Ask()
-        p = self.persona
-        if p.latency: await asyncio.sleep(p.latency)
-        self.calls += 1
-        fn = RESPONDERS.get(ask.kind)
-        if fn is None: raise BackendError(f"synthetic agents cannot answer Ask.kind={ask.kind!r}; known kinds: {', '.join(sorted(RESPONDERS))}")
-        last = messages[-1]["content"] if messages else ""
-        rng = synthetic_rng(p, "reply", ask.agent, getattr(ask.item, "id", None), ask.kind, ask.focus, ask.phase, ask.round, ask.sample, last)
-        text = rng.choice(MALFORMED_REPLIES) if rng.random() < p.malformed else fn(ask, p, rng)
-        usage = Usage(_prompt_tokens(messages), _estimate_tokens(text), 1)
-        return Completion(text, usage, latency=p.latency, model=self.spec, meta={"synthetic": True})
-
-def _parse_kv(s: str) -> dict:
-    out = {}
-    for part in filter(None, (x.strip() for x in s.split(","))):
-        if "=" not in part: raise ValueError(f"expected key=value in backend spec, got {part!r}")
-        k, v = part.split("=", 1)
-        try: v = json.loads(v)
-        except json.JSONDecodeError: pass
-        out[k.strip()] = v
-    return out
-
-def synthetic_backend(rest: str = "") -> SyntheticBackend:
-    "Build from the text after `synthetic:`: a preset name (`strong`, `medium`, `weak`, `oracle`, `random`) and/or `key=value` pairs."
-    rest = rest.strip()
-    preset, _, kv = rest.partition(",") if rest and "=" not in rest.split(",")[0] else ("", "", rest)
-    if preset and preset not in PERSONAS: raise ValueError(f"unknown synthetic preset {preset!r}; choose from {', '.join(PERSONAS)}")
-    base = PERSONAS.get(preset, Persona())
-    kw = _parse_kv(kv)
-    fields = set(Persona.__dataclass_fields__)
-    bad = [k for k in kw if k not in fields]
-    if bad: raise ValueError(f"unknown synthetic option(s) {', '.join(bad)}; allowed: {', '.join(sorted(fields))}")
-    for k, v in kw.items():
-        if k == "seed":
-            if not isinstance(v, int) or isinstance(v, bool): raise ValueError(f"synthetic option seed must be an integer; got {v!r}")
-        elif not isinstance(v, (int, float)) or isinstance(v, bool): raise ValueError(f"synthetic option {k} must be a number; got {v!r}")
-        elif k == "latency" and v < 0: raise ValueError(f"synthetic option latency must be >= 0 seconds; got {v!r}")
-        elif k != "latency" and not 0 <= v <= 1: raise ValueError(f"synthetic option {k} must be between 0 and 1; got {v!r}")
-    return SyntheticBackend(replace(base, **kw), spec=f"synthetic:{rest}")
 
 # %% ../nbs/01_backends.ipynb #3e887c12
 @dataclass
@@ -972,6 +830,16 @@ def structured(self: HFBackend) -> str|None:
     except ImportError: return None
     return "enforced"
 
+# %% ../nbs/01_backends.ipynb #7438677e
+@patch
+def count_tokens(self: HFBackend, text: str) -> int:
+    "Tokens of `text` under this model's tokenizer (special tokens not added)."
+    tok = self.tokenizer or getattr(self, "_count_tok", None)
+    if tok is None:
+        import transformers
+        tok = self._count_tok = transformers.AutoTokenizer.from_pretrained(self.path)
+    return len(tok(text, add_special_tokens=False)["input_ids"]) if text else 0
+
 # %% ../nbs/01_backends.ipynb #ed924a14
 @patch
 def _prompt(self: HFBackend, messages):
@@ -1137,6 +1005,7 @@ class CachedBackend(Backend):
 
     async def aclose(self): await self.inner.aclose()
     def health(self) -> dict|None: return self.inner.health()
+    def count_tokens(self, text: str) -> int: return self.inner.count_tokens(text)
     @property
     def structured(self): return self.inner.structured
     def __repr__(self): return f"CachedBackend({self.inner!r}, hits={self.hits}, misses={self.misses}, evicted={self.evicted})"
@@ -1163,6 +1032,10 @@ class ReplayBackend(Backend):
             return Completion(t.reply or "", t.usage, 0.0, cached=True, meta={"replayed": True, **({"structured": held} if held else {})})
         if self.fallback is None: raise ReplayMiss(f"no recorded reply for {ctx.agent if ctx else '?'} at this point: the debate left the transcript")
         return await self.fallback.complete(messages, ctx, **params)
+
+    def count_tokens(self, text: str) -> int:
+        "The live backend's count, or the estimate when there is none."
+        return self.fallback.count_tokens(text) if self.fallback is not None else super().count_tokens(text)
 
 # %% ../nbs/01_backends.ipynb #c1763aac
 BACKEND_KINDS = ("synthetic", *PRESETS, "hf", "replay")
@@ -1216,7 +1089,9 @@ def get_backend(spec: str, **kw) -> Backend:
     if not isinstance(spec, str) or ":" not in spec:
         raise ValueError(f"backend spec must look like KIND:NAME with KIND one of {', '.join(BACKEND_KINDS)}; got {spec!r}")
     kind, rest = spec.split(":", 1)
-    if kind == "synthetic": return synthetic_backend(rest)
+    if kind == "synthetic":
+        from madlab.synthetic import synthetic_backend   # the offline agents sit above this module (see `madlab.synthetic`)
+        return synthetic_backend(rest)
     if kind in PRESETS:
         if not rest: raise ValueError(f"{kind}: needs a model name, e.g. {kind}:MODEL")
         model, opts = _spec_options(spec, rest)

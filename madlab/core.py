@@ -16,7 +16,8 @@ import orjson
 __all__ = ['ROLES', 'REDACTED', 'OptionError', 'serializable', 'to_jsonable', 'from_jsonable', 'Message', 'ChatHistory', 'Usage',
            'Completion', 'Answer', 'answer_valid', 'answer_key', 'answer_summary', 'answer_view', 'Turn', 'Round',
            'Item', 'register_secret', 'scrub_secrets', 'write_atomic', 'write_parquet', 'Transcript', 'json_objects',
-           'extract_json', 'runtime_loop', 'run_sync', 'run_async', 'stable_hash', 'new_id', 'default_cache_dir']
+           'extract_json', 'runtime_loop', 'run_sync', 'run_async', 'stable_hash', 'new_id', 'default_cache_dir',
+           'madlab_data']
 
 # %% ../nbs/00_core.ipynb #84f5c85e
 class OptionError(ValueError):
@@ -614,3 +615,11 @@ def new_id() -> str: return uuid.uuid4().hex[:12]
 def default_cache_dir() -> str:
     "`$MADLAB_CACHE`, else `~/.cache/madlab/responses`."
     return os.environ.get("MADLAB_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "madlab", "responses")
+
+# %% ../nbs/00_core.ipynb #ce4ae44d
+def madlab_data(*parts) -> Path:
+    "A path inside madlab's shipped data: `madlab/data` in an installed package, else the checkout's top-level `data/`."
+    import madlab
+    pkg = Path(madlab.__file__).resolve().parent
+    root = pkg / "data" if (pkg / "data").is_dir() else pkg.parent / "data"
+    return root.joinpath(*parts)

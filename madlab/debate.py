@@ -456,17 +456,19 @@ def _role_backend(spec, like):
     return _ROLE_BACKENDS[key]
 
 @patch
-def role_agent(self: Debate, role: str, spec: str|None = None, *, name: str|None = None, system: str|None = None, params: dict|None = None) -> Agent:
-    "The debate's agent for `role` (a judge, supervisor, summariser), called `name` (default: the role, capitalised), made on first use from backend `spec`."
+def role_agent(self: Debate, role: str, spec: str|None = None, *, name: str|None = None, system: str|None = None, params: dict|None = None,
+               like: Agent|None = None, meta: dict|None = None) -> Agent:
+    """The debate's agent for `role` (a judge, supervisor, summariser, a cluster's head), called `name` (default: the role, capitalised),
+    made on first use from backend `spec` (None: the backend and parameters of debater `like`, by default the first)."""
     for a in self.agents:
         if a.role == role and (name is None or a.name == name): return a
     team = [a for a in self.agents if a.role not in EXTRA_ROLES] or self.agents
-    first = team[0]
+    first = like or team[0]
     base = name or role.capitalize()
     taken, name, k = {a.name for a in self.agents}, base, 1
     while name in taken: k += 1; name = f"{base}-{k}"
     backend = first.backend if spec is None else _role_backend(spec, first.backend)
-    a = Agent(name, spec or first.spec, system, dict(first.params if params is None else params), role, {"made_for": role},
+    a = Agent(name, spec or first.spec, system, dict(first.params if params is None else params), role, {"made_for": role, **(meta or {})},
               first.structured if spec is None else "auto", backend=backend, budget=self.budget)
     return self.add_agent(a)
 

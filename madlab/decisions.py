@@ -10,7 +10,8 @@ import collections, re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 from .core import *
-from .backends import Ask, synthetic_responder, synthetic_rng, believes_gold
+from .backends import Ask
+from .synthetic import synthetic_responder, synthetic_rng, believes_gold
 from .scoring import answer_format
 
 # %% auto #0

@@ -8,10 +8,9 @@ Docs: https://madlab.github.io/madlab/guards.html.md"""
 from __future__ import annotations
 import asyncio, base64, binascii, codecs, concurrent.futures, functools, itertools, re, unicodedata, urllib.parse
 from pathlib import Path
-import madlab
 from dataclasses import dataclass, field, replace
 from fastcore.basics import patch
-from .core import Answer, serializable, json_objects
+from .core import Answer, serializable, json_objects, madlab_data
 
 # %% auto #0
 __all__ = ['DECODERS', 'LANGUAGES', 'SCREEN_DATA', 'JUDGE_PROMPT', 'ScreenResult', 'normalised_views', 'load_screen_set',
@@ -448,7 +447,7 @@ def _context_signals(found, views, cased) -> list:
     return out
 
 # %% ../nbs/09_guards.ipynb #4be482a3
-SCREEN_DATA = Path(madlab.__file__).resolve().parent / "data" / "screen"
+SCREEN_DATA = madlab_data("screen")
 
 def load_screen_set(path) -> list[dict]:
     "Labelled screen texts from a JSONL file: one `{name, category, attack, text}` object per line."
@@ -643,7 +642,7 @@ def __call__(self: JudgedScreen, text) -> ScreenResult:
 
 def _register_synthetic_judge():
     "Synthetic agents can play the judge: right with probability `skill` when told the truth, else agreeing with the score."
-    from madlab.backends import RESPONDERS, synthetic_responder
+    from madlab.synthetic import RESPONDERS, synthetic_responder
     if "screen.judge" in RESPONDERS: return
     from madlab.backends import AnswerSchema, answer_schema
     verdict = {"type": "object", "properties": {"reasoning": {"type": "string", "description": "one sentence saying why"}, "verdict": {"enum": ["ATTACK", "SAFE"]}},

@@ -125,7 +125,8 @@ register_format("safety", AnswerFormat("safety", "Decide whether an AI assistant
                                        parse_decision, lambda a, g: a is not None and a == g, refusal="REFUSE"))
 
 # %% ../nbs/03_scoring.ipynb #7367b7b6
-from .backends import Persona, Ask, synthetic_responder, synthetic_rng, believes_gold, conform, synthetic_confidence
+from .backends import Ask
+from .synthetic import Persona, synthetic_responder, synthetic_rng, believes_gold, conform, synthetic_confidence
 from .puzzles import KKS_ROLES, kks_answer_format, parse_kks_answer, score_kks
 
 def kks_players(item) -> list:

@@ -10,13 +10,13 @@ import csv, io, json, math, re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from .core import Item, OptionError, serializable
+from .core import Item, OptionError, serializable, madlab_data
 
 # %% auto #0
 __all__ = ['SAFETY_DECISIONS', 'RELIABILITY_LABELS', 'MARKET_QUESTION', 'TASKS', 'extract_number', 'numbers_match', 'gsm8k_gold',
            'load_gsm8k', 'load_xstest', 'MarketRecord', 'load_market_news', 'market_item', 'load_market', 'load_mmlu',
            'parse_choice', 'pairwise_prompt', 'load_faireval', 'load_pairwise', 'load_scenarios', 'Task',
-           'register_task', 'madlab_data', 'get_task', 'task_items', 'load_task_file']
+           'register_task', 'get_task', 'task_items', 'load_task_file']
 
 # %% ../nbs/04_tasks.ipynb #4b49f779
 _FRAC_RE = r"(?<![\w./])[-\u2212]?\d+\s*/\s*\d+(?![\w/]|\.\d)"   # 3/4, -1/2 (not dates such as 12/25/2020)
@@ -335,11 +335,6 @@ TASKS: dict[str, Task] = {}
 def register_task(name: str, load, data: str|None = None, what: str = "", doc: str = "", own_data: bool = False) -> Task:
     "Register task `name`."
     TASKS[name] = Task(name, load, data, what, doc, own_data); return TASKS[name]
-
-def madlab_data(*parts) -> Path:
-    "A path inside madlab's shipped data."
-    import madlab
-    return Path(madlab.__file__).resolve().parent.joinpath("data", *parts)
 
 def _is_task_file(name) -> bool: return isinstance(name, (str, Path)) and str(name).lower().endswith((".yaml", ".yml"))
 

@@ -148,7 +148,7 @@ BENIGN = [
 
 # -- attacks by family, and benign look-alikes that quote or discuss them (the tuning set) --------------------------------
 # Each case is `(name, family, text)`. The rules were tuned on these and the learned stage is trained on them (they are also
-# `madlab/data/screen/project.jsonl`); `tests/data/screen_heldout3.jsonl` is the test set never trained or tuned on (see
+# `data/screen/project.jsonl`); `tests/data/screen_heldout3.jsonl` is the test set never trained or tuned on (see
 # `bench/bench_screen.py`).
 import codecs, urllib.parse
 

@@ -4,16 +4,15 @@ import collections, itertools, json, random
 from pathlib import Path
 import pytest
 from click.testing import CliRunner
-import madlab
-from madlab.core import Transcript
-from madlab.backends import get_backend
+from madlab.core import Transcript, madlab_data
+from madlab.backends import CachedBackend, ReplayBackend, get_backend
 from madlab.debate import Debate, comparable
 from madlab.scoring import stock_position, score_result
 from madlab.tasks import MarketRecord, load_market, market_item
 from madlab.protocols.cluster import (cluster_counts, diversity, greedy_clusters, pack_records, token_counter, cluster_log_html,
                                       cluster_frame, StockUtil, ClusterPrompts)
 
-SAMPLE = Path(madlab.__file__).parent / "data" / "market" / "sample.jsonl"
+SAMPLE = madlab_data("market", "sample.jsonl")
 ORACLE_TEAM = ["synthetic:oracle", "synthetic:strong,seed=2", "synthetic:medium,seed=3"]
 
 def rec(headline, day=1, body=""):
@@ -77,13 +76,17 @@ def test_token_budget_never_exceeded(budget):
     held = sorted(i for a in leaves(t) for i in a["meta"]["data"])
     assert held == list(range(len(item.data)))          # every record held by exactly one leaf agent
 
-def test_token_budget_with_an_hf_tokenizer(tiny_model_dir):
+def test_token_budget_with_an_hf_tokenizer(tiny_model_dir, tmp_path):
     from transformers import AutoTokenizer
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     count = token_counter(get_backend(f"hf:{tiny_model_dir}"))
     texts = [r.text() for r in load_market(SAMPLE)[0].data]
     assert [count(s) for s in texts] == [len(tok(s, add_special_tokens=False)["input_ids"]) for s in texts]
     assert count(texts[0]) != token_counter()(texts[0])       # the tokenizer, not the estimate
+    # wrapped in a cache, or behind a replay (a fork), the model still counts with its tokenizer
+    hf = get_backend(f"hf:{tiny_model_dir}")
+    for wrapped in (CachedBackend(hf, str(tmp_path)), ReplayBackend([], fallback=CachedBackend(hf, str(tmp_path)))):
+        assert [token_counter(wrapped)(s) for s in texts] == [count(s) for s in texts]
     for g in pack_records(texts, 120, count):
         assert sum(count(texts[i]) for i in g) <= 120 or len(g) == 1
 

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 from madlab.cli import main
-from madlab.backends import PERSONAS, synthetic_backend
+from madlab.synthetic import PERSONAS, synthetic_backend
 from madlab.agents import DEFAULT_TEAM
 
 CONTROLMAD_DATA = Path("/work/shared/data/controlmad")

@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 from madlab.cli import main
-from madlab.backends import SyntheticBackend
+from madlab.synthetic import SyntheticBackend
 from madlab.debate import Debate
 from madlab.run import run_experiment, rescore
 from madlab.runs import open_run

@@ -12,7 +12,7 @@ from madlab.guards import JudgedScreen, ScreenResult, parse_verdict, screen_inpu
 
 ROOT = Path(__file__).resolve().parent.parent
 XSTEST = Path(os.environ.get("MADLAB_XSTEST", ROOT.parent / "shared" / "data" / "xstest" / "xstest_prompts.csv"))
-SCREEN_DATA = ROOT / "madlab" / "data" / "screen"
+SCREEN_DATA = ROOT / "data" / "screen"
 HELDOUT = SCREEN_DATA / "heldout_1.jsonl"
 HELDOUT3 = Path(__file__).resolve().parent / "data" / "screen_heldout3.jsonl"   # never trained or tuned on
 needs_xstest = pytest.mark.skipif(not XSTEST.is_file(), reason=f"XSTest not found at {XSTEST}")

@@ -45,3 +45,17 @@ def test_no_module_level_import_cycles():
 
 def test_core_imports_nothing_of_madlab():
     assert not {d for d in _top_level_imports(PKG / "core.py", "madlab.core") if d != "madlab"}
+
+def test_no_protocol_builds_or_unwraps_a_backend():
+    "A protocol never imports a backend class or `get_backend`: extra agents come from the debate by role (`role_agent`, `side_backend`), and what it asks of a model is a backend method."
+    import re
+    banned = re.compile(r"\b(get_backend|OpenAIBackend|HFBackend|CachedBackend|ReplayBackend|SyntheticBackend|synthetic_backend)\b")
+    found = {}
+    for p in sorted((PKG / "protocols").glob("*.py")):
+        tree = ast.parse(p.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[-1] in ("backends", "synthetic"):
+                bad = [a.name for a in node.names if banned.fullmatch(a.name)]
+                if bad: found.setdefault(p.name, []).extend(bad)
+            elif isinstance(node, ast.Attribute) and banned.fullmatch(node.attr): found.setdefault(p.name, []).append(node.attr)
+    assert not found, found

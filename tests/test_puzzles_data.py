@@ -1,5 +1,5 @@
 """Knight-Knave-Spy data checks too slow or data-heavy for the notebook: all 1,800 ControlMAD games,
-round trips through ControlMAD's format, bad-input errors, determinism, and bit-for-bit regeneration of madlab/data/kks."""
+round trips through ControlMAD's format, bad-input errors, determinism, and bit-for-bit regeneration of data/kks."""
 import dataclasses, json
 from pathlib import Path
 import pytest
@@ -63,13 +63,13 @@ def test_generation_is_deterministic():
     assert [p.text() for p in generate(9, count=10, seed=43)] != [p.text() for p in a]
 
 def test_data_kks_regenerates_bit_for_bit(tmp_path):
-    ref = ROOT / "madlab" / "data" / "kks" / "4.jsonl"
-    assert ref.exists(), "madlab/data/kks/4.jsonl is missing: run tools/make_kks.py"
+    ref = ROOT / "data" / "kks" / "4.jsonl"
+    assert ref.exists(), "data/kks/4.jsonl is missing: run tools/make_kks.py"
     [f] = make_kks_sets(tmp_path, sizes=[4], count=100)
     assert f.read_bytes() == ref.read_bytes()
 
 def test_data_kks_games_are_unique_and_gold():
-    games = load_controlmad(ROOT / "madlab" / "data" / "kks")
+    games = load_controlmad(ROOT / "data" / "kks")
     assert len(games) == 900 and {p.n_players for p in games} == set(range(4, 13))
     assert all(solve(p, limit=2) == [p.solution] for p in games)
     assert games[0].id == "kks-4-0001"

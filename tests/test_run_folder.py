@@ -10,9 +10,8 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-import madlab
 from madlab.cli import main
-from madlab.core import Item, Transcript, OptionError
+from madlab.core import Item, Transcript, OptionError, madlab_data
 from madlab.backends import Backend, BackendError
 from madlab.agents import Agent
 from madlab.run import run_experiment, rescore, write_table, RunFolder
@@ -393,7 +392,7 @@ def test_layout_and_rescore_reproduces_the_table(tmp_path, monkeypatch, proto, _
 def test_layout_and_rescore_s4_python(tmp_path, monkeypatch, _cache):
     "The same for S4 run from Python (so the layout is checked even while `madlab run s4` fails)."
     from madlab.tasks import load_xstest
-    items = load_xstest(Path(madlab.__file__).resolve().parent / "data" / "s4" / "sample.csv")[:3]
+    items = load_xstest(madlab_data("s4", "sample.csv"))[:3]
     res = run_experiment("s4", items, out=tmp_path / "run", cache=False)
     assert res.failed == 0, res.summary()
     _check_layout_and_rescore(tmp_path / "run", "s4-python", monkeypatch, _cache)

@@ -16,7 +16,7 @@ from madlab.tasks import load_xstest
 from madlab.protocols.s4 import Vote, decide, default_rules, strict_rules, decision_rule, s4_team, SAFETY, UTILITY
 
 ROOT = Path(__file__).resolve().parent.parent
-SAMPLE = ROOT / "madlab" / "data" / "s4" / "sample.csv"          # the prompts madlab ships (`madlab run s4` without --data)
+SAMPLE = ROOT / "data" / "s4" / "sample.csv"                  # the prompts madlab ships (`madlab run s4` without --data)
 XSTEST = Path(os.environ.get("MADLAB_XSTEST", ROOT.parent / "shared" / "data" / "xstest" / "xstest_prompts.csv"))
 needs_xstest = pytest.mark.skipif(not XSTEST.is_file(), reason=f"XSTest not found at {XSTEST}")
 

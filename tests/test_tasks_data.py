@@ -43,7 +43,7 @@ def test_mmlu_loads_with_letter_gold():
         assert parse_choice(f"Let me think about it.\nThe answer is ({i.gold}).") == i.gold
 
 def test_market_sample_loads():
-    f = ROOT / "madlab" / "data" / "market" / "sample.jsonl"
+    f = ROOT / "data" / "market" / "sample.jsonl"
     recs = load_market_news(f)
     assert len(recs) >= 8 and all(isinstance(r, MarketRecord) and 0 <= r.reliability <= 1 for r in recs)
     [item] = load_market(f)

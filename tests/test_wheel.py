@@ -78,16 +78,25 @@ def test_wheel_installs_and_runs_controlmad(installed):
     with zipfile.ZipFile(installed["wheel"]) as z: names = z.namelist()
     for f in ("madlab/data/kks/5.jsonl", "madlab/data/s4/sample.csv", "madlab/cli.py"):
         assert f in names, f"{f} is missing from {installed['wheel'].name}"
-    stray = [n for n in names if n.split("/")[0] in ("tests", "nbs")]
+    # the checkout's top-level data/ is installed as madlab/data, all of it; and every module ships
+    shipped = {f"madlab/data/{p.relative_to(ROOT / 'data').as_posix()}" for p in (ROOT / "data").rglob("*") if p.is_file() and "__pycache__" not in p.parts}
+    modules = {p.relative_to(ROOT).as_posix() for p in (ROOT / "madlab").rglob("*.py") if "__pycache__" not in p.parts}
+    assert shipped and not shipped - set(names), f"data files missing from the wheel: {sorted(shipped - set(names))[:10]}"
+    assert not modules - set(names), f"modules missing from the wheel: {sorted(modules - set(names))}"
+    stray = [n for n in names if n.split("/")[0] in ("tests", "nbs", "data")]
     assert not stray, f"the wheel holds files outside the package: {stray[:10]}"
 
-    # madlab (and its data) come from the fresh venv, not from the editable checkout
+    # madlab (and its data) come from the fresh venv, not from the editable checkout; every reader of the data finds it there
     p = _run([venv / "bin" / "python", "-c", "import madlab, madlab.cli, importlib.resources as r; print(madlab.__file__); "
-              "print(madlab.cli.__file__); print(r.files('madlab').joinpath('data/kks/5.jsonl').is_file())"], cwd=work, env=env)
-    mod, cli, data_ok = p.stdout.split()
+              "print(madlab.cli.__file__); print(r.files('madlab').joinpath('data/kks/5.jsonl').is_file()); "
+              "from madlab.core import madlab_data; from madlab.guards import SCREEN_DATA; from madlab.protocols.agentverse import example_path; "
+              "print(madlab_data('tasks', 'gsm8k.yaml')); print(SCREEN_DATA / 'project.jsonl'); print(example_path('pairwise_eval'))"], cwd=work, env=env)
+    mod, cli, data_ok, *data = p.stdout.split()
     for f in (mod, cli):
         assert Path(f).resolve().is_relative_to(site.resolve()), f"madlab was imported from {f}, not from {site}"
     assert data_ok == "True", "madlab/data/kks/5.jsonl is not in the installed package"
+    for f in data:
+        assert Path(f).is_file() and Path(f).resolve().is_relative_to((site / "madlab" / "data").resolve()), f"{f} is not madlab's installed data"
 
     out = work / "OUT"
     p = _run([venv / "bin" / "madlab", "run", "controlmad", "--size", "5", "--games", "1-2", "--out", "OUT", "--no-progress"],

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable
 from ..core import *
-from ..backends import Ask, synthetic_responder
+from ..backends import Ask
+from ..synthetic import synthetic_responder
 from ..agents import DEFAULT_TEAM, check_spec
 from ..debate import protocol, protocol_hook
 from ..scoring import answer_format, majority_vote, plurality_vote, agreement, cohen_kappa, PairwiseVerdict
@@ -1391,8 +1392,7 @@ def config_task(options: dict) -> dict:
 # %% ../../nbs/14_agentverse.ipynb #d85e5376
 def example_path(name: str) -> Path:
     "The path of one of madlab's example AgentVerse task files (e.g. 'pairwise_eval')."
-    import madlab
-    p = Path(madlab.__file__).resolve().parent / "data" / "agentverse" / (name if name.endswith(".yaml") else f"{name}.yaml")
+    p = madlab_data("agentverse", name if name.endswith(".yaml") else f"{name}.yaml")
     if not p.exists():
         have = sorted(q.stem for q in p.parent.glob("*.yaml"))
         raise ValueError(f"no example {name!r}; examples: {', '.join(have)}")

@@ -10,7 +10,8 @@ import collections, collections.abc, html, importlib, itertools, json, math, ran
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from ..core import *
-from ..backends import Ask, CachedBackend, HFBackend, ReplayBackend, synthetic_responder, synthetic_rng
+from ..backends import Ask
+from ..synthetic import synthetic_responder, synthetic_rng
 from ..agents import Agent
 from ..debate import protocol, protocol_hook
 from ..scoring import answer_format, plurality_vote, stock_position, parse_stock_answer, StockAnswer
@@ -51,20 +52,11 @@ def greedy_clusters(items, k: int, sim, rng=None) -> list[list]:
     return clusters
 
 # %% ../../nbs/15_cluster.ipynb #ee60c369
-def _inner(b):
-    while isinstance(b, (CachedBackend, ReplayBackend)): b = b.inner if isinstance(b, CachedBackend) else b.fallback
-    return b
+def _estimate(s: str) -> int: return max(1, math.ceil(len(s) / 4)) if s else 0
 
 def token_counter(backend=None):
-    "A function text -> tokens: the backend's tokenizer for `hf:` models, else the estimate ceil(characters / 4)."
-    b = _inner(backend)
-    if isinstance(b, HFBackend):
-        tok = b.tokenizer
-        if tok is None:
-            import transformers
-            tok = transformers.AutoTokenizer.from_pretrained(b.path)
-        return lambda s: len(tok(s, add_special_tokens=False)["input_ids"])
-    return lambda s: max(1, math.ceil(len(s) / 4)) if s else 0
+    "A function text -> tokens: the backend's own `count_tokens` (its tokenizer for `hf:` models, through any cache or replay), else the estimate ceil(characters / 4)."
+    return backend.count_tokens if backend is not None else _estimate
 
 def pack_records(texts, budget: int, count=None) -> list[list[int]]:
     "Indices of `texts` packed in order into groups of at most `budget` tokens (a text over the budget alone is a group of its own)."
@@ -245,9 +237,9 @@ class _State:
         return out
 
     def new_agent(self, name, system, kind, **meta) -> Agent:
-        "A dynamic or persona agent created mid-debate, on the next team member's backend."
+        "A dynamic or persona agent the debate creates for its role (`kind`), on the next team member's backend."
         w = self.workers[self.n % len(self.workers)]; self.n += 1
-        a = self.d.add_agent(Agent(name, w.spec, system, dict(w.params), "static" if kind == "static" else kind, {"kind": kind, **meta}, w.structured, backend=w.backend))
+        a = self.d.role_agent(kind, name=name, system=system, like=w, meta={"kind": kind, **meta})
         self.kind[a.name] = kind
         self.data[a.name] = list(meta.get("data", []))
         return a
