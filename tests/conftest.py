@@ -146,8 +146,18 @@ def _children():
         except psutil.Error: pass
     return out
 
+# transformers loads a checkpoint's tensors on a pool it shuts down without waiting (`core_model_loading`): a worker still
+# inside that loader is the library's own, finishing its last tensor, not something a test started and forgot
+_LIBRARY_FRAMES = ("transformers/core_model_loading.py",)
+
+def _stack(ident) -> str:
+    import sys, traceback
+    f = sys._current_frames().get(ident)
+    return "".join(traceback.format_stack(f)) if f is not None else ""
+
 def _left_behind(threads0, children0):
-    threads = {i: n for i, n in _threads().items() if i not in threads0 and not n.startswith(_LASTING_THREADS)}
+    threads = {i: n for i, n in _threads().items() if i not in threads0 and not n.startswith(_LASTING_THREADS)
+               and not any(m in _stack(i) for m in _LIBRARY_FRAMES)}
     children = {p: c for p, c in _children().items() if p not in children0}
     return threads, children
 
@@ -162,5 +172,6 @@ def stops_what_it_starts(request):
         if not threads and not children: return
         if time.time() > deadline: break
         time.sleep(0.1)
-    pytest.fail(f"{request.node.nodeid} left running: threads {sorted(threads.values())}, child processes {sorted(children.values())}",
+    where = "".join(f"\n--- {n}:\n{_stack(i)[-1500:]}" for i, n in threads.items())     # what each thread is doing, to find who started it
+    pytest.fail(f"{request.node.nodeid} left running: threads {sorted(threads.values())}, child processes {sorted(children.values())}{where}",
                 pytrace=False)
