@@ -150,6 +150,11 @@ def _children():
 # inside that loader is the library's own, finishing its last tensor, not something a test started and forgot
 _LIBRARY_FRAMES = ("transformers/core_model_loading.py",)
 
+def _idle_library_worker(ident, name) -> bool:
+    "An idle worker of an unnamed thread pool (madlab names every pool it makes): a library's, waiting for work, running nothing."
+    st = _stack(ident).rstrip().splitlines()
+    return name.startswith("ThreadPoolExecutor-") and len(st) >= 2 and "concurrent/futures/thread.py" in st[-2] and "work_queue.get" in st[-1]
+
 def _stack(ident) -> str:
     import sys, traceback
     f = sys._current_frames().get(ident)
@@ -157,7 +162,7 @@ def _stack(ident) -> str:
 
 def _left_behind(threads0, children0):
     threads = {i: n for i, n in _threads().items() if i not in threads0 and not n.startswith(_LASTING_THREADS)
-               and not any(m in _stack(i) for m in _LIBRARY_FRAMES)}
+               and not any(m in _stack(i) for m in _LIBRARY_FRAMES) and not _idle_library_worker(i, n)}
     children = {p: c for p, c in _children().items() if p not in children0}
     return threads, children
 
