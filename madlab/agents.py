@@ -43,6 +43,11 @@ class Budget:
 # %% ../nbs/02_agents.ipynb #6dd83672
 STRUCTURED_MODES = ("auto", "on", "off")
 
+def _cannot_hold(a) -> str|None:
+    "Why agent `a` cannot have its replies held to a schema (None: it can, or it is synthetic and writes the format anyway)."
+    if a.synthetic or getattr(a.backend, "structured", None): return None
+    return f"{a.spec} cannot hold replies to a schema" + (" (install madlab[hf] for llguidance)" if a.spec.startswith("hf:") else "")
+
 @dataclass
 class Agent:
     "A debater: name, backend spec, system prompt, default call parameters and its own chat history."
@@ -63,8 +68,7 @@ class Agent:
         if m: self.spec, self.structured = self.spec[:m.start()] + self.spec[m.end():], m.group(1).strip()
         if self.structured not in STRUCTURED_MODES: raise ValueError(f"structured must be one of {', '.join(STRUCTURED_MODES)}; got {self.structured!r}")
         if self.backend is None: self.backend = get_backend(self.spec)
-        if self.structured == "on" and not self.synthetic and not getattr(self.backend, "structured", None):
-            raise ValueError(f"structured=on: {self.spec} cannot hold replies to a schema" + (" (install madlab[hf] for llguidance)" if self.spec.startswith("hf:") else ""))
+        if self.structured == "on" and _cannot_hold(self): raise ValueError(f"structured=on: {_cannot_hold(self)}")
         if self.system and not len(self.history): self.history.add("system", self.system, sender=self.name)
 
     @property
@@ -128,12 +132,8 @@ class Agent:
 @patch
 def _structure(self: Agent, ask: Ask, params: dict) -> tuple[dict, str]:
     "The call's params with the reply's schema (when this agent's backend can hold a reply to one) and the note that shows it in the prompt."
-    if self.structured == "off" or not getattr(self.backend, "structured", None): return params, ""
-    sch = schema_for(ask)
-    if sch is None: return params, ""
     p = {**self.params, **params}
-    n = p.get("max_tokens") or p.get("max_new_tokens") or p.get("max_completion_tokens")
-    return {**params, "schema": sch.capped(n)}, ("" if sch.prompted else "\n\n" + sch.note())
+    return held_call(self.backend, ask, params, self.structured, p.get("max_tokens") or p.get("max_new_tokens") or p.get("max_completion_tokens"))
 
 # %% ../nbs/02_agents.ipynb #9494f0eb
 _PROVIDER = {"openai": "OpenAI", "gemini": "Gemini", "qwen": "Qwen", "ollama": "Ollama", "vllm": "vLLM", "hf": "HF", "synthetic": "Synthetic", "replay": "Replay"}
@@ -214,8 +214,7 @@ def set_structured(agents, mode: str) -> list:
     "Set every agent's `structured` mode (auto, on, off); raises `OptionError('structured', ...)` naming a member that cannot."
     if mode not in STRUCTURED_MODES: raise OptionError("structured", f"must be one of {', '.join(STRUCTURED_MODES)}; got {mode!r}")
     for a in agents:
-        if mode == "on" and not a.synthetic and not getattr(a.backend, "structured", None):
-            raise OptionError("structured", f"on: {a.name} ({a.spec}) cannot hold replies to a schema" + (" (install madlab[hf] for llguidance)" if a.spec.startswith("hf:") else ""))
+        if mode == "on" and _cannot_hold(a): raise OptionError("structured", f"on: {a.name} ({_cannot_hold(a)})")
         a.structured = mode
     return agents
 

@@ -14,7 +14,7 @@ from .core import *
 
 # %% auto #0
 __all__ = ['SCHEMAS', 'ADAPTIVE_START', 'PRESETS', 'END_OF_TURN_TOKENS', 'BACKEND_KINDS', 'ENDPOINT_OPTIONS', 'HF_OPTIONS',
-           'BackendError', 'ReplayMiss', 'Ask', 'Backend', 'AnswerSchema', 'answer_schema', 'schema_for',
+           'BackendError', 'ReplayMiss', 'Ask', 'Backend', 'AnswerSchema', 'answer_schema', 'schema_for', 'held_call',
            'schema_example', 'EndpointLimit', 'EndpointDown', 'CircuitBreaker', 'response_format', 'OpenAIBackend',
            'HFBackend', 'CachedBackend', 'ReplayBackend', 'get_backend']
 
@@ -89,6 +89,12 @@ def schema_for(ask: Ask|None) -> AnswerSchema|None:
     "The `AnswerSchema` of `ask`'s kind for this item (None: free text, or a kind without one)."
     fn = SCHEMAS.get(getattr(ask, "kind", None))
     return fn(ask) if fn is not None else None
+
+def held_call(backend, ask: Ask|None, params: dict, mode: str = "auto", max_tokens: int|None = None) -> tuple[dict, str]:
+    "`params` with the reply's schema (capped to `max_tokens`) where `backend` can hold a reply to one and `mode` is not off, and the prompt note that shows it."
+    sch = schema_for(ask) if mode != "off" and getattr(backend, "structured", None) else None
+    if sch is None: return params, ""
+    return {**params, "schema": sch.capped(max_tokens)}, ("" if sch.prompted else "\n\n" + sch.note())
 
 # %% ../nbs/01_backends.ipynb #80314418
 def schema_example(s) -> str:

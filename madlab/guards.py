@@ -610,16 +610,15 @@ def _deciding(sr: ScreenResult) -> float: return sr.score if sr.p_attack is None
 @patch
 async def ascreen(self: JudgedScreen, text, gold: bool|None = None) -> ScreenResult:
     "Screen `text`; ask the judge when the score is near the threshold (`gold`, whether it is an attack, is seen only by synthetic judges)."
-    from madlab.backends import Ask, schema_for
+    from madlab.backends import Ask, held_call
     sr = screen_input(text, self.max_chars, self.threshold, self.model, self.p_threshold)
     if not self.asks_judge(sr): return sr
     be = self.backend()
     s, th = _deciding(sr), self.deciding_threshold
     rec = {"backend": getattr(be, "spec", str(self.judge)), "score": s, "band": list(self.band), "by_score": "blocked" if sr.blocked else "passed"}
     params, ask = dict(self.params), Ask(kind="screen.judge", options={"score": s, "threshold": th, "gold": gold})
-    sch = schema_for(ask) if params.pop("structured", "auto") != "off" and getattr(be, "structured", None) else None
-    msgs = [{"role": "system", "content": JUDGE_PROMPT}, {"role": "user", "content": _judge_request(text, sr) + ("\n\n" + sch.note() if sch else "")}]
-    if sch: params["schema"] = sch.capped(params.get("max_tokens") or params.get("max_new_tokens"))
+    params, note = held_call(be, ask, params, params.pop("structured", "auto"), params.get("max_tokens") or params.get("max_new_tokens"))
+    msgs = [{"role": "system", "content": JUDGE_PROMPT}, {"role": "user", "content": _judge_request(text, sr) + note}]
     try: c = await be.complete(msgs, ask, **params)
     except Exception as e:
         return replace(sr, judge={**rec, "verdict": None, "error": f"{type(e).__name__}: {e}"[:300], "decided_by": "score"})
