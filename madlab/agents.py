@@ -120,6 +120,7 @@ class Agent:
         c = replace(c, text=scrub_secrets(c.text))       # a server may echo a key back: it is never recorded
         turn.reply, turn.usage, turn.latency, turn.cached = c.text, c.usage, c.latency, c.cached
         if c.meta.get("structured"): turn.meta["structured"] = c.meta["structured"]     # how the reply was held to its schema
+        if c.meta.get("prefill_tokens") is not None and not c.cached: turn.meta["prefill_tokens"] = c.meta["prefill_tokens"]   # the prompt tokens computed (the rest reused)
         self.history.add("assistant", c.text, sender=self.name, receivers=receivers, phase=phase, round=round, focus=focus)
         if parse is not None:
             try: turn.answer = parse(c.text)

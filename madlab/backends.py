@@ -749,6 +749,20 @@ def _fast_cpu_bf16() -> bool:
     except OSError: return False
     return " amx_bf16" in flags or " avx512_bf16" in flags
 
+def _usable_cores() -> int:
+    "The CPU cores this process may run on (its affinity), not the machine's count."
+    try: return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError): return os.cpu_count() or 1
+
+def _kv_budget_mb(device) -> int:
+    "The default key/value store: a quarter of the free GPU memory, or an eighth of the available RAM, at most 8 GiB."
+    import torch
+    if getattr(device, "type", str(device)) == "cuda": free = torch.cuda.mem_get_info(device)[0] / 4
+    else:
+        try: free = next(int(l.split()[1]) * 1024 for l in open("/proc/meminfo") if l.startswith("MemAvailable:")) / 8
+        except (OSError, StopIteration): free = 2**30
+    return int(min(free, 8 * 2**30) // 2**20)
+
 def _hf_dtype(dtype):
     "`auto` means the checkpoint's dtype on a GPU (or a CPU with fast bf16) and float32 on any other CPU; anything else is kept."
     import torch
@@ -758,13 +772,16 @@ def _hf_dtype(dtype):
 
 class HFBackend(Backend):
     "A transformers model in this process; concurrent requests are batched into one `generate` call."
+    min_shared = 16    # tokens two prompts of a batch must share beyond the store before they are computed once for both
     def __init__(self, path: str, device_map="auto", dtype="auto", max_batch: int = 64, batch_window: float = 0.005,
-                 max_new_tokens: int = 512, **defaults):
+                 max_new_tokens: int = 512, kv_cache_mb: int|None = None, threads: int|None = None, **defaults):
         self.path, self.device_map, self.dtype, self.max_batch, self.batch_window = path, device_map, dtype, max_batch, batch_window
+        self.kv_cache_mb, self.threads = kv_cache_mb, threads or _usable_cores()
         self.defaults = {"max_new_tokens": max_new_tokens, **defaults}
         self.spec = f"hf:{path}"
         self.model = self.tokenizer = None
-        self.generate_calls = self.requests = 0
+        self.generate_calls = self.requests = self.prompt_tokens = self.prefill_tokens = 0
+        self._prefix, self.prefix_off = None, None
         self.batch_sizes: list[int] = []
         self._queue, self._worker, self._wake, self._load_lock = [], None, None, None
         self._executor = None
@@ -780,8 +797,15 @@ def _load(self: HFBackend):
         import accelerate  # noqa: F401
         kw["device_map"] = self.device_map
     except ImportError: pass
+    import inspect, torch
+    torch.set_num_threads(self.threads)          # torch's threads are per process: the last model loaded sets them
     model = transformers.AutoModelForCausalLM.from_pretrained(self.path, **kw)
     model.eval()
+    mb = _kv_budget_mb(model.device) if self.kv_cache_mb is None else self.kv_cache_mb
+    self._prefix = _PrefixStore(mb * 2**20) if mb > 0 else None
+    self.prefix_off = None if mb > 0 else "kv_cache_mb=0"
+    params = inspect.signature(model.forward).parameters
+    self._logits_to_keep = next((p for p in ("logits_to_keep", "num_logits_to_keep") if p in params), None)
     added = tok.get_added_vocab()    # the chat template's end-of-turn token (Llama 3's <|eot_id|>) ends a reply as eos does
     self.end_of_turn = [added[t] for t in END_OF_TURN_TOKENS if t in added and t in str(getattr(tok, "chat_template", None) or "")]
     self.tokenizer, self.model = tok, model
@@ -828,6 +852,70 @@ class _SchemaMask:
         "What held row i: 'enforced' (the schema held every token), 'broken' (a token left it), or None (free text)."
         return None if self.matchers[i] is None else ("broken" if self.broken[i] else "enforced")
 
+# %% ../nbs/01_backends.ipynb #dcaacf73
+class _PrefixStore:
+    "Key/value caches of one model's earlier sequences (prompt + reply tokens), least recently used dropped past `budget` bytes."
+    def __init__(self, budget: int):
+        self.budget, self.entries, self.nbytes, self.evicted, self._next = budget, collections.OrderedDict(), 0, 0, 0
+
+    def longest(self, ids):
+        "The key of the entry sharing the longest prefix with the token tensor `ids`, and that length: `(None, 0)` when none does."
+        best, n = None, 0
+        for key, (toks, _kv, _size) in self.entries.items():
+            m = min(len(toks), len(ids))
+            if m <= n: continue
+            diff = (toks[:m] != ids[:m]).nonzero()
+            c = int(diff[0]) if len(diff) else m
+            if c > n: best, n = key, c
+        if best is not None: self.entries.move_to_end(best)
+        return best, n
+
+    def add(self, toks, kv) -> int|None:
+        "Keep `kv` (per layer `(keys, values)`, batch 1) for the tokens `toks`; entries it extends are dropped. The key, or None when over budget."
+        size = sum(t.numel() * t.element_size() for k, v in kv for t in (k, v))
+        if size > self.budget: return None
+        for key in [k for k, (t, _, _) in self.entries.items() if len(t) <= len(toks) and bool((t == toks[:len(t)]).all())]:
+            self._drop(key)
+        while self.nbytes + size > self.budget: self._drop(next(iter(self.entries))); self.evicted += 1
+        self._next += 1
+        self.entries[self._next] = (toks, kv, size); self.nbytes += size
+        return self._next
+
+    def _drop(self, key): self.nbytes -= self.entries.pop(key)[2]
+    def __len__(self): return len(self.entries)
+    def __repr__(self): return f"_PrefixStore({len(self)} sequences, {self.nbytes / 2**20:.1f} of {self.budget / 2**20:.0f} MB)"
+
+
+# %% ../nbs/01_backends.ipynb #02e9065b
+def _kv_layers(cache) -> list|None:
+    "Per layer `(keys, values)` of a transformers cache; None for one that is not plain per-layer tensors (sliding windows, quantised)."
+    layers = getattr(cache, "layers", None)
+    if not layers or not all(type(l).__name__ == "DynamicLayer" and getattr(l, "keys", None) is not None for l in layers): return None
+    return [(l.keys, l.values) for l in layers]
+
+def _dynamic_cache(kv):
+    "A transformers `DynamicCache` holding `kv` (per layer `(keys, values)`)."
+    from transformers import DynamicCache
+    c = DynamicCache()
+    for i, (k, v) in enumerate(kv): c.update(k, v, i)
+    return c
+
+def _cache_arg() -> str:
+    "What `generate` and `forward` call a cache to continue from: `cache` from transformers 5, `past_key_values` before."
+    import transformers
+    return "cache" if int(transformers.__version__.split(".")[0]) >= 5 else "past_key_values"
+
+def _out_cache(out):
+    c = getattr(out, "cache", None)
+    return c if c is not None else getattr(out, "past_key_values", None)
+
+def _common_prefix(a, b) -> int:
+    "How many leading tokens two token tensors share."
+    m = min(len(a), len(b))
+    d = (a[:m] != b[:m]).nonzero()
+    return int(d[0]) if len(d) else m
+
+
 # %% ../nbs/01_backends.ipynb #af2d3052
 @patch(as_prop=True)
 def structured(self: HFBackend) -> str|None:
@@ -854,34 +942,108 @@ def _prompt(self: HFBackend, messages):
         return tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     return "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant:"
 
+
+# %% ../nbs/01_backends.ipynb #19f3e72c
+@patch
+def _layout(self: HFBackend, rows):
+    """One batch of `rows` (token tensors) for `generate`: each row is its stored prefix, then the rest of its prompt, each
+    left-padded to the longest (`[pad, prefix, pad, rest]`, positions follow the attention mask), and the stored prefixes as one cache."""
+    import torch
+    store = self._prefix
+    found = [store.longest(r) if store is not None else (None, 0) for r in rows]
+    cs = [min(c, len(r) - 1) for (_, c), r in zip(found, rows)]
+    C, S = max(cs), max(len(r) - c for r, c in zip(rows, cs))
+    ids = torch.full((len(rows), C + S), self.tokenizer.pad_token_id); mask = torch.zeros_like(ids)
+    for i, (r, c) in enumerate(zip(rows, cs)):
+        ids[i, C - c:C], ids[i, C + S - len(r) + c:] = r[:c], r[c:]
+        mask[i, C - c:C] = mask[i, C + S - len(r) + c:] = 1
+    if C == 0: return ids, mask, None, cs
+    kvs = [store.entries[k][1] if c else None for (k, _), c in zip(found, cs)]
+    ref = next(kv for kv in kvs if kv is not None)
+    def padded(kv, c, l, which):
+        z = ref[l][which].new_zeros((1, ref[l][which].shape[1], C - c, ref[l][which].shape[3]))
+        return z if kv is None else torch.cat([z, kv[l][which][:, :, :c]], 2)
+    cache = [tuple(torch.cat([padded(kv, c, l, w) for kv, c in zip(kvs, cs)]) for w in (0, 1)) for l in range(len(ref))]
+    return ids, mask, _dynamic_cache(cache), cs
+
+
+# %% ../nbs/01_backends.ipynb #477e9b50
+@patch
+def _prefill(self: HFBackend, toks) -> int:
+    "Compute and keep the key/value cache of `toks`, continuing from the longest stored prefix; the tokens computed."
+    import torch
+    store = self._prefix
+    key, c = store.longest(toks)
+    kw = {_cache_arg(): _dynamic_cache([(k[:, :, :c], v[:, :, :c]) for k, v in store.entries[key][1]]) if c else None}
+    if self._logits_to_keep: kw[self._logits_to_keep] = 1
+    with torch.inference_mode(): out = self.model(input_ids=toks[None, c:].to(self.model.device), use_cache=True, **kw)
+    kv = _kv_layers(_out_cache(out))
+    if kv is not None: store.add(toks, kv)
+    return len(toks) - c
+
+@patch
+def _share_prefixes(self: HFBackend, rows) -> list[int]:
+    "Before a batch: prefill once the longest prefix two rows share beyond what is stored, so neither computes it; tokens computed per row."
+    done = [0] * len(rows)
+    for _ in range(len(rows)):
+        have = [self._prefix.longest(r)[1] for r in rows]
+        best, who = 0, None
+        for i in range(len(rows)):
+            for j in range(i + 1, len(rows)):
+                p = min(_common_prefix(rows[i], rows[j]), len(rows[i]) - 1, len(rows[j]) - 1)
+                if p - max(have[i], have[j]) >= self.min_shared and p > best: best, who = p, i
+        if who is None: break
+        done[who] += self._prefill(rows[who][:best])
+    return done
+
+
+# %% ../nbs/01_backends.ipynb #5eac2212
 @patch
 def _generate(self: HFBackend, reqs: list[_HFRequest]):
     import torch
     tok, model = self.tokenizer, self.model
-    enc = tok([self._prompt(r.messages) for r in reqs], return_tensors="pt", padding=True, add_special_tokens=False)
-    enc = {k: v.to(model.device) for k, v in enc.items()}
+    rows = [torch.tensor(tok(self._prompt(r.messages), add_special_tokens=False)["input_ids"], dtype=torch.long) for r in reqs]
+    shared = self._share_prefixes(rows) if self._prefix is not None and len(rows) > 1 else [0] * len(rows)
+    ids, mask, cache, cs = self._layout(rows)
+    enc = {"input_ids": ids.to(model.device), "attention_mask": mask.to(model.device), **({_cache_arg(): cache} if cache is not None else {})}
     r0 = reqs[0]
-    gen = dict(max_new_tokens=max(r.max_new_tokens for r in reqs), do_sample=r0.do_sample, pad_token_id=tok.pad_token_id)
+    gen = dict(max_new_tokens=max(r.max_new_tokens for r in reqs), do_sample=r0.do_sample, pad_token_id=tok.pad_token_id, return_dict_in_generate=True)
     stops = [tok.eos_token_id, *_as_list(model.generation_config.eos_token_id), *getattr(self, "end_of_turn", [])]
     gen["eos_token_id"] = sorted({int(x) for x in stops if x is not None})   # every sequence stops there, not only at max_new_tokens
     if r0.do_sample: gen.update(temperature=r0.temperature, top_p=r0.top_p)
     else: gen.update(temperature=None, top_p=None, top_k=None)
-    mask = _SchemaMask.for_requests(self, reqs, enc["input_ids"].shape[1], [*gen["eos_token_id"], *(e for r in reqs for e in r.eos)])
-    if mask is not None: gen["logits_processor"] = [mask]
+    n_in = ids.shape[1]
+    held = _SchemaMask.for_requests(self, reqs, n_in, [*gen["eos_token_id"], *(e for r in reqs for e in r.eos)])
+    if held is not None: gen["logits_processor"] = [held]
     with torch.inference_mode(): out = model.generate(**enc, **gen)
     self.generate_calls += 1; self.batch_sizes.append(len(reqs))
-    n_in = enc["input_ids"].shape[1]
-    eos = set(gen["eos_token_id"])
-    res = []
+    computed = [len(r) - c + s for r, c, s in zip(rows, cs, shared)]
+    self.prompt_tokens += sum(map(len, rows)); self.prefill_tokens += sum(computed)
+    eos, res, replies = set(gen["eos_token_id"]), [], []
     for i, r in enumerate(reqs):
-        ids = out[i, n_in:].tolist()[: r.max_new_tokens]
-        cut = next((j for j, t in enumerate(ids) if t in eos or t in r.eos), None)
-        ids = ids if cut is None else ids[:cut]
-        text = tok.decode(ids, skip_special_tokens=True)
+        ids_i = out.sequences[i, n_in:].tolist()[: r.max_new_tokens]
+        cut = next((j for j, t in enumerate(ids_i) if t in eos or t in r.eos), None)
+        replies.append(ids_i if cut is None else ids_i[:cut + 1])      # what the model computed of this row: the reply and its end
+        text = tok.decode(ids_i if cut is None else ids_i[:cut], skip_special_tokens=True)
         for s in r.stop:
             if s and s in text: text = text[: text.index(s)]
-        res.append((text, int(enc["attention_mask"][i].sum()), len(ids), mask.outcome(i) if mask is not None else None))
+        res.append((text, len(rows[i]), len(ids_i) if cut is None else cut, held.outcome(i) if held is not None else None, computed[i]))
+    self._keep(out, ids, mask, replies)
     return res
+
+@patch
+def _keep(self: HFBackend, out, ids, mask, replies):
+    "After a batch: store each row's prompt and reply (the tokens whose keys and values were computed), without the padding."
+    import torch
+    if self._prefix is None: return
+    kv = _kv_layers(_out_cache(out))
+    if kv is None: self._prefix, self.prefix_off = None, "this model's cache is not plain per-layer tensors (sliding windows or quantised)"; return
+    n, computed = ids.shape[1], kv[0][0].shape[2]
+    for i, g in enumerate(replies):
+        g = g[: computed - n]                 # the last token of the longest reply was never fed back
+        keep = mask[i].bool()
+        idx = torch.cat([keep.nonzero()[:, 0], n + torch.arange(len(g))]).to(kv[0][0].device)
+        self._prefix.add(torch.cat([ids[i][keep], torch.tensor(g, dtype=torch.long)]), [(k[i:i + 1, :, idx], v[i:i + 1, :, idx]) for k, v in kv])
 
 @patch
 async def _run_worker(self: HFBackend):
@@ -927,8 +1089,9 @@ async def complete(self: HFBackend, messages, ctx=None, **params) -> Completion:
     t0 = time.perf_counter()
     self._queue.append(req)
     if self._worker is None: self._worker = asyncio.ensure_future(self._run_worker())
-    text, n_prompt, n_new, held = await req.future
-    return Completion(text, Usage(n_prompt, n_new, 1), time.perf_counter() - t0, model=self.spec, meta={"structured": held} if held else {})
+    text, n_prompt, n_new, held, computed = await req.future
+    return Completion(text, Usage(n_prompt, n_new, 1), time.perf_counter() - t0, model=self.spec,
+                      meta={"prefill_tokens": computed, **({"structured": held} if held else {})})
 
 # %% ../nbs/01_backends.ipynb #b06acb5d
 import functools, logging
@@ -1076,7 +1239,8 @@ def _spec_options(spec, rest, allowed=ENDPOINT_OPTIONS) -> tuple[str, dict]:
         opts[k] = v.strip()
     return model.strip(), opts
 
-HF_OPTIONS = {"dtype": ("auto", "float32", "float16", "bfloat16"), "device_map": None, "max_batch": int, "max_new_tokens": int}
+HF_OPTIONS = {"dtype": ("auto", "float32", "float16", "bfloat16"), "device_map": None, "max_batch": int, "max_new_tokens": int,
+              "kv_cache_mb": range(0, 2**31), "threads": int}
 
 def _hf_options(spec, rest) -> tuple[str, dict]:
     "`PATH,key=value,...` of an `hf:` spec: the model and its options (see `HF_OPTIONS`), e.g. `hf:smollm2,dtype=bfloat16`."
@@ -1086,6 +1250,9 @@ def _hf_options(spec, rest) -> tuple[str, dict]:
         if isinstance(allowed, tuple) and v not in allowed: raise ValueError(f"{spec}: {k} must be one of {', '.join(allowed)}; got {v!r}")
         if allowed is int:
             if not v.isdigit() or int(v) < 1: raise ValueError(f"{spec}: {k} must be a positive whole number; got {v!r}")
+            opts[k] = int(v)
+        if isinstance(allowed, range):
+            if not v.isdigit() or int(v) not in allowed: raise ValueError(f"{spec}: {k} must be a whole number, 0 or more; got {v!r}")
             opts[k] = int(v)
     return name, opts
 

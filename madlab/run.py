@@ -209,6 +209,8 @@ class RunResult:
                      f"{e['calls_waited']} call{'s' if e['calls_waited'] != 1 else ''} waited for it" + ("; it answered nothing for too long: its calls failed" if e["gave_up"] else ""))
         held = self.structured_replies()
         if held: L.append("structured replies: " + ", ".join(f"{n} {k}" for k, n in held.items()) + f" (of {sum(1 for t in self._turns())} replies)")
+        pf = self.prefill()
+        if pf["prompt_tokens"]: L.append(f"prefill: {pf['computed']:,} of {pf['prompt_tokens']:,} prompt tokens computed ({pf['computed'] / pf['prompt_tokens']:.2f}); the rest reused from the model's key/value cache")
         if self.stopped: L.append(f"stopped early: {self.stopped}")
         if self.interrupted: L.append("interrupted: the table holds the debates that finished; run the same command again to resume")
         L += [f"problem: {p}" for p in self.problems]
@@ -227,6 +229,12 @@ def _turns(self: RunResult):
 def structured_replies(self: RunResult) -> dict:
     "How many replies were held to their schema, by how (`enforced`, `requested`, `refused`, `broken`, `replayed`)."
     return dict(collections.Counter(t.meta["structured"] for t in self._turns() if (t.meta or {}).get("structured")))
+
+@patch
+def prefill(self: RunResult) -> dict:
+    "Of the prompt tokens sent to in-process models (`hf:`), how many were computed; the rest came from their key/value cache."
+    ts = [t for t in self._turns() if (t.meta or {}).get("prefill_tokens") is not None]
+    return {"prompt_tokens": sum(t.usage.prompt_tokens for t in ts), "computed": sum(t.meta["prefill_tokens"] for t in ts)}
 
 # %% ../nbs/08_run.ipynb #1a6b1656
 def _params(max_tokens, temperature) -> dict:
