@@ -23,7 +23,8 @@ from .protocols.controlmad import parse_position
 
 # %% auto #0
 __all__ = ['LOG_FORMATS', 'CONTROLMAD_EXPECTS', 'LogError', 'LogFormat', 'register_log_format', 'get_log_format', 'log_item',
-           'DuLog', 'CriticActorLog', 'read_log', 'log_transcripts', 'import_run', 'kks_games', 'ControlMadLog']
+           'DuLog', 'CriticActorLog', 'read_log', 'log_transcripts', 'import_run', 'kks_games', 'ControlMadLog',
+           'continue_log']
 
 # %% ../nbs/24_imports.ipynb #28cab0b0
 class LogError(ValueError):
@@ -38,6 +39,7 @@ def _read_json(path, fmt_name, expects):
 class LogFormat:
     "How one tool writes debate logs. Subclasses set `name`, `protocol`, `task` (the default), `expects` and implement `recognise` and `transcript` (and `read` for logs that are not one JSON file)."
     name, protocol, expects, task, takes_games = "", "", "", "gsm8k", False
+    continuable, why_not = False, "the format keeps no agent's chat"       # whether `continue_log` can go on from its logs, and why not
     def read(self, path): return _read_json(path, self.name, self.expects)
     def recognise(self, data) -> bool: raise NotImplementedError
     def records(self, data) -> list: return list(data.items())
@@ -131,7 +133,7 @@ def _last_answers(rounds) -> list:
 # %% ../nbs/24_imports.ipynb #9a02f0e8
 class DuLog(LogFormat):
     "Du et al.'s `{question: [agent_contexts, gold]}` chat logs (and CS546's files in that layout)."
-    name, protocol = "du", "du"
+    name, protocol, continuable = "du", "du", True
     expects = "a JSON object {question: [agent_contexts, gold]}, each agent context a list of {role, content} chat messages"
 
     def recognise(self, data) -> bool:
@@ -181,6 +183,7 @@ def _critic_rounds(names, steps, fmt) -> list:
 class CriticActorLog(LogFormat):
     "CS546's critic-actor result files."
     name, protocol = "critic_actor", "critic_actor"
+    why_not = "CS546's critic-actor files keep each actor's solutions, not its chat, so there is no logged chat to continue from"
     expects = "a JSON object {question: {ground_truth, round_1_results, final_round_results[, all_rounds_data]}}, each result a list of {solution, score} per actor"
 
     def recognise(self, data) -> bool:
@@ -432,6 +435,7 @@ class ControlMadLog(LogFormat):
     "ControlMAD's per-game session files and chat histories."
     name, protocol, task, takes_games = "controlmad", "controlmad", "kks", True
     expects = CONTROLMAD_EXPECTS
+    why_not = "ControlMAD keeps its parsed final answers, not the replies, so its last phases cannot be served as logged"
 
     def read(self, path): return _cm_read(path)
     def recognise(self, data) -> bool:
@@ -479,3 +483,53 @@ def _cm_result(s, rounds, players) -> dict:
             "logged_decision": "ControlMAD's own: the most common final role per player, or its supervisor's where it used one"}
 
 register_log_format(ControlMadLog());
+
+# %% ../nbs/24_imports.ipynb #3dd0fb7b
+from .backends import Backend, get_backend
+from .agents import Agent
+from .debate import Debate
+
+class _LoggedReplies(Backend):
+    "An agent's logged replies, served in order whatever it is asked; then its live backend answers."
+    def __init__(self, replies, live):
+        self.replies, self.live = collections.deque(replies), live
+        self.spec, self.synthetic, self.structured = live.spec, getattr(live, "synthetic", False), getattr(live, "structured", None)
+    async def complete(self, messages, ctx=None, **params) -> Completion:
+        if self.replies: return Completion(self.replies.popleft(), Usage(), 0.0, cached=True, meta={"replayed": True, "from_log": True})
+        return await self.live.complete(messages, ctx, **params)
+    def count_tokens(self, text): return self.live.count_tokens(text)
+    async def aclose(self): await self.live.aclose()
+
+# %% ../nbs/24_imports.ipynb #ec00c31a
+def _kept_rounds(t, round, names) -> list:
+    "The first `round` rounds of `t`, each with a logged reply by every agent (else a ValueError saying who has none)."
+    n = len(t.rounds)
+    if isinstance(round, bool) or not isinstance(round, int) or not 1 <= round <= n: raise OptionError("round", f"must be a round number in 1..{n} (rounds are numbered from 1); got {round!r}")
+    for r in t.rounds[:round]:
+        by = r.by_agent()
+        gone = [a for a in names if a not in by or by[a].reply is None]
+        if gone: raise ValueError(f"round {r.index + 1}: {', '.join(gone)} has no reply in the log ({(r.meta.get('missing') or {}).get(gone[0], 'failed')}); continue from an earlier round")
+    return t.rounds[:round]
+
+def continue_log(t, round: int, agents, **options) -> Debate:
+    "A debate keeping rounds 1..`round` of imported transcript `t` (replies and chats as logged) and continuing live with `agents`: one backend spec for every agent, or one per agent."
+    if not isinstance(t, Transcript): t = Transcript.from_json(t)
+    src = (t.meta or {}).get("imported")
+    if not src: raise ValueError("not an imported transcript: fork a madlab debate with Debate.fork (or Debate.from_transcript(t, live=True))")
+    fmt = get_log_format(src["format"])
+    if not fmt.continuable: raise ValueError(f"an imported {fmt.name} log cannot be continued: {fmt.why_not}")
+    names = [a["name"] for a in t.team]
+    specs = [agents] * len(names) if isinstance(agents, str) else list(agents)
+    if len(specs) != len(names): raise OptionError("agents", f"give one backend spec, or one per agent ({len(names)}: {', '.join(names)}); got {len(specs)}")
+    kept = _kept_rounds(t, round, names)
+    try: team = [Agent(a, s, backend=_LoggedReplies([r.by_agent()[a].reply for r in kept], get_backend(s))) for a, s in zip(names, specs)]
+    except ValueError as e: raise OptionError("agents", str(e)) from None
+    d = Debate(t.protocol, t.item, team, **{**{k: v for k, v in t.settings.items() if k != "seed"}, **options})
+    for _ in range(round): d.step()
+    for r, logged in zip(d.rounds, kept):                       # the kept rounds show what the log holds: its prompts, its replies
+        for tu in r.turns: tu.messages, tu.meta = list(logged.by_agent()[tu.agent].messages), {**logged.by_agent()[tu.agent].meta, "from_log": True}
+    for a in d.agents:                                          # and each agent goes on from its logged chat
+        a.history = ChatHistory([m for m in (t.histories.get(a.name) or []) if m.round is not None and m.round < round])
+    for r in d.rounds: r.history_lengths = {a.name: sum(m.round is not None and m.round <= r.index for m in a.history) for a in d.agents}
+    d.meta["forked_from"] = {"id": t.meta.get("id"), "round": round, "imported": src}
+    return d
