@@ -311,7 +311,7 @@ def _cm_read(path) -> dict:
         s = _read_json(f, "controlmad", CONTROLMAD_EXPECTS)
         ok = isinstance(s, dict) and all(k in s for k in _CM_SESSION) and isinstance(s.get("initial_proposals"), list)
         agents = list(dict.fromkeys(r.get("agent_name") for r in s["initial_proposals"] if isinstance(r, dict) and isinstance(r.get("agent_name"), str))) if ok else []
-        out[f.name if path.is_file() else str(f.relative_to(path))] = {"session": s, "chats": _cm_chats(f, s.get("game_id"), agents), "confidence": _cm_confidence(f)}
+        out[f.name if path.is_file() else str(f.relative_to(path))] = {"session": s, "chats": _cm_chats(f, s["game_id"], agents) if ok else {}, "confidence": _cm_confidence(f)}
     return out
 
 # %% ../nbs/24_imports.ipynb #09090ec0
