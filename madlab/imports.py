@@ -134,13 +134,15 @@ def _last_answers(rounds) -> list:
 class DuLog(LogFormat):
     "Du et al.'s `{question: [agent_contexts, gold]}` chat logs (and CS546's files in that layout)."
     name, protocol, continuable = "du", "du", True
-    expects = "a JSON object {question: [agent_contexts, gold]}, each agent context a list of {role, content} chat messages"
+    expects = "a JSON object {question: [agent_contexts, gold]}, each agent context a list of {role, content} chat messages (or [chat, gold]: one agent's chat alone)"
 
     def recognise(self, data) -> bool:
         return isinstance(data, dict) and bool(data) and all(isinstance(v, list) and len(v) == 2 and isinstance(v[0], list) for v in data.values())
 
     def transcript(self, key, record, where, task="gsm8k", model=None) -> Transcript:
         ctxs, gold = record
+        alone = bool(ctxs) and all(isinstance(m, dict) for m in ctxs)          # one agent's chat alone (a single-agent baseline)
+        if alone: ctxs = [ctxs]
         item = log_item(key, gold, task, f"{where}[1]")
         if not ctxs: raise LogError(f"{where}[0]: no agent contexts")
         names = [f"Agent {i + 1}" for i in range(len(ctxs))]
@@ -151,6 +153,7 @@ class DuLog(LogFormat):
                   "votes": {str(k): v for k, v in counts.items()}}
         meta = _meta(item, self, where.split(":")[0], key)
         if unanswered: meta["unanswered_prompts"] = unanswered
+        if alone: meta["layout"] = "one agent's chat alone"
         return Transcript(self.protocol, item, [_agent(a, model) for a in names], {"rounds": max(0, len(rounds) - 1), "seed": 0}, rounds,
                           {a: _history(c, a) for a, c in zip(names, ctxs)}, result, meta)
 
