@@ -405,15 +405,16 @@ def _log_format_cb(ctx, param, value):
 
 @main.command("import")
 @click.argument("format", metavar="FORMAT", callback=_log_format_cb)
-@click.argument("path", type=click.Path(exists=True, dir_okay=False))
+@click.argument("path", type=click.Path(exists=True))
 @click.option("--out", required=True, callback=_out_cb, help="The run folder to write")
-@click.option("--task", default="gsm8k", show_default=True, help="The task whose gold and answer format score the items")
+@click.option("--task", default=None, help="The task whose gold and answer format score the items [default: the format's: gsm8k; kks for controlmad]")
+@click.option("--games", type=click.Path(exists=True), default=None, help="controlmad: ControlMAD's games (<size>.jsonl or a folder of them), to find each logged game by its text")
 @click.option("--model", default=None, help="The model that wrote the log, recorded as the agents' spec imported:MODEL")
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="Import the first N records only")
-def import_cmd(format, path, out, task, model, limit):
-    "Import a published debate log (FORMAT: du, critic_actor) as a run folder: transcripts, logs and a results table scored by the task, no call made."
+def import_cmd(format, path, out, task, model, limit, games):
+    "Import a published debate log (FORMAT: du, critic_actor: one JSON file; controlmad: a game's session file or a folder of ControlMAD's results) as a run folder: transcripts, logs and a results table scored by the task, no call made."
     from madlab.imports import import_run
-    try: res = import_run(format, path, out, task=task, model=model, limit=limit)
+    try: res = import_run(format, path, out, task=task, model=model, limit=limit, games=games)
     except OptionError as e: raise click.BadParameter(e.message, param_hint="PATH" if e.option == "path" else f"'{e.flag}'") from None
     except ValueError as e: raise click.ClickException(str(e)) from None
     click.echo(res.summary())

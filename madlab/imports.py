@@ -6,7 +6,8 @@ Docs: https://madlab.github.io/madlab/imports.html.md"""
 
 # %% ../nbs/24_imports.ipynb #f23c9d79
 from __future__ import annotations
-import hashlib, json, time
+import collections, glob, hashlib, json, re, time
+from dataclasses import replace
 from pathlib import Path
 import madlab
 from .core import *
@@ -16,18 +17,30 @@ from .debate import get_protocol
 from .run import RunFolder, RunResult, write_item_outputs, _finish_run
 import madlab.protocols.baselines
 from .protocols.critic_actor import Critique, parse_critique, critic_actor_vote
+from .puzzles import KKS_ROLES, parse_kks_answer
+from .scoring import kks_players, roles_of
+from .protocols.controlmad import parse_position
 
 # %% auto #0
-__all__ = ['LOG_FORMATS', 'LogError', 'LogFormat', 'register_log_format', 'get_log_format', 'log_item', 'DuLog', 'CriticActorLog',
-           'read_log', 'log_transcripts', 'import_run']
+__all__ = ['LOG_FORMATS', 'CONTROLMAD_EXPECTS', 'LogError', 'LogFormat', 'register_log_format', 'get_log_format', 'log_item',
+           'DuLog', 'CriticActorLog', 'read_log', 'log_transcripts', 'import_run', 'kks_games', 'ControlMadLog',
+           'continue_log']
 
 # %% ../nbs/24_imports.ipynb #28cab0b0
 class LogError(ValueError):
     "A log file that cannot be imported: the message names `path:key` and what was expected there."
 
+def _read_json(path, fmt_name, expects):
+    "The JSON in file `path`, or a `LogError` saying it is not a `fmt_name` log and what was expected."
+    try: return json.loads(Path(path).read_bytes().decode("utf-8-sig"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise LogError(f"{path}: not a {fmt_name} log: not JSON ({type(e).__name__}: {str(e)[:100]}); expected {expects}") from None
+
 class LogFormat:
-    "How one tool writes debate logs. Subclasses set `name`, `protocol`, `expects` and implement `recognise` and `transcript`."
-    name, protocol, expects = "", "", ""
+    "How one tool writes debate logs. Subclasses set `name`, `protocol`, `task` (the default), `expects` and implement `recognise` and `transcript` (and `read` for logs that are not one JSON file)."
+    name, protocol, expects, task, takes_games = "", "", "", "gsm8k", False
+    continuable, why_not = False, "the format keeps no agent's chat"       # whether `continue_log` can go on from its logs, and why not
+    def read(self, path): return _read_json(path, self.name, self.expects)
     def recognise(self, data) -> bool: raise NotImplementedError
     def records(self, data) -> list: return list(data.items())
     def transcript(self, key, record, where: str, task: str, model: str|None) -> Transcript: raise NotImplementedError
@@ -120,14 +133,16 @@ def _last_answers(rounds) -> list:
 # %% ../nbs/24_imports.ipynb #9a02f0e8
 class DuLog(LogFormat):
     "Du et al.'s `{question: [agent_contexts, gold]}` chat logs (and CS546's files in that layout)."
-    name, protocol = "du", "du"
-    expects = "a JSON object {question: [agent_contexts, gold]}, each agent context a list of {role, content} chat messages"
+    name, protocol, continuable = "du", "du", True
+    expects = "a JSON object {question: [agent_contexts, gold]}, each agent context a list of {role, content} chat messages (or [chat, gold]: one agent's chat alone)"
 
     def recognise(self, data) -> bool:
         return isinstance(data, dict) and bool(data) and all(isinstance(v, list) and len(v) == 2 and isinstance(v[0], list) for v in data.values())
 
     def transcript(self, key, record, where, task="gsm8k", model=None) -> Transcript:
         ctxs, gold = record
+        alone = bool(ctxs) and all(isinstance(m, dict) for m in ctxs)          # one agent's chat alone (a single-agent baseline)
+        if alone: ctxs = [ctxs]
         item = log_item(key, gold, task, f"{where}[1]")
         if not ctxs: raise LogError(f"{where}[0]: no agent contexts")
         names = [f"Agent {i + 1}" for i in range(len(ctxs))]
@@ -138,6 +153,7 @@ class DuLog(LogFormat):
                   "votes": {str(k): v for k, v in counts.items()}}
         meta = _meta(item, self, where.split(":")[0], key)
         if unanswered: meta["unanswered_prompts"] = unanswered
+        if alone: meta["layout"] = "one agent's chat alone"
         return Transcript(self.protocol, item, [_agent(a, model) for a in names], {"rounds": max(0, len(rounds) - 1), "seed": 0}, rounds,
                           {a: _history(c, a) for a, c in zip(names, ctxs)}, result, meta)
 
@@ -170,6 +186,7 @@ def _critic_rounds(names, steps, fmt) -> list:
 class CriticActorLog(LogFormat):
     "CS546's critic-actor result files."
     name, protocol = "critic_actor", "critic_actor"
+    why_not = "CS546's critic-actor files keep each actor's solutions, not its chat, so there is no logged chat to continue from"
     expects = "a JSON object {question: {ground_truth, round_1_results, final_round_results[, all_rounds_data]}}, each result a list of {solution, score} per actor"
 
     def recognise(self, data) -> bool:
@@ -200,43 +217,53 @@ register_log_format(CriticActorLog());
 def read_log(fmt, path):
     "The JSON of log file `path`, refused (naming what `fmt` expects) when it is not JSON or not in `fmt`'s layout."
     fmt, path = get_log_format(fmt), Path(path)
-    if not path.is_file(): raise OptionError("path", f"{path} is not a file")
-    try: data = json.loads(path.read_bytes().decode("utf-8-sig"))
-    except (UnicodeDecodeError, ValueError, RecursionError) as e:
-        raise LogError(f"{path}: not a {fmt.name} log: not JSON ({type(e).__name__}: {str(e)[:100]}); expected {fmt.expects}") from None
+    if not path.exists(): raise OptionError("path", f"{path} does not exist")
+    if path.is_dir() and type(fmt).read is LogFormat.read: raise OptionError("path", f"{path} is not a file (a {fmt.name} log is one JSON file)")
+    data = fmt.read(path)
     if not fmt.recognise(data):
-        others = [f.name for f in LOG_FORMATS.values() if f is not fmt and f.recognise(data)]
+        others = [f.name for f in LOG_FORMATS.values() if f is not fmt and _reads_as(f, path)]
         raise LogError(f"{path}: not a {fmt.name} log; expected {fmt.expects}" + (f" (it reads as {', '.join(others)}: import it as that)" if others else ""))
     return data
 
+def _reads_as(fmt, path) -> bool:
+    try: return fmt.recognise(fmt.read(path))
+    except (LogError, OSError): return False
+
 def _key(k) -> str: return (str(k)[:60] + "...") if len(str(k)) > 60 else str(k)
 
-def log_transcripts(fmt, path, task: str = "gsm8k", model: str|None = None, limit: int|None = None) -> list[Transcript]:
-    "One transcript per record of log file `path` in format `fmt` (the first `limit`); a malformed record raises `LogError` naming `path:key`."
+def log_transcripts(fmt, path, task: str|None = None, model: str|None = None, limit: int|None = None, games=None) -> list[Transcript]:
+    "One transcript per record of log `path` in format `fmt` (the first `limit`); a malformed record raises `LogError` naming `path:key`."
     fmt = get_log_format(fmt)
+    if games is not None and not fmt.takes_games: raise OptionError("games", f"the {fmt.name} format has no games to match; only {', '.join(f.name for f in LOG_FORMATS.values() if f.takes_games)} does")
+    kw = {"games": games if isinstance(games, dict) else kks_games(games)} if games is not None else {}
     recs = fmt.records(read_log(fmt, path))[:limit]
-    ts = [fmt.transcript(k, r, f"{path}:{_key(k)}", task, model) for k, r in recs]
+    ts = [fmt.transcript(k, r, f"{path}:{_key(k)}", task or fmt.task, model, **kw) for k, r in recs]
     for i, t in enumerate(ts): t.meta["imported"]["position"] = i
     return ts
 
 # %% ../nbs/24_imports.ipynb #f899b05e
 def _sha256(path) -> str:
+    "The SHA-256 of a file; of a folder, the SHA-256 of its files' relative paths and SHA-256s."
+    if Path(path).is_dir():
+        return hashlib.sha256("".join(f"{f.relative_to(path)}\0{_sha256(f)}\n" for f in sorted(Path(path).rglob("*")) if f.is_file()).encode()).hexdigest()
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for b in iter(lambda: f.read(1 << 20), b""): h.update(b)
     return h.hexdigest()
 
-def import_run(format, path, out, task: str = "gsm8k", model: str|None = None, limit: int|None = None) -> RunResult:
-    "Import log file `path` (in `format`, see `LOG_FORMATS`) as a run folder `out`: transcripts, logs, results table scored by `task`, no call made."
+def import_run(format, path, out, task: str|None = None, model: str|None = None, limit: int|None = None, games=None) -> RunResult:
+    "Import log `path` (in `format`, see `LOG_FORMATS`) as a run folder `out`: transcripts, logs, results table scored by `task` (None: the format's), no call made."
     t0, fmt = time.perf_counter(), get_log_format(format)
+    task = task or fmt.task
+    if fmt.task == "kks" and task != "kks": raise OptionError("task", f"{fmt.name} logs are Knight-Knave-Spy games: the task must be 'kks'; got {task!r}")
     if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1): raise OptionError("limit", f"must be an integer >= 1; got {limit!r}")
     try: answer_format(Item("-", task, ""))                              # an unknown task is refused before reading
     except ValueError as e: raise OptionError("task", str(e)) from None
-    ts = log_transcripts(fmt, path, task, model, limit)
+    ts = log_transcripts(fmt, path, task, model, limit, games)
     ids = [t.meta["id"] for t in ts]
     dup = sorted({i for i in ids if ids.count(i) > 1})
     if dup: raise LogError(f"{path}: the same question appears more than once ({', '.join(dup[:3])})")
-    source = {"format": fmt.name, "path": str(Path(path).resolve()), "sha256": _sha256(path), "records": len(ts), "model": model}
+    source = {"format": fmt.name, "path": str(Path(path).resolve()), "sha256": _sha256(path), "records": len(ts), "model": model, **({"games": str(Path(games).resolve())} if isinstance(games, (str, Path)) else {})}
     folder = RunFolder(out).create()
     with folder.lock():
         old = folder.read_config()
@@ -251,3 +278,261 @@ def import_run(format, path, out, task: str = "gsm8k", model: str|None = None, l
             write_item_outputs(t, folder.item_dir(t.meta["id"]))
         return _finish_run(get_protocol(fmt.protocol), ids, {t.meta["id"]: t for t in ts}, {}, folder, [],
                            {"reason": None, "failed": 0, "interrupted": False}, [], t0, resumed={})
+
+# %% ../nbs/24_imports.ipynb #93d21992
+CONTROLMAD_EXPECTS = ("ControlMAD's debate_session_game<ID>_<time>.json files (game_id, game_text, ground_truth_solution, initial_proposals, debate_rounds, "
+                      "final_vote, supervisor_decision) with the chat_history_<agent>_game<ID>_<time>.json files beside them: one such file, or a folder holding them")
+_CM_SESSION = ("game_id", "game_text", "initial_proposals", "debate_rounds", "final_vote")
+_CM_ROLE = {"system": "system", "user": "user", "assistant": "assistant", "other_agent": "other_agent", "debate_moderator": "moderator"}
+_CM_TS = re.compile(r"_(\d{8}_\d{6})\.json$")
+_CM_CONF = re.compile(r"_conf_(true|false)$")
+
+def _cm_stamp(p: Path) -> str: return (_CM_TS.search(p.name) or [None, ""])[1]
+
+def _cm_chats(f: Path, game_id, agents) -> dict:
+    "agent -> the JSON of its chat history: the file written with session file `f` (the first one stamped at or after it)."
+    out = {}
+    for a in agents:
+        cands = sorted((p for p in f.parent.glob(f"chat_history_{glob.escape(str(a))}_game{game_id}_*.json") if _cm_stamp(p) >= _cm_stamp(f)), key=_cm_stamp)
+        if cands: out[a] = _read_json(cands[0], "controlmad", CONTROLMAD_EXPECTS)
+    return out
+
+def _cm_confidence(f: Path):
+    "Whether the run asked for confidences, from ControlMAD's folder name (`..._conf_true`); None when the path does not say."
+    for part in reversed(f.parent.parts):
+        m = _CM_CONF.search(part)
+        if m: return m[1] == "true"
+    return None
+
+def _cm_read(path) -> dict:
+    "Session key -> {session, chats, confidence} of every ControlMAD game file at or under `path`."
+    path = Path(path)
+    fs = [path] if path.is_file() else sorted(path.rglob("debate_session_game*.json"))
+    if not fs: raise LogError(f"{path}: no debate_session_game*.json in it; expected {CONTROLMAD_EXPECTS}")
+    out = {}
+    for f in fs:
+        s = _read_json(f, "controlmad", CONTROLMAD_EXPECTS)
+        ok = isinstance(s, dict) and all(k in s for k in _CM_SESSION) and isinstance(s.get("initial_proposals"), list)
+        agents = list(dict.fromkeys(r.get("agent_name") for r in s["initial_proposals"] if isinstance(r, dict) and isinstance(r.get("agent_name"), str))) if ok else []
+        out[f.name if path.is_file() else str(f.relative_to(path))] = {"session": s, "chats": _cm_chats(f, s["game_id"], agents) if ok else {}, "confidence": _cm_confidence(f)}
+    return out
+
+# %% ../nbs/24_imports.ipynb #09090ec0
+def kks_games(path) -> dict:
+    "Game text -> `Puzzle` for ControlMAD's games at `path` (a `<size>.jsonl` or a folder of them); None for a text that two different games share."
+    from madlab.puzzles import load_controlmad
+    path, out = Path(path), {}
+    files = sorted(path.glob("*.jsonl")) if path.is_dir() else [path]
+    if not files: raise OptionError("games", f"{path} holds no .jsonl files")
+    for f in files:
+        try: ps = {p.source: p for p in load_controlmad(f)}
+        except (OSError, ValueError) as e: raise OptionError("games", str(e)) from None
+        for ln, line in enumerate(f.read_text(encoding="utf-8-sig").splitlines(), 1):
+            if not line.strip(): continue
+            text, p = json.loads(line)["text_game"].strip(), ps[f"{f.name}:{ln}"]
+            out[text] = p if text not in out or (out[text] is not None and out[text].solution == p.solution) else None
+    return out
+
+_PLAYER = re.compile(r"^Player name: (.*)$", re.M)
+
+def _cm_item(s, where, games) -> Item:
+    text, gold = s.get("game_text"), s.get("ground_truth_solution")
+    if not isinstance(text, str) or not _PLAYER.search(text): raise LogError(f"{where}:game_text: expected the game's text with its 'Player name:' lines")
+    players = [p.strip() for p in _PLAYER.findall(text)]
+    if games is not None:
+        if text.strip() not in games: raise LogError(f"{where}:game_text: this game is not among the games given")
+        p = games[text.strip()]
+        if p is None: raise LogError(f"{where}:game_text: two different games given have this text; cannot tell which was played")
+        if gold and gold != p.solution: raise LogError(f"{where}:ground_truth_solution: {gold} differs from the game's solution in {p.source} ({p.solution})")
+        return p.to_item()
+    if not isinstance(gold, dict) or not gold:
+        raise LogError(f"{where}:ground_truth_solution: no solution in the log; give the games (ControlMAD's <size>.jsonl) to find the game by its text")
+    if sorted(gold) != sorted(players) or not all(v in KKS_ROLES for v in gold.values()):
+        raise LogError(f"{where}:ground_truth_solution: expected a role (knight, knave, spy) for each of {players}; got {gold}")
+    return Item(f"kks-{hashlib.sha256(text.strip().encode('utf-8', 'surrogatepass')).hexdigest()[:10]}", "kks", text, {p: gold[p] for p in players},
+                meta={"n_players": len(players), "source": "imported", "game_id": s.get("game_id")})
+
+# %% ../nbs/24_imports.ipynb #5ebd9896
+def _cm_reply(r) -> tuple:
+    "(raw reply, error) of one logged response."
+    ro = r.get("response_obj")
+    text = ro.get("text") if isinstance(ro, dict) else None
+    if isinstance(text, str) and text.strip(): return text, None
+    err = r.get("error") or (ro.get("error") if isinstance(ro, dict) else "") or "no reply"
+    return None, f"ControlMAD logged no reply: {err}"
+
+def _cm_sent(chat, phase, rn) -> list:
+    "The chat before the agent's answer in `phase` (round `rn`), in the roles ControlMAD sent it (other agents and the moderator as user)."
+    ms = (chat or {}).get("messages") or []
+    for i, m in enumerate(ms):
+        if m.get("role") == "assistant" and m.get("phase") == phase and m.get("round_number") == rn:
+            return [{"role": "user" if x.get("role") in ("other_agent", "debate_moderator") else x.get("role"), "content": x.get("content", "")} for x in ms[:i]]
+    return []
+
+def _cm_turns(rows, names, chats, parse, phase, where, focus=None) -> tuple[list, dict]:
+    "The turns of one logged phase, and the agents with no response in it."
+    if not isinstance(rows, list): raise LogError(f"{where}: expected a list of agent responses")
+    turns = []
+    for i, r in enumerate(rows):
+        if not isinstance(r, dict) or r.get("agent_name") not in names: raise LogError(f"{where}[{i}].agent_name: expected one of {names}; got {str(r)[:80]!r}")
+        text, err = _cm_reply(r)
+        u = (r.get("response_obj") or {}).get("usage") if isinstance(r.get("response_obj"), dict) else None
+        turns.append(Turn(r["agent_name"], _cm_sent(chats.get(r["agent_name"]), phase, r.get("round_number") if phase in ("debate", "self_adjustment") else None),
+                          text, parse(text) if text is not None else None, error=err, focus=focus,
+                          meta={"imported": True, **({"logged_usage": u} if isinstance(u, dict) else {})}))
+    got = {t.agent for t in turns}
+    return turns, {a: "no response in the log" for a in names if a not in got}
+
+# %% ../nbs/24_imports.ipynb #17808355
+def _cm_rounds(s, names, chats, players, where) -> tuple[list, dict]:
+    "madlab's rounds of one logged game, and (phase, ControlMAD round number) -> round index."
+    first, miss = _cm_turns(s["initial_proposals"], names, chats, lambda x: parse_kks_answer(x, players), "initial", f"{where}:initial_proposals")
+    rounds, at = [Round("initial proposals", "initial", 0, first, {"missing": miss} if miss else {})], {("initial", None): 0}
+    drs = s["debate_rounds"] if isinstance(s["debate_rounds"], list) else []
+    per = collections.Counter(d.get("player_name") for d in drs if isinstance(d, dict))
+    seen = collections.Counter()
+    for i, d in enumerate(drs):
+        w = f"{where}:debate_rounds[{i}]"
+        if not isinstance(d, dict) or d.get("player_name") not in players: raise LogError(f"{w}.player_name: expected one of {players}; got {str(d)[:80]!r}")
+        p, rn, rows = d["player_name"], d.get("round_number"), d.get("agent_responses")
+        if not isinstance(rows, list): raise LogError(f"{w}.agent_responses: expected a list of agent responses")
+        seen[p] += 1
+        deb, miss = _cm_turns([r for r in rows if isinstance(r, dict) and r.get("phase") == "debate"], names, chats, lambda x, p=p: parse_position(x, p), "debate", f"{w}.agent_responses", p)
+        at[("debate", rn)] = len(rounds)
+        rounds.append(Round(f"debate on {p} ({seen[p]}/{per[p]})", "debate", len(rounds), deb, {"focus": p, "depth": seen[p], **({"missing": miss} if miss else {})}))
+        adj = [r for r in rows if isinstance(r, dict) and r.get("phase") == "self_adjustment"]
+        if adj:
+            turns, miss = _cm_turns(adj, names, chats, lambda x: parse_kks_answer(x, players), "self_adjustment", f"{w}.agent_responses", p)
+            at[("self_adjustment", rn)] = len(rounds)
+            rounds.append(Round(f"self-adjustment after {p}", "self_adjustment", len(rounds), turns, {"focus": p, **({"missing": miss} if miss else {})}))
+    return rounds, at
+
+# %% ../nbs/24_imports.ipynb #e739263f
+_CM_KEPT = "ControlMAD keeps its parsed answer here, not the raw reply"
+
+def _cm_final(names, chats, players, confidence, index) -> Round:
+    "The final discussion, from the chat histories (the only place ControlMAD keeps each agent's final answer)."
+    turns, miss = [], {}
+    for a in names:
+        ms = (chats.get(a) or {}).get("messages")
+        if not isinstance(ms, list): miss[a] = "no chat history in the log"; continue
+        m = next((m for m in ms if isinstance(m, dict) and m.get("role") == "assistant" and m.get("phase") == "final"), None)
+        if m is None or not isinstance(m.get("content"), str): miss[a] = "no final answer in its chat history"; continue
+        ans = parse_kks_answer(m["content"], players)
+        if confidence is not True and ans is not None: ans = replace(ans, confidence=None)   # ControlMAD fills in a confidence it did not ask for
+        turns.append(Turn(a, _cm_sent(chats[a], "final", None), m["content"], ans, meta={"imported": True, "note": _CM_KEPT}))
+    return Round("final discussion", "final", index, turns, {"note": _CM_KEPT, **({"missing": miss} if miss else {})})
+
+def _cm_history(chat, name, at) -> ChatHistory:
+    "An agent's ControlMAD chat as a madlab history (other agents as senders, the moderator as moderator, each message in its round)."
+    h = ChatHistory()
+    for m in (chat or {}).get("messages") or []:
+        role = _CM_ROLE.get(m.get("role"), "user")
+        key = (m.get("phase"), m.get("round_number") if m.get("phase") in ("debate", "self_adjustment") else None)
+        h.add(role, str(m.get("content", "")), sender=name if role == "assistant" else m.get("agent_name"), phase=m.get("phase"),
+              round=at.get(key), focus=m.get("player_focus"), ts=0.0)
+    return h
+
+# %% ../nbs/24_imports.ipynb #89867c47
+class ControlMadLog(LogFormat):
+    "ControlMAD's per-game session files and chat histories."
+    name, protocol, task, takes_games = "controlmad", "controlmad", "kks", True
+    expects = CONTROLMAD_EXPECTS
+    why_not = "ControlMAD keeps its parsed final answers, not the replies, so its last phases cannot be served as logged"
+
+    def read(self, path): return _cm_read(path)
+    def recognise(self, data) -> bool:
+        return isinstance(data, dict) and bool(data) and all(isinstance(v, dict) and isinstance(v.get("session"), dict) and all(k in v["session"] for k in _CM_SESSION)
+                                                             for v in data.values())
+
+    def transcript(self, key, record, where, task="kks", model=None, games=None) -> Transcript:
+        s, chats, conf = record["session"], record["chats"], record["confidence"]
+        item = _cm_item(s, where, games)
+        players = kks_players(item)
+        names = list(dict.fromkeys(r.get("agent_name") for r in s["initial_proposals"] if isinstance(r, dict)))
+        if not names or not all(isinstance(a, str) for a in names): raise LogError(f"{where}:initial_proposals: expected one response per agent, each with its agent_name")
+        rounds, at = _cm_rounds(s, names, chats, players, where)
+        at[("final", None)] = len(rounds)
+        rounds.append(_cm_final(names, chats, players, conf, len(rounds)))
+        sup = s.get("supervisor_decision")
+        team = [_agent(a, model or a) for a in names]
+        if isinstance(sup, dict) and sup:
+            text = json.dumps({"players": [{"name": p, "role": r} for p, r in sup.items()]})
+            rounds.append(Round("supervisor decision", "supervisor", len(rounds), [Turn("Supervisor", [], text, parse_kks_answer(text, players), meta={"imported": True, "note": _CM_KEPT})],
+                                {"players": players, "note": _CM_KEPT}))
+            team.append(_agent("Supervisor", model or "Supervisor", "supervisor"))
+        return Transcript(self.protocol, item, team, _cm_settings(rounds, players, conf), rounds, {a: _cm_history(chats.get(a), a, at) for a in names},
+                          _cm_result(s, rounds, players), _meta(item, self, where.split(":")[0], key))
+
+def _cm_settings(rounds, players, conf) -> dict:
+    deb = [r for r in rounds if r.phase == "debate"]
+    seq = list(dict.fromkeys(r.meta["focus"] for r in deb))
+    return {"depth": max((r.meta["depth"] for r in deb), default=0), "self_adjustment": any(r.phase == "self_adjustment" for r in rounds),
+            "confidence": conf is True, "majority_vote": True, "order": "truth" if seq == players[:len(seq)] else "agents", "seed": 0}
+
+def _cm_result(s, rounds, players) -> dict:
+    "ControlMAD's logged decision (its supervisor's where it has one, else its final vote), with the final answers' votes beside it."
+    final = next(r for r in rounds if r.phase == "final").turns
+    votes = {p: [(roles_of(t.answer if t.error is None else None) or {}).get(p) for t in final] for p in players}
+    sup = s.get("supervisor_decision") if isinstance(s.get("supervisor_decision"), dict) and s.get("supervisor_decision") else None
+    logged = sup or (s.get("final_vote") if isinstance(s.get("final_vote"), dict) else {})
+    assignment = {p: logged.get(p) if logged.get(p) in KKS_ROLES else None for p in players}
+    seq = list(dict.fromkeys(r.meta["focus"] for r in rounds if r.phase == "debate"))
+    return {"answer": assignment, "assignment": assignment, "n_players": len(players), "votes": {p: dict(collections.Counter(v for v in vs if v in KKS_ROLES)) for p, vs in votes.items()},
+            "supervisor_used": sup is not None, "supervised": list(sup) if sup else [], "undecided": sum(v is None for v in assignment.values()),
+            "order": seq, "order_source": "truth" if seq == players[:len(seq)] else "agents (the proposal is not in the log)",
+            "final_agreement": sum(agreement(v) for v in votes.values()) / max(1, len(players)) if final else None,
+            "invalid_replies": sum(not t.valid for r in rounds for t in r.turns),
+            "logged_decision": "ControlMAD's own: the most common final role per player, or its supervisor's where it used one"}
+
+register_log_format(ControlMadLog());
+
+# %% ../nbs/24_imports.ipynb #3dd0fb7b
+from .backends import Backend, get_backend
+from .agents import Agent
+from .debate import Debate
+
+class _LoggedReplies(Backend):
+    "An agent's logged replies, served in order whatever it is asked; then its live backend answers."
+    def __init__(self, replies, live):
+        self.replies, self.live = collections.deque(replies), live
+        self.spec, self.synthetic, self.structured = live.spec, getattr(live, "synthetic", False), getattr(live, "structured", None)
+    async def complete(self, messages, ctx=None, **params) -> Completion:
+        if self.replies: return Completion(self.replies.popleft(), Usage(), 0.0, cached=True, meta={"replayed": True, "from_log": True})
+        return await self.live.complete(messages, ctx, **params)
+    def count_tokens(self, text): return self.live.count_tokens(text)
+    async def aclose(self): await self.live.aclose()
+
+# %% ../nbs/24_imports.ipynb #ec00c31a
+def _kept_rounds(t, round, names) -> list:
+    "The first `round` rounds of `t`, each with a logged reply by every agent (else a ValueError saying who has none)."
+    n = len(t.rounds)
+    if isinstance(round, bool) or not isinstance(round, int) or not 1 <= round <= n: raise OptionError("round", f"must be a round number in 1..{n} (rounds are numbered from 1); got {round!r}")
+    for r in t.rounds[:round]:
+        by = r.by_agent()
+        gone = [a for a in names if a not in by or by[a].reply is None]
+        if gone: raise ValueError(f"round {r.index + 1}: {', '.join(gone)} has no reply in the log ({(r.meta.get('missing') or {}).get(gone[0], 'failed')}); continue from an earlier round")
+    return t.rounds[:round]
+
+def continue_log(t, round: int, agents, **options) -> Debate:
+    "A debate keeping rounds 1..`round` of imported transcript `t` (replies and chats as logged) and continuing live with `agents`: one backend spec for every agent, or one per agent."
+    if not isinstance(t, Transcript): t = Transcript.from_json(t)
+    src = (t.meta or {}).get("imported")
+    if not src: raise ValueError("not an imported transcript: fork a madlab debate with Debate.fork (or Debate.from_transcript(t, live=True))")
+    fmt = get_log_format(src["format"])
+    if not fmt.continuable: raise ValueError(f"an imported {fmt.name} log cannot be continued: {fmt.why_not}")
+    names = [a["name"] for a in t.team]
+    specs = [agents] * len(names) if isinstance(agents, str) else list(agents)
+    if len(specs) != len(names): raise OptionError("agents", f"give one backend spec, or one per agent ({len(names)}: {', '.join(names)}); got {len(specs)}")
+    kept = _kept_rounds(t, round, names)
+    try: team = [Agent(a, s, backend=_LoggedReplies([r.by_agent()[a].reply for r in kept], get_backend(s))) for a, s in zip(names, specs)]
+    except ValueError as e: raise OptionError("agents", str(e)) from None
+    d = Debate(t.protocol, t.item, team, **{**{k: v for k, v in t.settings.items() if k != "seed"}, **options})
+    for _ in range(round): d.step()
+    for r, logged in zip(d.rounds, kept):                       # the kept rounds show what the log holds: its prompts, its replies
+        for tu in r.turns: tu.messages, tu.meta = list(logged.by_agent()[tu.agent].messages), {**logged.by_agent()[tu.agent].meta, "from_log": True}
+    for a in d.agents:                                          # and each agent goes on from its logged chat
+        a.history = ChatHistory([m for m in (t.histories.get(a.name) or []) if m.round is not None and m.round < round])
+    for r in d.rounds: r.history_lengths = {a.name: sum(m.round is not None and m.round <= r.index for m in a.history) for a in d.agents}
+    d.meta["forked_from"] = {"id": t.meta.get("id"), "round": round, "imported": src}
+    return d

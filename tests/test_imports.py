@@ -1,6 +1,6 @@
 """Published debate logs imported as runs: small files in Du et al.'s and CS546's critic-actor layouts, written here, read by every analysis."""
 from __future__ import annotations
-import json, subprocess, sys
+import json, re, subprocess, sys
 from pathlib import Path
 import pandas as pd
 import pytest
@@ -123,3 +123,108 @@ def test_cli(files):
     assert p.returncode == 1 and "not a du log" in p.stderr and "it reads as critic_actor" in p.stderr
     p = run("rescore", str(files / "cli"), "--decision", "unanimity")
     assert p.returncode == 0 and "2 items" in p.stdout, p.stdout + p.stderr
+
+# ControlMAD: its runs write, per game, game_size<N>_id<ID>/debate_session_game<ID>_<time>.json and chat_history_<agent>_game<ID>_<time>.json
+# (debate/debate_system_chat.py: _save_debate_session, _save_chat_histories). The repository holds no such outputs, so the files are written
+# here the way those two functions write them.
+CONTROLMAD_DATA = Path("/work/shared/data/controlmad")
+needs_controlmad = pytest.mark.skipif(not (CONTROLMAD_DATA / "4.jsonl").exists(), reason="ControlMAD's games not found in ../shared/data")
+
+def _cm_full(roles, conf=None):
+    d = {"players": [{"name": p, "role": r} for p, r in roles.items()], "explanation": "Case analysis."}
+    return json.dumps(d | ({"confidence": conf} if conf is not None else {}), indent=2)
+
+def _cm_resp(agent, phase, rn, text):
+    ro = None if text is None else {"text": text, "usage": {"input": 1000, "output": 200, "reasoning": 0, "cached": 0, "total": 1200}, "summary": "", "error": ""}
+    return {"agent_name": agent, "game_id": 7, "round_number": rn, "phase": phase, "player_role_assignments": {}, "explanation": "", "confidence": 5.0,
+            "response_obj": ro, "timestamp": "2025-10-01T10:00:00", "error": "" if text else "500 Internal Server Error",
+            "agree_with": None, "disagree_with": None, "agree_reasoning": None, "disagree_reasoning": None}
+
+def write_controlmad_game(root, game, answers, final, supervisor=None, depth=2, stamp="20251001_100000"):
+    "answers[agent][player] = the role it holds from the start; `final[agent]` its final roles (None: no final answer); depth-2 debates, no self-adjustment."
+    agents = list(answers)
+    chat = {a: [{"role": "system", "content": "You are playing Knight-Knave-Spy...", "phase": "initial", "round_number": None},
+                {"role": "user", "content": game["text_game"], "phase": "initial", "round_number": None}] for a in agents}
+    def said(a, text, phase, rn=None, p=None): chat[a].append({"role": "assistant", "content": text, "phase": phase, "round_number": rn, "player_focus": p})
+    init = [_cm_resp(a, "initial", 0, "Let me reason. " + _cm_full(answers[a], 7)) for a in agents]
+    for a in agents: said(a, _cm_full(answers[a], 7), "initial")
+    players, rounds, rn = list(answers[agents[0]]), [], 0
+    for p in players:
+        for k in range(depth):
+            rn += 1
+            resp = [_cm_resp(a, "debate", rn, json.dumps({"player_role": p, "role": answers[a][p], "agree_with": [], "disagree_with": [], "confidence": 8})) for a in agents]
+            for a, r in zip(agents, resp):
+                chat[a] += [{"role": "debate_moderator", "content": f"Now debate {p}.", "phase": "debate", "player_focus": p, "round_number": rn}]
+                said(a, r["response_obj"]["text"], "debate", rn, p)
+            rounds.append({"player_name": p, "round_number": rn, "agent_responses": resp, "debate_summary": "", "consensus_reached": False, "majority_role": None})
+    for a in agents:
+        chat[a].append({"role": "debate_moderator", "content": "Final discussion.", "phase": "final", "round_number": None})
+        if final[a] is not None: said(a, _cm_full(final[a], 5.0), "final")
+    votes = {p: [final[a][p] for a in agents if final[a]] for p in players}
+    session = {"game_id": 7, "game_text": game["text_game"], "ground_truth_solution": {}, "initial_proposals": init, "debate_rounds": rounds,
+               "final_vote": {p: max(set(v), key=v.count) for p, v in votes.items() if v}, "supervisor_decision": supervisor, "performance_tracking": {}}
+    d = Path(root) / "agent3_a_b_c_conf_true" / f"game_size{game['num_player']}_id7"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / f"debate_session_game7_{stamp}.json").write_text(json.dumps(session, indent=2, ensure_ascii=False))
+    for a in agents: (d / f"chat_history_{a}_game7_{stamp}.json").write_text(json.dumps({"agent_name": a, "game_id": 7, "messages": chat[a]}, indent=2))
+    return d
+
+@needs_controlmad
+def test_controlmad_import_matches_the_game_by_its_text(tmp_path):
+    line = 3
+    game = json.loads((CONTROLMAD_DATA / "4.jsonl").read_text().splitlines()[line - 1])
+    gold = dict(re.findall(r"(\w+) is a (knight|knave|spy)\.", game["text_solution"]))
+    wrong = {p: ("knave" if r != "knave" else "knight") for p, r in gold.items()}
+    agents = ["OpenAI-gpt-5-nano", "Gemini-gemini-2.5-flash", "Qwen-qwen-flash"]
+    write_controlmad_game(tmp_path / "results", game, {agents[0]: gold, agents[1]: gold, agents[2]: wrong},
+                          {agents[0]: gold, agents[1]: wrong, agents[2]: None})           # the third agent's final call failed: no final answer
+    # the session carries no solution (ControlMAD's parser found none): the game is found among ControlMAD's games by its text
+    with pytest.raises(LogError, match="ground_truth_solution: no solution in the log"): import_run("controlmad", tmp_path / "results", tmp_path / "x")
+    res = import_run("controlmad", tmp_path / "results", tmp_path / "run", games=CONTROLMAD_DATA)
+    assert res.df.item_id.tolist() == [f"controlmad-4-{line:04d}"] and res.df.calls.sum() == 0
+    t = open_run(tmp_path / "run").transcript(0)
+    assert t.item.gold == gold
+    assert [r.name for r in t.rounds][:3] == ["initial proposals", f"debate on {list(gold)[0]} (1/2)", f"debate on {list(gold)[0]} (2/2)"]
+    assert t.settings["depth"] == 2 and t.settings["self_adjustment"] is False and t.settings["confidence"] is True
+    assert t.rounds[-1].meta["missing"] == {agents[2]: "no final answer in its chat history"}
+    assert t.rounds[-1].turns[0].answer.confidence == 5                                   # conf_true: the confidence is kept
+    assert t.result["votes"][list(gold)[0]] == {gold[list(gold)[0]]: 1, wrong[list(gold)[0]]: 1}
+    # decided as ControlMAD logged it (the most common final role, ties to the first agent's): right; unanimity decides nothing
+    assert bool(res.df.correct[0]) is (t.result["assignment"] == gold)
+    assert not rescore(tmp_path / "run", decision="unanimity").df.correct[0]
+    cfg = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert cfg["protocol"] == "controlmad" and cfg["tasks"] == ["kks"] and cfg["imported"]["games"] == str(CONTROLMAD_DATA.resolve())
+
+@needs_controlmad
+def test_controlmad_supervisor_and_cli(tmp_path):
+    game = json.loads((CONTROLMAD_DATA / "5.jsonl").read_text().splitlines()[0])
+    gold = dict(re.findall(r"(\w+) is a (knight|knave|spy)\.", game["text_solution"]))
+    a = ["A-1", "A-2"]
+    write_controlmad_game(tmp_path / "r", game, {a[0]: gold, a[1]: gold}, {a[0]: None, a[1]: None}, supervisor=gold, depth=1)
+    run = lambda *x: subprocess.run([sys.executable, "-m", "madlab.cli", *x], capture_output=True, text=True, timeout=300)
+    p = run("import", "controlmad", str(tmp_path / "r"), "--out", str(tmp_path / "run"), "--games", str(CONTROLMAD_DATA / "5.jsonl"))
+    assert p.returncode == 0 and "accuracy 1.000 (1/1); 0 calls made" in p.stdout, p.stdout + p.stderr
+    t = open_run(tmp_path / "run").transcript(0)
+    assert t.rounds[-1].phase == "supervisor" and t.result["supervisor_used"] and t.team[-1]["role"] == "supervisor"
+    p = run("import", "controlmad", str(tmp_path / "r"), "--out", str(tmp_path / "run2"), "--task", "gsm8k")
+    assert p.returncode == 2 and "--task" in p.stderr and "Traceback" not in p.stderr
+
+def test_continue_an_imported_debate_with_a_model(files):
+    from madlab.imports import continue_log
+    from madlab.scoring import score_result
+    from madlab.widgets import DebateStepper
+    import_run("du", files / "du.json", files / "du")
+    t = open_run(files / "du").transcript(0)                      # question 1: 7, 8, 8 then 7, 7, 8 then 7, 7, 7
+    d = continue_log(t, 1, "synthetic:medium", rounds=3)
+    s = DebateStepper(d)                                          # the continued debate steps in the stepper like any debate
+    s.step(); s.step()
+    assert len(d.rounds) == 3
+    new = d.run()
+    assert [tu.reply for tu in new.rounds[0].turns] == [tu.reply for tu in t.rounds[0].turns]      # round 1 is the log's
+    assert all(tu.meta.get("from_log") for tu in new.rounds[0].turns) and not any(tu.meta.get("from_log") for r in new.rounds[1:] for tu in r.turns)
+    assert all(tu.reply.endswith(f"The answer is {tu.answer}.") for r in new.rounds[1:] for tu in r.turns)  # the model's, in its own words
+    assert new.rounds[1].turns[0].messages[:2] == [{"role": "user", "content": "solve"}, {"role": "assistant", "content": "4 + 3 = \\boxed{7}"}]
+    assert len(new.rounds) == 4 and new.usage.calls == 9 and new.team[0]["spec"] == "synthetic:medium"
+    sc = score_result(new.item, new.result)
+    assert sc["correct"] == (new.result["answer"] == 7)
+    with pytest.raises(ValueError, match="round 2: Agent 2 has no reply"): continue_log(open_run(files / "du").transcript(1), 2, "synthetic:strong")
