@@ -861,6 +861,7 @@ class AgentSetup:
     output_parser: str|None = None  # how its reply becomes a message (AgentVerse's output parser); default: the reply
     manipulator: Any = None         # its memory manipulator (`make_manipulator` spec); default: basic
     variables: dict = field(default_factory=dict)   # its own fields that its templates name (${personality} ...)
+    max_retry: int = 3              # asks for a reply its output parser can read (AgentVerse's `max_retry`), then the turn is marked parse_failed
 
     def spec(self) -> str|None:
         "The backend spec the `llm` names (None: none named)."
@@ -871,7 +872,8 @@ class AgentSetup:
         return {"name": self.name, "role_description": self.role_description, "prompt_template": self.prompt_template,
                 "memory": self.memory.spec(), **({"llm": dict(self.llm)} if self.llm else {}), **({"receiver": list(self.receiver)} if self.receiver else {}),
                 **({"final_prompt_to_use": self.final_prompt} if self.final_prompt else {}), **({"output_parser": {"type": self.output_parser}} if self.output_parser else {}),
-                **({"memory_manipulator": make_manipulator(self.manipulator).spec()} if self.manipulator else {}), **self.variables}
+                **({"memory_manipulator": make_manipulator(self.manipulator).spec()} if self.manipulator else {}),
+                **({"max_retry": self.max_retry} if self.max_retry != 3 else {}), **self.variables}
 
 # %% ../../nbs/14_agentverse.ipynb #2a023772
 @serializable
@@ -926,7 +928,7 @@ def _only(d, allowed, where):
 
 def _agent_setup(d, i) -> AgentSetup:
     where = f"agents[{i}]"
-    _only(_need(d, where), ("name", "role_description", "prompt_template", "memory", "llm", "receiver", "final_prompt_to_use", "output_parser", "memory_manipulator", "variables"), where)
+    _only(_need(d, where), ("name", "role_description", "prompt_template", "memory", "llm", "receiver", "final_prompt_to_use", "output_parser", "memory_manipulator", "variables", "max_retry"), where)
     if not isinstance(d.get("name"), str) or not d["name"].strip(): raise ConfigError(f"{where}.name", "every agent needs a name")
     llm = _need(d.get("llm") or {}, f"{where}.llm")
     _only(llm, _LLM_KEYS, f"{where}.llm")
@@ -939,6 +941,9 @@ def _agent_setup(d, i) -> AgentSetup:
     op = op.get("type") if isinstance(op, dict) else op
     if op is not None and op not in OUTPUT_PARSERS: raise ConfigError(f"{where}.output_parser.type", f"unknown output parser {op!r}; madlab reads: {', '.join(OUTPUT_PARSERS)}")
     a.output_parser, a.variables = op, dict(_need(d.get("variables") or {}, f"{where}.variables"))
+    mr = d.get("max_retry", 3)
+    if isinstance(mr, bool) or not isinstance(mr, int) or not 1 <= mr <= 100: raise ConfigError(f"{where}.max_retry", f"must be an integer in 1..100 (asks per turn); got {mr!r}")
+    a.max_retry = mr
     if d.get("memory_manipulator") is not None: a.manipulator = make_manipulator(d["memory_manipulator"], f"{where}.memory_manipulator").spec()
     if a.spec() is not None:
         try: check_spec(a.spec())
@@ -978,7 +983,8 @@ def _from_agentverse(data: dict, drop_tools: bool = False) -> tuple[dict, list, 
     if not isinstance(d.get("drop_tools", False), bool): raise ConfigError("drop_tools", f"must be true or false; got {d['drop_tools']!r}")
     drop, dropped = d.pop("drop_tools", False) or drop_tools, {}
     if d.get("tools") and not drop: raise _tools_refused("tools", d["tools"])
-    listed = _tool_names(d.pop("tools")) if d.get("tools") else []
+    listed = _tool_names(d["tools"]) if d.get("tools") else []
+    d.pop("tools", None)
     if "output_dir" in d: d.pop("output_dir"); note("output_dir", _IGNORED["output_dir"])
     if "data_path" in d: extra["data_path"] = d.pop("data_path")
     if isinstance(d.get("task"), str): d["task"] = _TASK_ALIASES.get(d["task"], d["task"])
@@ -1006,7 +1012,7 @@ def _from_agentverse(data: dict, drop_tools: bool = False) -> tuple[dict, list, 
     return d, ign, extra
 
 # %% ../../nbs/14_agentverse.ipynb #558f3528
-_AGENT_FIELDS = ("name", "role_description", "prompt_template", "memory", "llm", "memory_manipulator", "output_parser", "receiver", "final_prompt_to_use")
+_AGENT_FIELDS = ("name", "role_description", "prompt_template", "memory", "llm", "memory_manipulator", "output_parser", "receiver", "final_prompt_to_use", "max_retry")
 
 def _agent_from_agentverse(a: dict, i: int, note, drop: bool = False, dropped: dict|None = None):
     "One agent of AgentVerse's layout as madlab's, in place; with `drop`, a tool agent becomes a conversational one and `dropped` records its tools."
@@ -1159,8 +1165,8 @@ async def _summarise(d, env, a, mem, r) -> Turn|None:
     return turn
 
 # %% ../../nbs/14_agentverse.ipynb #c04d1175
-async def _speak(d, env, a, fmt, ask_item, r, sample: int = 0):
-    "The memory's own calls (summary, manipulator), then the turn of one speaker (its reply read by its output parser)."
+async def _speak(d, env, a, fmt, ask_item, r, sample: int = 0, stride: int = 1):
+    "The memory's own calls (summary, manipulator), then the turn of one speaker (its reply read by its output parser, asked again up to its `max_retry` while unreadable)."
     name, mem, setup = a.name, env.memories[a.name], env.setups[a.name]
     s = await _summarise(d, env, a, mem, r) if isinstance(mem, SummaryMemory) else None
     side = ([s] if s else []) + await env.manipulators[name].manipulate(d, env, a, r)
@@ -1171,21 +1177,25 @@ async def _speak(d, env, a, fmt, ask_item, r, sample: int = 0):
     used = template_vars(setup.prompt_template)
     prompt = fill(setup.prompt_template, {**vals, "final_prompt": final}, f"agents[{i}].prompt_template")
     if final and "final_prompt" not in used: prompt += "\n\n" + final
-    solo = a.fresh(); solo.listeners = a.listeners
-    if "chat_history" not in used:
-        for m in seen: solo.history.add(dataclasses.replace(m))
     peers = {b: env.answers[b] for b in sorted(env.heard[name]) if b in env.answers}
     kind, parse, opts = fmt.kind, fmt.parse, fmt.options
     if setup.output_parser:
         kind, parse = OUTPUT_PARSERS[setup.output_parser][1], lambda text: fmt.parse(_parse_reply(setup.output_parser, text, name)[0]["content"])
         opts = {**fmt.options, "parser": setup.output_parser, "me": name, "names": list(env.names), "first": env.names[0]}
-    t = await solo.ask(prompt, kind=kind, parse=parse, phase=r.phase, round=r.index, role="user",
-                       ask=Ask(item=ask_item, options=opts, previous=env.answers.get(name), peers=peers, sample=sample))
-    if setup.output_parser and t.reply is not None:
+    tries, t = [], None
+    for k in range(setup.max_retry if setup.output_parser else 1):
+        if t is not None: t.meta.update(kind="unreadable"); tries.append(t)     # kept as a recorded call of this round
+        solo = a.fresh(); solo.listeners = a.listeners
+        if "chat_history" not in used:
+            for m in seen: solo.history.add(dataclasses.replace(m))
+        t = await solo.ask(prompt, kind=kind, parse=parse, phase=r.phase, round=r.index, role="user",      # each attempt its own sample: a new reply, not the cached one
+                           ask=Ask(item=ask_item, options=opts, previous=env.answers.get(name), peers=peers, sample=sample + k * stride))
+        if not setup.output_parser or t.reply is None: break
         got, failed = _parse_reply(setup.output_parser, t.reply, name)
-        t.meta.update(content=got["content"], **({"parse_failed": True} if failed else {}))
+        t.meta.update(content=got["content"], **({"attempt": k + 1} if k or failed else {}), **({"parse_failed": True} if failed else {}))
         if got.get("to") in env.names: t.meta["to"] = [name, got["to"]]
-    return side, t
+        if not failed: break
+    return side + tries, t
 
 # %% ../../nbs/14_agentverse.ipynb #29604a6f
 def _deliver(env, cast, deliveries, r):
@@ -1215,7 +1225,7 @@ async def env_turn(d, env: Environment, cast: dict, fmt, ask_item, label: str = 
     if bad: raise ConfigError("environment.rule.order", f"chose an unknown agent {bad[0]!r}; agents: {', '.join(env.names)}")
     r = d.new_round(f"{label}turn {env.turn + 1}/{env.max_turns}", "final" if env.final else "debate", turn=env.turn + 1, speakers=speakers)
     env.descriptions = env.describer.describe_all(env)
-    got = await d.gather(_speak(d, env, cast[n], fmt, ask_item, r, speakers[:j].count(n)) for j, n in enumerate(speakers))   # an agent asked k times at once: samples 0..k-1
+    got = await d.gather(_speak(d, env, cast[n], fmt, ask_item, r, speakers[:j].count(n), len(speakers)) for j, n in enumerate(speakers))   # an agent asked k times at once: samples 0..k-1
     turns = [t for _, t in got]
     for t in turns:
         env.latest[t.agent] = t.answer if t.valid else None
@@ -1367,7 +1377,7 @@ td,th{border:1px solid #eee;padding:2px 6px;vertical-align:top;text-align:left}.
 <details><summary>item</summary><pre>{{ t.item.prompt if t.item is not none else '' }}</pre></details>
 {% for r in t.rounds %}<div class="turn"><b>{{ r.name }}</b> · spoke: {{ (r.meta.get('speakers') or [])|join(', ') }}{% if r.meta.get('silence') %} · nobody was heard: [Silence]{% endif %}
 <table><tr><th>agent</th><th>received by</th><th>answer</th><th>reply</th></tr>{% for tu in r.turns %}<tr class="{{ '' if tu.valid else 'invalid' }}">
-<td>{{ tu.agent }}{% if tu.meta.get('kind') == 'summary' %} (summary call){% endif %}</td><td>{{ (tu.receivers or [])|join(', ') or '—' }}</td>
+<td>{{ tu.agent }}{% if tu.meta.get('kind') == 'summary' %} (summary call){% elif tu.meta.get('kind') == 'unreadable' %} (unreadable reply {{ tu.meta.get('attempt') }}: asked again){% endif %}</td><td>{{ (tu.receivers or [])|join(', ') or '—' }}</td>
 <td>{{ show(tu) }}</td><td><pre>{{ tu.reply if tu.reply is not none else ('error: ' ~ tu.error) }}</pre></td></tr>{% endfor %}</table>
 <details><summary>memories after this turn</summary>{% for n, m in (r.meta.get('memory') or {}).items() %}<b>{{ n }}</b><pre>{{ m }}</pre>{% endfor %}</details>
 <details><summary>rule state</summary><pre>{{ js(r.meta.get('rules')) }}</pre></details></div>{% endfor %}
@@ -1420,6 +1430,14 @@ def agentverse_report(res, folder=None) -> str:
         cj, add = Path(folder) / "config.json", {**({"tools_dropped": dropped} if dropped else {}), **({"ignored": ignored} if ignored else {})}
         if add and cj.exists(): write_atomic(cj, json.dumps({**json.loads(cj.read_text(encoding="utf-8")), **add}, indent=1, ensure_ascii=True))
     return text
+
+@protocol_hook("agentverse", "inputs")
+def _config_file(settings: dict) -> dict:
+    "The config file's path and the sha256 of its bytes, so a run folder notices an edited file (a mapping or a config object is in the options already)."
+    import hashlib
+    c = settings.get("config")
+    if not isinstance(c, (str, Path)): return {}
+    return {"config": {"path": str(c), "sha256": hashlib.sha256(Path(c).read_bytes()).hexdigest()}}
 
 @protocol_hook("agentverse", "task")
 def config_task(options: dict) -> dict:
