@@ -104,10 +104,10 @@ def protocol(name: str, tasks=None, limits: dict|None = None):
         return fn
     return deco
 
-HOOKS = ("team", "report", "log_html", "log_text", "row", "check", "task")
+HOOKS = ("team", "report", "log_html", "log_text", "row", "check", "task", "inputs")
 
 def protocol_hook(name: str, kind: str):
-    "Register a function as protocol `name`'s `kind` hook: `team` (its default team), `report`, `log_html`, `log_text`, `row` (see `run`) `check` (called with the settings by `validate`: raise `OptionError` before any call) or `task` (the options -> `{task, data}` the command line defaults to)."
+    "Register a function as protocol `name`'s `kind` hook: `team` (its default team), `report`, `log_html`, `log_text`, `row` (see `run`) `check` (called with the settings by `validate`: raise `OptionError` before any call) `task` (the options -> `{task, data}` the command line defaults to) or `inputs` (the settings -> `{option: {path, sha256}}` of the files they name, recorded in a run folder's `config.json`: resuming with an edited file is refused)."
     if kind not in HOOKS: raise ValueError(f"hook kind must be one of {', '.join(HOOKS)}; got {kind!r}")
     def deco(fn):
         if name in PROTOCOLS: PROTOCOLS[name].hooks[kind] = fn

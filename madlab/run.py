@@ -319,12 +319,22 @@ class _Stop:
         if self.loop is not None: self.loop.call_soon_threadsafe(self.event.set)
 
 # %% ../nbs/08_run.ipynb #a0765e13
+def _changed_input(old: dict|None, new: dict|None) -> str|None:
+    "Which file an option names has changed since the folder's run (by its sha256); None when none has, or the folder predates the record."
+    for k, o in (old or {}).items():
+        n = (new or {}).get(k)
+        if isinstance(o, dict) and isinstance(n, dict) and o.get("sha256") != n.get("sha256"):
+            return f"{k} {o.get('path')} as it was then (sha256 {str(o.get('sha256'))[:12]}); that file has changed since (sha256 {str(n.get('sha256'))[:12]} now)"
+    return None
+
 def _start_folder(folder, config: dict, ids: list, notes: dict|None) -> dict:
     "Write the run's `config.json` (the items of earlier runs into the same folder kept); refuse a folder that holds a different run."
     old = folder.read_config()
     if old is not None:
         diff = [k for k in _SAME if json.dumps(old.get(k, _SAME_DEFAULTS.get(k)), sort_keys=True, default=str) != json.dumps(to_jsonable(config.get(k, _SAME_DEFAULTS.get(k))), sort_keys=True, default=str)]
         if diff: raise OptionError("out", f"{folder.path} holds a run with different {', '.join(diff)}; choose another output folder")
+        changed = _changed_input(old.get("inputs"), config.get("inputs"))
+        if changed: raise OptionError("out", f"{folder.path} holds a run of {changed}; choose another output folder, or restore the file")
     config["items"] = list(dict.fromkeys(list((old or {}).get("items") or []) + ids))
     config.update(notes or {}, started=(old or {}).get("started") or time.strftime("%Y-%m-%dT%H:%M:%S"))
     write_atomic(folder.config_path, json.dumps(to_jsonable(config), indent=1, ensure_ascii=True))
@@ -424,6 +434,7 @@ async def arun_experiment(protocol, items, team=None, out=None, *, seed: int = 0
         config = {"protocol": proto.name, "options": to_jsonable(settings), "tasks": sorted({str(getattr(it, "task", None)) for it in items}),
                   "team": team_config(agents), "seed": seed, "max_tokens": max_tokens, "temperature": temperature, "madlab": madlab.__version__,
                   "decision": rule.spec}
+        if "inputs" in proto.hooks: config["inputs"] = proto.hooks["inputs"](settings)     # the files the options name, by content
         if folder: config = _start_folder(folder, config, ids, notes)
         todo = _unfinished(folder, ids, items, transcripts, problems) if folder and resume else list(zip(ids, items))
         sem = asyncio.Semaphore(concurrency or games_at_once(agents))

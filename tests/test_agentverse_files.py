@@ -8,7 +8,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 from madlab.cli import main
-from madlab.core import Completion, Usage
+from madlab.core import Completion, Usage, Transcript
 from madlab.backends import Backend
 from madlab.debate import Debate
 from madlab.tasks import load_scenarios, load_faireval
@@ -198,3 +198,74 @@ def test_chateval_referees_on_faireval_data_with_kappa(tmp_path):
     missing = write(tmp_path, "elsewhere.yaml", {**conf, "data_path": "nowhere/test.json"})
     r = run_cli(tmp_path, "--config", missing)
     assert r.returncode == 2 and "data_path nowhere/test.json is not found" in r.stderr
+
+# a two-player arithmetic game with tools, in the layout of AgentVerse's tool files (written here, not copied)
+TOOL_PROMPT = ("Play the arithmetic game. Tools you may use:\n${tools}\nAction: one of [${tool_names}] or Speak\nAction Input: ...\n"
+               "History:\n${chat_history}\nTool log:\n${tool_observation}\n${role_description}")
+
+def tool_game(**top):
+    tools = [{"tool_name": "wolframalpha", "tool_url": "http://127.0.0.1:8079/tools/wolframalpha/"}]
+    return {"prompts": {"prompt": TOOL_PROMPT}, "tools": tools, **top,
+            "environment": {"env_type": "sim-basic", "max_turns": 4, "rule": {k: {"type": "basic"} for k in ("selector", "updater", "describer")} | {"order": {"type": "sequential"}, "visibility": {"type": "all"}}},
+            "agents": [{"agent_type": "tool", "name": n, "role_description": f"You are {n}.", "memory": {"memory_type": "chat_history"}, "prompt_template": TOOL_PROMPT,
+                        "llm": {"llm_type": "gpt-4", "model": "gpt-4", "max_tokens": 100}, "output_parser": {"type": "math_problem_2players_tools"}, "tools": tools,
+                        **({"tool_memory": {"memory_type": "summary"}} if n == "Bob" else {})} for n in ("Alice", "Bob")]}
+
+def test_drop_tools_runs_the_tool_free_part_and_says_so(tmp_path):
+    p = write(tmp_path, "tool_game.yaml", tool_game())
+    with pytest.raises(ConfigError, match=r"tools: tool use is not implemented in madlab \(tools: wolframalpha\); give --drop-tools"): load_config(p)
+    r = run_cli(tmp_path, "--config", p, "--n", "1", "--agents", SYNTH)
+    assert r.returncode == 2 and "give --drop-tools" in r.stderr and "Traceback" not in r.stderr and not (tmp_path / "out").exists()
+    cfg = load_config(p, drop_tools=True)
+    assert cfg.dropped_tools == {"Alice": ["wolframalpha"], "Bob": ["wolframalpha"]}
+    assert [a.variables for a in cfg.agents] == [{"tools": "", "tool_names": "", "tool_observation": ""}] * 2     # as AgentVerse fills them with no tools
+    assert load_config(write(tmp_path, "opted_in.yaml", tool_game(drop_tools=True))).dropped_tools == cfg.dropped_tools      # the file may opt in itself
+    with pytest.raises(ConfigError, match=r"drop_tools: must be true or false"): config_from_dict(tool_game(drop_tools="yes"))
+    r = run_cli(tmp_path, "--config", p, "--drop-tools", "--n", "1", "--agents", SYNTH)
+    assert r.returncode == 0 and "Traceback" not in r.stdout + r.stderr, r.stdout + r.stderr
+    assert r.stdout.count("tools dropped: ") == 1
+    assert "tools dropped: Alice (wolframalpha); Bob (wolframalpha): the tool agents ran as plain conversational agents, so this is not the original experiment" in r.stdout
+    run_dir = Path(r.stdout.strip().splitlines()[-1].removeprefix("outputs: "))
+    conf = json.loads((run_dir / "config.json").read_text())
+    assert conf["tools_dropped"] == {"Alice": ["wolframalpha"], "Bob": ["wolframalpha"]} and conf["options"]["drop_tools"] is True
+    t = Transcript.from_json(next((run_dir / "debates").glob("*/transcript.json")))
+    sent = [tu.messages[-1]["content"] for r in t.rounds for tu in r.turns]
+    assert len(t.rounds) == 4 and all("Tools you may use:\n\nAction: one of [] or Speak" in s for s in sent) and t.result["tools_dropped"]["Bob"] == ["wolframalpha"]
+
+def test_pokemon_stays_refused_with_drop_tools(tmp_path):
+    d = tool_game()
+    d["environment"].update(env_type="pokemon", locations=[{"name": "Pallet Town"}])
+    p = write(tmp_path, "pokemon.yaml", d)
+    with pytest.raises(ConfigError, match="environment.env_type: 'pokemon'"): load_config(p, drop_tools=True)
+    r = run_cli(tmp_path, "--config", p, "--drop-tools", "--n", "1", "--agents", SYNTH)
+    assert r.returncode == 2 and "'pokemon': AgentVerse's Pokémon game" in r.stderr and "Traceback" not in r.stderr
+
+def test_unreadable_replies_are_asked_again_up_to_max_retry():
+    def script(agent, n, phase, prompt):      # two unreadable replies, then a readable one
+        return "I would rather just talk." if n <= 2 else "Action: Speak\nAction Input: I stay silent."
+    one = lambda **a: {"environment": {"env_type": "sim-basic", "max_turns": 1},
+                       "agents": [{"name": "S1", "prompt_template": "${chat_history}", "output_parser": {"type": "prisoner_dilemma"}, **a}]}
+    t = Debate("agentverse", SCENARIO, team(["S1"], script), config=config_from_dict(one())).run()
+    turns = t.rounds[0].turns
+    assert [(x.meta.get("kind"), x.meta.get("attempt"), x.meta.get("parse_failed")) for x in turns] == [("unreadable", 1, True), ("unreadable", 2, True), (None, 3, None)]
+    assert [x.reply for x in turns[:2]] == ["I would rather just talk."] * 2 and t.rounds[0].meta["said"] == {"S1": "I stay silent."}
+    assert t.usage.prompt_tokens == 3 * 3                                      # every attempt counted (3 tokens each)
+    t = Debate("agentverse", SCENARIO, team(["S1"], script), config=config_from_dict(one(max_retry=2))).run()   # the file's bound
+    turns = t.rounds[0].turns
+    assert [x.meta.get("kind") for x in turns] == ["unreadable", None] and turns[-1].meta == {"content": "", "attempt": 2, "parse_failed": True}
+    assert t.rounds[0].meta["said"] == {"S1": ""} and t.usage.prompt_tokens == 2 * 3
+    with pytest.raises(ConfigError, match=r"agents\[0\].max_retry: must be an integer in 1..100"): config_from_dict(one(max_retry=0))
+    assert config_from_dict(one(max_retry=5)).agents[0].max_retry == 5 and config_from_dict(one()).agents[0].max_retry == 3    # AgentVerse's default
+
+def test_an_edited_config_under_an_existing_run_folder_is_refused(tmp_path):
+    import hashlib
+    p = write(tmp_path, "classroom.yaml", classroom(2, max_turns=3))
+    r = run_cli(tmp_path, "--config", p, "--n", "1", "--agents", SYNTH, "--name", "room")
+    assert r.returncode == 0, r.stdout + r.stderr
+    conf = json.loads((tmp_path / "out" / "room" / "config.json").read_text())
+    assert conf["inputs"] == {"config": {"path": str(p), "sha256": hashlib.sha256(p.read_bytes()).hexdigest()}}
+    assert run_cli(tmp_path, "--config", p, "--n", "1", "--agents", SYNTH, "--name", "room").returncode == 0     # the same file resumes
+    p.write_text(p.read_text().replace("You are Student Bob.", "You are Student Bob, who never listens."))
+    r = run_cli(tmp_path, "--config", p, "--n", "1", "--agents", SYNTH, "--name", "room")
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stdout + r.stderr
+    assert f"holds a run of config {p} as it was then (sha256 {conf['inputs']['config']['sha256'][:12]}); that file has changed since" in " ".join(r.stderr.split())

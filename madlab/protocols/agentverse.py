@@ -30,8 +30,8 @@ __all__ = ['RULE_KINDS', 'RULES', 'MEMORIES', 'SUMMARY_TEMPLATE', 'MANIPULATORS'
            'ChatHistoryMemory', 'TokenWindowMemory', 'SummaryMemory', 'make_memory', 'VectorStoreMemory',
            'SdeTeamMemory', 'manipulator_type', 'Manipulator', 'BasicManipulator', 'make_manipulator', 'reflection_due',
            'memory_score', 'Reflection', 'Plan', 'SummaryManipulator', 'output_parser', 'parse_speak', 'parse_action',
-           'parse_alice', 'parse_plain', 'AgentSetup', 'AgentVerseConfig', 'config_from_dict', 'load_config',
-           'Environment', 'item_values', 'env_turn', 'agentverse_team', 'resolve_config', 'agentverse',
+           'parse_thought_action', 'parse_alice', 'parse_plain', 'AgentSetup', 'AgentVerseConfig', 'config_from_dict',
+           'load_config', 'Environment', 'item_values', 'env_turn', 'agentverse_team', 'resolve_config', 'agentverse',
            'agentverse_html', 'agentverse_report', 'config_task', 'example_path']
 
 # %% ../../nbs/14_agentverse.ipynb #5122f538
@@ -744,9 +744,9 @@ def output_parser(*names: str, synthetic: str = "text"):
         return fn
     return deco
 
-@output_parser("nlp_classroom_3players", "prisoner_dilemma", synthetic="agentverse.action")
+@output_parser("nlp_classroom_3players", "prisoner_dilemma", "math_problem_2players_tools", synthetic="agentverse.action")
 def parse_speak(text, agent=None):
-    "'Action: Speak' and 'Action Input: Y' -> Y; any other action is unreadable."
+    "'Action: Speak' and 'Action Input: Y' -> Y; any other action (a tool's, say) is unreadable."
     got = parse_action(text, agent)
     return got if got is not None and re.search(r"Action:\s*Speak\b", text or "") else None
 
@@ -760,6 +760,16 @@ def parse_action(text, agent=None):
     if act == "Listen": return {"content": ""}
     if act in ("CallOn", "RaiseHand", "GroupDiscuss"): return {"content": f"[{act}] {arg}".strip()}
     return None
+
+@output_parser("nlp_classroom_3players_withtool", "db_diag", synthetic="agentverse.action")
+def parse_thought_action(text, agent=None):
+    "Exactly 'Thought: ...', 'Action: X', 'Action Input: Y' -> Y for Speak, '' for Listen, '[X] Y' for CallOn and RaiseHand; a tool's action is unreadable (madlab runs no tools)."
+    lines = [l for l in (text or "").strip().split("\n") if l]
+    if len(lines) != 3 or not (lines[0].startswith("Thought:") and lines[1].startswith("Action:") and lines[2].startswith("Action Input:")): return None
+    act, arg = lines[1][len("Action:"):].strip(), lines[2][len("Action Input:"):].strip()
+    if act == "Speak": return {"content": arg}
+    if act == "Listen": return {"content": ""}
+    return {"content": f"[{act}] {arg}"} if act in ("CallOn", "RaiseHand") else None
 
 @output_parser("alice_home", synthetic="agentverse.alice")
 def parse_alice(text, agent=None):
@@ -794,6 +804,7 @@ def _action_reply(ask, persona, rng):
     "A synthetic classroom or prisoner's-dilemma reply: professors speak, call on students or start group work; students listen, raise hands or speak."
     o = ask.options
     me, names, first = o.get("me"), o.get("names") or [], o.get("first")
+    if o.get("parser") in _TOOL_PARSERS: return _tool_file_reply(o.get("parser"), me == first, names[1:], rng)
     if o.get("parser") == "nlp_classroom_3players": return "Action: Speak\nAction Input: " + rng.choice(["Let us begin with tokenisation.", "Could you explain that again?", "The exam is next week."])
     if o.get("parser") == "prisoner_dilemma":
         line = rng.choice(["I will remain silent.", "I will testify against the other suspect.", "What does the other suspect say?"]) if me != first else rng.choice(["Testify and you walk free.", "Attention! Give your final decision."])
@@ -807,6 +818,18 @@ def _action_reply(ask, persona, rng):
     if x < 0.5: return "Action: Listen\nAction Input: None"
     if x < 0.8: return "Action: RaiseHand\nAction Input: None"
     return "Action: Speak\nAction Input: " + rng.choice(["Could you give an example?", "Why does that work?"])
+
+_TOOL_PARSERS = ("math_problem_2players_tools", "db_diag", "nlp_classroom_3players_withtool")
+
+def _tool_file_reply(parser, leads, others, rng):
+    "A reply in a tool file's format; one in ten names a tool, which is unreadable once the tools are dropped."
+    thought = "" if parser == "math_problem_2players_tools" else "Thought: I know what to do next.\n"
+    if rng.random() < 0.1: return f"{thought}Action: search\nAction Input: what is attention"
+    if parser == "math_problem_2players_tools": line = rng.choice(["What is 17 times 23?", "391. Your turn: what is 144 divided by 12?", "12. Now: what is 2 to the 10th?"])
+    elif parser == "db_diag": line = rng.choice(["The anomaly ran from 10:00 to 10:04.", "CPU usage was abnormal in that window.", "Memory looks normal."])
+    elif leads: return thought + rng.choice(["Action: Speak\nAction Input: Today: the Transformer."] + ([f"Action: CallOn\nAction Input: Yes, {_short(rng.choice(others))}"] if others else []))
+    else: return thought + rng.choice(["Action: Listen\nAction Input: None", "Action: RaiseHand\nAction Input: None", "Action: Speak\nAction Input: Why attention?"])
+    return f"{thought}Action: Speak\nAction Input: {line}"
 
 @synthetic_responder("agentverse.alice")
 def _alice_reply(ask, persona, rng):
@@ -838,6 +861,7 @@ class AgentSetup:
     output_parser: str|None = None  # how its reply becomes a message (AgentVerse's output parser); default: the reply
     manipulator: Any = None         # its memory manipulator (`make_manipulator` spec); default: basic
     variables: dict = field(default_factory=dict)   # its own fields that its templates name (${personality} ...)
+    max_retry: int = 3              # asks for a reply its output parser can read (AgentVerse's `max_retry`), then the turn is marked parse_failed
 
     def spec(self) -> str|None:
         "The backend spec the `llm` names (None: none named)."
@@ -848,7 +872,8 @@ class AgentSetup:
         return {"name": self.name, "role_description": self.role_description, "prompt_template": self.prompt_template,
                 "memory": self.memory.spec(), **({"llm": dict(self.llm)} if self.llm else {}), **({"receiver": list(self.receiver)} if self.receiver else {}),
                 **({"final_prompt_to_use": self.final_prompt} if self.final_prompt else {}), **({"output_parser": {"type": self.output_parser}} if self.output_parser else {}),
-                **({"memory_manipulator": make_manipulator(self.manipulator).spec()} if self.manipulator else {}), **self.variables}
+                **({"memory_manipulator": make_manipulator(self.manipulator).spec()} if self.manipulator else {}),
+                **({"max_retry": self.max_retry} if self.max_retry != 3 else {}), **self.variables}
 
 # %% ../../nbs/14_agentverse.ipynb #2a023772
 @serializable
@@ -871,6 +896,7 @@ class AgentVerseConfig:
     current_time: str|None = None   # a reflection environment's clock at turn 0 ("YYYY-MM-DD HH:MM:SS")
     time_delta: int = 120           # seconds the clock advances per turn
     ignored: list = field(default_factory=list)   # fields read but not acted on ("field (why)")
+    dropped_tools: dict = field(default_factory=dict)   # agent -> the tools `drop_tools` removed ("(file)": the file's, named by no agent)
 
     @property
     def names(self) -> list[str]: return [a.name for a in self.agents]
@@ -902,7 +928,7 @@ def _only(d, allowed, where):
 
 def _agent_setup(d, i) -> AgentSetup:
     where = f"agents[{i}]"
-    _only(_need(d, where), ("name", "role_description", "prompt_template", "memory", "llm", "receiver", "final_prompt_to_use", "output_parser", "memory_manipulator", "variables"), where)
+    _only(_need(d, where), ("name", "role_description", "prompt_template", "memory", "llm", "receiver", "final_prompt_to_use", "output_parser", "memory_manipulator", "variables", "max_retry"), where)
     if not isinstance(d.get("name"), str) or not d["name"].strip(): raise ConfigError(f"{where}.name", "every agent needs a name")
     llm = _need(d.get("llm") or {}, f"{where}.llm")
     _only(llm, _LLM_KEYS, f"{where}.llm")
@@ -915,6 +941,9 @@ def _agent_setup(d, i) -> AgentSetup:
     op = op.get("type") if isinstance(op, dict) else op
     if op is not None and op not in OUTPUT_PARSERS: raise ConfigError(f"{where}.output_parser.type", f"unknown output parser {op!r}; madlab reads: {', '.join(OUTPUT_PARSERS)}")
     a.output_parser, a.variables = op, dict(_need(d.get("variables") or {}, f"{where}.variables"))
+    mr = d.get("max_retry", 3)
+    if isinstance(mr, bool) or not isinstance(mr, int) or not 1 <= mr <= 100: raise ConfigError(f"{where}.max_retry", f"must be an integer in 1..100 (asks per turn); got {mr!r}")
+    a.max_retry = mr
     if d.get("memory_manipulator") is not None: a.manipulator = make_manipulator(d["memory_manipulator"], f"{where}.memory_manipulator").spec()
     if a.spec() is not None:
         try: check_spec(a.spec())
@@ -933,20 +962,28 @@ ENV_TYPES = {"basic": None, "sim-basic": "scenario", "llm_eval": "pairwise", "pr
 AGENT_TYPES = ("conversation", "llm_eval_multi", "police", "prisoner", "reflection")
 _REFUSED_ENVS = {"pokemon": "AgentVerse's Pokémon game (its map, locations and moves need AgentVerse's own simulator)"}
 _TASK_ALIASES = {"llmeval": "pairwise", "llm_eval": "pairwise"}
-_IGNORED = {"output_dir": "madlab writes the run to --out", "verbose": "madlab logs every turn", "max_retry": "a reply a parser cannot read is kept as an empty message",
+_IGNORED = {"output_dir": "madlab writes the run to --out", "verbose": "madlab logs every turn",
             "task_name": "madlab does not look problems up by name: the item and the prompts give the problem",
             "unit_tests": "madlab never runs model-written code: the SDE selectors report the tests as not run",
             "stop": "stop sequences are not passed on", "current_time": "the environment's current_time sets the one clock"}
 
-def _tools_refused(where, v):
-    names = ", ".join(str(t.get("tool_name", "?")).strip(",") if isinstance(t, dict) else str(t) for t in (v if isinstance(v, list) else [v]))
-    return ConfigError(where, f"tool use is not implemented in madlab (tools: {names}); remove the tools or the tool agents to run the rest")
+_TOOL_VARS = ("tools", "tool_names", "tool_observation")   # a tool agent's template variables; with no tools AgentVerse fills them with ""
 
-def _from_agentverse(data: dict) -> tuple[dict, list, dict]:
+def _tool_names(v) -> list[str]:
+    return [str(t.get("tool_name", "?")).strip(",") if isinstance(t, dict) else str(t) for t in (v if isinstance(v, list) else [v])]
+
+def _tools_refused(where, v):
+    return ConfigError(where, f"tool use is not implemented in madlab (tools: {', '.join(_tool_names(v))}); give --drop-tools (drop_tools=True) to run "
+                              "the rest with the tools removed and the tool agents as plain conversational agents, which is not the original experiment")
+
+def _from_agentverse(data: dict, drop_tools: bool = False) -> tuple[dict, list, dict]:
     "AgentVerse's layout as madlab's: (the mapping, the ignored fields, the extra config fields); a `ConfigError` for what madlab refuses."
     d, ign, extra = copy.deepcopy(data), [], {}
     note = lambda k, why: ign.append(f"{k} ({why})") if f"{k} ({why})" not in ign else None
-    if d.get("tools"): raise _tools_refused("tools", d["tools"])
+    if not isinstance(d.get("drop_tools", False), bool): raise ConfigError("drop_tools", f"must be true or false; got {d['drop_tools']!r}")
+    drop, dropped = d.pop("drop_tools", False) or drop_tools, {}
+    if d.get("tools") and not drop: raise _tools_refused("tools", d["tools"])
+    listed = _tool_names(d["tools"]) if d.get("tools") else []
     d.pop("tools", None)
     if "output_dir" in d: d.pop("output_dir"); note("output_dir", _IGNORED["output_dir"])
     if "data_path" in d: extra["data_path"] = d.pop("data_path")
@@ -969,20 +1006,29 @@ def _from_agentverse(data: dict) -> tuple[dict, list, dict]:
     for k in ("task_name", "unit_tests"):
         if k in env: env.pop(k); note(f"environment.{k}", _IGNORED[k])
     for i, a in enumerate(d.get("agents") or []):
-        if isinstance(a, dict): _agent_from_agentverse(a, i, note)
+        if isinstance(a, dict): _agent_from_agentverse(a, i, note, drop, dropped)
+    if listed and not any(dropped.values()): dropped["(file)"] = listed     # the file's tools, named by no agent
+    if dropped: extra["dropped_tools"] = dropped
     return d, ign, extra
 
 # %% ../../nbs/14_agentverse.ipynb #558f3528
-_AGENT_FIELDS = ("name", "role_description", "prompt_template", "memory", "llm", "memory_manipulator", "output_parser", "receiver", "final_prompt_to_use")
+_AGENT_FIELDS = ("name", "role_description", "prompt_template", "memory", "llm", "memory_manipulator", "output_parser", "receiver", "final_prompt_to_use", "max_retry")
 
-def _agent_from_agentverse(a: dict, i: int, note):
-    "One agent of AgentVerse's layout as madlab's, in place."
+def _agent_from_agentverse(a: dict, i: int, note, drop: bool = False, dropped: dict|None = None):
+    "One agent of AgentVerse's layout as madlab's, in place; with `drop`, a tool agent becomes a conversational one and `dropped` records its tools."
     where = f"agents[{i}]"
-    if a.get("tools") or a.get("tool_memory") or a.get("agent_type") == "tool": raise _tools_refused(f"{where}.agent_type", a.get("tools") or "tool")
+    if a.get("tools") or a.get("tool_memory") or a.get("agent_type") == "tool":
+        if not drop: raise _tools_refused(f"{where}.agent_type", a.get("tools") or "tool")
+        dropped[str(a.get("name") or where)] = _tool_names(a["tools"]) if a.get("tools") else []
+        if a.get("agent_type") == "tool": a["agent_type"] = "conversation"
     a.pop("tools", None); a.pop("tool_memory", None)
+    if drop:
+        said = " ".join(str(a.get(k) or "") for k in ("role_description", "prompt_template"))
+        for k in _TOOL_VARS:
+            if "${%s}" % k in said: a[k] = ""
     at = a.pop("agent_type", None)
     if at is not None and at not in AGENT_TYPES: raise ConfigError(f"{where}.agent_type", f"unknown agent_type {at!r}; madlab runs: {', '.join(AGENT_TYPES)}")
-    for k in ("verbose", "max_retry", "current_time"):
+    for k in ("verbose", "current_time"):
         if k in a: a.pop(k); note(f"agents[*].{k}", _IGNORED[k])
     if isinstance(a.get("llm"), dict) and "stop" in a["llm"]: a["llm"].pop("stop"); note("agents[*].llm.stop", _IGNORED["stop"])
     texts = " ".join(str(a.get(k) or "") for k in ("role_description", "prompt_template"))
@@ -991,9 +1037,9 @@ def _agent_from_agentverse(a: dict, i: int, note):
     if extra: a["variables"] = extra
 
 # %% ../../nbs/14_agentverse.ipynb #be9306b4
-def config_from_dict(data: dict) -> AgentVerseConfig:
-    "An `AgentVerseConfig` from AgentVerse's YAML layout (already parsed); a `ConfigError` names the bad field and the valid values."
-    data, ignored, extra = _from_agentverse(_need(data, "the file"))
+def config_from_dict(data: dict, drop_tools: bool = False) -> AgentVerseConfig:
+    "An `AgentVerseConfig` from AgentVerse's YAML layout (already parsed); a `ConfigError` names the bad field and the valid values. `drop_tools` runs a tool-using file without its tools."
+    data, ignored, extra = _from_agentverse(_need(data, "the file"), drop_tools)
     _only(data, ("task", "environment", "agents", "prompts", "name", "description"), "")
     env = _need(data.get("environment") or {}, "environment")
     _only(env, ("max_turns", "rule", "final_prompt", "final_turns", "aggregation"), "environment")
@@ -1019,14 +1065,14 @@ def config_from_dict(data: dict) -> AgentVerseConfig:
     if isinstance(td, bool) or not isinstance(td, int) or td < 0: raise ConfigError("environment.time_delta", f"must be a whole number of seconds >= 0; got {td!r}")
     return AgentVerseConfig(setups, mt, final_prompt=fp, final_turns=ft, aggregation=_aggregation(env.get("aggregation", "majority_vote")),
                             task=data.get("task"), env_type=extra.get("env_type"), data_path=extra.get("data_path"), current_time=extra.get("current_time"),
-                            time_delta=td, ignored=ignored, **rules)
+                            time_delta=td, ignored=ignored, dropped_tools=extra.get("dropped_tools", {}), **rules)
 
-def load_config(path) -> AgentVerseConfig:
-    "Read an AgentVerse YAML task file; errors name the file and the field."
+def load_config(path, drop_tools: bool = False) -> AgentVerseConfig:
+    "Read an AgentVerse YAML task file (`drop_tools`: run a tool-using one without its tools); errors name the file and the field."
     import yaml
     try: data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as e: raise ConfigError(str(path), f"not a readable YAML file ({str(e).splitlines()[0]})") from None
-    try: return config_from_dict(data)
+    try: return config_from_dict(data, drop_tools)
     except ConfigError as e: raise ConfigError(f"{path}: {e.field}", e.message) from None
 
 AgentVerseConfig.from_dict, AgentVerseConfig.load = staticmethod(config_from_dict), staticmethod(load_config)
@@ -1119,8 +1165,8 @@ async def _summarise(d, env, a, mem, r) -> Turn|None:
     return turn
 
 # %% ../../nbs/14_agentverse.ipynb #c04d1175
-async def _speak(d, env, a, fmt, ask_item, r, sample: int = 0):
-    "The memory's own calls (summary, manipulator), then the turn of one speaker (its reply read by its output parser)."
+async def _speak(d, env, a, fmt, ask_item, r, sample: int = 0, stride: int = 1):
+    "The memory's own calls (summary, manipulator), then the turn of one speaker (its reply read by its output parser, asked again up to its `max_retry` while unreadable)."
     name, mem, setup = a.name, env.memories[a.name], env.setups[a.name]
     s = await _summarise(d, env, a, mem, r) if isinstance(mem, SummaryMemory) else None
     side = ([s] if s else []) + await env.manipulators[name].manipulate(d, env, a, r)
@@ -1131,21 +1177,25 @@ async def _speak(d, env, a, fmt, ask_item, r, sample: int = 0):
     used = template_vars(setup.prompt_template)
     prompt = fill(setup.prompt_template, {**vals, "final_prompt": final}, f"agents[{i}].prompt_template")
     if final and "final_prompt" not in used: prompt += "\n\n" + final
-    solo = a.fresh(); solo.listeners = a.listeners
-    if "chat_history" not in used:
-        for m in seen: solo.history.add(dataclasses.replace(m))
     peers = {b: env.answers[b] for b in sorted(env.heard[name]) if b in env.answers}
     kind, parse, opts = fmt.kind, fmt.parse, fmt.options
     if setup.output_parser:
         kind, parse = OUTPUT_PARSERS[setup.output_parser][1], lambda text: fmt.parse(_parse_reply(setup.output_parser, text, name)[0]["content"])
         opts = {**fmt.options, "parser": setup.output_parser, "me": name, "names": list(env.names), "first": env.names[0]}
-    t = await solo.ask(prompt, kind=kind, parse=parse, phase=r.phase, round=r.index, role="user",
-                       ask=Ask(item=ask_item, options=opts, previous=env.answers.get(name), peers=peers, sample=sample))
-    if setup.output_parser and t.reply is not None:
+    tries, t = [], None
+    for k in range(setup.max_retry if setup.output_parser else 1):
+        if t is not None: t.meta.update(kind="unreadable"); tries.append(t)     # kept as a recorded call of this round
+        solo = a.fresh(); solo.listeners = a.listeners
+        if "chat_history" not in used:
+            for m in seen: solo.history.add(dataclasses.replace(m))
+        t = await solo.ask(prompt, kind=kind, parse=parse, phase=r.phase, round=r.index, role="user",      # each attempt its own sample: a new reply, not the cached one
+                           ask=Ask(item=ask_item, options=opts, previous=env.answers.get(name), peers=peers, sample=sample + k * stride))
+        if not setup.output_parser or t.reply is None: break
         got, failed = _parse_reply(setup.output_parser, t.reply, name)
-        t.meta.update(content=got["content"], **({"parse_failed": True} if failed else {}))
+        t.meta.update(content=got["content"], **({"attempt": k + 1} if k or failed else {}), **({"parse_failed": True} if failed else {}))
         if got.get("to") in env.names: t.meta["to"] = [name, got["to"]]
-    return side, t
+        if not failed: break
+    return side + tries, t
 
 # %% ../../nbs/14_agentverse.ipynb #29604a6f
 def _deliver(env, cast, deliveries, r):
@@ -1175,7 +1225,7 @@ async def env_turn(d, env: Environment, cast: dict, fmt, ask_item, label: str = 
     if bad: raise ConfigError("environment.rule.order", f"chose an unknown agent {bad[0]!r}; agents: {', '.join(env.names)}")
     r = d.new_round(f"{label}turn {env.turn + 1}/{env.max_turns}", "final" if env.final else "debate", turn=env.turn + 1, speakers=speakers)
     env.descriptions = env.describer.describe_all(env)
-    got = await d.gather(_speak(d, env, cast[n], fmt, ask_item, r, speakers[:j].count(n)) for j, n in enumerate(speakers))   # an agent asked k times at once: samples 0..k-1
+    got = await d.gather(_speak(d, env, cast[n], fmt, ask_item, r, speakers[:j].count(n), len(speakers)) for j, n in enumerate(speakers))   # an agent asked k times at once: samples 0..k-1
     turns = [t for _, t in got]
     for t in turns:
         env.latest[t.agent] = t.answer if t.valid else None
@@ -1196,9 +1246,9 @@ async def env_turn(d, env: Environment, cast: dict, fmt, ask_item, label: str = 
     return r
 
 # %% ../../nbs/14_agentverse.ipynb #a3b26579
-def agentverse_team(config, specs=None) -> list[dict]:
+def agentverse_team(config, specs=None, drop_tools: bool = False) -> list[dict]:
     "Team members named after `config`'s agents; backends from `specs` (cycled) or the config's `llm`, else madlab's synthetic team."
-    cfg = resolve_config(config)
+    cfg = resolve_config(config, drop_tools=drop_tools)
     specs = [specs] if isinstance(specs, str) else list(specs or [])
     return [{"name": s.name, "spec": specs[i % len(specs)] if specs else (s.spec() or DEFAULT_TEAM[i % len(DEFAULT_TEAM)]), "params": s.params()}
             for i, s in enumerate(cfg.agents)]
@@ -1210,12 +1260,12 @@ def _cast(d, cfg) -> dict:
     return {n: d.agent(n) for n in cfg.names}
 
 # %% ../../nbs/14_agentverse.ipynb #0613836e
-def resolve_config(config=None, team: list|None = None, **overrides) -> AgentVerseConfig:
-    "The `AgentVerseConfig` from a path, a parsed YAML mapping or a config, with the protocol's options applied; `OptionError` names the option."
+def resolve_config(config=None, team: list|None = None, drop_tools: bool = False, **overrides) -> AgentVerseConfig:
+    "The `AgentVerseConfig` from a path, a parsed YAML mapping or a config (`drop_tools`: without its tools), with the protocol's options applied; `OptionError` names the option."
     try:
         if isinstance(config, AgentVerseConfig): cfg = copy.deepcopy(config)
-        elif isinstance(config, (str, Path)): cfg = load_config(config)
-        elif isinstance(config, dict): cfg = config_from_dict(config)
+        elif isinstance(config, (str, Path)): cfg = load_config(config, drop_tools)
+        elif isinstance(config, dict): cfg = config_from_dict(config, drop_tools)
         elif config is None: cfg = AgentVerseConfig([AgentSetup(n) for n in (team or ["Agent 1", "Agent 2", "Agent 3"])], max_turns=6)
         else: raise ConfigError("config", f"must be a YAML file, a mapping or an AgentVerseConfig; got {type(config).__name__}")
     except ConfigError as e: raise OptionError("config", str(e)) from None
@@ -1240,14 +1290,13 @@ def resolve_config(config=None, team: list|None = None, **overrides) -> AgentVer
 # %% ../../nbs/14_agentverse.ipynb #e4788f6c
 def _check_templates(env, fmt):
     "Fail before any call when a template names a variable nobody provides."
-    n = env.names[0]
-    vals = {**env.values(n), "env_description": "", "chat_history": "", "instructions": fmt.instructions, "final_prompt": ""}
+    vals = lambda n: {**env.values(n), "env_description": "", "chat_history": "", "instructions": fmt.instructions, "final_prompt": ""}   # each agent's own
     try:
-        for i, s in enumerate(env.cfg.agents): fill(s.prompt_template, vals, f"agents[{i}].prompt_template")
-        fill(env.cfg.final_prompt, vals, "environment.final_prompt")
-        copy.deepcopy(env).describer.describe_all(copy.deepcopy(env))
         for i, s in enumerate(env.cfg.agents):
-            if s.final_prompt: fill(s.final_prompt, vals, f"agents[{i}].final_prompt_to_use")
+            fill(s.prompt_template, vals(s.name), f"agents[{i}].prompt_template")
+            if s.final_prompt: fill(s.final_prompt, vals(s.name), f"agents[{i}].final_prompt_to_use")
+        fill(env.cfg.final_prompt, vals(env.names[0]), "environment.final_prompt")
+        copy.deepcopy(env).describer.describe_all(copy.deepcopy(env))
     except ConfigError as e: raise OptionError("config", str(e)) from None
 
 def _decide(cfg, passes: list, names: list) -> dict:
@@ -1286,12 +1335,14 @@ async def agentverse(d,
                      memory: str|dict|Memory|None = None, # every agent's memory: chat_history, token_window or summary  [default: the config's]
                      prompt_template: str|None = None, # every agent's prompt template (${agent_name}, ${env_description}, ${question} ...)  [default: the config's]
                      aggregation: str|None = None, # majority_vote, plurality, single, average or none  [default: the config's]
+                     drop_tools: bool = False, # run a tool-using AgentVerse file without its tools, tool agents as plain conversational ones (not the original experiment)
                     ):
     "AgentVerse environments: per turn an order picks speakers, a describer, a selector, an updater and visibility rules route messages between agents' memories."
-    cfg = resolve_config(config, [a.name for a in d.agents], max_turns=max_turns, order=order, visibility=visibility, selector=selector, updater=updater,
+    cfg = resolve_config(config, [a.name for a in d.agents], drop_tools, max_turns=max_turns, order=order, visibility=visibility, selector=selector, updater=updater,
                          describer=describer, memory=memory, prompt_template=prompt_template, aggregation=aggregation)
     task = getattr(d.item, "task", None)
-    d.result = {"ignored": list(cfg.ignored)} if cfg.ignored else None
+    notes = {**({"ignored": list(cfg.ignored)} if cfg.ignored else {}), **({"tools_dropped": dict(cfg.dropped_tools)} if cfg.dropped_tools else {})}
+    d.result = dict(notes) or None
     if cfg.task and cfg.task != task: raise OptionError("config", f"task: this environment is written for {cfg.task!r} items; got a {task!r} item")
     if cfg.aggregation["type"] == "average" and task != "pairwise": raise OptionError("aggregation", f"average sums pairwise scores: it needs pairwise items; got a {task!r} item")
     fmt, cast = answer_format(d.item), _cast(d, cfg)
@@ -1307,7 +1358,7 @@ async def agentverse(d,
         for _ in range(cfg.max_turns):
             yield await env_turn(d, env, cast, fmt, _swapped_item(d.item) if swapped else d.item, "swapped order · " if swapped else "")
         passes.append((swapped, dict(env.latest)))
-    d.result = {**_decide(cfg, passes, cfg.names), **({"ignored": list(cfg.ignored)} if cfg.ignored else {})}
+    d.result = {**_decide(cfg, passes, cfg.names), **notes}
 
 # %% ../../nbs/14_agentverse.ipynb #316e6e04
 @protocol_hook("agentverse", "check")
@@ -1326,7 +1377,7 @@ td,th{border:1px solid #eee;padding:2px 6px;vertical-align:top;text-align:left}.
 <details><summary>item</summary><pre>{{ t.item.prompt if t.item is not none else '' }}</pre></details>
 {% for r in t.rounds %}<div class="turn"><b>{{ r.name }}</b> · spoke: {{ (r.meta.get('speakers') or [])|join(', ') }}{% if r.meta.get('silence') %} · nobody was heard: [Silence]{% endif %}
 <table><tr><th>agent</th><th>received by</th><th>answer</th><th>reply</th></tr>{% for tu in r.turns %}<tr class="{{ '' if tu.valid else 'invalid' }}">
-<td>{{ tu.agent }}{% if tu.meta.get('kind') == 'summary' %} (summary call){% endif %}</td><td>{{ (tu.receivers or [])|join(', ') or '—' }}</td>
+<td>{{ tu.agent }}{% if tu.meta.get('kind') == 'summary' %} (summary call){% elif tu.meta.get('kind') == 'unreadable' %} (unreadable reply {{ tu.meta.get('attempt') }}: asked again){% endif %}</td><td>{{ (tu.receivers or [])|join(', ') or '—' }}</td>
 <td>{{ show(tu) }}</td><td><pre>{{ tu.reply if tu.reply is not none else ('error: ' ~ tu.error) }}</pre></td></tr>{% endfor %}</table>
 <details><summary>memories after this turn</summary>{% for n, m in (r.meta.get('memory') or {}).items() %}<b>{{ n }}</b><pre>{{ m }}</pre>{% endfor %}</details>
 <details><summary>rule state</summary><pre>{{ js(r.meta.get('rules')) }}</pre></details></div>{% endfor %}
@@ -1349,7 +1400,7 @@ def _agentverse_team(specs=None, options=None):
     "The command line's team: named after the config's agents when one is given."
     cfg = (options or {}).get("config")
     if cfg is None: return specs
-    return agentverse_team(cfg, specs)
+    return agentverse_team(cfg, specs, bool((options or {}).get("drop_tools")))
 
 @protocol_hook("agentverse", "row")
 def _agentverse_row(t: Transcript) -> dict:
@@ -1368,19 +1419,30 @@ def agentverse_report(res, folder=None) -> str:
         clean = lambda s: [None if pd.isna(v) else int(v) for v in s]
         k = cohen_kappa(clean(df.preference), clean(df.human))
         lines.append("Cohen's kappa against human labels: " + ("n/a (no labelled verdicts)" if k is None else f"{k:.3f}"))
-    ignored = next((t.result["ignored"] for t in res.transcripts.values() if isinstance(t.result, dict) and t.result.get("ignored")), None)
+    said = lambda k: next((t.result[k] for t in res.transcripts.values() if isinstance(t.result, dict) and t.result.get(k)), None)
+    ignored, dropped = said("ignored"), said("tools_dropped")
+    if dropped: lines.append("tools dropped: " + "; ".join(f"{a} ({', '.join(v) or 'agent_type tool'})" for a, v in dropped.items())
+                             + ": the tool agents ran as plain conversational agents, so this is not the original experiment")
     if ignored: lines.append("ignored: " + "; ".join(ignored))
     text = "\n".join(lines)
     if folder is not None:
         write_atomic(Path(folder) / "agentverse_report.txt", text + "\n")
-        cj = Path(folder) / "config.json"
-        if ignored and cj.exists(): write_atomic(cj, json.dumps({**json.loads(cj.read_text(encoding="utf-8")), "ignored": ignored}, indent=1, ensure_ascii=True))
+        cj, add = Path(folder) / "config.json", {**({"tools_dropped": dropped} if dropped else {}), **({"ignored": ignored} if ignored else {})}
+        if add and cj.exists(): write_atomic(cj, json.dumps({**json.loads(cj.read_text(encoding="utf-8")), **add}, indent=1, ensure_ascii=True))
     return text
+
+@protocol_hook("agentverse", "inputs")
+def _config_file(settings: dict) -> dict:
+    "The config file's path and the sha256 of its bytes, so a run folder notices an edited file (a mapping or a config object is in the options already)."
+    import hashlib
+    c = settings.get("config")
+    if not isinstance(c, (str, Path)): return {}
+    return {"config": {"path": str(c), "sha256": hashlib.sha256(Path(c).read_bytes()).hexdigest()}}
 
 @protocol_hook("agentverse", "task")
 def config_task(options: dict) -> dict:
     "What the config says about the items: its `task`, and its `data_path` when that exists (from here or beside the file), else why not (`missing`)."
-    cfg = resolve_config(options.get("config")) if options.get("config") is not None else None
+    cfg = resolve_config(options.get("config"), drop_tools=bool(options.get("drop_tools"))) if options.get("config") is not None else None
     if cfg is None: return {}
     data, src = None, options.get("config")
     if cfg.data_path:
