@@ -19,7 +19,7 @@ def prompts(n):
             for i in range(n)]
 
 def measure(path, n, max_new, **kw):
-    b = HFBackend(path, **kw)
+    b = HFBackend(path, kv_cache_mb=0, threads=int(os.environ.get("BENCH_TORCH_THREADS", 1)), **kw)   # no prefix reuse: the same prompts run twice here
     ps = prompts(n)
     params = dict(greedy=True, max_new_tokens=max_new)
     run_sync(b.complete(ps[0], **params))                                     # load and warm up
@@ -37,7 +37,7 @@ def measure(path, n, max_new, **kw):
 
 def main(n=32, max_new=32):
     import torch
-    torch.set_num_threads(int(os.environ.get("BENCH_TORCH_THREADS", 1)))   # 1: stable on a shared CPU; more threads spin against other load
+    torch.set_num_threads(int(os.environ.get("BENCH_TORCH_THREADS", 1)))   # 1: stable on a shared CPU; more threads spin against other load (the backend's `threads` too)
     worst = None
     with tempfile.TemporaryDirectory() as d:
         for label, kw in (("tiny (hidden 64, 2 layers: the test model)", dict(hidden=64, layers=2)),

@@ -36,7 +36,7 @@ def main(max_new=16):
     params = dict(greedy=True, max_new_tokens=max_new)
     base = None
     for dtype in ("float32", "bfloat16"):
-        b = HFBackend(path, dtype=getattr(torch, dtype), device_map=device)
+        b = HFBackend(path, dtype=getattr(torch, dtype), device_map=device, kv_cache_mb=0)   # no prefix reuse: the same prompts run twice here
         run_sync(b.complete(prompts(1)[0], greedy=True, max_new_tokens=2))          # load and warm up
         single = rate(b, prompts(8), params, together=False)
         base = base or single[0]
