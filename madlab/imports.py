@@ -540,7 +540,7 @@ def continue_log(t, round: int, agents, *, agent: str|None = None, reply: str|No
     specs = [agents] * len(names) if isinstance(agents, str) else list(agents)
     if len(specs) != len(names): raise OptionError("agents", f"give one backend spec, or one per agent ({len(names)}: {', '.join(names)}); got {len(specs)}")
     _kept_rounds(t, round, names)
-    log, (t, edit) = t, _edit_log(t, round, agent, reply, turn)
+    t, edit = _edit_log(t, round, agent, reply, turn)
     kept = t.rounds[:round]
     try: team = [Agent(a, s, backend=_LoggedReplies([r.by_agent()[a].reply for r in kept], get_backend(s))) for a, s in zip(names, specs)]
     except ValueError as e: raise OptionError("agents", str(e)) from None
@@ -552,5 +552,5 @@ def continue_log(t, round: int, agents, *, agent: str|None = None, reply: str|No
         a.history = ChatHistory([m for m in (t.histories.get(a.name) or []) if m.round is not None and m.round < round])
     for r in d.rounds: r.history_lengths = {a.name: sum(m.round is not None and m.round <= r.index for m in a.history) for a in d.agents}
     d.meta["forked_from"] = {"id": t.meta.get("id"), "round": round, "imported": src, **({"edit": edit} if edit else {})}
-    d.imported_log = log                                        # the log it continues, as imported: the stepper continues it again from another round
+    d.imported_log = t                                          # the log it continues (with its edit): the stepper continues it again from another round
     return d
