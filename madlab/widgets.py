@@ -334,6 +334,7 @@ class DebateStepper(W.VBox):
         self.w_fmodel.add_class("madlab-fork-model")     # shown for an imported debate: the model that continues it
         self.w_fwhat = _html("madlab-fork-what")         # which message the editor holds, set after its text
         self.b_fork = _button("Fork", "madlab-fork", "replay up to this round with the edited message and continue as a new branch", "code-fork")
+        self.b_fork.layout.flex = "0 0 auto"             # never squeezed by the help beside it
         self.b_back.on_click(lambda _: self.back()); self.b_fwd.on_click(lambda _: self.forward())
         self.b_step.on_click(lambda _: self._schedule(self.astep()))
         self.b_run.on_click(lambda _: self._on_run())
@@ -343,6 +344,7 @@ class DebateStepper(W.VBox):
         self.w_branch.observe(lambda ch: self.show(branch=ch["new"]), "value")
         self.w_fround.observe(lambda ch: self._fill_turns(), "value")
         self.w_fturn.observe(lambda ch: self._fill_text(), "value")
+        self.w_fmodel.observe(lambda ch: self._fork_help(), "value")
         bar = W.HBox([self.b_back, self.b_step, self.b_fwd, self.b_run, self.b_export, self.w_branch, self.w_busy])
         fork = W.VBox([W.HTML("<b>Fork</b>: pick a round and a message, edit it, continue a new branch"), W.HBox([self.w_fround, self.w_fturn, self.w_fmodel]),
                        self.w_fwhat, self.w_ftext, W.HBox([self.b_fork, self.w_fhelp])])
@@ -388,7 +390,7 @@ class DebateStepper(W.VBox):
 _FORK_HELP = ("This stepper browses a saved transcript, which has no team to continue on. To fork it, open it with "
               "<code>DebateStepper(path, live=True)</code>: a fork replays the recorded rounds and continues on the recorded backends ({specs}).")
 _IMPORTED_HELP = ("An imported debate: its agents ({specs}) were not run here. Fork keeps rounds 1..k as logged (with the message above, if you edit it) "
-                  "and continues with the model named here, a backend spec; rounds 1..{kept} of this branch come from the log.")
+                  "and continues with {model}; rounds 1..{kept} of this branch come from the log.")
 
 @patch
 def _refresh(self: DebateStepper):
@@ -408,9 +410,7 @@ def _refresh(self: DebateStepper):
     can_fork = b.debate is not None or self.live or log is not None
     self.b_fork.disabled = self.busy or not rounds or not can_fork
     self.w_fmodel.layout.display = "" if log is not None else "none"
-    specs = ", ".join(sorted({str(a.get("spec")) for a in (log or b.transcript).team})) if (log or b.transcript) is not None else ""
-    if log is not None: self.w_fhelp.value = f"<small class='madlab-fork-imported' style='color:#555'>{_IMPORTED_HELP.format(specs=_E(specs), kept=b.kept)}</small>"
-    else: self.w_fhelp.value = "" if can_fork else f"<small style='color:#555'>{_FORK_HELP.format(specs=_E(specs))}</small>"
+    self._fork_help()
     err = b.error or (b.src.meta.get("error") if b.status in ("failed", "stopped") else None)
     self.w_error.value = f"<div class='madlab-error-text' style='color:#b00'>error: {_E(str(err))}</div>" if err else ""
     self.w_note.value = f"<div class='madlab-note-text' style='color:#7a4d00'>{_E(b.note)}</div>" if b.note else ""
@@ -432,6 +432,18 @@ def _refresh(self: DebateStepper):
     if list(self.w_fround.options) != opts: self.w_fround.options = opts
     if opts and self.w_fround.value != max(pos + 1, 1): self.w_fround.value = max(pos + 1, 1)
     self._fill_turns()
+
+@patch
+def _fork_help(self: DebateStepper):
+    "Say how Fork continues the shown branch: nothing for a madlab debate; for an imported one, which model (as typed) continues it; for a transcript without `live`, how to open it."
+    b = self.branch
+    log = b.log
+    specs = ", ".join(sorted({str(a.get("spec")) for a in (log or b.transcript).team})) if (log or b.transcript) is not None else ""
+    if log is not None:
+        model = self.w_fmodel.value.strip()
+        self.w_fhelp.value = (f"<small class='madlab-fork-imported' data-model='{_E(model, quote=True)}' style='color:#555'>"
+                              f"{_IMPORTED_HELP.format(specs=_E(specs), kept=b.kept, model=f'<code>{_E(model)}</code>' if model else 'the model named here (a backend spec)')}</small>")
+    else: self.w_fhelp.value = "" if b.debate is not None or self.live else f"<small style='color:#555'>{_FORK_HELP.format(specs=_E(specs))}</small>"
 
 @patch
 def _fill_turns(self: DebateStepper):
