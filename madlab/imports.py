@@ -186,7 +186,7 @@ def _critic_rounds(names, steps, fmt) -> list:
 class CriticActorLog(LogFormat):
     "CS546's critic-actor result files."
     name, protocol = "critic_actor", "critic_actor"
-    why_not = "CS546's critic-actor files keep each actor's solutions, not its chat, so there is no logged chat to continue from"
+    why_not = "CS546's critic-actor files keep each actor's solutions and the critic's scores, not the chats (no prompt any actor or the critic was sent), so a model has no logged chat to go on from; the imported debate can still be browsed, re-scored and re-decided"
     expects = "a JSON object {question: {ground_truth, round_1_results, final_round_results[, all_rounds_data]}}, each result a list of {solution, score} per actor"
 
     def recognise(self, data) -> bool:
@@ -514,25 +514,43 @@ def _kept_rounds(t, round, names) -> list:
         if gone: raise ValueError(f"round {r.index + 1}: {', '.join(gone)} has no reply in the log ({(r.meta.get('missing') or {}).get(gone[0], 'failed')}); continue from an earlier round")
     return t.rounds[:round]
 
-def continue_log(t, round: int, agents, **options) -> Debate:
-    "A debate keeping rounds 1..`round` of imported transcript `t` (replies and chats as logged) and continuing live with `agents`: one backend spec for every agent, or one per agent."
+def _edit_log(t, round, agent=None, reply=None, turn=None) -> tuple:
+    "`t` with the reply of `agent` (or turn number `turn`) in round `round` replaced by `reply`, in its turn and in the agent's chat; and what was edited (None: no edit, when `reply` is None or the logged reply)."
+    if reply is None: return t, None
+    r = t.rounds[round - 1]
+    if turn is not None and (isinstance(turn, bool) or not isinstance(turn, int) or not 0 <= turn < len(r.turns)):
+        raise OptionError("turn", f"must be in 0..{len(r.turns) - 1} (round {round} has {len(r.turns)} turns); got {turn!r}")
+    idx = turn if turn is not None else next((i for i, tu in enumerate(r.turns) if tu.agent == agent), None)
+    if idx is None: raise OptionError("agent", f"round {round} has no reply by {agent!r}; agents in it: {', '.join(tu.agent for tu in r.turns)}")
+    old = r.turns[idx]
+    if reply == old.reply: return t, None
+    turns = [replace(tu, reply=reply, error=None, meta={**tu.meta, "edited": True}) if i == idx else tu for i, tu in enumerate(r.turns)]
+    chat = ChatHistory([replace(m, content=reply) if m.role == "assistant" and m.round == r.index else m for m in (t.histories.get(old.agent) or [])])
+    t = replace(t, rounds=[replace(x, turns=turns) if x is r else x for x in t.rounds], histories={**t.histories, old.agent: chat})
+    return t, {"round": round, "agent": old.agent, "turn": idx, "original": old.reply, "reply": reply}
+
+def continue_log(t, round: int, agents, *, agent: str|None = None, reply: str|None = None, turn: int|None = None, **options) -> Debate:
+    "A debate keeping rounds 1..`round` of imported transcript `t` (replies and chats as logged; with `agent`'s reply in round `round`, or turn number `turn`'s, replaced by `reply` if given) and continuing live with `agents`: one backend spec for every agent, or one per agent."
     if not isinstance(t, Transcript): t = Transcript.from_json(t)
     src = (t.meta or {}).get("imported")
     if not src: raise ValueError("not an imported transcript: fork a madlab debate with Debate.fork (or Debate.from_transcript(t, live=True))")
     fmt = get_log_format(src["format"])
-    if not fmt.continuable: raise ValueError(f"an imported {fmt.name} log cannot be continued: {fmt.why_not}")
+    if not fmt.continuable: raise ValueError(f"an imported {fmt.name} log cannot be continued with a model: {fmt.why_not}")
     names = [a["name"] for a in t.team]
     specs = [agents] * len(names) if isinstance(agents, str) else list(agents)
     if len(specs) != len(names): raise OptionError("agents", f"give one backend spec, or one per agent ({len(names)}: {', '.join(names)}); got {len(specs)}")
-    kept = _kept_rounds(t, round, names)
+    _kept_rounds(t, round, names)
+    t, edit = _edit_log(t, round, agent, reply, turn)
+    kept = t.rounds[:round]
     try: team = [Agent(a, s, backend=_LoggedReplies([r.by_agent()[a].reply for r in kept], get_backend(s))) for a, s in zip(names, specs)]
     except ValueError as e: raise OptionError("agents", str(e)) from None
     d = Debate(t.protocol, t.item, team, **{**{k: v for k, v in t.settings.items() if k != "seed"}, **options})
     for _ in range(round): d.step()
     for r, logged in zip(d.rounds, kept):                       # the kept rounds show what the log holds: its prompts, its replies
-        for tu in r.turns: tu.messages, tu.meta = list(logged.by_agent()[tu.agent].messages), {**logged.by_agent()[tu.agent].meta, "from_log": True}
+        for tu in r.turns: tu.messages, tu.meta = list(logged.by_agent()[tu.agent].messages), {**(m := logged.by_agent()[tu.agent].meta), "from_log": not m.get("edited")}
     for a in d.agents:                                          # and each agent goes on from its logged chat
         a.history = ChatHistory([m for m in (t.histories.get(a.name) or []) if m.round is not None and m.round < round])
     for r in d.rounds: r.history_lengths = {a.name: sum(m.round is not None and m.round <= r.index for m in a.history) for a in d.agents}
-    d.meta["forked_from"] = {"id": t.meta.get("id"), "round": round, "imported": src}
+    d.meta["forked_from"] = {"id": t.meta.get("id"), "round": round, "imported": src, **({"edit": edit} if edit else {})}
+    d.imported_log = t                                          # the log it continues (with its edit): the stepper continues it again from another round
     return d

@@ -13,6 +13,7 @@ import pandas as pd
 from fastcore.basics import patch
 from .core import *
 from .debate import Debate
+from .imports import continue_log
 from .scoring import answer_format, majority_vote, score_result
 
 # %% auto #0
@@ -275,6 +276,15 @@ class _Branch:
         try: return {**res, **score_result(self.src.item, res)}
         except Exception: return res
     @property
+    def log(self) -> Transcript|None:
+        "The imported transcript (another tool's debate log) this branch shows or continues; None for a madlab debate. Such a branch forks with a model (`continue_log`)."
+        if self.debate is None: return self.transcript if (self.transcript.meta or {}).get("imported") else None
+        return getattr(self.debate, "imported_log", None)
+    @property
+    def kept(self) -> int:
+        "How many of the branch's rounds come from its log."
+        return len(self.rounds) if self.debate is None else (self.debate.meta.get("forked_from") or {}).get("round", 0)
+    @property
     def agents(self):
         "The team, less agents that have not spoken yet in this branch (such as a supervisor waiting for a tie)."
         team = [a.name for a in self.debate.agents] if self.debate is not None else [a["name"] for a in self.transcript.team]
@@ -320,18 +330,23 @@ class DebateStepper(W.VBox):
         self.w_fround = W.Dropdown(description="round", layout=W.Layout(width="320px")); self.w_fround.add_class("madlab-fork-round")
         self.w_fturn = W.Dropdown(description="message", layout=W.Layout(width="320px")); self.w_fturn.add_class("madlab-fork-agent")
         self.w_ftext = W.Textarea(placeholder="the edited message", layout=W.Layout(width="95%", height="90px")); self.w_ftext.add_class("madlab-fork-text")
+        self.w_fmodel = W.Text(placeholder="backend spec, e.g. synthetic:strong or hf:smollm2", description="model", layout=W.Layout(width="420px"))
+        self.w_fmodel.add_class("madlab-fork-model")     # shown for an imported debate: the model that continues it
         self.w_fwhat = _html("madlab-fork-what")         # which message the editor holds, set after its text
         self.b_fork = _button("Fork", "madlab-fork", "replay up to this round with the edited message and continue as a new branch", "code-fork")
+        self.b_fork.layout.flex = "0 0 auto"             # never squeezed by the help beside it
         self.b_back.on_click(lambda _: self.back()); self.b_fwd.on_click(lambda _: self.forward())
         self.b_step.on_click(lambda _: self._schedule(self.astep()))
         self.b_run.on_click(lambda _: self._on_run())
         self.b_export.on_click(lambda _: self._quiet_call(self.export))
-        self.b_fork.on_click(lambda _: self._schedule(self.afork(self.w_fround.value, turn=self.w_fturn.value, reply=self.w_ftext.value)))
+        self.b_fork.on_click(lambda _: self._schedule(self.afork(self.w_fround.value, turn=self.w_fturn.value, reply=self.w_ftext.value,
+                                                                 model=self.w_fmodel.value if self.branch.log is not None else None)))
         self.w_branch.observe(lambda ch: self.show(branch=ch["new"]), "value")
         self.w_fround.observe(lambda ch: self._fill_turns(), "value")
         self.w_fturn.observe(lambda ch: self._fill_text(), "value")
+        self.w_fmodel.observe(lambda ch: self._fork_help(), "value")
         bar = W.HBox([self.b_back, self.b_step, self.b_fwd, self.b_run, self.b_export, self.w_branch, self.w_busy])
-        fork = W.VBox([W.HTML("<b>Fork</b>: pick a round and a message, edit it, continue a new branch"), W.HBox([self.w_fround, self.w_fturn]),
+        fork = W.VBox([W.HTML("<b>Fork</b>: pick a round and a message, edit it, continue a new branch"), W.HBox([self.w_fround, self.w_fturn, self.w_fmodel]),
                        self.w_fwhat, self.w_ftext, W.HBox([self.b_fork, self.w_fhelp])])
         fork.add_class("madlab-forkbox")
         super().__init__([self.w_item, bar, self.w_header, self.w_error, self.w_note, self.w_grid, self.w_cons, self.w_usage, self.w_cols, fork, self.w_compare])
@@ -374,6 +389,8 @@ class DebateStepper(W.VBox):
 # %% ../nbs/21_widgets.ipynb #2ebf359b
 _FORK_HELP = ("This stepper browses a saved transcript, which has no team to continue on. To fork it, open it with "
               "<code>DebateStepper(path, live=True)</code>: a fork replays the recorded rounds and continues on the recorded backends ({specs}).")
+_IMPORTED_HELP = ("An imported debate: its agents ({specs}) were not run here. Fork keeps rounds 1..k as logged (with the message above, if you edit it) "
+                  "and continues with {model}; rounds 1..{kept} of this branch come from the log.")
 
 @patch
 def _refresh(self: DebateStepper):
@@ -389,10 +406,11 @@ def _refresh(self: DebateStepper):
     self.b_run.disabled = (self.busy and not self._running) or self._stop or (not self.busy and b.done and at_end)
     self.b_export.disabled = self.busy
     self.w_branch.disabled = self.busy
-    can_fork = b.debate is not None or self.live
+    log = b.log
+    can_fork = b.debate is not None or self.live or log is not None
     self.b_fork.disabled = self.busy or not rounds or not can_fork
-    specs = ", ".join(sorted({str(a.get("spec")) for a in b.transcript.team})) if b.transcript is not None else ""
-    self.w_fhelp.value = "" if can_fork else f"<small style='color:#555'>{_FORK_HELP.format(specs=_E(specs))}</small>"
+    self.w_fmodel.layout.display = "" if log is not None else "none"
+    self._fork_help()
     err = b.error or (b.src.meta.get("error") if b.status in ("failed", "stopped") else None)
     self.w_error.value = f"<div class='madlab-error-text' style='color:#b00'>error: {_E(str(err))}</div>" if err else ""
     self.w_note.value = f"<div class='madlab-note-text' style='color:#7a4d00'>{_E(b.note)}</div>" if b.note else ""
@@ -414,6 +432,18 @@ def _refresh(self: DebateStepper):
     if list(self.w_fround.options) != opts: self.w_fround.options = opts
     if opts and self.w_fround.value != max(pos + 1, 1): self.w_fround.value = max(pos + 1, 1)
     self._fill_turns()
+
+@patch
+def _fork_help(self: DebateStepper):
+    "Say how Fork continues the shown branch: nothing for a madlab debate; for an imported one, which model (as typed) continues it; for a transcript without `live`, how to open it."
+    b = self.branch
+    log = b.log
+    specs = ", ".join(sorted({str(a.get("spec")) for a in (log or b.transcript).team})) if (log or b.transcript) is not None else ""
+    if log is not None:
+        model = self.w_fmodel.value.strip()
+        self.w_fhelp.value = (f"<small class='madlab-fork-imported' data-model='{_E(model, quote=True)}' style='color:#555'>"
+                              f"{_IMPORTED_HELP.format(specs=_E(specs), kept=b.kept, model=f'<code>{_E(model)}</code>' if model else 'the model named here (a backend spec)')}</small>")
+    else: self.w_fhelp.value = "" if b.debate is not None or self.live else f"<small style='color:#555'>{_FORK_HELP.format(specs=_E(specs))}</small>"
 
 @patch
 def _fill_turns(self: DebateStepper):
@@ -587,24 +617,48 @@ def _edit_warning(d: Debate, original) -> str|None:
         return f"the edited message of {t.agent} was only partly read ({new['summary']}); nothing readable for {', '.join(missing) or 'some parts'}: those count as invalid"
     return None
 
+def _continue_branch(b: _Branch, round, model, agent=None, reply=None, turn=None) -> Debate:
+    "Branch `b`'s imported log continued from its round `round` (rounds 1..`round` as logged, one message edited if `reply` is given) with `model`, by `continue_log`."
+    n, kept = len(b.rounds), b.kept
+    if isinstance(round, int) and not isinstance(round, bool) and kept < round <= n:
+        raise ValueError(f"round {round} of this branch is the model's, not the log's: fork at a round in 1..{kept} to continue the log again "
+                         "(a continued debate is not forked after its logged rounds)")
+    if not isinstance(model, str) or not model.strip():
+        specs = ", ".join(sorted({str(a.get("spec")) for a in b.log.team}))
+        raise OptionError("model", f"give a backend spec to continue this imported debate with, e.g. synthetic:strong or hf:smollm2 (its agents, {specs}, were not run here)")
+    if isinstance(round, int) and 1 <= round <= n and isinstance(turn, int) and 0 <= turn < len(b.rounds[round - 1].turns):
+        agent, turn = b.rounds[round - 1].turns[turn].agent, None        # by agent: a continued branch numbers its turns as the log does, but say who
+    try: return continue_log(b.log, round, model.strip(), agent=agent, reply=reply, turn=turn)
+    except OptionError as e:
+        if e.option == "agents": raise OptionError("model", e.message) from None
+        raise
+
 @patch
-async def afork(self: DebateStepper, round: int, agent: str|None = None, reply: str|None = None, turn: int|None = None) -> Debate:
-    "A new branch: the shown one replayed to round `round` (1-based) with one message (`agent`'s or turn number `turn`) replaced by `reply`; it becomes the shown branch."
+async def afork(self: DebateStepper, round: int, agent: str|None = None, reply: str|None = None, turn: int|None = None, model: str|None = None) -> Debate:
+    "A new branch: the shown one replayed to round `round` (1-based) with one message (`agent`'s or turn number `turn`) replaced by `reply`; it becomes the shown branch. An imported debate is continued from its log instead (`continue_log`): rounds 1..`round` as logged, then `model` (a backend spec) answers for every agent."
     src = self.branch
     if self.busy: raise RuntimeError("the stepper is busy (a round or a fork is running): wait for it, or Stop a run")
-    if src.debate is None and not self.live:
+    if model is not None and src.log is None:
+        msg = "model: only an imported debate is continued with a model; this one forks on its own team's backends (leave model out)"
+        src.error = f"OptionError: {msg}"; self._refresh()
+        raise OptionError("model", msg.removeprefix("model: "))
+    if src.debate is None and not self.live and src.log is None:
         msg = re.sub("<[^>]+>", "", _FORK_HELP.format(specs=", ".join(sorted({str(a.get("spec")) for a in src.transcript.team}))))
         src.error = f"RuntimeError: {msg}"; self._refresh()
         raise RuntimeError(msg)
     async def go():
-        base = src.debate
-        if base is None: base = await asyncio.get_running_loop().run_in_executor(None, lambda: Debate.from_transcript(src.transcript, live=True))
-        d = await base.afork(round, agent=agent, reply=reply, turn=turn)
+        loop = asyncio.get_running_loop()
+        if src.log is not None: d = await loop.run_in_executor(None, lambda: _continue_branch(src, round, model, agent, reply, turn))
+        else:
+            base = src.debate
+            if base is None: base = await loop.run_in_executor(None, lambda: Debate.from_transcript(src.transcript, live=True))
+            d = await base.afork(round, agent=agent, reply=reply, turn=turn)
         edit = d.meta["forked_from"].get("edit") or {}
-        name = f"fork {len(self.branches)}: round {round}" + (f", {edit['agent']} edited" if edit else "")
-        nb = _Branch(name, debate=d, origin={"branch": src.name, "round": round, **({"agent": edit.get("agent")} if edit else {})})
+        name = f"fork {len(self.branches)}: round {round}" + (f", {model.strip()}" if src.log is not None else "") + (f", {edit['agent']} edited" if edit else "")
+        nb = _Branch(name, debate=d, origin={"branch": src.name, "round": round, **({"agent": edit.get("agent")} if edit else {}),
+                                             **({"model": model.strip()} if src.log is not None else {})})
         nb.pos = len(d.rounds) - 1
-        nb.note = _edit_warning(d, base.rounds[round - 1].turns[edit["turn"]].answer) if edit else None
+        nb.note = _edit_warning(d, src.rounds[round - 1].turns[edit["turn"]].answer) if edit else None
         if nb.note: warnings.warn(nb.note, stacklevel=2)
         self.branches[name] = nb
         self._attach(nb)
@@ -617,9 +671,9 @@ async def afork(self: DebateStepper, round: int, agent: str|None = None, reply: 
     return d
 
 @patch
-def fork(self: DebateStepper, round: int, agent: str|None = None, reply: str|None = None, turn: int|None = None) -> Debate:
+def fork(self: DebateStepper, round: int, agent: str|None = None, reply: str|None = None, turn: int|None = None, model: str|None = None) -> Debate:
     "Blocking `afork`."
-    return self._sync(self.afork(round, agent=agent, reply=reply, turn=turn))
+    return self._sync(self.afork(round, agent=agent, reply=reply, turn=turn, model=model))
 
 # %% ../nbs/21_widgets.ipynb #69486094
 def _changed(a, b) -> str|None:

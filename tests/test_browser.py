@@ -260,6 +260,10 @@ def test_run_browser_in_jupyterlab(tmp_path):
     run_experiment("du", toy_arith_items(6, seed=5), rounds=1, out=root / "runs" / "du_run", cache=False, progress=False)
     run_experiment("single", toy_arith_items(6, seed=5), out=root / "runs" / "single_run", cache=False, progress=False)
     wrong = int((~open_run(root / "runs" / "du_run").df.correct.astype(bool)).sum())
+    from madlab.imports import import_run                     # an imported debate: its stepper forks with a model typed in the model field
+    chat = lambda *r: [m for k, x in enumerate(r) for m in ({"role": "user", "content": f"prompt {k}"}, {"role": "assistant", "content": x})]
+    (tmp_path / "du.json").write_text(json.dumps({"What is 7 * 6?": [[chat("\\boxed{42}", "\\boxed{42}"), chat("\\boxed{48}", "\\boxed{42}")], "#### 42"]}))
+    import_run("du", tmp_path / "du.json", root / "runs" / "imported_run")
     nb = {"cells": [{"cell_type": "code", "execution_count": None, "id": "browse", "metadata": {}, "outputs": [],
                      "source": "from madlab.runs import RunBrowser\nRunBrowser('runs')"}],
           "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}}, "nbformat": 4, "nbformat_minor": 5}
@@ -275,7 +279,7 @@ def test_run_browser_in_jupyterlab(tmp_path):
             rb = page.locator(".madlab-run-browser").first
             rb.wait_for(state="visible", timeout=60_000)
             runs = rb.locator(".madlab-runs select option")
-            _wait(lambda: runs.count() == 2, 30, "both runs in the list")
+            _wait(lambda: runs.count() == 3, 30, "the three runs in the list")
             labels = [l.replace("\xa0", " ") for l in runs.all_inner_texts()]        # a select shows its spaces as no-break spaces
             assert any("· du ·" in l and "accuracy" in l for l in labels) and any("· single ·" in l for l in labels), labels
             du = [i for i, l in enumerate(labels) if "du_run" in l][0]
@@ -295,6 +299,21 @@ def test_run_browser_in_jupyterlab(tmp_path):
             stepper.locator("button.madlab-step").click()
             _wait(lambda: "Round 1 of 2" in header.inner_text(), 30, "the first recorded round")
             rb.screenshot(path=str(ARTIFACTS / "run-browser.png"))
+            assert stepper.locator(".madlab-fork-model").is_hidden()             # a madlab debate forks on its own team
+            rb.locator(".madlab-runs select").select_option(index=[i for i, l in enumerate(labels) if "imported_run" in l][0])
+            _wait(lambda: items.count() == 1 and "imported_run" in rb.locator(".madlab-run-info").inner_text(), 30, "the imported run")
+            rb.locator(".madlab-run-items select").select_option(index=0)
+            model = stepper.locator(".madlab-fork-model input")
+            _wait(lambda: model.count() == 1 and model.is_visible(), 30, "the model field of the imported debate's stepper")
+            def typed():                                                        # typed again if the view was drawn anew meanwhile
+                if model.input_value() != "synthetic:medium": model.fill("synthetic:medium")
+                return stepper.locator(".madlab-fork-imported").get_attribute("data-model") == "synthetic:medium"
+            _wait(typed, 30, "the kernel to have the model typed (the fork help names it)")
+            stepper.locator(".madlab-fork-round select").select_option(index=0)
+            stepper.locator("button.madlab-fork").click()
+            _wait(lambda: "fork 1: round 1, synthetic:medium" in header.inner_text(), 60, "the imported debate continued by the model")
+            stepper.locator("button.madlab-step").click()
+            _wait(lambda: "Round 2 of 2" in header.inner_text() and "2 calls made" in stepper.locator(".madlab-usage").first.inner_text(), 30, "the model's round")
             assert not errors, errors
         except Exception:
             page.screenshot(path=str(ARTIFACTS / "run-browser-failure.png"))

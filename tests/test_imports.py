@@ -228,3 +228,35 @@ def test_continue_an_imported_debate_with_a_model(files):
     sc = score_result(new.item, new.result)
     assert sc["correct"] == (new.result["answer"] == 7)
     with pytest.raises(ValueError, match="round 2: Agent 2 has no reply"): continue_log(open_run(files / "du").transcript(1), 2, "synthetic:strong")
+
+def test_the_stepper_forks_an_imported_debate_with_a_model(files):
+    "Opened from the run folder (open_run, RunBrowser), an imported debate forks from round k with a model; what cannot be continued is the stepper's error."
+    from madlab.runs import RunBrowser
+    import_run("du", files / "du.json", files / "du")
+    s = open_run(files / "du").stepper(0)                        # question 1: 7, 8, 8 then 7, 7, 8 then 7, 7, 7
+    assert s.w_fmodel.layout.display == "" and not s.b_fork.disabled and "imported:unknown" in s.w_fhelp.value
+    d = s.fork(2, model="synthetic:medium")
+    assert s.current == "fork 1: round 2, synthetic:medium" and [tu.reply for tu in d.rounds[1].turns] == ["\\boxed{7}", "\\boxed{7}", "\\boxed{8}"]
+    s.run()
+    assert d.done and len(d.rounds) == 3 and d.transcript.usage.calls == 3 and all(not tu.meta.get("from_log") for tu in d.rounds[2].turns)
+    row = s.compare().iloc[1]
+    assert (row.forked_from, row.fork_round, row.calls, row.cached_calls, row.correct) == ("main", 2, 3, 6, d.result["answer"] == 7)
+    s.show(branch="main")
+    with pytest.raises(ValueError, match="model: "): s.fork(1, model="nosuch:model")
+    assert "error: OptionError: model: " in s.w_error.value and "Traceback" not in s.w_error.value
+    # question 2: Agent 2 stopped after round 1, so round 2 cannot be continued; round 1 can, from the runs browser too
+    b = RunBrowser(files)
+    b.show_run(files / "du")
+    b.show_debate(1)
+    v = b.viewer
+    with pytest.raises(ValueError, match="round 2: Agent 2 has no reply in the log"): v.fork(2, model="synthetic:medium")
+    assert "Agent 2 has no reply in the log" in v.w_error.value
+    e = v.fork(1, agent="Agent 3", reply="\\boxed{36}", model="synthetic:strong")
+    assert v.current == "fork 1: round 1, synthetic:strong, Agent 3 edited" and e.rounds[0].turns[2].answer == 36 and "EDITED" in v.w_cols.value
+    v.run()
+    assert e.done and e.rounds[1].turns[2].messages[1] == {"role": "assistant", "content": "\\boxed{36}"}
+    # critic-actor files keep no chats: refused, and the stepper says why
+    import_run("critic_actor", files / "ca.json", files / "ca")
+    c = open_run(files / "ca").stepper(0)
+    with pytest.raises(ValueError, match="cannot be continued with a model: CS546's critic-actor files keep each actor's solutions"): c.fork(1, model="synthetic:medium")
+    assert "not the chats" in c.w_error.value
