@@ -81,9 +81,13 @@ def load_items(task, data=None, size=None, items=None, n=None) -> list:
     from madlab.tasks import task_items
     try: got = task_items(task, data, size)
     except OptionError as e: raise click.BadParameter(e.message, param_hint=f"'{e.flag}'") from None
+    return _pick(got, items, n)
+
+def _pick(got: list, items=None, n=None, where: str = "the data") -> list:
+    "The items of `got` at 1-based positions `items`, or its first `n` (all when it holds fewer)."
     if items:
         bad = [i for i in items if i > len(got)]
-        if bad: raise click.BadParameter(f"there are only {len(got)} items in the data; got {bad[0]}", param_hint="'--items' / '--games'")
+        if bad: raise click.BadParameter(f"there {'is only 1 item' if len(got) == 1 else f'are only {len(got)} items'} in {where}; got {bad[0]}", param_hint="'--items' / '--games'")
         got = [got[i - 1] for i in items]
     if n is not None: got = got[:n]
     if not got: raise click.BadParameter("no items to run", param_hint="'--data'")
@@ -245,8 +249,8 @@ def _majority_error(items, members, kw):
 
 # %% ../nbs/40_cli.ipynb #2a19dfb9
 def _config_task(proto, opts, kw):
-    "A protocol config that names its task and data (the protocol's `task` hook) sets --task and --data; naming another --task is a usage error."
-    if "task" not in proto.hooks: return
+    "A protocol config that names its task and data (the protocol's `task` hook) sets --task and --data; naming another --task is a usage error. The items the config itself gives (a simulation with no data), when no --data is given."
+    if "task" not in proto.hooks: return None
     try: want = proto.hooks["task"](opts) or {}
     except OptionError as e: raise click.BadParameter(e.message, param_hint=f"'{e.flag}'") from None
     task, given = want.get("task"), click.get_current_context().get_parameter_source("task") is not click.core.ParameterSource.DEFAULT
@@ -255,7 +259,9 @@ def _config_task(proto, opts, kw):
     if task and given and kw["task"] != task: raise click.UsageError(f"--task {kw['task']}: the config is written for {task!r} items; leave --task out or give --task {task}")
     if task: kw["task"] = task
     if kw["data"] is None and want.get("missing"): raise click.BadParameter(want["missing"], param_hint="'--data'")
+    own = want.get("items") if kw["data"] is None else None
     if kw["data"] is None and want.get("data"): kw["data"] = want["data"]
+    return own
 
 def _run_protocol(proto, kw):
     "The body of `madlab run PROTOCOL`."
@@ -264,9 +270,11 @@ def _run_protocol(proto, kw):
     opts = {k: kw.pop(k) for k in list(kw) if k in proto.options}
     opts = {k: v for k, v in opts.items() if not (v is None and proto.options[k] is None)}
     if kw["agents"] and kw["team_file"]: raise click.UsageError("give either --agents or --team, not both")
-    _config_task(proto, opts, kw)
+    own = _config_task(proto, opts, kw)
     items_pos = kw["items"] if kw["items"] is not None else (list(range(1, 21)) if kw["task"] == "kks" and kw["n"] is None else None)
-    items = load_items(kw["task"], kw["data"], kw["size"], items_pos, None if kw.get("majority_error") else kw["n"])
+    n = None if kw.get("majority_error") else kw["n"]
+    items = _pick(own, kw["items"], n, "the config") if own else load_items(kw["task"], kw["data"], kw["size"], items_pos, n)
+    if own: click.echo(f"items: {', '.join(it.id for it in items)}, built from the config (its prompts take no task item): no gold, not scored", err=True)
     team = kw["agents"]
     if kw["team_file"]:
         try: team = load_team(kw["team_file"])
@@ -279,7 +287,7 @@ def _run_protocol(proto, kw):
     endpoint = {k: kw[k] for k in ("max_concurrency", "timeout", "max_retries", "give_up_after") if kw.get(k) is not None}
     for b in {id(a.backend): a.backend for a in members}.values():     # the flags win over the team file and the specs
         if endpoint and hasattr(b, "configure"): b.configure(**endpoint)
-    notes = {"data": str(kw["data"]) if kw["data"] else None, "task": kw["task"]}
+    notes = {"data": str(kw["data"]) if kw["data"] else None, "task": kw["task"], **({"items_from": "config"} if own else {})}
     if kw.get("majority_error"): items, notes["majority_error"] = _majority_error(items, members, kw)
     try:
         settings = proto.validate(opts)

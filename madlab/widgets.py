@@ -380,7 +380,7 @@ class DebateStepper(W.VBox):
         it = src.item
         text = it.text() if hasattr(it, "text") and callable(it.text) else _text(it)
         gold = getattr(it, "gold", None)
-        g = f"<details><summary>gold answer</summary><pre style='white-space:pre-wrap'>{_E(_text(gold))}</pre></details>" if gold is not None else ""
+        g = f"<details><summary>gold answer</summary><pre style='white-space:pre-wrap'>{_E(_text(gold))}</pre></details>" if gold is not None else " · no gold answer: not scored"
         return (f"<div><b>{_E(src.protocol if isinstance(src, Transcript) else src.protocol.name)}</b> on item "
                 f"<code>{_E(str(getattr(it, 'id', '')))}</code><details><summary>item</summary><pre style='white-space:pre-wrap'>{_E(text)}</pre></details>{g}</div>")
 

@@ -269,3 +269,67 @@ def test_an_edited_config_under_an_existing_run_folder_is_refused(tmp_path):
     r = run_cli(tmp_path, "--config", p, "--n", "1", "--agents", SYNTH, "--name", "room")
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stdout + r.stderr
     assert f"holds a run of config {p} as it was then (sha256 {conf['inputs']['config']['sha256'][:12]}); that file has changed since" in " ".join(r.stderr.split())
+
+def test_a_simulation_runs_as_one_item_built_from_its_config(tmp_path):
+    d = classroom(2, max_turns=3)
+    d["name"] = "Small NLP Classroom"
+    d["environment"]["task_name"] = "HumanEval/0"          # AgentVerse's problem lookup: not the id (madlab does not look problems up)
+    p = write(tmp_path, "small_classroom.yaml", d)
+    args = ("--config", p, "--agents", SYNTH, "--name", "room")
+    r = run_cli(tmp_path, *args, "--n", "1")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "items: Small_NLP_Classroom, built from the config" in r.stderr and "not scored: 1 item has no gold answer" in r.stdout
+    run_dir = tmp_path / "out" / "room"
+    assert [q.name for q in (run_dir / "debates").iterdir()] == ["Small_NLP_Classroom"]
+    df = pd.read_parquet(run_dir / "results.parquet")
+    assert df.item_id.tolist() == ["Small_NLP_Classroom"] and df.gold.isna().all() and df.correct.isna().all() and not df.resumed.any()
+    conf = json.loads((run_dir / "config.json").read_text())
+    assert (conf["task"], conf["items_from"], conf["data"]) == ("scenario", "config", None)
+    t = Transcript.from_json(run_dir / "debates" / "Small_NLP_Classroom" / "transcript.json")
+    assert t.item.id == "Small_NLP_Classroom" and t.item.gold is None and t.item.prompt.splitlines()[:2] == [
+        "Small NLP Classroom", "an AgentVerse simulation (sim-basic): 3 turns, order classroom, visibility classroom."]
+    assert "- Student Bob: You are Student Bob." in t.item.prompt and "HumanEval" not in t.item.prompt
+    page = (run_dir / "debates" / "Small_NLP_Classroom" / "log.html").read_text()
+    assert "<title>agentverse debate Small_NLP_Classroom</title>" in page and "no gold answer: not scored" in page
+    from madlab.widgets import DebateStepper
+    s = DebateStepper(t)
+    assert "<code>Small_NLP_Classroom</code>" in s.w_item.value and "no gold answer: not scored" in s.w_item.value
+    # the same command again resumes: nothing is redone (the transcript file is not written again)
+    tp = run_dir / "debates" / "Small_NLP_Classroom" / "transcript.json"
+    before = (tp.stat().st_ino, tp.stat().st_mtime_ns, tp.read_bytes())
+    r = run_cli(tmp_path, *args, "--n", "1", "--no-cache")
+    assert r.returncode == 0 and "1 items: 1 done (1 resumed)" in r.stdout, r.stdout + r.stderr
+    assert (tp.stat().st_ino, tp.stat().st_mtime_ns, tp.read_bytes()) == before and pd.read_parquet(run_dir / "results.parquet").resumed.all()
+    # --n 2 runs it once, as any task with fewer items than --n; --items 2 names the one there is
+    r = run_cli(tmp_path, *args, "--n", "2", "--no-cache")
+    assert r.returncode == 0 and "1 items: 1 done (1 resumed)" in r.stdout, r.stdout + r.stderr
+    assert pd.read_parquet(run_dir / "results.parquet").item_id.tolist() == ["Small_NLP_Classroom"]
+    r = run_cli(tmp_path, *args, "--items", "2")
+    assert r.returncode == 2 and "there is only 1 item in the config; got 2" in r.stderr and "Traceback" not in r.stderr
+
+def test_a_simulation_item_id_and_when_items_come_from_a_task(tmp_path):
+    from madlab.protocols.agentverse import config_item
+    d = classroom(1)
+    del d["name"]
+    assert config_item(write(tmp_path, "my_room.yaml", d)).id == "my_room"                     # no name: the file's stem
+    (tmp_path / "nlp_room").mkdir()
+    assert config_item(write(tmp_path / "nlp_room", "config.yaml", d)).id == "nlp_room"        # AgentVerse's tasks/<name>/config.yaml
+    assert config_item({**d, "name": "  Café: 3 players! "}).id == "Caf_3_players"
+    assert config_item({**d, "name": "x", "description": "A lecture."}).prompt.startswith("x: A lecture.\n")
+    pd_cfg = {"name": "prisoner_dilemma", "environment": {"env_type": "prisoner_dilemma", "max_turns": 2},
+              "agents": [{"name": n, "role_description": "${personality}", "personality": f"{n} is calm.", "prompt_template": "${role_description} ${chat_history}"} for n in ("Police", "S1")]}
+    it = config_item(pd_cfg)
+    assert it.id == "prisoner_dilemma" and "- S1: S1 is calm." in it.prompt                   # the agents' own fields filled in
+    # templates that take the item, or a config of another task: its items come from the task
+    for asks in ("${question}", "$prompt", "${context}"):
+        d2 = classroom(1); d2["agents"][0]["prompt_template"] = PROMPT + asks
+        assert config_item(d2) is None
+    assert config_item(example_path("prisoners_dilemma")) is None and config_item(example_path("debate_sequential")) is None
+    p = run_cli(tmp_path, "--config", example_path("prisoners_dilemma"), "--n", "2", "--name", "pd")
+    assert p.returncode == 0 and "built from the config" not in p.stderr, p.stdout + p.stderr
+    assert [q.name for q in (tmp_path / "out" / "pd" / "debates").iterdir()] == ["prisoners-dilemma"]      # madlab's file still gets its scenario
+    # --data given: the items are the data's, not the config's
+    (tmp_path / "s.jsonl").write_text(json.dumps({"id": "picnic", "prompt": "Plan a picnic."}) + "\n")
+    p = run_cli(tmp_path, "--config", write(tmp_path, "room.yaml", classroom(1, max_turns=2)), "--data", tmp_path / "s.jsonl", "--agents", SYNTH, "--name", "d")
+    assert p.returncode == 0 and "built from the config" not in p.stderr, p.stdout + p.stderr
+    assert pd.read_parquet(tmp_path / "out" / "d" / "results.parquet").item_id.tolist() == ["picnic"]

@@ -32,7 +32,7 @@ __all__ = ['RULE_KINDS', 'RULES', 'MEMORIES', 'SUMMARY_TEMPLATE', 'MANIPULATORS'
            'memory_score', 'Reflection', 'Plan', 'SummaryManipulator', 'output_parser', 'parse_speak', 'parse_action',
            'parse_thought_action', 'parse_alice', 'parse_plain', 'AgentSetup', 'AgentVerseConfig', 'config_from_dict',
            'load_config', 'Environment', 'item_values', 'env_turn', 'agentverse_team', 'resolve_config', 'agentverse',
-           'agentverse_html', 'agentverse_report', 'config_task', 'example_path']
+           'agentverse_html', 'agentverse_report', 'config_task', 'example_path', 'config_item']
 
 # %% ../../nbs/14_agentverse.ipynb #5122f538
 class ConfigError(ValueError):
@@ -897,6 +897,8 @@ class AgentVerseConfig:
     time_delta: int = 120           # seconds the clock advances per turn
     ignored: list = field(default_factory=list)   # fields read but not acted on ("field (why)")
     dropped_tools: dict = field(default_factory=dict)   # agent -> the tools `drop_tools` removed ("(file)": the file's, named by no agent)
+    name: str|None = None           # the file's own name for its scenario (AgentVerse's top-level `name`)
+    description: str|None = None    # a line about the scenario, when the file gives one
 
     @property
     def names(self) -> list[str]: return [a.name for a in self.agents]
@@ -908,7 +910,8 @@ class AgentVerseConfig:
         env["aggregation"] = dict(self.aggregation)
         if self.env_type: env["env_type"] = self.env_type
         if self.current_time: env.update(current_time=self.current_time, time_delta=self.time_delta)
-        return {**({"task": self.task} if self.task else {}), **({"data_path": self.data_path} if self.data_path else {}), "environment": env, "agents": [a.to_dict() for a in self.agents]}
+        top = {k: getattr(self, k) for k in ("name", "description", "task", "data_path") if getattr(self, k)}
+        return {**top, "environment": env, "agents": [a.to_dict() for a in self.agents]}
 
     def to_yaml(self, path=None) -> str:
         "The YAML text (written to `path` too when given)."
@@ -1058,6 +1061,8 @@ def config_from_dict(data: dict, drop_tools: bool = False) -> AgentVerseConfig:
     template_vars(fp, "environment.final_prompt")
     for k in ("data_path", "current_time"):
         if k in extra and not isinstance(extra[k], str): raise ConfigError(k, f"must be text; got {extra[k]!r}")
+    for k in ("name", "description"):
+        if data.get(k) is not None and not isinstance(data[k], str): raise ConfigError(k, f"must be text; got {data[k]!r}")
     if extra.get("current_time"):
         try: _clock(extra["current_time"])
         except ValueError: raise ConfigError("environment.current_time", f"must read YYYY-MM-DD HH:MM:SS; got {extra['current_time']!r}") from None
@@ -1065,7 +1070,7 @@ def config_from_dict(data: dict, drop_tools: bool = False) -> AgentVerseConfig:
     if isinstance(td, bool) or not isinstance(td, int) or td < 0: raise ConfigError("environment.time_delta", f"must be a whole number of seconds >= 0; got {td!r}")
     return AgentVerseConfig(setups, mt, final_prompt=fp, final_turns=ft, aggregation=_aggregation(env.get("aggregation", "majority_vote")),
                             task=data.get("task"), env_type=extra.get("env_type"), data_path=extra.get("data_path"), current_time=extra.get("current_time"),
-                            time_delta=td, ignored=ignored, dropped_tools=extra.get("dropped_tools", {}), **rules)
+                            time_delta=td, ignored=ignored, dropped_tools=extra.get("dropped_tools", {}), name=data.get("name"), description=data.get("description"), **rules)
 
 def load_config(path, drop_tools: bool = False) -> AgentVerseConfig:
     "Read an AgentVerse YAML task file (`drop_tools`: run a tool-using one without its tools); errors name the file and the field."
@@ -1374,7 +1379,7 @@ pre{white-space:pre-wrap;word-break:break-word;font-size:.85em;margin:.2em 0}tab
 td,th{border:1px solid #eee;padding:2px 6px;vertical-align:top;text-align:left}.invalid{background:#fff6ec}</style></head><body>
 <h2>{{ title }}</h2><p>{{ t.rounds|length }} turns · {{ usage.calls }} calls · {{ usage.total_tokens }} tokens · status <b>{{ t.meta.get('status') }}</b>{% if t.synthetic %} · synthetic agents{% endif %}</p>
 <p>team: {% for a in t.team %}<b>{{ a.name }}</b> ({{ a.spec }}){% if not loop.last %}, {% endif %}{% endfor %}</p>
-<details><summary>item</summary><pre>{{ t.item.prompt if t.item is not none else '' }}</pre></details>
+<details><summary>item{% if t.item is not none and t.item.gold is none %} (no gold answer: not scored){% endif %}</summary><pre>{{ t.item.prompt if t.item is not none else '' }}</pre></details>
 {% for r in t.rounds %}<div class="turn"><b>{{ r.name }}</b> · spoke: {{ (r.meta.get('speakers') or [])|join(', ') }}{% if r.meta.get('silence') %} · nobody was heard: [Silence]{% endif %}
 <table><tr><th>agent</th><th>received by</th><th>answer</th><th>reply</th></tr>{% for tu in r.turns %}<tr class="{{ '' if tu.valid else 'invalid' }}">
 <td>{{ tu.agent }}{% if tu.meta.get('kind') == 'summary' %} (summary call){% elif tu.meta.get('kind') == 'unreadable' %} (unreadable reply {{ tu.meta.get('attempt') }}: asked again){% endif %}</td><td>{{ (tu.receivers or [])|join(', ') or '—' }}</td>
@@ -1415,6 +1420,8 @@ def agentverse_report(res, folder=None) -> str:
     df = res.df
     lines = [f"AgentVerse: {len(df)} debates"]
     if "correct" in df and df.correct.notna().any(): lines.append(f"accuracy: {df.correct.dropna().astype(bool).mean():.3f} over {int(df.correct.notna().sum())} scored")
+    gold = [getattr(t.item, "gold", None) for t in res.transcripts.values() if t.item is not None]
+    if gold and all(g is None for g in gold) and "preference" not in df: lines.append(f"not scored: {len(gold)} item{'s have' if len(gold) > 1 else ' has'} no gold answer")
     if "preference" in df and "human" in df:
         clean = lambda s: [None if pd.isna(v) else int(v) for v in s]
         k = cohen_kappa(clean(df.preference), clean(df.human))
@@ -1441,7 +1448,7 @@ def _config_file(settings: dict) -> dict:
 
 @protocol_hook("agentverse", "task")
 def config_task(options: dict) -> dict:
-    "What the config says about the items: its `task`, and its `data_path` when that exists (from here or beside the file), else why not (`missing`)."
+    "What the config says about the items: its `task`, its `data_path` when that exists (from here or beside the file), else why not (`missing`); a simulation with no `data_path` whose templates take no item: `items`, its one item (`config_item`)."
     cfg = resolve_config(options.get("config"), drop_tools=bool(options.get("drop_tools"))) if options.get("config") is not None else None
     if cfg is None: return {}
     data, src = None, options.get("config")
@@ -1449,7 +1456,8 @@ def config_task(options: dict) -> dict:
         here = [Path(cfg.data_path)] + ([Path(src).parent / cfg.data_path] if isinstance(src, (str, Path)) else [])
         data = next((str(p) for p in here if p.exists()), None)
     missing = None if data or not cfg.data_path else f"the config's data_path {cfg.data_path} is not found (from here or beside the config); give --data"
-    return {"task": cfg.task, "data": data, "missing": missing}
+    own = None if cfg.data_path else config_item(src, bool(options.get("drop_tools"))) if isinstance(src, (str, Path)) else config_item(cfg)
+    return {"task": cfg.task, "data": data, "missing": missing, **({"items": [own]} if own is not None else {})}
 
 # %% ../../nbs/14_agentverse.ipynb #d85e5376
 def example_path(name: str) -> Path:
@@ -1459,3 +1467,38 @@ def example_path(name: str) -> Path:
         have = sorted(q.stem for q in p.parent.glob("*.yaml"))
         raise ValueError(f"no example {name!r}; examples: {', '.join(have)}")
     return p
+
+# %% ../../nbs/14_agentverse.ipynb #347bfcaf
+_ITEM_VARS = {"question", "prompt", "context"}      # what a scenario item gives the templates (`item_values`)
+
+def _strings(o):
+    "Every string in nested dicts and lists."
+    if isinstance(o, str): yield o
+    elif isinstance(o, dict): yield from (s for v in o.values() for s in _strings(v))
+    elif isinstance(o, (list, tuple)): yield from (s for v in o for s in _strings(v))
+
+def _takes_items(cfg: AgentVerseConfig) -> bool:
+    "Whether `cfg` needs items from a task: its task is not `scenario`, or a template anywhere in it names `${question}`, `${prompt}` or `${context}`."
+    if cfg.task != "scenario": return True
+    named = {m.group("named") or m.group("braced") for s in _strings(cfg.to_dict()) for m in string.Template.pattern.finditer(s)}
+    return bool(named & _ITEM_VARS)
+
+def _clip(s: str, n: int = 160) -> str:
+    s = " ".join(str(s).split())
+    return s if len(s) <= n else s[:n - 1].rstrip() + "…"
+
+def _scenario_text(cfg: AgentVerseConfig, title: str) -> str:
+    "A short description of a simulation: its name (and description), environment and agents with their roles."
+    env = "an AgentVerse simulation" + (f" ({cfg.env_type})" if cfg.env_type else "") + f": {cfg.max_turns} turns, order {cfg.order.type}, visibility {cfg.visibility.type}"
+    role = lambda a: _clip(string.Template(a.role_description or "").safe_substitute({k: str(v) for k, v in a.variables.items()}))
+    return "\n".join([title + (f": {_clip(cfg.description, 300)}" if cfg.description else ""), env + ".", "Agents:",
+                      *(f"- {a.name}" + (f": {role(a)}" if role(a) else "") for a in cfg.agents)])
+
+def config_item(config, drop_tools: bool = False) -> Item|None:
+    "The one item a simulation config runs as, built from the config (a path, a parsed mapping or an `AgentVerseConfig`); None when it takes items from a task."
+    cfg = config if isinstance(config, AgentVerseConfig) else load_config(config, drop_tools) if isinstance(config, (str, Path)) else config_from_dict(config, drop_tools)
+    if _takes_items(cfg): return None
+    p = Path(config) if isinstance(config, (str, Path)) else None
+    title = cfg.name or (p.parent.name if p is not None and p.stem == "config" and p.parent.name else p.stem if p is not None else "simulation")
+    iid = re.sub(r"[^A-Za-z0-9._-]+", "_", title).strip("._-") or "simulation"
+    return Item(iid, "scenario", _scenario_text(cfg, title), None, meta={"from_config": str(p) if p is not None else None, "name": title})
