@@ -853,6 +853,12 @@ class _SchemaMask:
         return None if self.matchers[i] is None else ("broken" if self.broken[i] else "enforced")
 
 # %% ../nbs/01_backends.ipynb #dcaacf73
+def _common_prefix(a, b) -> int:
+    "How many leading tokens two token tensors share."
+    m = min(len(a), len(b))
+    d = (a[:m] != b[:m]).nonzero()
+    return int(d[0]) if len(d) else m
+
 class _PrefixStore:
     "Key/value caches of one model's earlier sequences (prompt + reply tokens), least recently used dropped past `budget` bytes."
     def __init__(self, budget: int):
@@ -862,10 +868,8 @@ class _PrefixStore:
         "The key of the entry sharing the longest prefix with the token tensor `ids`, and that length: `(None, 0)` when none does."
         best, n = None, 0
         for key, (toks, _kv, _size) in self.entries.items():
-            m = min(len(toks), len(ids))
-            if m <= n: continue
-            diff = (toks[:m] != ids[:m]).nonzero()
-            c = int(diff[0]) if len(diff) else m
+            if min(len(toks), len(ids)) <= n: continue
+            c = _common_prefix(toks, ids)
             if c > n: best, n = key, c
         if best is not None: self.entries.move_to_end(best)
         return best, n
@@ -874,7 +878,7 @@ class _PrefixStore:
         "Keep `kv` (per layer `(keys, values)`, batch 1) for the tokens `toks`; entries it extends are dropped. The key, or None when over budget."
         size = sum(t.numel() * t.element_size() for k, v in kv for t in (k, v))
         if size > self.budget: return None
-        for key in [k for k, (t, _, _) in self.entries.items() if len(t) <= len(toks) and bool((t == toks[:len(t)]).all())]:
+        for key in [k for k, (t, _, _) in self.entries.items() if _common_prefix(t, toks) == len(t)]:
             self._drop(key)
         while self.nbytes + size > self.budget: self._drop(next(iter(self.entries))); self.evicted += 1
         self._next += 1
@@ -908,12 +912,6 @@ def _cache_arg() -> str:
 def _out_cache(out):
     c = getattr(out, "cache", None)
     return c if c is not None else getattr(out, "past_key_values", None)
-
-def _common_prefix(a, b) -> int:
-    "How many leading tokens two token tensors share."
-    m = min(len(a), len(b))
-    d = (a[:m] != b[:m]).nonzero()
-    return int(d[0]) if len(d) else m
 
 
 # %% ../nbs/01_backends.ipynb #af2d3052
@@ -960,8 +958,9 @@ def _layout(self: HFBackend, rows):
     if C == 0: return ids, mask, None, cs
     kvs = [store.entries[k][1] if c else None for (k, _), c in zip(found, cs)]
     ref = next(kv for kv in kvs if kv is not None)
-    def padded(kv, c, l, which):
-        z = ref[l][which].new_zeros((1, ref[l][which].shape[1], C - c, ref[l][which].shape[3]))
+    def padded(kv, c, l, which):          # a row's first c stored positions of one layer, zeros on the left up to C
+        like = ref[l][which]
+        z = like.new_zeros((1, like.shape[1], C - c, like.shape[3]))
         return z if kv is None else torch.cat([z, kv[l][which][:, :, :c]], 2)
     cache = [tuple(torch.cat([padded(kv, c, l, w) for kv, c in zip(kvs, cs)]) for w in (0, 1)) for l in range(len(ref))]
     return ids, mask, _dynamic_cache(cache), cs
@@ -1239,8 +1238,8 @@ def _spec_options(spec, rest, allowed=ENDPOINT_OPTIONS) -> tuple[str, dict]:
         opts[k] = v.strip()
     return model.strip(), opts
 
-HF_OPTIONS = {"dtype": ("auto", "float32", "float16", "bfloat16"), "device_map": None, "max_batch": int, "max_new_tokens": int,
-              "kv_cache_mb": range(0, 2**31), "threads": int}
+HF_OPTIONS = {"dtype": ("auto", "float32", "float16", "bfloat16"), "device_map": None, "max_batch": range(1, 2**31),
+              "max_new_tokens": range(1, 2**31), "kv_cache_mb": range(0, 2**31), "threads": range(1, 2**31)}
 
 def _hf_options(spec, rest) -> tuple[str, dict]:
     "`PATH,key=value,...` of an `hf:` spec: the model and its options (see `HF_OPTIONS`), e.g. `hf:smollm2,dtype=bfloat16`."
@@ -1248,11 +1247,9 @@ def _hf_options(spec, rest) -> tuple[str, dict]:
     for k, v in opts.items():
         allowed = HF_OPTIONS[k]
         if isinstance(allowed, tuple) and v not in allowed: raise ValueError(f"{spec}: {k} must be one of {', '.join(allowed)}; got {v!r}")
-        if allowed is int:
-            if not v.isdigit() or int(v) < 1: raise ValueError(f"{spec}: {k} must be a positive whole number; got {v!r}")
-            opts[k] = int(v)
         if isinstance(allowed, range):
-            if not v.isdigit() or int(v) not in allowed: raise ValueError(f"{spec}: {k} must be a whole number, 0 or more; got {v!r}")
+            if not v.isdigit() or int(v) not in allowed:
+                raise ValueError(f"{spec}: {k} must be a {'positive whole number' if allowed.start else 'whole number, 0 or more'}; got {v!r}")
             opts[k] = int(v)
     return name, opts
 
