@@ -30,9 +30,10 @@ __all__ = ['RULE_KINDS', 'RULES', 'MEMORIES', 'SUMMARY_TEMPLATE', 'MANIPULATORS'
            'ChatHistoryMemory', 'TokenWindowMemory', 'SummaryMemory', 'make_memory', 'VectorStoreMemory',
            'SdeTeamMemory', 'manipulator_type', 'Manipulator', 'BasicManipulator', 'make_manipulator', 'reflection_due',
            'memory_score', 'Reflection', 'Plan', 'SummaryManipulator', 'output_parser', 'parse_speak', 'parse_action',
-           'parse_thought_action', 'parse_alice', 'parse_plain', 'AgentSetup', 'AgentVerseConfig', 'config_from_dict',
-           'load_config', 'Environment', 'item_values', 'env_turn', 'agentverse_team', 'resolve_config', 'agentverse',
-           'agentverse_html', 'agentverse_report', 'config_task', 'example_path', 'config_item']
+           'parse_thought_action', 'parse_alice', 'parse_plain', 'AgentSetup', 'AgentVerseConfig', 'custom_agent_types',
+           'config_from_dict', 'load_config', 'Environment', 'item_values', 'env_turn', 'agentverse_team',
+           'resolve_config', 'agentverse', 'agentverse_html', 'agentverse_report', 'config_task', 'example_path',
+           'config_item']
 
 # %% ../../nbs/14_agentverse.ipynb #5122f538
 class ConfigError(ValueError):
@@ -862,6 +863,7 @@ class AgentSetup:
     manipulator: Any = None         # its memory manipulator (`make_manipulator` spec); default: basic
     variables: dict = field(default_factory=dict)   # its own fields that its templates name (${personality} ...)
     max_retry: int = 3              # asks for a reply its output parser can read (AgentVerse's `max_retry`), then the turn is marked parse_failed
+    custom_type: str|None = None    # the file's own `agent_type` when madlab does not know it: run as AgentVerse's conversation agent (`custom_agent_types`)
 
     def spec(self) -> str|None:
         "The backend spec the `llm` names (None: none named)."
@@ -869,7 +871,7 @@ class AgentSetup:
         return None if m is None else (m if ":" in str(m) else f"openai:{m}")
     def params(self) -> dict: return {k: v for k, v in self.llm.items() if k in ("temperature", "max_tokens", "top_p")}
     def to_dict(self) -> dict:
-        return {"name": self.name, "role_description": self.role_description, "prompt_template": self.prompt_template,
+        return {**({"agent_type": self.custom_type} if self.custom_type else {}), "name": self.name, "role_description": self.role_description, "prompt_template": self.prompt_template,
                 "memory": self.memory.spec(), **({"llm": dict(self.llm)} if self.llm else {}), **({"receiver": list(self.receiver)} if self.receiver else {}),
                 **({"final_prompt_to_use": self.final_prompt} if self.final_prompt else {}), **({"output_parser": {"type": self.output_parser}} if self.output_parser else {}),
                 **({"memory_manipulator": make_manipulator(self.manipulator).spec()} if self.manipulator else {}),
@@ -931,7 +933,7 @@ def _only(d, allowed, where):
 
 def _agent_setup(d, i) -> AgentSetup:
     where = f"agents[{i}]"
-    _only(_need(d, where), ("name", "role_description", "prompt_template", "memory", "llm", "receiver", "final_prompt_to_use", "output_parser", "memory_manipulator", "variables", "max_retry"), where)
+    _only(_need(d, where), ("name", "role_description", "prompt_template", "memory", "llm", "receiver", "final_prompt_to_use", "output_parser", "memory_manipulator", "variables", "max_retry", "agent_type"), where)
     if not isinstance(d.get("name"), str) or not d["name"].strip(): raise ConfigError(f"{where}.name", "every agent needs a name")
     llm = _need(d.get("llm") or {}, f"{where}.llm")
     _only(llm, _LLM_KEYS, f"{where}.llm")
@@ -946,7 +948,7 @@ def _agent_setup(d, i) -> AgentSetup:
     a.output_parser, a.variables = op, dict(_need(d.get("variables") or {}, f"{where}.variables"))
     mr = d.get("max_retry", 3)
     if isinstance(mr, bool) or not isinstance(mr, int) or not 1 <= mr <= 100: raise ConfigError(f"{where}.max_retry", f"must be an integer in 1..100 (asks per turn); got {mr!r}")
-    a.max_retry = mr
+    a.max_retry, a.custom_type = mr, d.get("agent_type")
     if d.get("memory_manipulator") is not None: a.manipulator = make_manipulator(d["memory_manipulator"], f"{where}.memory_manipulator").spec()
     if a.spec() is not None:
         try: check_spec(a.spec())
@@ -1015,7 +1017,7 @@ def _from_agentverse(data: dict, drop_tools: bool = False) -> tuple[dict, list, 
     return d, ign, extra
 
 # %% ../../nbs/14_agentverse.ipynb #558f3528
-_AGENT_FIELDS = ("name", "role_description", "prompt_template", "memory", "llm", "memory_manipulator", "output_parser", "receiver", "final_prompt_to_use", "max_retry")
+_AGENT_FIELDS = ("name", "role_description", "prompt_template", "memory", "llm", "memory_manipulator", "output_parser", "receiver", "final_prompt_to_use", "max_retry", "agent_type")
 
 def _agent_from_agentverse(a: dict, i: int, note, drop: bool = False, dropped: dict|None = None):
     "One agent of AgentVerse's layout as madlab's, in place; with `drop`, a tool agent becomes a conversational one and `dropped` records its tools."
@@ -1030,7 +1032,12 @@ def _agent_from_agentverse(a: dict, i: int, note, drop: bool = False, dropped: d
         for k in _TOOL_VARS:
             if "${%s}" % k in said: a[k] = ""
     at = a.pop("agent_type", None)
-    if at is not None and at not in AGENT_TYPES: raise ConfigError(f"{where}.agent_type", f"unknown agent_type {at!r}; madlab runs: {', '.join(AGENT_TYPES)}")
+    if at is not None and at not in AGENT_TYPES:
+        if not isinstance(at, str) or not at.strip(): raise ConfigError(f"{where}.agent_type", f"must be the name of an agent type; got {at!r}")
+        if not isinstance(a.get("prompt_template"), str) or not a["prompt_template"].strip():
+            raise ConfigError(f"{where}.agent_type", f"unknown agent_type {at!r}; madlab runs: {', '.join(AGENT_TYPES)}; an agent type of your own "
+                                                     "runs as AgentVerse's conversation agent when the agent gives its prompt_template")
+        a["agent_type"] = at                 # kept: `_agent_setup` records it, `custom_agent_types` reports it
     for k in ("verbose", "current_time"):
         if k in a: a.pop(k); note(f"agents[*].{k}", _IGNORED[k])
     if isinstance(a.get("llm"), dict) and "stop" in a["llm"]: a["llm"].pop("stop"); note("agents[*].llm.stop", _IGNORED["stop"])
@@ -1038,6 +1045,54 @@ def _agent_from_agentverse(a: dict, i: int, note, drop: bool = False, dropped: d
     named = set(re.findall(r"\$\{(\w+)\}", texts))
     extra = {k: a.pop(k) for k in list(a) if k not in _AGENT_FIELDS and k in named and isinstance(a[k], (str, int, float))}
     if extra: a["variables"] = extra
+
+# %% ../../nbs/14_agentverse.ipynb #82a61b2e
+_FIXED_VARS = {"agent_name": "the agent's name", "role_description": "the agent's role_description",      # what `_speak` fills for every agent
+               "env_description": "the describer's text for the agent this turn", "chat_history": "the agent's memory ({memory}), a '[sender]: text' line per message",
+               "instructions": "madlab's answer instructions for the item's task", "final_prompt": "the final prompt in the last final_turns turns, else ''",
+               "turn": "the turn number", "max_turns": "the environment's max_turns", "current_time": "the environment's clock"}
+_ITEM_SOURCES = {"question": "the item's question (its prompt when it has no question field)", "prompt": "the item's prompt",
+                 "context": "the item's context field ('' when it has none)"}
+_PAIRWISE_SOURCES = {"answer_1": "the pairwise item's first answer", "answer_2": "the pairwise item's second answer", "source_text": "the pairwise item's question",
+                     "compared_text_one": "the pairwise item's first answer", "compared_text_two": "the pairwise item's second answer"}
+
+def _source(var: str, s, task) -> str|None:
+    "Where `${var}` of agent setup `s` is filled from, in the precedence of `Environment.values` and `_speak` (None: madlab has no value)."
+    if var in _FIXED_VARS: return _FIXED_VARS[var].format(memory=getattr(s.memory, "type", "") or "chat_history")
+    if var in s.variables: return f"the agent's own field {var}"
+    return _ITEM_SOURCES.get(var) or (_PAIRWISE_SOURCES.get(var) if task == "pairwise" else None)
+
+def _custom_templates(i, s): return [(f"agents[{i}].prompt_template", s.prompt_template)] + ([(f"agents[{i}].final_prompt_to_use", s.final_prompt)] if s.final_prompt else [])
+
+def _check_custom(cfg):
+    "A `ConfigError` naming the field and the placeholder when an agent of a custom type names one madlab has no value for."
+    for i, s in enumerate(cfg.agents):
+        if not s.custom_type: continue
+        for where, text in _custom_templates(i, s):
+            bad = [v for v in template_vars(text, where) if _source(v, s, cfg.task) is None]
+            if not bad: continue
+            ok = sorted({*_FIXED_VARS, *_ITEM_SOURCES, *s.variables, *(_PAIRWISE_SOURCES if cfg.task == "pairwise" else ())})
+            raise ConfigError(where, f"${{{bad[0]}}}: madlab has no value for it (agent_type {s.custom_type!r} runs as AgentVerse's conversation agent; "
+                                     f"what its own class fills in code is not known here); madlab fills {', '.join('${%s}' % v for v in ok)}; "
+                                     f"give the agent a field {bad[0]}: ... to set it")
+
+def custom_agent_types(cfg: AgentVerseConfig) -> dict:
+    "Each agent type of `cfg` madlab does not know: its agents (run as AgentVerse's conversation agent) and where each placeholder of their templates is filled from."
+    out = {}
+    for i, s in enumerate(cfg.agents):
+        if not s.custom_type: continue
+        t = out.setdefault(s.custom_type, {"runs_as": "conversation", "agents": [], "placeholders": {}})
+        t["agents"].append(s.name)
+        for v in dict.fromkeys(v for w, text in _custom_templates(i, s) for v in template_vars(text, w)):
+            t["placeholders"].setdefault("${%s}" % v, {}).setdefault(_source(v, s, cfg.task) or "no value (refused)", []).append(s.name)
+    for t in out.values():
+        t["placeholders"] = {v: next(iter(by)) if len(by) == 1 else " | ".join(f"{src} ({', '.join(ns)})" for src, ns in by.items()) for v, by in t["placeholders"].items()}
+    return out
+
+def _agent_type_line(name: str, m: dict) -> str:
+    "The summary's line for custom agent type `name` (`m`: its entry of `custom_agent_types`)."
+    return (f"agent type {name}: ran as AgentVerse's {m['runs_as']} agent ({', '.join(m['agents'])}); placeholders: "
+            + "; ".join(f"{v} <- {src}" for v, src in m["placeholders"].items()))
 
 # %% ../../nbs/14_agentverse.ipynb #be9306b4
 def config_from_dict(data: dict, drop_tools: bool = False) -> AgentVerseConfig:
@@ -1068,9 +1123,11 @@ def config_from_dict(data: dict, drop_tools: bool = False) -> AgentVerseConfig:
         except ValueError: raise ConfigError("environment.current_time", f"must read YYYY-MM-DD HH:MM:SS; got {extra['current_time']!r}") from None
     td = extra.get("time_delta", 120)
     if isinstance(td, bool) or not isinstance(td, int) or td < 0: raise ConfigError("environment.time_delta", f"must be a whole number of seconds >= 0; got {td!r}")
-    return AgentVerseConfig(setups, mt, final_prompt=fp, final_turns=ft, aggregation=_aggregation(env.get("aggregation", "majority_vote")),
+    cfg = AgentVerseConfig(setups, mt, final_prompt=fp, final_turns=ft, aggregation=_aggregation(env.get("aggregation", "majority_vote")),
                             task=data.get("task"), env_type=extra.get("env_type"), data_path=extra.get("data_path"), current_time=extra.get("current_time"),
                             time_delta=td, ignored=ignored, dropped_tools=extra.get("dropped_tools", {}), name=data.get("name"), description=data.get("description"), **rules)
+    _check_custom(cfg)
+    return cfg
 
 def load_config(path, drop_tools: bool = False) -> AgentVerseConfig:
     "Read an AgentVerse YAML task file (`drop_tools`: run a tool-using one without its tools); errors name the file and the field."
@@ -1287,6 +1344,8 @@ def resolve_config(config=None, team: list|None = None, drop_tools: bool = False
             elif k == "max_turns": cfg.max_turns = v
             else: raise OptionError(k, "not an AgentVerse option")
         except ConfigError as e: raise OptionError(k, e.message if e.field == k else str(e)) from None
+    try: _check_custom(cfg)
+    except ConfigError as e: raise OptionError("prompt_template" if overrides.get("prompt_template") is not None else "config", str(e)) from None
     a = cfg.aggregation
     if a["type"] == "single" and a.get("agent") is not None and a["agent"] not in cfg.names:
         raise OptionError("config", f"environment.aggregation.agent: unknown agent {a['agent']!r}; agents: {', '.join(cfg.names)}")
@@ -1346,7 +1405,9 @@ async def agentverse(d,
     cfg = resolve_config(config, [a.name for a in d.agents], drop_tools, max_turns=max_turns, order=order, visibility=visibility, selector=selector, updater=updater,
                          describer=describer, memory=memory, prompt_template=prompt_template, aggregation=aggregation)
     task = getattr(d.item, "task", None)
-    notes = {**({"ignored": list(cfg.ignored)} if cfg.ignored else {}), **({"tools_dropped": dict(cfg.dropped_tools)} if cfg.dropped_tools else {})}
+    custom = custom_agent_types(cfg)
+    notes = {**({"ignored": list(cfg.ignored)} if cfg.ignored else {}), **({"tools_dropped": dict(cfg.dropped_tools)} if cfg.dropped_tools else {}),
+             **({"agent_types": custom} if custom else {})}
     d.result = dict(notes) or None
     if cfg.task and cfg.task != task: raise OptionError("config", f"task: this environment is written for {cfg.task!r} items; got a {task!r} item")
     if cfg.aggregation["type"] == "average" and task != "pairwise": raise OptionError("aggregation", f"average sums pairwise scores: it needs pairwise items; got a {task!r} item")
@@ -1427,14 +1488,15 @@ def agentverse_report(res, folder=None) -> str:
         k = cohen_kappa(clean(df.preference), clean(df.human))
         lines.append("Cohen's kappa against human labels: " + ("n/a (no labelled verdicts)" if k is None else f"{k:.3f}"))
     said = lambda k: next((t.result[k] for t in res.transcripts.values() if isinstance(t.result, dict) and t.result.get(k)), None)
-    ignored, dropped = said("ignored"), said("tools_dropped")
+    ignored, dropped, custom = said("ignored"), said("tools_dropped"), said("agent_types")
     if dropped: lines.append("tools dropped: " + "; ".join(f"{a} ({', '.join(v) or 'agent_type tool'})" for a, v in dropped.items())
                              + ": the tool agents ran as plain conversational agents, so this is not the original experiment")
+    lines += [_agent_type_line(k, v) for k, v in (custom or {}).items()]
     if ignored: lines.append("ignored: " + "; ".join(ignored))
     text = "\n".join(lines)
     if folder is not None:
         write_atomic(Path(folder) / "agentverse_report.txt", text + "\n")
-        cj, add = Path(folder) / "config.json", {**({"tools_dropped": dropped} if dropped else {}), **({"ignored": ignored} if ignored else {})}
+        cj, add = Path(folder) / "config.json", {**({"tools_dropped": dropped} if dropped else {}), **({"ignored": ignored} if ignored else {}), **({"agent_types": custom} if custom else {})}
         if add and cj.exists(): write_atomic(cj, json.dumps({**json.loads(cj.read_text(encoding="utf-8")), **add}, indent=1, ensure_ascii=True))
     return text
 
