@@ -164,6 +164,7 @@ def test_agentverse_files_run_offline_and_list_what_is_ignored(tmp_path):
     run_dir = Path(r.stdout.strip().splitlines()[-1].removeprefix("outputs: "))
     cfg = json.loads((run_dir / "config.json").read_text())
     assert cfg["task"] == "scenario" and any(x.startswith("agents[*].verbose") for x in cfg["ignored"])
+    assert "agent_types" not in cfg and "agent type " not in r.stdout         # AgentVerse's own agent types: nothing to map
     t = json.loads(next((run_dir / "debates").glob("*/transcript.json")).read_text())
     assert len(t["rounds"]) == 8 and t["rounds"][0]["meta"]["speakers"] == ["Professor Ada"]
 
@@ -333,3 +334,55 @@ def test_a_simulation_item_id_and_when_items_come_from_a_task(tmp_path):
     p = run_cli(tmp_path, "--config", write(tmp_path, "room.yaml", classroom(1, max_turns=2)), "--data", tmp_path / "s.jsonl", "--agents", SYNTH, "--name", "d")
     assert p.returncode == 0 and "built from the config" not in p.stderr, p.stdout + p.stderr
     assert pd.read_parquet(tmp_path / "out" / "d" / "results.parquet").item_id.tolist() == ["picnic"]
+
+# a debate agent of a project's own type, in the layout of AgentVerse's task files (written here, not copied)
+MY_PROMPT = "You are ${agent_name}.\nContext: ${context}\nQuestion: ${question}\nThe debate so far:\n${chat_history}\nYour argument:"
+
+def my_debaters(bob=None):
+    rule = {"order": {"type": "sequential"}, "visibility": {"type": "all"}, **{k: {"type": "basic"} for k in ("selector", "updater", "describer")}}
+    return {"environment": {"env_type": "sim-basic", "max_turns": 3, "rule": rule},
+            "agents": [{"agent_type": "my_debater", "name": "Alice", "role_description": "You argue for the plan.", "context": "The forecast says sun all day.",
+                        "prompt_template": MY_PROMPT, "memory": {"memory_type": "chat_history"}, "llm": {"llm_type": "gpt-4", "model": "gpt-4"}, "verbose": True},
+                       {"agent_type": "my_debater", "name": "Bob", "prompt_template": MY_PROMPT, **(bob or {})}]}
+
+MY_MAPPING = {"runs_as": "conversation", "agents": ["Alice", "Bob"], "placeholders": {
+    "${agent_name}": "the agent's name",
+    "${context}": "the agent's own field context (Alice) | the item's context field ('' when it has none) (Bob)",
+    "${question}": "the item's question (its prompt when it has no question field)",
+    "${chat_history}": "the agent's memory (chat_history), a '[sender]: text' line per message"}}
+
+def test_an_agent_type_of_the_projects_own_runs_as_the_conversation_agent(tmp_path):
+    p = write(tmp_path, "my_debate.yaml", my_debaters())
+    (tmp_path / "q.jsonl").write_text(json.dumps({"id": "picnic", "prompt": "Should we have a picnic tomorrow?"}) + "\n")
+    r = run_cli(tmp_path, "--config", p, "--data", tmp_path / "q.jsonl", "--agents", "synthetic:strong,synthetic:weak", "--name", "mine")
+    assert r.returncode == 0 and "Traceback" not in r.stdout + r.stderr, r.stdout + r.stderr
+    run_dir = tmp_path / "out" / "mine"
+    t = Transcript.from_json(run_dir / "debates" / "picnic" / "transcript.json")
+    turns = [tu for rd in t.rounds for tu in rd.turns]
+    assert [tu.agent for tu in turns] == ["Alice", "Bob", "Alice"] and all(tu.reply for tu in turns)
+    assert all(len(tu.messages) == 1 for tu in turns)          # as AgentVerse's conversation agent: the filled template is the one message sent
+    sent, (a1, b1, _) = [tu.messages[0]["content"] for tu in turns], [tu.reply for tu in turns]
+    q = "Question: Should we have a picnic tomorrow?\nThe debate so far:\n"
+    assert sent[0] == f"You are Alice.\nContext: The forecast says sun all day.\n{q}\nYour argument:"
+    assert sent[1] == f"You are Bob.\nContext: \n{q}[Alice]: {a1}\nYour argument:"
+    assert sent[2] == f"You are Alice.\nContext: The forecast says sun all day.\n{q}[Alice]: {a1}\n[Bob]: {b1}\nYour argument:"
+    assert t.result["agent_types"] == {"my_debater": MY_MAPPING}
+    conf = json.loads((run_dir / "config.json").read_text())
+    assert conf["agent_types"] == {"my_debater": MY_MAPPING} and conf["ignored"] == ["agents[*].verbose (madlab logs every turn)"]
+    line = next(ln for ln in r.stdout.splitlines() if ln.startswith("agent type my_debater: "))
+    assert r.stdout.count("agent type ") == 1 and line.startswith("agent type my_debater: ran as AgentVerse's conversation agent (Alice, Bob); placeholders: ${agent_name} <- the agent's name; ")
+    assert "${question} <- the item's question" in line and "${chat_history} <- the agent's memory (chat_history)" in line
+    assert (run_dir / "agentverse_report.txt").read_text().count("agent type my_debater: ") == 1
+
+@pytest.mark.parametrize("bob,said", [
+    ({"prompt_template": None}, "agents[1].agent_type: unknown agent_type 'my_debater'; madlab runs: conversation, llm_eval_multi, police, prisoner, reflection"),
+    ({"prompt_template": MY_PROMPT + " ${advice}"}, "agents[1].prompt_template: ${advice}: madlab has no value for it (agent_type 'my_debater'"),
+])
+def test_an_agent_type_of_the_projects_own_refused_before_any_call(tmp_path, bob, said):
+    p = write(tmp_path, "my_debate.yaml", my_debaters(bob))
+    with pytest.raises(ConfigError) as e: load_config(p)
+    assert str(e.value).startswith(f"{p}: ") and said in str(e.value)
+    r = run_cli(tmp_path, "--config", p, "--n", "1", "--agents", SYNTH)
+    assert r.returncode == 2 and said in " ".join(r.stderr.split()) and "Traceback" not in r.stderr and not (tmp_path / "out").exists()
+    fixed = my_debaters({**bob, "prompt_template": MY_PROMPT + " ${advice}", "advice": "Be brief."})     # a field of the agent fills it
+    assert load_config(write(tmp_path, "fixed.yaml", fixed)).agents[1].variables == {"advice": "Be brief."}
