@@ -10,7 +10,10 @@ from madlab.cli import main
 from madlab.synthetic import PERSONAS, synthetic_backend
 from madlab.agents import DEFAULT_TEAM
 
-CONTROLMAD_DATA = Path("/work/shared/data/controlmad")
+from conftest import needs_public_data
+from madlab.core import public_data
+
+CONTROLMAD_DATA = public_data("controlmad") or Path("controlmad-not-found")
 
 @pytest.fixture(autouse=True)
 def _cache(tmp_path, monkeypatch): monkeypatch.setenv("MADLAB_CACHE", str(tmp_path / "cache"))
@@ -124,7 +127,7 @@ def test_resume_after_a_run_stopped_halfway(tmp_path):
     r = CliRunner().invoke(main, ["run", "controlmad", "--size", "5", "--games", "1-3", "--out", out, "--max-tokens", "50", "--no-progress"])
     assert r.exit_code == 2 and "--out" in r.output and "holds a run with different" in r.output and "max_tokens" in r.output
 
-@pytest.mark.skipif(not (CONTROLMAD_DATA / "6.jsonl").exists(), reason=f"ControlMAD's games are not in {CONTROLMAD_DATA}")
+@needs_public_data("ControlMAD's games", "controlmad", "6.jsonl")
 def test_controlmads_own_games(tmp_path):
     text, run_dir = _run("--data", str(CONTROLMAD_DATA / "6.jsonl"), "--games", "1-3", "--out", str(tmp_path), "--depth", "2", "--order", "agents")
     res = pd.read_parquet(run_dir / "results.parquet")
