@@ -482,7 +482,7 @@ _TEMPLATE = """
 <div class="meta">team: {% for a in t.team %}<b>{{ a.name }}</b> ({{ a.spec }}){% if not loop.last %}, {% endif %}{% endfor %}</div>
 {% if settings %}<div class="meta">settings: {{ settings }}</div>{% endif %}
 {% if item_text %}<details><summary>item</summary><pre>{{ item_text }}</pre></details>{% endif %}
-{% for r in t.rounds %}<div class="round"><b>{{ r.index }} · {{ r.name }}</b> <span class="tag">{{ r.phase }}</span>
+{% for r in t.rounds %}<div class="round"><b>round {{ r.index + 1 }} · {{ r.name }}</b> <span class="tag">{{ r.phase }}</span>
 {% for k, v in r.meta.items() %}<span class="tag">{{ k }}={{ v }}</span>{% endfor %}
 <div class="turns">{% for tu in r.turns %}<div class="turn {{ klass(tu) }}"><b>{{ tu.agent }}</b>
 {% if tu.receivers %}→ {{ tu.receivers|join(', ') }}{% endif %}{% if tu.focus %}<span class="tag">on {{ tu.focus }}</span>{% endif %}

@@ -60,6 +60,10 @@ def test_demo_run_is_fast_and_writes_everything(tmp_path):
         assert len([n for n in names if n.startswith("chat_")]) == 4          # three debaters and the supervisor
     page = (games[0] / "log.html").read_text()
     assert "<script" not in page and "Positions by round" in page
+    # rounds are numbered from 1 in everything a user reads, as in the stepper and du's logs
+    assert "<b>round 1 · initial proposals</b>" in page and "<td>1 initial</td>" in page and "<b>0 · " not in page
+    assert (games[0] / "log.txt").read_text().count("\n== round 1 · initial proposals [initial]") == 1
+    assert pos["round"].min() == 1 and pd.read_parquet(run_dir / "consensus.parquet")["round"].min() == 1
     chat = json.loads((games[0] / "chat_Synthetic-strong.json").read_text())
     assert chat["messages"][0]["role"] == "system" and any(m["role"] == "other_agent" for m in chat["messages"])
 
