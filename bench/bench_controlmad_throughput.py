@@ -1,6 +1,6 @@
 """Throughput of `madlab run controlmad` with its defaults against a fixed-latency OpenAI-compatible server.
 
-Workload: ControlMAD's 5-player games (`../shared/data/controlmad/5.jsonl`), 3 agents on one endpoint, depth 1,
+Workload: ControlMAD's 5-player games (`controlmad/5.jsonl` in the public data (`$MADLAB_DATA`, default `../shared/data`)), 3 agents on one endpoint, depth 1,
 self-adjustment on, confidence off, the game's player order, no cache: 36 calls per game and a critical path of
 12 calls, so the makespan of any number of games is at least 12 x L.
 
@@ -20,9 +20,11 @@ import argparse, json, os, signal, socket, subprocess, sys, tempfile, time, urll
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from madlab.core import public_data         # noqa: E402
 SHARED = Path(os.environ.get("MADLAB_SHARED", ROOT.parent / "shared"))
 SERVER = SHARED / "bench" / "mock_llm_server.py"
-DATA = SHARED / "data" / "controlmad"
+DATA = public_data("controlmad")
 CALLS_PER_GAME, CRITICAL_PATH = 36, 12
 TARGETS = {(1.0, 100): 1.15, (0.2, 60): 2.0}
 CPU_TARGET_MS = 2.0
@@ -110,7 +112,8 @@ def main(argv=None):
     ap.add_argument("--profile", default=None, help="save a yappi profile (pstat) of the largest run at each latency to FILE.L.pstat")
     ap.add_argument("--extra", nargs=argparse.REMAINDER, default=[], help="more options for `madlab run controlmad` (the rest of the line)")
     a = ap.parse_args(argv)
-    if not SERVER.exists() or not (DATA / "5.jsonl").exists(): sys.exit(f"needs {SERVER} and {DATA}/5.jsonl (set MADLAB_SHARED)")
+    if not SERVER.exists(): sys.exit(f"needs {SERVER} (set MADLAB_SHARED)")
+    if DATA is None or not (DATA / "5.jsonl").exists(): sys.exit("ControlMAD's games (controlmad/5.jsonl) not found: set MADLAB_DATA")
     print(__doc__.split("\n\n")[1].replace("\n", " ")[:200] + " ...")
     print(f"load average at start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores\n")
     hdr = f"{'L s':>5} {'games':>6} {'calls':>6} {'makespan s':>10} {'bound s':>8} {'ratio':>6} {'wall s':>7} {'CPU ms/call':>11} {'run ms/call':>11} {'max flight':>10}  target"

@@ -14,7 +14,9 @@ import argparse, json, resource, subprocess, sys, tempfile, time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-GSM8K = ROOT.parent / "shared" / "data" / "gsm8k" / "test.jsonl"
+sys.path.insert(0, str(ROOT))
+from madlab.core import public_data         # noqa: E402
+GSM8K = public_data("gsm8k", "test.jsonl")  # $MADLAB_DATA, else ../shared/data beside the checkout
 
 def one(kind: str, kv: str, n: int, out: str) -> dict:
     "One workload in this process; what it measured, as JSON-able values."
@@ -46,6 +48,7 @@ def main(argv=None):
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--kv", default="default", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
+    if GSM8K is None: sys.exit("GSM8K's test set (gsm8k/test.jsonl) not found: set MADLAB_DATA (see madlab.core.public_data)")
     if a.one:
         with tempfile.TemporaryDirectory(prefix="madlab-bench-prefix-") as out: print(json.dumps(one(a.one, a.kv, a.gsm8k, out)))
         return

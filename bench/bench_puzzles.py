@@ -1,6 +1,6 @@
 """Knight-Knave-Spy solver and generator speed.
 
-1. Solve all 1,800 ControlMAD games with uniqueness checked (`solve(p, limit=2)`, CP-SAT) against a plain brute force
+1. Solve all 1,800 ControlMAD games (`controlmad/` in the public data (`$MADLAB_DATA`, default `../shared/data`)) with uniqueness checked (`solve(p, limit=2)`, CP-SAT) against a plain brute force
    over all 3^n role assignments (`_brute_force`) in the same run. The brute force takes about a second per 9-player
    game, so by default it runs on every game of 4-7 players and every 10th game of 8-9 players, and the full
    brute-force total is estimated from the per-size means (`--full` times it on all 1,800, several minutes).
@@ -12,7 +12,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-CONTROLMAD = ROOT.parent / "shared" / "data" / "controlmad"
+from madlab.core import public_data         # noqa: E402
+CONTROLMAD = public_data("controlmad")     # $MADLAB_DATA, else ../shared/data beside the checkout
 
 def main(full=False):
     t0 = time.perf_counter()
@@ -20,8 +21,8 @@ def main(full=False):
     import ortools.sat.python.cp_model  # noqa: F401  (import cost reported apart)
     t_import = time.perf_counter() - t0
     print(f"CPU cores: {os.cpu_count()}; import madlab.puzzles + ortools: {t_import:.2f} s (once per process, not counted below)")
-    if not CONTROLMAD.is_dir():
-        print(f"ControlMAD games not found at {CONTROLMAD}: skipping the solver benchmark")
+    if CONTROLMAD is None or not CONTROLMAD.is_dir():
+        print("ControlMAD's games not found (set MADLAB_DATA): skipping the solver benchmark")
     else:
         games = load_controlmad(CONTROLMAD)
         solve(games[0], limit=2)                                   # warm up

@@ -4,7 +4,7 @@ Sets: the training sets of the learned stage (`data/screen/*.jsonl`: the project
 earlier held-out sets, three red-team sets written without sight of the screen, ordinary requests): rates on them are
 training rates. The test set `tests/data/screen_heldout3.jsonl` was written the same way as the red-team sets and never
 trained or tuned on: its rates are what the screen does on attacks written independently of it. XSTest's 450 prompts
-(`../shared/data/xstest/`; the 250 safe ones must pass, the 200 unsafe ones are harmful requests rather than attacks,
+(`xstest/` in the public data (`$MADLAB_DATA`, default `../shared/data`); the 250 safe ones must pass, the 200 unsafe ones are harmful requests rather than attacks,
 so the screen leaves them to the agents).
 `--judge SPEC` adds the second stage (`JudgedScreen`) with that backend and compares; with a synthetic judge the judge is
 told the truth (it models a judge that is right with probability `skill`). `--p-threshold P` and `--threshold T` screen
@@ -16,7 +16,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT)); sys.path.insert(0, str(ROOT / "tests"))
-XSTEST = ROOT.parent / "shared" / "data" / "xstest" / "xstest_prompts.csv"
+from madlab.core import public_data         # noqa: E402
+XSTEST = public_data("xstest", "xstest_prompts.csv")
 
 def cases():
     "(set, group, attack?, text) for every case."
@@ -26,7 +27,7 @@ def cases():
         for l in f.read_text(encoding="utf-8").splitlines():
             c = json.loads(l)
             out.append((name, f"{'attack' if c['attack'] else 'benign'}: {c['category']}", c["attack"], c["text"]))
-    if XSTEST.is_file():
+    if XSTEST is not None:
         for r in csv.DictReader(open(XSTEST, encoding="utf-8")):
             out.append(("xstest", f"{r['label']}: {r['type']}" if r["label"] == "unsafe" else "safe (all types)", False, r["prompt"]))
     return out

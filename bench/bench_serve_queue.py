@@ -13,7 +13,9 @@ sys.path[:0] = [str(ROOT / "bench"), str(ROOT / "tests")]
 from bench_faults import BEFORE, madlab, version_root      # noqa: E402
 from conftest import serve_folder                           # noqa: E402
 
-GSM8K = ROOT.parent / "shared" / "data" / "gsm8k" / "test.jsonl"
+sys.path.insert(0, str(ROOT))
+from madlab.core import public_data         # noqa: E402
+GSM8K = public_data("gsm8k", "test.jsonl")  # $MADLAB_DATA, else ../shared/data beside the checkout
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -21,6 +23,7 @@ def main(argv=None):
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--before", default=None, help="also run the code of commit REV (e.g. %s)" % BEFORE[:8])
     a = ap.parse_args(argv)
+    if GSM8K is None: sys.exit("GSM8K's test set (gsm8k/test.jsonl) not found: set MADLAB_DATA (see madlab.core.public_data)")
     from madlab.models import get_model
     model = str(get_model("smollm2"))
     with tempfile.TemporaryDirectory(prefix="madlab-bench-serve-") as tmp:

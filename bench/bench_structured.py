@@ -17,7 +17,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-GSM8K = ROOT.parent / "shared" / "data" / "gsm8k" / "test.jsonl"
+from madlab.core import public_data         # noqa: E402
+GSM8K = public_data("gsm8k", "test.jsonl")  # $MADLAB_DATA, else ../shared/data beside the checkout
 MODES = ("off", "auto")
 
 def turns(res, phase=None):
@@ -123,6 +124,7 @@ def main(argv=None):
     ap.add_argument("--gsm8k", type=int, default=20)
     ap.add_argument("--critic", type=int, default=4)
     a = ap.parse_args(argv)
+    if GSM8K is None: sys.exit("GSM8K's test set (gsm8k/test.jsonl) not found: set MADLAB_DATA (see madlab.core.public_data)")
     from madlab.models import get_model
     get_model("smollm2")
     import torch

@@ -1,4 +1,4 @@
-"""Transcript size against debate length: one 6-player ControlMAD game (`../shared/data/controlmad/6.jsonl`, the
+"""Transcript size against debate length: one 6-player ControlMAD game (`controlmad/6.jsonl` in the public data, `$MADLAB_DATA`, default `../shared/data`; the
 synthetic team of 3) at depth 1, 2, 3 and 5, written as madlab writes it (each turn stores only the messages new since
 the same agent's previous turn) against the baseline of every turn holding its full message list (what older versions
 wrote). Bytes per turn stay flat when the size is linear in turns; with full lists they grow with the debate.
@@ -8,16 +8,17 @@ import json, sys, time
 from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from madlab.cli import load_items
-from madlab.core import Transcript, to_jsonable
+from madlab.core import Transcript, public_data, to_jsonable
 from madlab.debate import Debate
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "controlmad"
+DATA = public_data("controlmad")
 
 def full_lists(t) -> bytes:
     d = t.to_dict(); d["rounds"] = to_jsonable(t.rounds)
     return json.dumps(d, indent=1, ensure_ascii=False).encode()
 
 def main(size=6):
+    if DATA is None: sys.exit("ControlMAD's games not found: set MADLAB_DATA")
     game = load_items("kks", data=str(DATA), size=size, n=1)[0]
     print(f"{size}-player ControlMAD game {game.id}, 3 synthetic agents")
     print(f"{'depth':>5} {'turns':>5} {'compact bytes':>14} {'B/turn':>7} {'full-list bytes':>16} {'B/turn':>7} {'full/compact':>12} {'write+read ms':>13}")

@@ -17,7 +17,7 @@ __all__ = ['ROLES', 'REDACTED', 'OptionError', 'serializable', 'to_jsonable', 'f
            'Completion', 'Answer', 'answer_valid', 'answer_key', 'answer_summary', 'answer_view', 'Turn', 'Round',
            'Item', 'register_secret', 'scrub_secrets', 'write_atomic', 'write_parquet', 'Transcript', 'json_objects',
            'extract_json', 'runtime_loop', 'run_sync', 'run_async', 'stable_hash', 'new_id', 'default_cache_dir',
-           'madlab_data']
+           'madlab_data', 'public_data']
 
 # %% ../nbs/00_core.ipynb #84f5c85e
 class OptionError(ValueError):
@@ -482,7 +482,7 @@ _TEMPLATE = """
 <div class="meta">team: {% for a in t.team %}<b>{{ a.name }}</b> ({{ a.spec }}){% if not loop.last %}, {% endif %}{% endfor %}</div>
 {% if settings %}<div class="meta">settings: {{ settings }}</div>{% endif %}
 {% if item_text %}<details><summary>item</summary><pre>{{ item_text }}</pre></details>{% endif %}
-{% for r in t.rounds %}<div class="round"><b>{{ r.index }} · {{ r.name }}</b> <span class="tag">{{ r.phase }}</span>
+{% for r in t.rounds %}<div class="round"><b>round {{ r.index + 1 }} · {{ r.name }}</b> <span class="tag">{{ r.phase }}</span>
 {% for k, v in r.meta.items() %}<span class="tag">{{ k }}={{ v }}</span>{% endfor %}
 <div class="turns">{% for tu in r.turns %}<div class="turn {{ klass(tu) }}"><b>{{ tu.agent }}</b>
 {% if tu.receivers %}→ {{ tu.receivers|join(', ') }}{% endif %}{% if tu.focus %}<span class="tag">on {{ tu.focus }}</span>{% endif %}
@@ -623,3 +623,17 @@ def madlab_data(*parts) -> Path:
     pkg = Path(madlab.__file__).resolve().parent
     root = pkg / "data" if (pkg / "data").is_dir() else pkg.parent / "data"
     return root.joinpath(*parts)
+
+# %% ../nbs/00_core.ipynb #be9dd93e
+def _public_data_dir() -> Path|None:
+    "Where the public data is looked for: `$MADLAB_DATA`, else `shared/data` in the folder above madlab's checkout; None in an installed package without the setting."
+    if os.environ.get("MADLAB_DATA"): return Path(os.environ["MADLAB_DATA"]).expanduser().resolve()
+    import madlab
+    top = Path(madlab.__file__).resolve().parent.parent
+    return top.parent / "shared" / "data" if (top / "pyproject.toml").is_file() else None
+
+def public_data(*parts) -> Path|None:
+    "A path inside the public data (`$MADLAB_DATA`, else `../shared/data` beside the checkout), or None when it is not there."
+    root = _public_data_dir()
+    p = None if root is None else root.joinpath(*parts)
+    return p if p is not None and p.exists() else None

@@ -196,7 +196,7 @@ def _transcripts(ts):
 def _debaters(t): return [a["name"] for a in t.team if a.get("role") != "supervisor"]
 
 def kks_positions(transcripts) -> "pd.DataFrame":
-    "One row per (game, agent, round, player) position stated in a debate phase."
+    "One row per (game, agent, round, player) position stated in a debate phase; `round` counts from 1, as the stepper and the logs do (the transcript's `rounds[round - 1]`)."
     import pandas as pd
     rows = []
     for t in _transcripts(transcripts):
@@ -215,7 +215,7 @@ def kks_positions(transcripts) -> "pd.DataFrame":
                 else: stated = {p: (roles_of(a) or {}).get(p) for p in players}
                 for p, role in stated.items():
                     if role not in KKS_ROLES: role = None
-                    rows.append({"game": gid, "n_players": len(players), "agent": tu.agent, "phase": r.phase, "round": r.index,
+                    rows.append({"game": gid, "n_players": len(players), "agent": tu.agent, "phase": r.phase, "round": r.index + 1,
                                  "step": r.meta.get("depth"), "focus": r.meta.get("focus"), "player": p,
                                  "slot": players.index(p) + 1 if p in players else None, "role": role, "gold": gold.get(p),
                                  "valid": role is not None, "correct": role is not None and role == gold.get(p),

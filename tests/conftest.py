@@ -180,3 +180,27 @@ def stops_what_it_starts(request):
     where = "".join(f"\n--- {n}:\n{_stack(i)[-1500:]}" for i, n in threads.items())     # what each thread is doing, to find who started it
     pytest.fail(f"{request.node.nodeid} left running: threads {sorted(threads.values())}, child processes {sorted(children.values())}{where}",
                 pytrace=False)
+
+
+# ---- public data (GSM8K, MMLU, XSTest, ControlMAD's games) ----------------------------------------------------
+# Found through `madlab.core.public_data`: $MADLAB_DATA, else ../shared/data beside the checkout. Absent: the tests that
+# read it skip, saying what is missing and where it was looked for.
+def _looked_in(*parts) -> str:
+    from madlab.core import _public_data_dir
+    root = _public_data_dir()
+    return str(root.joinpath(*parts)) if root is not None else "no checkout around madlab, and MADLAB_DATA is not set"
+
+def _missing(what: str, *parts) -> str: return f"{what} not found: set MADLAB_DATA (looked in {_looked_in(*parts)})"
+
+def needs_public_data(what: str, *parts):
+    "Marks a test as reading the public data at `parts` (`-m public_data`) and skips it when absent, naming `what` and where it was looked for."
+    from madlab.core import public_data
+    skip = pytest.mark.skipif(public_data(*parts) is None, reason=_missing(what, *parts))
+    return lambda f: pytest.mark.public_data(skip(f))
+
+def public_data_or_skip(what: str, *parts) -> Path:
+    "The public data at `parts`, or skip the running test, naming `what` and where it was looked for (mark the test `public_data`)."
+    from madlab.core import public_data
+    p = public_data(*parts)
+    if p is None: pytest.skip(_missing(what, *parts))
+    return p

@@ -10,7 +10,10 @@ from madlab.cli import main
 from madlab.synthetic import PERSONAS, synthetic_backend
 from madlab.agents import DEFAULT_TEAM
 
-CONTROLMAD_DATA = Path("/work/shared/data/controlmad")
+from conftest import needs_public_data
+from madlab.core import public_data
+
+CONTROLMAD_DATA = public_data("controlmad") or Path("controlmad-not-found")
 
 @pytest.fixture(autouse=True)
 def _cache(tmp_path, monkeypatch): monkeypatch.setenv("MADLAB_CACHE", str(tmp_path / "cache"))
@@ -57,6 +60,10 @@ def test_demo_run_is_fast_and_writes_everything(tmp_path):
         assert len([n for n in names if n.startswith("chat_")]) == 4          # three debaters and the supervisor
     page = (games[0] / "log.html").read_text()
     assert "<script" not in page and "Positions by round" in page
+    # rounds are numbered from 1 in everything a user reads, as in the stepper and du's logs
+    assert "<b>round 1 · initial proposals</b>" in page and "<td>1 initial</td>" in page and "<b>0 · " not in page
+    assert (games[0] / "log.txt").read_text().count("\n== round 1 · initial proposals [initial]") == 1
+    assert pos["round"].min() == 1 and pd.read_parquet(run_dir / "consensus.parquet")["round"].min() == 1
     chat = json.loads((games[0] / "chat_Synthetic-strong.json").read_text())
     assert chat["messages"][0]["role"] == "system" and any(m["role"] == "other_agent" for m in chat["messages"])
 
@@ -124,7 +131,7 @@ def test_resume_after_a_run_stopped_halfway(tmp_path):
     r = CliRunner().invoke(main, ["run", "controlmad", "--size", "5", "--games", "1-3", "--out", out, "--max-tokens", "50", "--no-progress"])
     assert r.exit_code == 2 and "--out" in r.output and "holds a run with different" in r.output and "max_tokens" in r.output
 
-@pytest.mark.skipif(not (CONTROLMAD_DATA / "6.jsonl").exists(), reason=f"ControlMAD's games are not in {CONTROLMAD_DATA}")
+@needs_public_data("ControlMAD's games", "controlmad", "6.jsonl")
 def test_controlmads_own_games(tmp_path):
     text, run_dir = _run("--data", str(CONTROLMAD_DATA / "6.jsonl"), "--games", "1-3", "--out", str(tmp_path), "--depth", "2", "--order", "agents")
     res = pd.read_parquet(run_dir / "results.parquet")

@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 import pandas as pd
 import pytest
+from conftest import needs_public_data
+from madlab.core import public_data
 from click.testing import CliRunner
 from madlab.core import Item, run_sync
 from madlab.agents import Agent
@@ -17,8 +19,8 @@ from madlab.tasks import extract_number, numbers_match, load_gsm8k
 from madlab.protocols.critic_actor import critic_actor_team, majority_votes
 
 ROOT = Path(__file__).resolve().parent.parent
-GSM8K = Path("/work/shared/data/gsm8k/test.jsonl")
-needs_gsm8k = pytest.mark.skipif(not GSM8K.exists(), reason="GSM8K test set not found in ../shared/data")
+GSM8K = public_data("gsm8k", "test.jsonl")
+needs_gsm8k = needs_public_data("GSM8K's test set", "gsm8k", "test.jsonl")
 
 # ---- the number reader ----------------------------------------------------------------------------------------
 

@@ -5,17 +5,19 @@ from __future__ import annotations
 import asyncio, collections, csv, json, os, subprocess, sys
 from pathlib import Path
 import pytest
+from conftest import needs_public_data
+from madlab.core import public_data
 
 from adversarial_inputs import ADVERSARIAL, ATTACKS, BENIGN, LOOKALIKES
 from madlab.core import Answer, answer_view, from_jsonable, run_sync, to_jsonable
 from madlab.guards import JudgedScreen, ScreenResult, parse_verdict, screen_input
 
 ROOT = Path(__file__).resolve().parent.parent
-XSTEST = Path(os.environ.get("MADLAB_XSTEST", ROOT.parent / "shared" / "data" / "xstest" / "xstest_prompts.csv"))
+XSTEST = public_data("xstest", "xstest_prompts.csv")
 SCREEN_DATA = ROOT / "data" / "screen"
 HELDOUT = SCREEN_DATA / "heldout_1.jsonl"
 HELDOUT3 = Path(__file__).resolve().parent / "data" / "screen_heldout3.jsonl"   # never trained or tuned on
-needs_xstest = pytest.mark.skipif(not XSTEST.is_file(), reason=f"XSTest not found at {XSTEST}")
+needs_xstest = needs_public_data("XSTest's prompts", "xstest", "xstest_prompts.csv")
 
 
 def _as_prompt(text) -> str:

@@ -4,6 +4,8 @@ import json, re, subprocess, sys
 from pathlib import Path
 import pandas as pd
 import pytest
+from conftest import needs_public_data
+from madlab.core import public_data
 from madlab.imports import import_run, log_transcripts, LogError, get_log_format
 from madlab.runs import open_run
 from madlab.run import rescore
@@ -127,8 +129,8 @@ def test_cli(files):
 # ControlMAD: its runs write, per game, game_size<N>_id<ID>/debate_session_game<ID>_<time>.json and chat_history_<agent>_game<ID>_<time>.json
 # (debate/debate_system_chat.py: _save_debate_session, _save_chat_histories). The repository holds no such outputs, so the files are written
 # here the way those two functions write them.
-CONTROLMAD_DATA = Path("/work/shared/data/controlmad")
-needs_controlmad = pytest.mark.skipif(not (CONTROLMAD_DATA / "4.jsonl").exists(), reason="ControlMAD's games not found in ../shared/data")
+CONTROLMAD_DATA = public_data("controlmad") or Path("controlmad-not-found")
+needs_controlmad = needs_public_data("ControlMAD's games", "controlmad", "4.jsonl")
 
 def _cm_full(roles, conf=None):
     d = {"players": [{"name": p, "role": r} for p, r in roles.items()], "explanation": "Case analysis."}

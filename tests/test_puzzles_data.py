@@ -3,13 +3,15 @@ round trips through ControlMAD's format, bad-input errors, determinism, and bit-
 import dataclasses, json
 from pathlib import Path
 import pytest
+from conftest import needs_public_data
+from madlab.core import public_data
 from madlab.core import from_jsonable, to_jsonable
 from madlab.puzzles import (KKSFormatError, Puzzle, _brute_force, controlmad_record, generate, load_controlmad,
                             make_kks_sets, parse_kks_answer, score_kks, solve, to_controlmad)
 
 ROOT = Path(__file__).resolve().parents[1]
-CONTROLMAD = ROOT.parent / "shared" / "data" / "controlmad"
-needs_controlmad = pytest.mark.skipif(not CONTROLMAD.is_dir(), reason=f"ControlMAD's games are not at {CONTROLMAD}")
+CONTROLMAD = public_data("controlmad") or Path("controlmad-not-found")
+needs_controlmad = needs_public_data("ControlMAD's games", "controlmad")
 
 def _files(): return sorted(CONTROLMAD.glob("*.jsonl"), key=lambda f: int(f.stem))
 

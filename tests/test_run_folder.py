@@ -8,6 +8,8 @@ import json, os, signal, subprocess, sys, time
 from pathlib import Path
 import pandas as pd
 import pytest
+from conftest import public_data_or_skip
+from madlab.core import public_data
 from click.testing import CliRunner
 
 from madlab.cli import main
@@ -18,7 +20,7 @@ from madlab.run import run_experiment, rescore, write_table, RunFolder
 from madlab.scoring import toy_arith_items
 
 MADLAB = str(Path(sys.executable).parent / "madlab")
-GSM8K = Path(__file__).resolve().parents[2] / "shared" / "data" / "gsm8k" / "test.jsonl"
+GSM8K = public_data("gsm8k", "test.jsonl")
 SLOW_TEAM = "synthetic:medium,latency=0.3,seed=1,synthetic:weak,latency=0.3,seed=2"
 
 
@@ -378,9 +380,9 @@ def _check_layout_and_rescore(run: Path, proto: str, monkeypatch, cache: Path):
                                                       f"its summary:\n{rr.output}")
 
 
-@pytest.mark.parametrize("proto", list(RUNS))
+@pytest.mark.parametrize("proto", [pytest.param(p, marks=pytest.mark.public_data) if p == "du" else p for p in RUNS])
 def test_layout_and_rescore_reproduces_the_table(tmp_path, monkeypatch, proto, _cache):
-    if proto == "du" and not GSM8K.exists(): pytest.skip(f"no GSM8K data at {GSM8K}")
+    if proto == "du": public_data_or_skip("GSM8K's test set", "gsm8k", "test.jsonl")
     out = tmp_path / "O"
     r = cli(*RUNS[proto], "--out", out, "--no-cache", "--no-progress")
     assert r.exit_code == 0, show(r)

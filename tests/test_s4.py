@@ -4,6 +4,8 @@ from __future__ import annotations
 import json, logging, os, subprocess, sys, threading, time
 from pathlib import Path
 import pytest
+from conftest import needs_public_data
+from madlab.core import public_data
 
 from adversarial_inputs import ADVERSARIAL, BENIGN
 from madlab.core import Completion, Item, Round, Transcript, Turn, Usage
@@ -17,8 +19,8 @@ from madlab.protocols.s4 import Vote, decide, default_rules, strict_rules, decis
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "data" / "s4" / "sample.csv"                  # the prompts madlab ships (`madlab run s4` without --data)
-XSTEST = Path(os.environ.get("MADLAB_XSTEST", ROOT.parent / "shared" / "data" / "xstest" / "xstest_prompts.csv"))
-needs_xstest = pytest.mark.skipif(not XSTEST.is_file(), reason=f"XSTest not found at {XSTEST}")
+XSTEST = public_data("xstest", "xstest_prompts.csv")
+needs_xstest = needs_public_data("XSTest's prompts", "xstest", "xstest_prompts.csv")
 
 
 def _as_prompt(text) -> str:

@@ -5,11 +5,12 @@ its token limits small, so the whole file stays within a few minutes on a 2-core
 import asyncio, json, threading, time
 from pathlib import Path
 import pytest
+from madlab.core import public_data
 from conftest import serve_folder, free_port
 
 pytestmark = pytest.mark.slow
 HERE = Path(__file__).parent
-GSM8K = HERE.parent.parent / "shared" / "data" / "gsm8k" / "test.jsonl"
+GSM8K = public_data("gsm8k", "test.jsonl")
 
 @pytest.fixture(scope="module")
 def smollm2():
@@ -95,7 +96,7 @@ def test_critic_actor_gsm8k_item_through_transformers_serve(smollm2, tmp_path_fa
     from madlab.run import run_experiment
     from madlab.tasks import load_gsm8k
     from madlab.scoring import toy_arith_items
-    items = load_gsm8k(GSM8K, limit=1) if GSM8K.exists() else toy_arith_items(1)
+    items = load_gsm8k(GSM8K, limit=1) if GSM8K else toy_arith_items(1)
     with serve_folder(smollm2, tmp_path_factory.mktemp("hf-home-smol")) as (url, model):
         proxy = RecordingProxy(url)
         try:

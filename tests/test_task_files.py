@@ -1,20 +1,20 @@
-"""YAML task files: GSM8K and MMLU as task files give the built-in tasks' items and scores on ../shared/data; a template reaching for
+"""YAML task files: GSM8K and MMLU as task files give the built-in tasks' items and scores on the public data ($MADLAB_DATA, default ../shared/data); a template reaching for
 Python internals fails with the file and the field before any call; bad files name the field, bad records path:line."""
 from __future__ import annotations
 from pathlib import Path
 import pandas as pd
 import pytest
+from conftest import needs_public_data
+from madlab.core import public_data
 from click.testing import CliRunner
 from madlab.cli import main
 from madlab.core import OptionError
 from madlab.tasks import task_items, load_gsm8k, load_mmlu, madlab_data
 from madlab.run import run_experiment
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
-if not SHARED.exists(): SHARED = Path("/work/shared/data")
-GSM8K, MMLU = SHARED / "gsm8k" / "test.jsonl", SHARED / "mmlu"
+GSM8K, MMLU = public_data("gsm8k", "test.jsonl"), public_data("mmlu")
 TEAM = ["synthetic:strong", "synthetic:weak", "synthetic:weak"]
-need = pytest.mark.skipif(not GSM8K.exists(), reason="../shared/data is not here")
+need = needs_public_data("GSM8K's test set and MMLU", "gsm8k", "test.jsonl")
 
 def _same(a, b): return [(x.id, x.prompt, x.gold) for x in a] == [(x.id, x.prompt, x.gold) for x in b]
 

@@ -1,15 +1,17 @@
-"""Task loaders on the real public data in ../shared/data (skipped with a message when it is absent) and madlab's market sample."""
+"""Task loaders on the real public data (`$MADLAB_DATA`, default ../shared/data; skipped with a message when it is absent) and madlab's market sample."""
 from pathlib import Path
 import pytest
+from conftest import needs_public_data
+from madlab.core import public_data
 from madlab.core import from_jsonable, to_jsonable
 from madlab.tasks import (MarketRecord, extract_number, load_gsm8k, load_market, load_market_news, load_mmlu, load_xstest,
                           numbers_match, parse_choice)
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data"
+DATA = public_data() or Path("public-data-not-found")
 
 def need(sub):
-    return pytest.mark.skipif(not (DATA / sub).exists(), reason=f"public data not found at {DATA / sub}")
+    return needs_public_data(f"Public data {sub!r}", *sub.split("/"))
 
 @need("gsm8k/test.jsonl")
 def test_all_gsm8k_gold_answers_extract():

@@ -2,15 +2,16 @@
 agent's previous turn. Round trip, replay and fork stay lossless, and transcripts holding full message lists still load."""
 import json
 import pytest
+from conftest import public_data_or_skip
 from madlab.cli import load_items
 from madlab.core import Transcript, to_jsonable
 from madlab.debate import Debate, comparable, from_transcript
 
-DATA = "/work/shared/data/controlmad"
+pytestmark = pytest.mark.public_data
 
 @pytest.fixture(scope="module")
 def game():
-    return load_items("kks", data=DATA, size=6, n=1)[0]
+    return load_items("kks", data=str(public_data_or_skip("ControlMAD's games", "controlmad", "6.jsonl").parent), size=6, n=1)[0]
 
 def _run(game, depth):
     return Debate("controlmad", game, seed=0, depth=depth).run()

@@ -58,7 +58,7 @@ def prediction_matrix(frames, game=None, phase="final") -> "go.Figure":
     if game is not None:
         g = pos[pos.game == game].copy()
         players = list(dict.fromkeys(g.sort_values("slot").player))
-        g["row"] = g.apply(lambda r: f"{r.agent} · {r['round'] + 1} {r.phase}" + (f" ({r.focus})" if r.phase == "debate" else ""), axis=1)
+        g["row"] = g.apply(lambda r: f"{r.agent} · {r['round']} {r.phase}" + (f" ({r.focus})" if r.phase == "debate" else ""), axis=1)
         rows = list(dict.fromkeys(g.sort_values(["round", "agent"]).row))
         z = g.pivot_table(index="row", columns="player", values="correct", aggfunc="last").reindex(index=rows, columns=players)
         valid = g.pivot_table(index="row", columns="player", values="valid", aggfunc="last").reindex(index=rows, columns=players)
@@ -106,8 +106,8 @@ def consensus_figure(frames) -> "go.Figure":
     m = c.groupby("round").agg(agreement=("agreement", "mean"), majority_correct=("majority_correct", "mean"), phase=("phase", "first"),
                                focus=("focus", lambda s: ", ".join(sorted({str(x) for x in s if isinstance(x, str)})))).reset_index()
     label = [f"{r.phase}" + (f" ({r.focus})" if r.phase == "debate" and r.focus else "") for r in m.itertuples()]
-    fig = go.Figure([go.Scatter(x=m["round"] + 1, y=m.agreement, mode="lines+markers", name="agreement", text=label, hovertemplate="round %{x} · %{text}: %{y:.2f}<extra></extra>"),
-                     go.Scatter(x=m["round"] + 1, y=m.majority_correct, mode="lines+markers", name="correct strict majority", text=label, line_dash="dot",
+    fig = go.Figure([go.Scatter(x=m["round"], y=m.agreement, mode="lines+markers", name="agreement", text=label, hovertemplate="round %{x} · %{text}: %{y:.2f}<extra></extra>"),
+                     go.Scatter(x=m["round"], y=m.majority_correct, mode="lines+markers", name="correct strict majority", text=label, line_dash="dot",
                                 hovertemplate="round %{x} · %{text}: %{y:.2f}<extra></extra>")])
     fig.update_layout(title="Consensus across rounds", xaxis_title="round (from 1, as in the stepper)", yaxis_title="share", yaxis_range=[0, 1.05])
     return fig
@@ -187,7 +187,7 @@ _LOG_TEMPLATE = """<!doctype html><html><head><meta charset="utf-8"><title>{{ ti
 {{ row['cells_html'] }}</tr>{% endfor %}</table>
 <h2>Game</h2><pre>{{ game }}</pre>
 <h2>Debate</h2>
-{% for r in rounds %}<div class="round"><b>{{ r['index'] }} · {{ r['name'] }}</b> <span class="tag">{{ r['phase'] }}</span>{% for k, v in r['meta'] %}<span class="tag">{{ k }}: {{ v }}</span>{% endfor %}
+{% for r in rounds %}<div class="round"><b>round {{ r['number'] }} · {{ r['name'] }}</b> <span class="tag">{{ r['phase'] }}</span>{% for k, v in r['meta'] %}<span class="tag">{{ k }}: {{ v }}</span>{% endfor %}
 {% for tu in r['turns'] %}<div class="turn"><b>{{ tu['agent'] }}</b>{% if tu['cached'] %}<span class="tag">cached</span>{% endif %}
 <span class="tag">{{ tu['tokens'] }} tokens</span>{% if tu['confidence'] is not none %}<span class="tag">confidence {{ tu['confidence'] }}</span>{% endif %}
 <div>{{ tu['chips_html'] }}
@@ -236,7 +236,7 @@ def _grid(t, players, gold):
             if not cells:
                 ps = [r.meta["focus"]] if r.meta.get("focus") and r.phase == "debate" else players
                 cells = {p: {"role": "invalid", "cls": "i"} for p in ps}
-            rows.append({"round": r.index, "phase": r.phase, "focus": r.meta.get("focus") if r.phase == "debate" else None, "agent": tu.agent,
+            rows.append({"round": r.index + 1, "phase": r.phase, "focus": r.meta.get("focus") if r.phase == "debate" else None, "agent": tu.agent,
                          "cells_html": Markup("".join(_cell_html(cells[p]["role"], cells[p]["cls"]) if p in cells else _cell_html("", "") for p in players))})
     return rows
 
@@ -247,7 +247,7 @@ def game_log_html(t: Transcript, path=None) -> str:
     "A standalone HTML log of one ControlMAD debate (all model text escaped); written to `path` when given."
     players, gold = kks_players(t.item), getattr(t.item, "gold", None) or {}
     res = {**(t.result or {}), **_scored(t)}
-    rounds = [{"index": r.index, "name": r.name, "phase": r.phase, "meta": [(k, v) for k, v in r.meta.items() if k not in ("order",)] + ([("order", " → ".join(r.meta["order"]))] if "order" in r.meta else []),
+    rounds = [{"number": r.index + 1, "name": r.name, "phase": r.phase, "meta": [(k, v) for k, v in r.meta.items() if k not in ("order",)] + ([("order", " → ".join(r.meta["order"]))] if "order" in r.meta else []),
                "turns": [_with_chips_html(_turn_view(tu, r, players, gold)) for tu in r.turns]} for r in t.rounds]
     page = _page(_LOG_TEMPLATE).render(
         t=t, css=_LOG_CSS, title=f"ControlMAD debate {t.meta.get('id', '')}", usage=t.usage, settings=json.dumps(to_jsonable({k: v for k, v in t.settings.items() if k != "prompts"})),
@@ -265,7 +265,7 @@ def game_log_text(t: Transcript, path=None) -> str:
          "team: " + ", ".join(f"{a['name']} ({a['spec']}{', ' + a['role'] if a.get('role') else ''})" for a in t.team),
          "settings: " + json.dumps(to_jsonable({k: v for k, v in t.settings.items() if k != "prompts"})), "", getattr(t.item, "prompt", ""), ""]
     for r in t.rounds:
-        L.append(f"== {r.index} · {r.name} [{r.phase}]" + "".join(f" {k}={v}" for k, v in r.meta.items()))
+        L.append(f"== round {r.index + 1} · {r.name} [{r.phase}]" + "".join(f" {k}={v}" for k, v in r.meta.items()))
         for tu in r.turns:
             v = _turn_view(tu, r, players, gold)
             mark = {"r": "✓", "w": "✗", "i": "?"}
