@@ -6,7 +6,7 @@ Docs: https://madlab.github.io/madlab/runs.html.md"""
 
 # %% ../nbs/23_runs.ipynb #8a55ab0f
 from __future__ import annotations
-import html
+import html, json
 from pathlib import Path
 import ipywidgets as W
 import pandas as pd
@@ -16,7 +16,21 @@ from .run import RunFolder, RunResult, debate_row
 from .widgets import DebateStepper
 
 # %% auto #0
-__all__ = ['FILTERS', 'DEFAULT_RULES', 'OpenRun', 'open_run', 'compare_runs', 'find_runs', 'RunBrowser']
+__all__ = ['FILTERS', 'DEFAULT_RULES', 'locate_run', 'OpenRun', 'open_run', 'compare_runs', 'find_runs', 'RunBrowser']
+
+# %% ../nbs/23_runs.ipynb #6e91b07d
+_LISTED = 20
+
+def locate_run(path) -> Path:
+    "The run folder `path` names: `path` itself when it holds a config.json, else the one run directly under it (`madlab run --out PATH` writes PATH/<run name>/); none or several: an error that lists them."
+    p = RunFolder(path).path
+    if not p.is_dir(): raise OptionError("path", f"{p} is not a folder")
+    if (p / "config.json").exists(): return p
+    runs = sorted(c.parent for c in p.glob("*/config.json"))
+    if len(runs) == 1: return runs[0]
+    if not runs: raise OptionError("path", f"{p} holds no config.json: not a madlab run folder, nor the folder of one (give the folder `madlab run` wrote, OUT/<run name>, or its OUT)")
+    more = f" ... and {len(runs) - _LISTED} more" if len(runs) > _LISTED else ""
+    raise OptionError("path", f"{p} holds {len(runs)} runs; name one of them: " + ", ".join(str(r) for r in runs[:_LISTED]) + more)
 
 # %% ../nbs/23_runs.ipynb #7bc26bc4
 def _results(folder: RunFolder) -> pd.DataFrame:
@@ -29,11 +43,10 @@ def _results(folder: RunFolder) -> pd.DataFrame:
 class OpenRun:
     "A finished run folder, read without re-running anything: results table `df`, `config`, `summary()`; transcripts read when asked."
     def __init__(self, path):
-        self.folder = RunFolder(path)
+        self.folder = RunFolder(locate_run(path))
         self.path = self.folder.path
-        if not self.path.is_dir(): raise OptionError("path", f"{self.path} is not a folder")
         cfg = self.folder.read_config()
-        if cfg is None: raise OptionError("path", f"{self.path} holds no config.json: not a madlab run folder")
+        if cfg is None: raise OptionError("path", f"{self.path} holds no config.json: not a madlab run folder")   # deleted meanwhile
         self.config, self.df, self._dyn = cfg, _results(self.folder), None
 
     @property
@@ -42,7 +55,7 @@ class OpenRun:
     def __repr__(self): return f"OpenRun({self.summary().splitlines()[0]})"
 
 def open_run(path) -> OpenRun:
-    "Open the run folder `path` (what `madlab run` printed after 'outputs:')."
+    "Open the run folder `path` (what `madlab run` printed after 'outputs:', or the `--out` folder that holds it)."
     return OpenRun(path)
 
 # %% ../nbs/23_runs.ipynb #e2425ff1
