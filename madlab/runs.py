@@ -103,9 +103,10 @@ def item_id(self: OpenRun, item) -> str:
 def transcript(self: OpenRun, item) -> Transcript: return Transcript.from_json(self.folder.transcript_path(self.item_id(item)))
 
 @patch
-def stepper(self: OpenRun, item, live: bool = True) -> DebateStepper:
-    "The stepper on one debate of the run (forks continue on the recorded backends when `live`)."
-    return DebateStepper(self.transcript(item), live=live)
+def stepper(self: OpenRun, item, live: bool = True, round: int|None = None) -> DebateStepper:
+    "The stepper on one debate of the run, at its last round (positions, decision and result shown) or at `round` (0: before the first); forks continue on the recorded backends when `live`."
+    t = self.transcript(item)
+    return DebateStepper(t, live=live, round=len(t.rounds) if round is None else round)
 
 # %% ../nbs/23_runs.ipynb #c1feb610
 _NOT_DEBATERS = ("supervisor", "judge", "critic")
