@@ -186,6 +186,12 @@ def test_stepper_in_jupyterlab(tmp_path):
             slow = page.locator(".madlab-stepper").last
             busy, run, sh = slow.locator(".madlab-busy"), slow.locator("button.madlab-run"), slow.locator(".madlab-header")
             slow.scroll_into_view_if_needed()
+            # at each change of the header, the round it names and the round of the grid at that moment: the grid is never behind it
+            page.evaluate("""() => { const el = [...document.querySelectorAll('.madlab-stepper')].pop(); window.__madlabRounds = [];
+                const h = el.querySelector('.madlab-header'), g = el.querySelector('.madlab-positions');
+                const num = (e, re) => { const m = e.innerText.match(re); return m ? +m[1] : 0; };
+                new MutationObserver(() => window.__madlabRounds.push([num(h, /Round (\\d+) of/), num(g, /positions after round (\\d+)/)]))
+                  .observe(h, {childList: true, subtree: true, characterData: true}); }""")
             run.click()
             _wait(lambda: "running round 2" in busy.inner_text(), 30, "round 2 of Run to end")
             _wait(lambda: run.inner_text().strip() == "Stop" and run.is_enabled(), 10, "Run to end to become an enabled Stop button")
@@ -200,6 +206,8 @@ def test_stepper_in_jupyterlab(tmp_path):
                   and "stopped after round 3" in slow.locator(".madlab-note").inner_text()
                   and run.inner_text().strip() == "Run to end" and run.is_enabled(), 30,
                   "the run to stop after round 3: header paused at round 3, the grid after round 3, the note saying so, Run to end back")
+            pairs = page.evaluate("() => window.__madlabRounds")
+            assert pairs and max(h for h, _ in pairs) == 3 and all(h <= g for h, g in pairs), pairs
             assert not errors, errors
         except Exception:
             page.screenshot(path=str(ARTIFACTS / "stepper-failure.png"))
