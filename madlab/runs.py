@@ -28,9 +28,15 @@ def locate_run(path) -> Path:
     if (p / "config.json").exists(): return p
     runs = sorted(c.parent for c in p.glob("*/config.json"))
     if len(runs) == 1: return runs[0]
-    if not runs: raise OptionError("path", f"{p} holds no config.json: not a madlab run folder, nor the folder of one (give the folder `madlab run` wrote, OUT/<run name>, or its OUT)")
-    more = f" ... and {len(runs) - _LISTED} more" if len(runs) > _LISTED else ""
-    raise OptionError("path", f"{p} holds {len(runs)} runs; name one of them: " + ", ".join(str(r) for r in runs[:_LISTED]) + more)
+    if runs: raise OptionError("path", f"{p} holds {len(runs)} runs; name one of them:{_listed(runs)}")
+    deeper = sorted(c.parent for c in p.glob("*/*/config.json"))
+    raise OptionError("path", f"{p} holds no config.json: not a madlab run folder, nor the folder of one (give the folder `madlab run` wrote, OUT/<run name>, or its OUT)"
+                      + (f"; runs further down:{_listed(deeper)}" if deeper else ""))
+
+def _listed(paths) -> str:
+    "Paths one a line (the first `_LISTED`)."
+    more = f"\n  ... and {len(paths) - _LISTED} more" if len(paths) > _LISTED else ""
+    return "".join(f"\n  {x}" for x in paths[:_LISTED]) + more
 
 # %% ../nbs/23_runs.ipynb #7bc26bc4
 def _results(folder: RunFolder) -> pd.DataFrame:
