@@ -13,7 +13,7 @@ import pandas as pd
 from fastcore.basics import patch
 from .core import OptionError, Transcript, answer_view
 from .run import RunFolder, RunResult, debate_row
-from .widgets import DebateStepper, _changed
+from .widgets import DebateStepper, _changed, _text
 
 # %% auto #0
 __all__ = ['FILTERS', 'DEFAULT_RULES', 'locate_run', 'OpenRun', 'open_run', 'compare_runs', 'find_runs', 'RunBrowser']
@@ -315,7 +315,8 @@ def _fill(self: RunBrowser):
     self.w_table.value = (f"<small>{len(df)} of {len(self.run.df)} rows ({html.escape(self.w_filter.value)})</small>"
                           + _table(df.head(200), classes="madlab-run-rows"))
     mark = lambda ok: "right" if ok is True else "wrong" if ok is False else "-"
-    self.w_items.options = [(f"{r.item_id} · {r.status} · {_plain(r.answer) or 'no answer'} · {mark(r.correct)}", str(r.item_id)) for r in df.itertuples()]
+    said = lambda a: "no answer" if (a := _answer_of(a)) is None else _text(a)            # a Knight-Knave-Spy answer as Ann=knight, Bob=spy
+    self.w_items.options = [(f"{r.item_id} · {r.status} · {said(r.answer)} · {mark(r.correct)}", str(r.item_id)) for r in df.itertuples()]
     self.w_items.value = None
 
 @patch
