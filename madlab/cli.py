@@ -325,6 +325,14 @@ def protocol_command(proto) -> click.Command:
     cmd.tasks = list(proto.tasks) if proto.tasks else None     # what --task accepts besides a task file
     return cmd
 
+# %% ../nbs/40_cli.ipynb #52395263
+def _run_dir_cb(ctx, param, value):
+    "The run folder RUN_DIR names: itself, or the one run under it (`madlab.runs.locate_run`); none or several are a usage error that lists them."
+    if value is None: return None
+    from madlab.runs import locate_run
+    try: return str(locate_run(value))
+    except OptionError as e: raise click.BadParameter(e.message) from None
+
 # %% ../nbs/40_cli.ipynb #931bfb69
 @main.command("protocols")
 def protocols_cmd():
@@ -337,13 +345,13 @@ def protocols_cmd():
             click.echo(f"    {_flag(k)} (default {v!r}): {p.docs.get(k) or ''}")
 
 @main.command("rescore")
-@click.argument("run_dir", type=click.Path(exists=True, file_okay=False))
+@click.argument("run_dir", type=click.Path(exists=True, file_okay=False), callback=_run_dir_cb)
 @click.option("--decision", metavar="RULE", default=None, callback=_decision_cb,
               help="Re-decide the debates with this rule into results.decision-RULE.parquet/.csv beside the original table (no call; a judge makes only its own, cached)")
 @click.option("--compare", is_flag=True, help="Print every rule that fits the run side by side: accuracy with a 95% bootstrap interval, how often each changes the decision")
 @click.option("--cache/--no-cache", default=True, show_default=True, help="A judge's calls go through the response cache ($MADLAB_CACHE)")
 def rescore_cmd(run_dir, decision, compare, cache):
-    "Re-score a finished run from its transcripts (no backend calls) and rewrite its results table and report; or re-decide it with another rule."
+    "Re-score a finished run from its transcripts (no backend calls) and rewrite its results table and report; or re-decide it with another rule. RUN_DIR is the run's folder, or the --out folder holding it."
     from madlab.run import rescore
     try:
         if compare:

@@ -6,17 +6,37 @@ Docs: https://madlab.github.io/madlab/runs.html.md"""
 
 # %% ../nbs/23_runs.ipynb #8a55ab0f
 from __future__ import annotations
-import html
+import html, json, os
 from pathlib import Path
 import ipywidgets as W
 import pandas as pd
 from fastcore.basics import patch
 from .core import OptionError, Transcript, answer_view
 from .run import RunFolder, RunResult, debate_row
-from .widgets import DebateStepper
+from .widgets import DebateStepper, _changed, _text
 
 # %% auto #0
-__all__ = ['FILTERS', 'DEFAULT_RULES', 'OpenRun', 'open_run', 'compare_runs', 'find_runs', 'RunBrowser']
+__all__ = ['FILTERS', 'DEFAULT_RULES', 'locate_run', 'OpenRun', 'open_run', 'compare_runs', 'find_runs', 'RunBrowser']
+
+# %% ../nbs/23_runs.ipynb #6e91b07d
+_LISTED = 20
+
+def locate_run(path) -> Path:
+    "The run folder `path` names: `path` itself when it holds a config.json, else the one run directly under it (`madlab run --out PATH` writes PATH/<run name>/); none or several: an error that lists them."
+    p = RunFolder(path).path
+    if not p.is_dir(): raise OptionError("path", f"{p} is not a folder")
+    if (p / "config.json").exists(): return p
+    runs = sorted(c.parent for c in p.glob("*/config.json"))
+    if len(runs) == 1: return runs[0]
+    if runs: raise OptionError("path", f"{p} holds {len(runs)} runs; name one of them:{_listed(runs)}")
+    deeper = sorted(c.parent for c in p.glob("*/*/config.json"))
+    raise OptionError("path", f"{p} holds no config.json: not a madlab run folder, nor the folder of one (give the folder `madlab run` wrote, OUT/<run name>, or its OUT)"
+                      + (f"; runs further down:{_listed(deeper)}" if deeper else ""))
+
+def _listed(paths) -> str:
+    "Paths one a line (the first `_LISTED`)."
+    more = f"\n  ... and {len(paths) - _LISTED} more" if len(paths) > _LISTED else ""
+    return "".join(f"\n  {x}" for x in paths[:_LISTED]) + more
 
 # %% ../nbs/23_runs.ipynb #7bc26bc4
 def _results(folder: RunFolder) -> pd.DataFrame:
@@ -29,11 +49,10 @@ def _results(folder: RunFolder) -> pd.DataFrame:
 class OpenRun:
     "A finished run folder, read without re-running anything: results table `df`, `config`, `summary()`; transcripts read when asked."
     def __init__(self, path):
-        self.folder = RunFolder(path)
+        self.folder = RunFolder(locate_run(path))
         self.path = self.folder.path
-        if not self.path.is_dir(): raise OptionError("path", f"{self.path} is not a folder")
         cfg = self.folder.read_config()
-        if cfg is None: raise OptionError("path", f"{self.path} holds no config.json: not a madlab run folder")
+        if cfg is None: raise OptionError("path", f"{self.path} holds no config.json: not a madlab run folder")   # deleted meanwhile
         self.config, self.df, self._dyn = cfg, _results(self.folder), None
 
     @property
@@ -42,7 +61,7 @@ class OpenRun:
     def __repr__(self): return f"OpenRun({self.summary().splitlines()[0]})"
 
 def open_run(path) -> OpenRun:
-    "Open the run folder `path` (what `madlab run` printed after 'outputs:')."
+    "Open the run folder `path` (what `madlab run` printed after 'outputs:', or the `--out` folder that holds it)."
     return OpenRun(path)
 
 # %% ../nbs/23_runs.ipynb #e2425ff1
@@ -57,6 +76,7 @@ def info(self: OpenRun) -> dict:
             "calls": int(df.calls.sum()) if "calls" in df else 0, "tokens": tokens, "date": str(cfg.get("started") or "")[:16].replace("T", " ")}
 
 _COLS = ["item_id", "status", "answer", "gold", "correct", "invalid", "rounds", "calls", "error"]
+_COUNTS = ("items", "calls", "tokens", "invalid", "rounds")
 
 def _plain(v) -> str:
     "A cell as a reader wants it: 66 for 66.0, '' for a missing value."
@@ -64,16 +84,28 @@ def _plain(v) -> str:
     if isinstance(v, float) and v.is_integer(): return str(int(v))
     return str(v)
 
+def _figure(key: str, v) -> str:
+    "A run's figure, written one way everywhere: accuracy with three decimals (as `madlab run` prints it), counts with thousands separators, '-' when missing."
+    if v is None or (isinstance(v, float) and pd.isna(v)): return "-"
+    if key == "accuracy": return f"{float(v):.3f}"
+    if key in _COUNTS and not isinstance(v, bool):
+        try: return f"{int(v):,}"
+        except (TypeError, ValueError): return str(v)
+    return str(v)
+
 def _table(df: pd.DataFrame, **kw) -> str:
-    "The key columns of a results frame as an HTML table (escaped by pandas)."
+    "The key columns of a results frame as an HTML table (escaped by pandas), counts with thousands separators."
     cols = [c for c in _COLS if c in df]
-    return df[cols].map(_plain).to_html(index=False, **kw)
+    return df[cols].apply(lambda s: s.map(lambda v: "" if _plain(v) == "" else _figure(s.name, v) if s.name in _COUNTS else _plain(v))).to_html(index=False, **kw)
+
+def _info_html(i: dict) -> str:
+    "A run's line (`OpenRun.info()`), its figures written by `_figure`."
+    return " · ".join(f"{k} <b>{html.escape(_figure(k, v))}</b>" for k, v in i.items() if k != "run")
 
 @patch
 def _repr_html_(self: OpenRun):
     i = self.info()
-    head = " · ".join(f"{k} <b>{html.escape(str(v))}</b>" for k, v in i.items() if k != "run")
-    return f"<div class='madlab-run'><b>{html.escape(i['run'])}</b><br>{head}</div>" + _table(self.df)
+    return f"<div class='madlab-run'><b>{html.escape(i['run'])}</b><br>{_info_html(i)}</div>" + _table(self.df)
 
 # %% ../nbs/23_runs.ipynb #60fbbe0f
 @patch
@@ -90,9 +122,10 @@ def item_id(self: OpenRun, item) -> str:
 def transcript(self: OpenRun, item) -> Transcript: return Transcript.from_json(self.folder.transcript_path(self.item_id(item)))
 
 @patch
-def stepper(self: OpenRun, item, live: bool = True) -> DebateStepper:
-    "The stepper on one debate of the run (forks continue on the recorded backends when `live`)."
-    return DebateStepper(self.transcript(item), live=live)
+def stepper(self: OpenRun, item, live: bool = True, round: int|None = None) -> DebateStepper:
+    "The stepper on one debate of the run, at its last round (positions, decision and result shown) or at `round` (0: before the first); forks continue on the recorded backends when `live`."
+    t = self.transcript(item)
+    return DebateStepper(t, live=live, round=len(t.rounds) if round is None else round)
 
 # %% ../nbs/23_runs.ipynb #c1feb610
 _NOT_DEBATERS = ("supervisor", "judge", "critic")
@@ -137,14 +170,30 @@ def filter(self: OpenRun, kind: str = "all") -> pd.DataFrame:
     raise OptionError("kind", f"must be one of {', '.join(FILTERS)}; got {kind!r}")
 
 # %% ../nbs/23_runs.ipynb #40cfb053
+def _answer_of(v):
+    "An answer as a results table keeps it, read back: a mapping kept as JSON text (Parquet's way with mixed answers) is the mapping again, 66.0 is 66, a missing one None."
+    if v is None or (isinstance(v, float) and pd.isna(v)): return None
+    if isinstance(v, float) and v.is_integer(): return int(v)
+    if isinstance(v, str) and v.lstrip().startswith("{"):
+        try: return json.loads(v)
+        except ValueError: return v
+    return v
+
+def _differs(a, b) -> str|None:
+    "What answer `b` says differently from answer `a`: 'part: a→b' for each part that differs (a player of a Knight-Knave-Spy answer), 'a→b' for a whole answer; '' when they agree, None when neither has one."
+    c = _changed(_answer_of(b), _answer_of(a))
+    return "" if c == "none" else c
+
 def compare_runs(a, b, names: tuple = ("a", "b")) -> pd.DataFrame:
-    "Runs `a` and `b` (OpenRun or paths) on their shared items: answer, correct and status of each, and the outcome."
+    "Runs `a` and `b` (OpenRun or paths) on their shared items: the outcome, what `b`'s answer says differently (`differs`), then answer, correct and status of each."
     a, b = (x if isinstance(x, OpenRun) else open_run(x) for x in (a, b))
     cols = [c for c in ("item_id", "answer", "correct", "status") if c in a.df and c in b.df]
     m = a.df[cols + (["gold"] if "gold" in a.df else [])].merge(b.df[cols], on="item_id", suffixes=tuple(f"_{n}" for n in names))
     ra, rb = (m[f"correct_{n}"].eq(True) for n in names)
     m["outcome"] = [("both right" if x and y else f"only {names[0]}" if x else f"only {names[1]}" if y else "both wrong") for x, y in zip(ra, rb)]
-    return m
+    if "answer" in cols: m["differs"] = [_differs(x, y) for x, y in zip(m[f"answer_{names[0]}"], m[f"answer_{names[1]}"])]
+    first = [c for c in ("item_id", "outcome", "differs") if c in m]
+    return m[first + [c for c in m.columns if c not in first]]
 
 # %% ../nbs/23_runs.ipynb #e937f96f
 DEFAULT_RULES = ("protocol", "plurality", "majority", "supermajority:0.75", "unanimity", "confidence", "borda", "approval:2")
@@ -191,14 +240,35 @@ def decisions(self: OpenRun, rules=None, n_boot: int = 2000, seed: int = 0) -> p
     return pd.DataFrame(rows, columns=["rule", "items", "accuracy", "ci_low", "ci_high", "no_decision", "changed"])
 
 # %% ../nbs/23_runs.ipynb #8b5bb0a7
+def _settings(cfg: dict) -> dict:
+    "What a run was run with, flat: the protocol's options, then the team's specs, the task's data, the decision rule, the seed and the sampling limits."
+    team = ",".join(str(a.get("spec")) for a in cfg.get("team") or [] if isinstance(a, dict))
+    return {**{str(k): v for k, v in (cfg.get("options") or {}).items()}, "agents": team, "data": cfg.get("data"), "decision": cfg.get("decision", "protocol"),
+            "seed": cfg.get("seed"), "max_tokens": cfg.get("max_tokens"), "temperature": cfg.get("temperature")}
+
+def _setting(v, n: int = 40) -> str:
+    s = "default" if v is None else v if isinstance(v, str) else json.dumps(v, ensure_ascii=False, default=str)
+    return s if len(s) <= n else s[: n - 1] + "…"
+
+def _differing(settings: list, protocols: list) -> list:
+    "For each run, 'key=value' for each setting whose value differs between the runs of its protocol listed ('' for a protocol run once)."
+    out = []
+    for s, p in zip(settings, protocols):
+        peers = [t for t, q in zip(settings, protocols) if q == p]
+        keys = [k for k in dict.fromkeys(k for t in peers for k in t) if len({json.dumps(t.get(k), sort_keys=True, default=str) for t in peers}) > 1]
+        out.append(", ".join(f"{k}={_setting(s.get(k))}" for k in keys))
+    return out
+
 def find_runs(folder, depth: int = 3) -> pd.DataFrame:
-    "Every run folder under `folder` (up to `depth` levels down), one row each, newest first."
-    folder, rows = Path(folder), []
+    "Every run folder under `folder` (up to `depth` levels down), one row each, newest first: its line (`OpenRun.info`), the folder it sits in (`parent`, relative to `folder`) and the settings that differ from the other runs of its protocol (`differs`)."
+    folder, rows, settings = Path(folder), [], []
     for k in range(depth + 1):
         for cfg in sorted(folder.glob("/".join(["*"] * k + ["config.json"]))):
-            try: rows.append({**OpenRun(cfg.parent).info(), "path": str(cfg.parent)})
+            try: r = OpenRun(cfg.parent)
             except (OptionError, ValueError, OSError): continue
-    df = pd.DataFrame(rows, columns=["run", "protocol", "task", "items", "accuracy", "calls", "tokens", "date", "path"])
+            rows.append({**r.info(), "parent": os.path.relpath(cfg.parent.parent, folder), "path": str(cfg.parent)}); settings.append(_settings(r.config))
+    for r, d in zip(rows, _differing(settings, [r["protocol"] for r in rows])): r["differs"] = d
+    df = pd.DataFrame(rows, columns=["run", "protocol", "task", "items", "accuracy", "calls", "tokens", "date", "parent", "differs", "path"])
     return df.sort_values("date", ascending=False, kind="stable").reset_index(drop=True)
 
 # %% ../nbs/23_runs.ipynb #09df7a68
@@ -222,8 +292,10 @@ class RunBrowser(W.VBox):
 
     @staticmethod
     def _label(r) -> str:
-        acc = "-" if r.accuracy is None or pd.isna(r.accuracy) else f"{r.accuracy:.3f}"
-        return f"{r.date} · {r.protocol} · {r.task} · {r.items} items · accuracy {acc} · {r.calls} calls · {r.tokens:,} tokens · {r.run}"
+        "date · protocol · task · figures · the settings that set it apart · where it is (its folder under the one browsed)."
+        where = r.run if r.parent in (".", "..") or r.parent.startswith(".." + os.sep) else f"{Path(r.parent).as_posix()}/{r.run}"
+        figs = f"{_figure('items', r.items)} items · accuracy {_figure('accuracy', r.accuracy)} · {_figure('calls', r.calls)} calls · {_figure('tokens', r.tokens)} tokens"
+        return f"{r.date} · {r.protocol} · {r.task} · {figs} · " + (f"{r.differs} · " if r.differs else "") + where
 
 # %% ../nbs/23_runs.ipynb #b75245d9
 @patch
@@ -232,7 +304,7 @@ def show_run(self: RunBrowser, path):
     if path is None: return
     self.run, self.viewer = open_run(path), None
     i = self.run.info()
-    self.w_info.value = "<div>" + " · ".join(f"{k} <b>{html.escape(str(v))}</b>" for k, v in i.items()) + "</div>"
+    self.w_info.value = f"<div>run <b>{html.escape(i['run'])}</b> · {_info_html(i)} · in <code>{html.escape(str(self.run.path.parent))}</code></div>"
     if self.w_runs.value != str(path): self.w_runs.value = str(path)
     self._fill()
 
@@ -243,7 +315,8 @@ def _fill(self: RunBrowser):
     self.w_table.value = (f"<small>{len(df)} of {len(self.run.df)} rows ({html.escape(self.w_filter.value)})</small>"
                           + _table(df.head(200), classes="madlab-run-rows"))
     mark = lambda ok: "right" if ok is True else "wrong" if ok is False else "-"
-    self.w_items.options = [(f"{r.item_id} · {r.status} · {_plain(r.answer) or 'no answer'} · {mark(r.correct)}", str(r.item_id)) for r in df.itertuples()]
+    said = lambda a: "no answer" if (a := _answer_of(a)) is None else _text(a)            # a Knight-Knave-Spy answer as Ann=knight, Bob=spy
+    self.w_items.options = [(f"{r.item_id} · {r.status} · {said(r.answer)} · {mark(r.correct)}", str(r.item_id)) for r in df.itertuples()]
     self.w_items.value = None
 
 @patch

@@ -6,7 +6,7 @@ Docs: https://madlab.github.io/madlab/widgets.html.md"""
 
 # %% ../nbs/21_widgets.ipynb #89b0e9d8
 from __future__ import annotations
-import asyncio, html, json, re, warnings
+import asyncio, html, json, re, threading, warnings
 from pathlib import Path
 import ipywidgets as W
 import pandas as pd
@@ -122,7 +122,7 @@ def _text(a, n: int|None = None) -> str:
 def _result_answer(result): return result.get("answer", result.get("assignment"))
 
 def _header_html(rounds, pos, status, branch, result=None, done=False) -> str:
-    if pos < 0: body = f"<b>not started</b> · {len(rounds)} rounds so far"
+    if pos < 0: body = "<b>not started</b>" if not rounds else f"<b>before round 1</b> of {len(rounds)}{'' if done else '+'} · Step or Forward shows the rounds {'recorded' if done else 'run so far'}"
     else:
         r = rounds[pos]
         meta = " ".join(f"<span class='madlab-tag'>{_E(str(k))}: {_E(_text(v, 40))}</span>" for k, v in r.meta.items())
@@ -151,9 +151,11 @@ def _cell(text, key, extra="", bold=False, cls="", value=None) -> str:
     return (f"<td class='madlab-cell {kind} {cls}'{data} style='background:{_COLOURS[key]};border:{extra or '1px solid #ccc'};padding:2px 6px;"
             f"{'font-weight:bold;' if bold else ''}vertical-align:top'>{text}</td>")
 
-def _grid_html(p: pd.DataFrame, caption: str = "", team: dict|None = None, cons: pd.DataFrame|None = None, focus=()) -> str:
-    "Players (or 'answer') × agents, then the team's majority and the gold answer; the rows in `focus` marked."
-    if not len(p): return "<div class='madlab-grid'><i>no positions yet</i></div>"
+def _grid_html(p: pd.DataFrame, caption: str = "", team: dict|None = None, cons: pd.DataFrame|None = None, focus=(), rounds: int = 0) -> str:
+    "Players (or 'answer') × agents, then the team's majority and the gold answer; the rows in `focus` marked. With no positions: says whether `rounds` rounds wait to be shown."
+    if not len(p):
+        if rounds: return f"<div class='madlab-grid'><i>before round 1: the positions after each of the {rounds} rounds show as you step through them</i></div>"
+        return "<div class='madlab-grid'><i>no positions yet</i></div>"
     agents = list(dict.fromkeys(p.agent))
     cons = cons.set_index("row") if cons is not None and len(cons) else None
     head = "".join(f"<th>{_E(a)}</th>" for a in agents) + ("<th class='madlab-majority'>majority</th><th class='madlab-gold'>gold</th>" if cons is not None else "")
@@ -292,7 +294,7 @@ class _Branch:
         return [a for a in team if a in spoke] or team
 
 def _button(desc, cls, tip, icon=None):
-    b = W.Button(description=desc, tooltip=tip, icon=icon or "", layout=W.Layout(width="auto"))
+    b = W.Button(description=desc, tooltip=tip, icon=icon or "", layout=W.Layout(width="auto", flex="0 0 auto"))   # never squeezed by a long label beside it
     b.add_class(cls)
     return b
 
@@ -306,8 +308,9 @@ _SPIN = ("<style>@keyframes madlab-spin{to{transform:rotate(360deg)}}</style><sp
 
 # %% ../nbs/21_widgets.ipynb #ff93011a
 class DebateStepper(W.VBox):
-    "Step through a debate (or browse a transcript) round by round; fork it, compare and export the branches. Rounds are numbered from 1."
-    def __init__(self, source, *, live: bool = False, export_dir: str|Path = "madlab-exports"):
+    "Step through a debate (or browse a transcript) round by round; fork it, compare and export the branches. Rounds are numbered from 1; `round` is the one shown first (default: a debate's last round run, a transcript's start)."
+    def __init__(self, source, *, live: bool = False, export_dir: str|Path = "madlab-exports", round: int|None = None):
+        self._draw_lock, self._drawing, self._dirty = threading.RLock(), False, False    # one thread draws at a time (`_refresh`)
         if isinstance(source, (str, Path)): source = Transcript.from_json(source)
         if isinstance(source, Debate): main = _Branch("main", debate=source)
         elif isinstance(source, Transcript): main = _Branch("main", transcript=source)
@@ -316,13 +319,16 @@ class DebateStepper(W.VBox):
         self.branches: dict[str, _Branch] = {"main": main}
         self.current, self.busy, self._running, self._stop, self._calls, self._tasks, self._label = "main", False, False, False, 0, set(), None
         self._attach(main)
-        main.pos = len(main.rounds) - 1 if main.debate is not None else -1   # a transcript starts before its first round
+        main.pos = len(main.rounds) - 1 if main.debate is not None else -1   # a transcript starts before its first round, unless `round` says
+        if round is not None:
+            if not (isinstance(round, int) and 0 <= round <= len(main.rounds)): raise ValueError(f"round must be in 0..{len(main.rounds)} (0: before the first round); got {round!r}")
+            main.pos = round - 1
         self.b_back = _button("Back", "madlab-back", "show the previous round", "arrow-left")
         self.b_step = _button("Step", "madlab-step", "run the next round", "step-forward")
         self.b_fwd = _button("Forward", "madlab-forward", "show the next round already run", "arrow-right")
         self.b_run = _button("Run to end", "madlab-run", "run the remaining rounds (click again to stop after the round in flight)", "fast-forward")
         self.b_export = _button("Export", "madlab-export", "write the shown branch's transcript (JSON) and log (HTML)", "download")
-        self.w_branch = W.Dropdown(options=["main"], value="main", description="branch", layout=W.Layout(width="460px"))
+        self.w_branch = W.Dropdown(options=["main"], value="main", description="branch", layout=W.Layout(width="460px", flex="0 1 auto", min_width="200px"))
         self.w_branch.add_class("madlab-branch")
         self.w_busy, self.w_header, self.w_error, self.w_note = _html("madlab-busy"), _html("madlab-header"), _html("madlab-error"), _html("madlab-note")
         self.w_usage, self.w_grid, self.w_cols, self.w_compare = _html("madlab-usage"), _html("madlab-positions"), _html("madlab-columns"), _html("madlab-compare")
@@ -345,7 +351,10 @@ class DebateStepper(W.VBox):
         self.w_fround.observe(lambda ch: self._fill_turns(), "value")
         self.w_fturn.observe(lambda ch: self._fill_text(), "value")
         self.w_fmodel.observe(lambda ch: self._fork_help(), "value")
-        bar = W.HBox([self.b_back, self.b_step, self.b_fwd, self.b_run, self.b_export, self.w_branch, self.w_busy])
+        self.w_busy.layout = W.Layout(flex="1 1 240px", min_width="0")   # the busy label takes what is left, or wraps to a line of its own
+        bar = self.w_bar = W.HBox([self.b_back, self.b_step, self.b_fwd, self.b_run, self.b_export, self.w_branch, self.w_busy],
+                                  layout=W.Layout(flex_flow="row wrap", align_items="center"))
+        bar.add_class("madlab-toolbar")
         fork = W.VBox([W.HTML("<b>Fork</b>: pick a round and a message, edit it, continue a new branch"), W.HBox([self.w_fround, self.w_fturn, self.w_fmodel]),
                        self.w_fwhat, self.w_ftext, W.HBox([self.b_fork, self.w_fhelp])])
         fork.add_class("madlab-forkbox")
@@ -393,47 +402,6 @@ _IMPORTED_HELP = ("An imported debate: its agents ({specs}) were not run here. F
                   "and continues with {model}; rounds 1..{kept} of this branch come from the log.")
 
 @patch
-def _refresh(self: DebateStepper):
-    "Redraw everything from the shown branch's state."
-    b = self.branch
-    rounds, pos = b.rounds, b.pos
-    at_end = pos >= len(rounds) - 1
-    self.b_back.disabled = self.busy or pos <= 0
-    self.b_fwd.disabled = self.busy or at_end
-    self.b_step.disabled = self.busy or (at_end and b.done)
-    self.b_run.description = ("Stopping…" if self._stop else "Stop") if self._running else "Run to end"
-    self.b_run.icon = "stop" if self._running else "fast-forward"
-    self.b_run.disabled = (self.busy and not self._running) or self._stop or (not self.busy and b.done and at_end)
-    self.b_export.disabled = self.busy
-    self.w_branch.disabled = self.busy
-    log = b.log
-    can_fork = b.debate is not None or self.live or log is not None
-    self.b_fork.disabled = self.busy or not rounds or not can_fork
-    self.w_fmodel.layout.display = "" if log is not None else "none"
-    self._fork_help()
-    err = b.error or (b.src.meta.get("error") if b.status in ("failed", "stopped") else None)
-    self.w_error.value = f"<div class='madlab-error-text' style='color:#b00'>error: {_E(str(err))}</div>" if err else ""
-    self.w_note.value = f"<div class='madlab-note-text' style='color:#7a4d00'>{_E(b.note)}</div>" if b.note else ""
-    # the header last: a view that waits on the header finds the note and the error of the same state already there
-    status = "paused" if b.status == "running" and not self.busy else b.status
-    self.w_header.value = _header_html(rounds, pos, status, b.name, b.result, b.done)
-    if pos >= 0:
-        p, cons, team = positions(rounds, pos + 1, b.src.item), consensus(rounds, pos + 1, b.src.item), None
-        cap = f"positions after round {pos + 1} ({rounds[pos].name}); outlined: changed in this round"
-        if b.done and at_end and b.result: team, cap = _team_column(b.result, b.src.item, list(p.row.unique())), cap + "; the debate is over"
-        focus = {str(t.focus) for t in rounds[pos].turns if t.focus is not None} | ({str(rounds[pos].meta["focus"])} if rounds[pos].meta.get("focus") else set())
-        self.w_grid.value = _grid_html(p, cap, team, cons, focus)
-    else: self.w_grid.value = _grid_html(pd.DataFrame())
-    self.w_cons.value = _consensus_html(rounds, b.src.item, pos, b.cons)
-    self.w_usage.value = _usage_html(rounds, pos)
-    self.w_cols.value = _columns_html(rounds[pos] if pos >= 0 else None, b.agents, b.edit if b.edit.get("round") == pos + 1 else None)
-    self.w_compare.value = self._compare_html() if len(self.branches) > 1 else ""
-    opts = [(f"round {k}: {r.name}", k) for k, r in enumerate(rounds, 1)]
-    if list(self.w_fround.options) != opts: self.w_fround.options = opts
-    if opts and self.w_fround.value != max(pos + 1, 1): self.w_fround.value = max(pos + 1, 1)
-    self._fill_turns()
-
-@patch
 def _fork_help(self: DebateStepper):
     "Say how Fork continues the shown branch: nothing for a madlab debate; for an imported one, which model (as typed) continues it; for a transcript without `live`, how to open it."
     b = self.branch
@@ -467,11 +435,83 @@ def _fill_text(self: DebateStepper):
     self.w_fwhat.value = (f"<small class='madlab-fork-what-text' data-branch='{_E(self.current)}' data-round='{k}' data-turn='{i}' style='color:#555'>"
                           f"editing {_E(who)}'s message of round {k} on branch {_E(self.current)}</small>")
 
+def _busy_html(label, calls) -> str: return f"<span class='madlab-spinner'>{_SPIN}{_E(label)} · {calls} calls done</span>" if label else ""
+
 @patch
-def _set_busy(self: DebateStepper, label):
-    "Show `label` (kept for the periodic refresh of the call count) or clear the indicator."
-    self._label = label
-    self.w_busy.value = f"<span class='madlab-spinner'>{_SPIN}{_E(label)} · {self._calls} calls done</span>" if label else ""
+def _set_busy(self: DebateStepper, label, unless_stopping: bool = False) -> bool:
+    "Show `label` (kept for the periodic refresh of the call count) or clear the indicator; while another thread draws, that one writes it. With `unless_stopping`, leave a Stop's label (False)."
+    with self._draw_lock:
+        if unless_stopping and self._stop: return False
+        self._label = label
+        if self._drawing: self._dirty = True
+        else: self.w_busy.value = _busy_html(label, self._calls)
+    return True
+
+# %% ../nbs/21_widgets.ipynb #466214c7
+@patch
+def _refresh(self: DebateStepper):
+    "Redraw the view. One thread draws at a time: a call while another thread draws asks that one to draw again, from the newest state, so the header, the grid, the buttons and the busy indicator always come from one snapshot."
+    with self._draw_lock:
+        self._dirty = True
+        if self._drawing: return
+        self._drawing = True
+    finished = False
+    try:
+        while True:
+            with self._draw_lock:
+                if not self._dirty: self._drawing = False; finished = True; return
+                self._dirty = False
+                snap = self._snapshot()
+            self._draw(snap)
+    finally:
+        if not finished:
+            with self._draw_lock: self._drawing = False
+
+@patch
+def _snapshot(self: DebateStepper) -> dict:
+    "The state the view is drawn from, read at once (under the drawing lock)."
+    b = self.branch
+    return {"b": b, "rounds": list(b.rounds), "pos": b.pos, "done": b.done, "status": b.status, "result": b.result, "busy": self.busy,
+            "running": self._running, "stop": self._stop, "label": self._label, "calls": self._calls, "note": b.note,
+            "error": b.error or (b.src.meta.get("error") if b.status in ("failed", "stopped") else None)}
+
+@patch
+def _draw(self: DebateStepper, s: dict):
+    "Write the view from snapshot `s`: every piece computed first, then written; the header after the grid, the busy indicator last."
+    b, rounds, pos, busy, item = s["b"], s["rounds"], s["pos"], s["busy"], s["b"].src.item
+    at_end = pos >= len(rounds) - 1
+    if pos >= 0:
+        p, cons, team = positions(rounds, pos + 1, item), consensus(rounds, pos + 1, item), None
+        cap = f"positions after round {pos + 1} ({rounds[pos].name}); outlined: changed in this round"
+        if s["done"] and at_end and s["result"]: team, cap = _team_column(s["result"], item, list(p.row.unique())), cap + "; the debate is over"
+        focus = {str(t.focus) for t in rounds[pos].turns if t.focus is not None} | ({str(rounds[pos].meta["focus"])} if rounds[pos].meta.get("focus") else set())
+        grid = _grid_html(p, cap, team, cons, focus)
+    else: grid = _grid_html(pd.DataFrame(), rounds=len(rounds))
+    status = "paused" if s["status"] == "running" and not busy else s["status"]
+    header = _header_html(rounds, pos, status, b.name, s["result"], s["done"])
+    cons_html, usage = _consensus_html(rounds, item, pos, b.cons), _usage_html(rounds, pos)
+    cols = _columns_html(rounds[pos] if pos >= 0 else None, b.agents, b.edit if b.edit.get("round") == pos + 1 else None)
+    compare = self._compare_html() if len(self.branches) > 1 else ""
+    self.b_back.disabled = busy or pos <= 0
+    self.b_fwd.disabled = busy or at_end
+    self.b_step.disabled = busy or (at_end and s["done"])
+    self.b_run.description = ("Stopping…" if s["stop"] else "Stop") if s["running"] else "Run to end"
+    self.b_run.icon = "stop" if s["running"] else "fast-forward"
+    self.b_run.disabled = (busy and not s["running"]) or s["stop"] or (not busy and s["done"] and at_end)
+    self.b_export.disabled = self.w_branch.disabled = busy
+    log = b.log
+    self.b_fork.disabled = busy or not rounds or not (b.debate is not None or self.live or log is not None)
+    self.w_fmodel.layout.display = "" if log is not None else "none"
+    self._fork_help()
+    self.w_error.value = f"<div class='madlab-error-text' style='color:#b00'>error: {_E(str(s['error']))}</div>" if s["error"] else ""
+    self.w_note.value = f"<div class='madlab-note-text' style='color:#7a4d00'>{_E(s['note'])}</div>" if s["note"] else ""
+    self.w_grid.value, self.w_cons.value, self.w_usage.value, self.w_cols.value, self.w_compare.value = grid, cons_html, usage, cols, compare
+    opts = [(f"round {k}: {r.name}", k) for k, r in enumerate(rounds, 1)]
+    if list(self.w_fround.options) != opts: self.w_fround.options = opts
+    if opts and self.w_fround.value != max(pos + 1, 1): self.w_fround.value = max(pos + 1, 1)
+    self._fill_turns()
+    self.w_header.value = header       # a view that waits on the header finds the grid, the note and the error of the same state there
+    self.w_busy.value = _busy_html(s["label"], s["calls"])
 
 # %% ../nbs/21_widgets.ipynb #04675565
 @patch
@@ -529,7 +569,7 @@ async def arun(self: DebateStepper) -> int:
     self._stop, self._running, b.note = False, True, None
     async def loop():
         while not b.done and not self._stop:
-            self._set_busy(f"running round {len(b.rounds) + 1}")
+            if not self._set_busy(f"running round {len(b.rounds) + 1}", unless_stopping=True): break
             if await self._step_once(b) is None: break
             if b is self.branch: self._refresh()
         if self._stop and not b.done: b.note = f"stopped after round {len(b.rounds)} as asked: Step or Run to end continues from there"
@@ -541,8 +581,7 @@ async def arun(self: DebateStepper) -> int:
 def stop(self: DebateStepper):
     "Ask a running Run to end to stop after the round in flight (what the Stop button does)."
     if self._running and not self._stop:
-        self._stop = True
-        self._set_busy(f"stopping after round {len(self.branch.rounds) + 1}")
+        with self._draw_lock: self._stop, self._label = True, f"stopping after round {len(self.branch.rounds) + 1}"
         self._refresh()
     return self
 
@@ -556,8 +595,8 @@ def _on_run(self: DebateStepper):
 async def _busy(self: DebateStepper, label, coro):
     "Run `coro` with the busy indicator on (its call count refreshed); an error is kept on the branch for the widget, then raised."
     b = self.branch
-    self.busy, b.error = True, None
-    self._set_busy(label); self._refresh()
+    self.busy, b.error, self._label = True, None, label
+    self._refresh()
     task = asyncio.ensure_future(coro)
     try:
         while not task.done():
@@ -568,9 +607,8 @@ async def _busy(self: DebateStepper, label, coro):
         b.error = f"{type(e).__name__}: {e}"
         raise
     finally:
-        self.busy = False
-        self._refresh()           # the note and header of the new state first, then the indicator clears
-        self._set_busy(None)
+        with self._draw_lock: self.busy, self._label = False, None
+        self._refresh()           # one drawing: the note and header of the new state, then the indicator clears
 
 @patch
 def _sync(self: DebateStepper, coro): return run_sync(coro)    # on madlab's runtime loop; the widgets update from there

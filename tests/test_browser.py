@@ -186,16 +186,28 @@ def test_stepper_in_jupyterlab(tmp_path):
             slow = page.locator(".madlab-stepper").last
             busy, run, sh = slow.locator(".madlab-busy"), slow.locator("button.madlab-run"), slow.locator(".madlab-header")
             slow.scroll_into_view_if_needed()
+            # at each change of the header, the round it names and the round of the grid at that moment: the grid is never behind it
+            page.evaluate("""() => { const el = [...document.querySelectorAll('.madlab-stepper')].pop(); window.__madlabRounds = [];
+                const h = el.querySelector('.madlab-header'), g = el.querySelector('.madlab-positions');
+                const num = (e, re) => { const m = e.innerText.match(re); return m ? +m[1] : 0; };
+                new MutationObserver(() => window.__madlabRounds.push([num(h, /Round (\\d+) of/), num(g, /positions after round (\\d+)/)]))
+                  .observe(h, {childList: true, subtree: true, characterData: true}); }""")
             run.click()
             _wait(lambda: "running round 2" in busy.inner_text(), 30, "round 2 of Run to end")
             _wait(lambda: run.inner_text().strip() == "Stop" and run.is_enabled(), 10, "Run to end to become an enabled Stop button")
             _wait(lambda: "running round 3" in busy.inner_text(), 30, "round 3 of Run to end")
+            # the busy label never squeezes the toolbar's buttons (their text fits)
+            squeezed = slow.evaluate("el => [...el.querySelectorAll('.madlab-toolbar button')].filter(b => b.scrollWidth > b.clientWidth + 1).map(b => b.innerText)")
+            assert not squeezed, squeezed
             run.click()
             _wait(lambda: "stopping after round 3" in busy.inner_text() or not busy.inner_text().strip(), 10, "Stop to be acknowledged")
             _wait(lambda: not busy.inner_text().strip() and "Round 3 of 3+" in sh.inner_text() and "status paused" in sh.inner_text()
+                  and "positions after round 3" in slow.locator(".madlab-positions").inner_text()
                   and "stopped after round 3" in slow.locator(".madlab-note").inner_text()
                   and run.inner_text().strip() == "Run to end" and run.is_enabled(), 30,
-                  "the run to stop after round 3: header paused at round 3, the note saying so, Run to end back")
+                  "the run to stop after round 3: header paused at round 3, the grid after round 3, the note saying so, Run to end back")
+            pairs = page.evaluate("() => window.__madlabRounds")
+            assert pairs and max(h for h, _ in pairs) == 3 and all(h <= g for h, g in pairs), pairs
             assert not errors, errors
         except Exception:
             page.screenshot(path=str(ARTIFACTS / "stepper-failure.png"))
@@ -295,8 +307,10 @@ def test_run_browser_in_jupyterlab(tmp_path):
             stepper = rb.locator(".madlab-stepper")
             stepper.wait_for(state="visible", timeout=30_000)
             header = stepper.locator(".madlab-header")
-            _wait(lambda: "not started" in header.inner_text(), 30, "the debate's stepper, before its first round")
-            stepper.locator("button.madlab-step").click()
+            # a finished debate opens at its last round, with its positions and result
+            _wait(lambda: "Round 2 of 2" in header.inner_text() and "status done" in header.inner_text() and "result:" in header.inner_text()
+                  and "positions after round 2" in stepper.locator(".madlab-positions").inner_text(), 30, "the debate's stepper at its last round")
+            stepper.locator("button.madlab-back").click()
             _wait(lambda: "Round 1 of 2" in header.inner_text(), 30, "the first recorded round")
             rb.screenshot(path=str(ARTIFACTS / "run-browser.png"))
             assert stepper.locator(".madlab-fork-model").is_hidden()             # a madlab debate forks on its own team

@@ -143,9 +143,26 @@ def test_rescore_rewrites_the_table_without_calls(tmp_path, monkeypatch):
     assert after[cols].equals(before[cols]) and (run_dir / "results.csv").exists()
     r = invoke("rescore", str(tmp_path))
     assert r.exit_code == 2 and "no config.json" in r.output, r.output          # a usage error: no run there
-    r = invoke("rescore", str(tmp_path / "o"))
-    assert r.exit_code == 2 and f"runs under it: {run_dir.name}" in r.output, r.output
     assert invoke("rescore", str(tmp_path / "missing")).exit_code == 2
+
+def test_rescore_takes_the_out_folder_of_one_run_and_lists_several(tmp_path, monkeypatch):
+    "`madlab run --out O` writes O/<run name>/: rescore, --decision and --compare take O when it holds one run, and list the runs when it holds several."
+    monkeypatch.setenv("MADLAB_CACHE", str(tmp_path / "cache"))
+    r = invoke("run", "du", "--n", "3", "--rounds", "1", "--out", str(tmp_path / "o"), "--no-cache", "--no-progress")
+    assert r.exit_code == 0, r.output + repr(r.exception)
+    run_dir = _run_dir(r.output)
+    r = invoke("rescore", str(tmp_path / "o"))
+    assert r.exit_code == 0 and _run_dir(r.output) == run_dir, r.output
+    r = invoke("rescore", str(tmp_path / "o"), "--decision", "majority")
+    assert r.exit_code == 0 and (run_dir / "results.decision-majority.parquet").exists(), r.output
+    r = invoke("rescore", str(tmp_path / "o"), "--compare")
+    assert r.exit_code == 0 and "plurality" in r.output and "unanimity" in r.output, r.output
+    r = invoke("run", "du", "--n", "3", "--rounds", "2", "--out", str(tmp_path / "o"), "--no-cache", "--no-progress")
+    second = _run_dir(r.output)
+    for extra in ([], ["--decision", "majority"], ["--compare"]):
+        r = invoke("rescore", str(tmp_path / "o"), *extra)
+        assert r.exit_code == 2 and "RUN_DIR" in r.output and "holds 2 runs; name one of them" in r.output, (extra, r.output)
+        assert str(run_dir) in r.output and str(second) in r.output and "Traceback" not in r.output, r.output
 
 def test_sweep_wrapper_parses_repeated_params(monkeypatch, tmp_path):
     seen = {}
