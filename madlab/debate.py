@@ -173,7 +173,7 @@ class Debate:
         "Everything so far, as a `Transcript`."
         return Transcript(self.protocol.name, self.item, [a.info() for a in self.agents],
                           {**self.settings, "seed": self.seed, **({} if self.decision.protocol else {"decision": self.decision.spec})},
-                          list(self.rounds), {a.name: a.history for a in self.agents}, dict(self.result), dict(self.meta))
+                          list(self.rounds), {a.name: a.history for a in self.agents}, dict(self.result or {}), dict(self.meta))
 
     @property
     def usage(self) -> Usage: return sum((r.usage for r in self.rounds), Usage())

@@ -367,7 +367,11 @@ async def _debate_item(proto, iid, it, agents, settings, seed, budget, on_error,
     try: await d.arun()
     except BudgetExceeded as e: status["reason"] = status["reason"] or str(e)
     except Exception: pass           # recorded in d.meta by the debate itself
-    t = d.transcript
+    try: t = d.transcript
+    except Exception as e:           # a protocol left a result no transcript can hold: the item fails, the run goes on
+        d.result = {}
+        if d.meta.get("status") != "failed": d.meta.update(status="failed", error=f"recording the debate failed: {type(e).__name__}: {e}", finished=time.time())
+        t = d.transcript
     if sr is not None and _screen_record(sr): t.meta["run_screen"] = _screen_record(sr)
     return t
 

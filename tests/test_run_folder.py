@@ -434,3 +434,34 @@ def test_odd_text_outputs_are_valid_utf8(odd_run):
         try: p.read_bytes().decode("utf-8")
         except UnicodeDecodeError as e: bad.append(f"{p.name}: {e}")
     assert not bad, "output files that are not valid UTF-8 (a browser or pd.read_csv/read_text fails on them):\n" + "\n".join(bad)
+
+
+# 10 -----------------------------------------------------------------------------------------------------------------
+def _all_protocols() -> list:
+    from madlab.cli import run
+    return run.list_commands(None)
+
+
+@pytest.fixture
+def synthetic_down(monkeypatch):
+    "Every synthetic agent's call fails (a backend that always raises), for every protocol's own team."
+    from madlab.synthetic import SyntheticBackend
+    async def down(self, messages, ctx=None, **params): raise BackendError("down: connection refused")
+    monkeypatch.setattr(SyntheticBackend, "complete", down)
+
+
+@pytest.mark.parametrize("proto", [*_all_protocols(), "agentverse-prisoners"])
+def test_a_failed_debate_is_a_failed_row_in_every_protocol(tmp_path, synthetic_down, proto):
+    "Whatever the protocol (one that scores nothing included), a debate whose calls all fail is a failed row of the table, and the run exits 1."
+    extra = []
+    if proto == "critic_actor":
+        data = tmp_path / "gsm.jsonl"
+        data.write_text(json.dumps({"question": "What is 2 + 2?", "answer": "2 + 2 = 4\n#### 4"}) + "\n")
+        extra = ["--data", data]
+    if proto == "agentverse-prisoners":
+        proto, extra = "agentverse", ["--config", madlab_data("agentverse", "prisoners_dilemma.yaml")]
+    r = cli("run", proto, "--n", 1, *extra, "--out", tmp_path / "O", "--name", "r", "--no-cache", "--no-progress")
+    assert r.exit_code == 1 and isinstance(r.exception, SystemExit), show(r)
+    assert "1 debate failed" in r.output and "connection refused" in r.output, show(r)
+    df = pd.read_parquet(tmp_path / "O" / "r" / "results.parquet")
+    assert len(df) == 1 and df.status.iloc[0] == "failed" and "connection refused" in df.error.iloc[0], df.T
