@@ -287,6 +287,9 @@ def _run_protocol(proto, kw):
     endpoint = {k: kw[k] for k in ("max_concurrency", "timeout", "max_retries", "give_up_after") if kw.get(k) is not None}
     for b in {id(a.backend): a.backend for a in members}.values():     # the flags win over the team file and the specs
         if endpoint and hasattr(b, "configure"): b.configure(**endpoint)
+    from madlab.run import check_api_keys
+    try: check_api_keys(members, [kw["decision"].backend if kw["decision"] is not None and kw["decision"].judge else None, opts.get("supervisor")])
+    except OptionError as e: raise click.UsageError(e.message) from None     # before any call and before the run folder exists
     notes = {"data": str(kw["data"]) if kw["data"] else None, "task": kw["task"], **({"items_from": "config"} if own else {})}
     if kw.get("majority_error"): items, notes["majority_error"] = _majority_error(items, members, kw)
     try:

@@ -24,8 +24,8 @@ from .decisions import get_decision, check_decision, aredecide
 # %% auto #0
 __all__ = ['MAX_GAMES_AT_ONCE', 'debate_row', 'safe_name', 'transcript_text', 'chat_histories', 'item_outputs',
            'write_item_outputs', 'write_table', 'team_config', 'RunFolder', 'RunResult', 'games_at_once',
-           'arun_experiment', 'run_experiment', 'arun_many', 'run_many', 'rescore', 'decision_table_name',
-           'aredecide_run', 'redecide_run', 'parse_stats']
+           'check_api_keys', 'arun_experiment', 'run_experiment', 'arun_many', 'run_many', 'rescore',
+           'decision_table_name', 'aredecide_run', 'redecide_run', 'parse_stats']
 
 # %% ../nbs/08_run.ipynb #b92f3f7e
 _LONE = re.compile("[\ud800-\udfff]")
@@ -303,6 +303,33 @@ def games_at_once(agents) -> int:
         if cap: k = getattr(b, "base_url", None) or getattr(b, "identity", id(b)); per_endpoint[k] += 1; caps[k] = min(cap, caps.get(k, cap))
     return max(1, min([caps[k] // n for k, n in per_endpoint.items()] or [MAX_GAMES_AT_ONCE]))
 
+# %% ../nbs/08_run.ipynb #59e090f3
+_OFFLINE = "synthetic:strong,synthetic:medium,synthetic:weak"
+
+def _key_env(b) -> str|None:
+    "The variable the missing API key of backend `b` should come from; None when it has a key or needs none (a server of one's own)."
+    from urllib.parse import urlsplit
+    b = getattr(b, "inner", b)                                         # through the response cache
+    p = PRESETS.get(getattr(b, "preset", None)) if isinstance(getattr(b, "preset", None), str) else None
+    if not p or not p["key_env"] or getattr(b, "_api_key", "not-needed") != "not-needed": return None
+    url = getattr(b, "base_url", None)
+    if url is None or url == p["base_url"]: return p["key_env"]
+    providers = {"api.openai.com"} | {urlsplit(q["base_url"]).hostname for q in PRESETS.values() if q["base_url"]}
+    return p["key_env"] if urlsplit(url).hostname in providers else None
+
+def check_api_keys(agents, specs=()) -> None:
+    "Refuse (an `OptionError` for `agents`) a team, or extra backend `specs` (a judge, a supervisor), whose endpoint needs an API key that is not set."
+    need = {}
+    for a in agents: need.setdefault((a.spec, _key_env(a.backend)), []).append(a.name)
+    for s in specs:
+        if isinstance(s, str) and s.split(":", 1)[0] in PRESETS: need.setdefault((s, _key_env(get_backend(s))), []).append(s.split(":", 1)[0])
+    missing = [(spec, env, names) for (spec, env), names in need.items() if env]
+    if not missing: return
+    envs = sorted({env for _, env, _ in missing})
+    raise OptionError("agents", "no API key for " + "; ".join(f"{spec} ({', '.join(names)})" for spec, env, names in missing)
+                      + f": set {' and '.join(envs)} (or point base_url / OPENAI_BASE_URL at a server of your own); "
+                      f"to run offline without a key, give synthetic agents: --agents {_OFFLINE}")
+
 # %% ../nbs/08_run.ipynb #9d2e6b41
 async def _write_debate(folder: RunFolder, iid, t: Transcript) -> None:
     "One finished debate's transcript and logs: made on the event loop, written (fsync included) in a worker thread, so the other debates' calls go on meanwhile."
@@ -430,6 +457,7 @@ async def arun_experiment(protocol, items, team=None, out=None, *, seed: int = 0
     if structured is not None: set_structured(agents, structured)      # every agent; the team file and specs set it per agent
     for a in agents: a.params.update(params)
     with_cache(agents, cache)
+    check_api_keys(agents, [rule.backend if rule.judge else None, settings.get("supervisor")])   # before the folder exists
     folder = RunFolder(out).create() if out is not None else None
     lock = folder.lock(lock_timeout) if folder else None
     stop = _stop or _Stop(); stop.bind()
