@@ -345,7 +345,8 @@ def protocols_cmd():
               help="Re-decide the debates with this rule into results.decision-RULE.parquet/.csv beside the original table (no call; a judge makes only its own, cached)")
 @click.option("--compare", is_flag=True, help="Print every rule that fits the run side by side: accuracy with a 95% bootstrap interval, how often each changes the decision")
 @click.option("--cache/--no-cache", default=True, show_default=True, help="A judge's calls go through the response cache ($MADLAB_CACHE)")
-def rescore_cmd(run_dir, decision, compare, cache):
+@click.option("--allow-fewer-scores", is_flag=True, help="Write the re-scored table even when fewer of its rows are scored than before (otherwise that is refused, nothing written)")
+def rescore_cmd(run_dir, decision, compare, cache, allow_fewer_scores):
     "Re-score a finished run from its transcripts (no backend calls) and rewrite its results table and report; or re-decide it with another rule."
     from madlab.run import rescore
     try:
@@ -354,7 +355,7 @@ def rescore_cmd(run_dir, decision, compare, cache):
             import pandas as pd
             with pd.option_context("display.width", 200, "display.max_columns", 20): click.echo(open_run(run_dir).decisions().to_string(index=False))
             return
-        res = rescore(run_dir, decision=decision, cache=cache)
+        res = rescore(run_dir, decision=decision, cache=cache, allow_fewer_scores=allow_fewer_scores)
     except OptionError as e: raise click.BadParameter(e.message, param_hint="RUN_DIR" if e.option in ("out", "path") else f"'{e.flag}'") from None
     except ValueError as e: raise click.ClickException(str(e)) from None
     click.echo(res.summary())

@@ -144,10 +144,48 @@ class RunFolder:
         if not isinstance(cfg, dict): raise ValueError(f"{self.config_path}: not a run config (a JSON object); delete it or choose another output folder")
         return cfg
 
+# %% ../nbs/08_run.ipynb #c7b1364c
+_TASK_COPY_MAX = 256 * 1024    # a task file this small is copied into the run folder
+
+def _task_file_records(items) -> dict:
+    "The task files the items come from (see `madlab.tasks.TASK_FILES`), by task name."
+    from madlab.tasks import TASK_FILES
+    return {n: dict(TASK_FILES[n]) for n in sorted({str(getattr(it, "task", None)) for it in items}) if n in TASK_FILES}
+
+def _copy_task_files(folder, records: dict) -> dict:
+    "Copy each small task file into `task_files/` of the folder (checked against its recorded sha256); the records with their copies."
+    for name, rec in records.items():
+        if rec.get("size", _TASK_COPY_MAX) >= _TASK_COPY_MAX: continue
+        try: raw = Path(rec["path"]).read_bytes()
+        except OSError as e: raise ValueError(f"task file {rec['path']}: not readable now ({e.strerror or e})") from None
+        if hashlib.sha256(raw).hexdigest() != rec["sha256"]: raise ValueError(f"task file {rec['path']} has changed since its items were loaded; load them again")
+        rel = f"task_files/{safe_name(name)}.yaml"
+        write_atomic(folder.path / rel, raw); rec["copy"] = rel
+    return records
+
+@patch
+def load_task_files(self: RunFolder, only_missing: bool = False) -> list:
+    "Load the task files the folder's run recorded (its copies first), so their answer formats score its items; `only_missing`: those whose format this process lacks. The task names."
+    from madlab.tasks import TASK_FILES, load_task_file
+    from madlab.scoring import FORMATS
+    recs = (self.read_config() or {}).get("task_files") or {}
+    for name, rec in recs.items():
+        if only_missing and name in FORMATS: continue
+        where = [self.path / rec["copy"]] if rec.get("copy") else []
+        where.append(Path(rec["path"]))
+        p = next((w for w in where if w.is_file()), None)
+        if p is None: raise ValueError(f"{self.config_path}: task file {rec['path']} of task {name!r} has moved (no copy in the run folder); put it back there to score the run")
+        if hashlib.sha256(p.read_bytes()).hexdigest() != rec["sha256"]:
+            raise ValueError(f"{self.config_path}: task file {p} of task {name!r} has changed since the run (sha256 {rec['sha256'][:12]} then); restore it to score the run")
+        load_task_file(p)
+        TASK_FILES[name] = {k: rec[k] for k in ("path", "sha256", "size") if k in rec}
+    return list(recs)
+
 # %% ../nbs/08_run.ipynb #646d3969
 @patch
 def transcripts(self: RunFolder, known: dict|None = None) -> tuple[dict, list]:
-    "Every readable transcript in the folder by item id (those in `known` taken from there, not read again), and the problems (path: what is wrong, what to do) with the others."
+    "Every readable transcript in the folder by item id (those in `known` taken from there, not read again), and the problems (path: what is wrong, what to do) with the others; the run's task files are loaded when this process lacks them."
+    self.load_task_files(only_missing=True)
     found, problems = dict(known or {}), []
     skip = {safe_name(i) for i in found}
     for f in sorted((self.path / "debates").glob("*/transcript.json")):
@@ -361,9 +399,12 @@ def _start_folder(folder, config: dict, ids: list, notes: dict|None) -> dict:
         diff = [k for k in _SAME if json.dumps(old.get(k, _SAME_DEFAULTS.get(k)), sort_keys=True, default=str) != json.dumps(to_jsonable(config.get(k, _SAME_DEFAULTS.get(k))), sort_keys=True, default=str)]
         if diff: raise OptionError("out", f"{folder.path} holds a run with different {', '.join(diff)}; choose another output folder")
         changed = _changed_input(old.get("inputs"), config.get("inputs"))
+        changed = changed or _changed_input({f"task file {k}": v for k, v in (old.get("task_files") or {}).items()},
+                                            {f"task file {k}": v for k, v in (config.get("task_files") or {}).items()})
         if changed: raise OptionError("out", f"{folder.path} holds a run of {changed}; choose another output folder, or restore the file")
     config["items"] = list(dict.fromkeys(list((old or {}).get("items") or []) + ids))
     config.update(notes or {}, started=(old or {}).get("started") or time.strftime("%Y-%m-%dT%H:%M:%S"))
+    if config.get("task_files"): _copy_task_files(folder, config["task_files"])
     write_atomic(folder.config_path, json.dumps(to_jsonable(config), indent=1, ensure_ascii=True))
     return config
 
@@ -432,6 +473,16 @@ async def _drain(tasks, stop, status):
         waiter.cancel()
         await asyncio.gather(*tasks, waiter, return_exceptions=True)
 
+# %% ../nbs/08_run.ipynb #0a439370
+def _check_scores(df, want: int, folder) -> None:
+    "Refuse a re-scored table with fewer scored rows than the table it replaces had (`want`), saying why the rows went unscored."
+    have = int(df.correct.notna().sum()) if "correct" in df else 0
+    if have >= want: return
+    why = df.score_error.dropna() if "score_error" in df else pd.Series([], dtype=object)
+    raise ValueError(f"re-scoring {folder.path if folder else 'the run'} would leave {have} scored rows where its table has {want}"
+                     + (f" (first: {str(why.iloc[0])[:200]})" if len(why) else "")
+                     + "; nothing was written. Give --allow-fewer-scores (allow_fewer_scores=True) to write that table anyway")
+
 # %% ../nbs/08_run.ipynb #b20b3ffa
 async def arun_experiment(protocol, items, team=None, out=None, *, seed: int = 0, concurrency: int|None = None, cache=True, resume: bool = True,
                           progress: bool = False, budget: Budget|None = None, on_error: str = "fail", screen: Callable|None = None,
@@ -467,6 +518,7 @@ async def arun_experiment(protocol, items, team=None, out=None, *, seed: int = 0
                   "team": team_config(agents), "seed": seed, "max_tokens": max_tokens, "temperature": temperature, "madlab": madlab.__version__,
                   "decision": rule.spec}
         if "inputs" in proto.hooks: config["inputs"] = proto.hooks["inputs"](settings)     # the files the options name, by content
+        if _task_file_records(items): config["task_files"] = _task_file_records(items)      # found again by rescore, by content
         if folder: config = _start_folder(folder, config, ids, notes)
         todo = _unfinished(folder, ids, items, transcripts, problems) if folder and resume else list(zip(ids, items))
         sem = asyncio.Semaphore(concurrency or games_at_once(agents))
@@ -487,8 +539,8 @@ async def arun_experiment(protocol, items, team=None, out=None, *, seed: int = 0
         if lock is not None: lock.release()
 
 # %% ../nbs/08_run.ipynb #49f94d58
-def _finish_run(proto, ids, transcripts, rows, folder, agents, status, problems, t0, resumed: dict|None = None) -> RunResult:
-    "The results table of everything finished (in the folder, when there is one; `ids` gives the order), written with the protocol's report. Rows of this run are reused, transcripts in memory are not read again."
+def _finish_run(proto, ids, transcripts, rows, folder, agents, status, problems, t0, resumed: dict|None = None, min_scored: int|None = None) -> RunResult:
+    "The results table of everything finished (in the folder, when there is one; `ids` gives the order), written with the protocol's report. Rows of this run are reused, transcripts in memory are not read again; a table with fewer than `min_scored` scored rows is refused (nothing written)."
     found, bad = folder.transcripts(known=transcripts) if folder is not None else (dict(transcripts), [])
     problems = problems + bad
     every = {i: {**(rows[i] if i in rows else debate_row(t)), "resumed": resumed.get(i, False) if resumed is not None else i not in rows} for i, t in found.items()}
@@ -498,6 +550,7 @@ def _finish_run(proto, ids, transcripts, rows, folder, agents, status, problems,
     ts = {i: found[i] for i in order if i in found}
     for c in ("calls", "cached_calls", "prompt_tokens", "completion_tokens", "invalid", "errors"):
         if c in df: df[c] = df[c].fillna(0).astype(int)
+    if min_scored is not None: _check_scores(df, min_scored, folder)
     res = RunResult(df, ts, status["reason"], _cache_stats(agents), str(folder.path) if folder else None, status["failed"], status["interrupted"], problems,
                     time.perf_counter() - t0, endpoints=_endpoint_health(agents))
     if folder is not None and res.endpoints:        # config.json keeps how the endpoints fared
@@ -531,8 +584,8 @@ def run_many(protocol, items, team=None, **kw) -> RunResult:
     return run_experiment(protocol, items, team, kw.pop("out", None), **kw)
 
 # %% ../nbs/08_run.ipynb #7a617fc8
-def rescore(out, lock_timeout: float = 0, decision=None, cache=True) -> RunResult:
-    "Re-score the run folder `out` from its transcripts (zero backend calls) and rewrite its results table, report and summary; with `decision`, re-decide with that rule into a table beside it instead (see `redecide_run`)."
+def rescore(out, lock_timeout: float = 0, decision=None, cache=True, allow_fewer_scores: bool = False) -> RunResult:
+    "Re-score the run folder `out` from its transcripts (zero backend calls) and rewrite its results table, report and summary (never with fewer scored rows than it had, unless `allow_fewer_scores`); with `decision`, re-decide with that rule into a table beside it instead (see `redecide_run`)."
     if decision is not None: return redecide_run(out, decision, cache=cache, lock_timeout=lock_timeout)
     folder = RunFolder(out)
     if not folder.path.is_dir(): raise OptionError("out", f"{folder.path} is not a folder")
@@ -545,13 +598,15 @@ def rescore(out, lock_timeout: float = 0, decision=None, cache=True) -> RunResul
     if cfg.get("decision", "protocol") != "protocol": raise OptionError("decision", f"{folder.path} was decided by {cfg['decision']!r}: re-decide it with `rescore --decision`")
     lock = folder.lock(lock_timeout)
     try:
-        resumed = {}
+        folder.load_task_files()                    # the task files of the run, as they were
+        resumed, scored = {}, 0
         try:
-            old = pd.read_parquet(folder.path / "results.parquet", columns=["item_id", "resumed"])
-            resumed = {str(i): bool(r) for i, r in zip(old.item_id, old.resumed)}
+            old = pd.read_parquet(folder.path / "results.parquet")
+            resumed = {str(i): bool(r) for i, r in zip(old.item_id, old.resumed)} if "resumed" in old else {}
+            scored = int(old.correct.notna().sum()) if "correct" in old else 0
         except Exception: pass                      # no table yet (or an unreadable one): every row counts as not resumed
         return _finish_run(proto, list(cfg.get("items") or []), {}, {}, folder, [], {"reason": None, "failed": 0, "interrupted": False}, [], time.perf_counter(),
-                           resumed=resumed)
+                           resumed=resumed, min_scored=None if allow_fewer_scores else scored)
     finally: lock.release()
 
 # %% ../nbs/08_run.ipynb #8aa83892
@@ -571,6 +626,7 @@ async def aredecide_run(out, decision, cache=True, lock_timeout: float = 0) -> R
     "Async `redecide_run`."
     t0, folder, rule = time.perf_counter(), RunFolder(out), get_decision(decision)
     if folder.read_config() is None: raise OptionError("out", f"{folder.path} holds no config.json: not a madlab run folder")
+    folder.load_task_files()                        # the task files of the run, as they were
     found, problems = folder.transcripts()
     ts = list(found.values())
     for t in ts[:1]: check_decision(rule, t.item, t.protocol, {k: v for k, v in t.settings.items() if k not in ("seed", "decision")})
