@@ -221,6 +221,7 @@ class RunResult:
     seconds: float|None = None
     report: str|None = None                    # the protocol report's text
     endpoints: list = field(default_factory=list)   # per endpoint that was unreachable or made calls wait: how long, how many
+    made: dict|None = None                     # what this command did: calls made, answered from the cache (None: a run read back)
 
     @property
     def usage(self) -> Usage: return sum((t.usage for t in self.transcripts.values()), Usage())
@@ -233,8 +234,7 @@ class RunResult:
         if "resumed" in df and df.resumed.fillna(False).astype(bool).any(): s += f" ({int(df.resumed.fillna(False).astype(bool).sum())} resumed)"
         scored = df[df.correct.notna()] if "correct" in df else df.iloc[:0]
         if len(scored): s += f"; accuracy {scored.correct.astype(bool).mean():.3f} ({int(scored.correct.astype(bool).sum())}/{len(scored)})"
-        if len(df) and "calls" in df:
-            s += f"; {int(df.calls.sum())} calls made, {int(df.cached_calls.fillna(0).sum())} cached, {int(df.prompt_tokens.fillna(0).sum() + df.completion_tokens.fillna(0).sum()):,} tokens"
+        if len(df) and "calls" in df or self.made: s += "; " + _calls_text(df, self.made)
         if self.seconds is not None: s += f"; {self.seconds:.1f} s"
         L = [s]
         if self.report: L.append(self.report)
@@ -273,6 +273,18 @@ def prefill(self: RunResult) -> dict:
     "Of the prompt tokens sent to in-process models (`hf:`), how many were computed; the rest came from their key/value cache."
     ts = [t for t in self._turns() if (t.meta or {}).get("prefill_tokens") is not None]
     return {"prompt_tokens": sum(t.usage.prompt_tokens for t in ts), "computed": sum(t.meta["prefill_tokens"] for t in ts)}
+
+# %% ../nbs/08_run.ipynb #86ba1055
+def _calls_text(df, made: dict|None) -> str:
+    "What a summary says about calls: those this command made now (and the cache answered), then what the experiment cost when that differs."
+    n = lambda c: int(df[c].fillna(0).sum()) if c in df else 0
+    live, hits, tokens = n("calls"), n("cached_calls"), n("prompt_tokens") + n("completion_tokens")
+    judge = n("judge_calls") + n("judge_cached")                        # a re-decision's judge
+    cost = f"{live + hits + judge} calls{f' ({judge} by the judge)' if judge else ''}, {tokens:,} tokens" + (" (cached replies included)" if hits else "")
+    if made is None: return f"the experiment: {cost}"
+    now = f"{made['calls']} calls made{' ' + made['by'] if made.get('by') else ''}" + (f" ({made['cached']} answered from the cache)" if made.get("cached") else "")
+    if not made.get("by") and (made["calls"], made.get("cached", 0)) == (live, hits) and not hits: return f"{now}, {tokens:,} tokens"
+    return f"{now}; the experiment: {cost}"
 
 # %% ../nbs/08_run.ipynb #1a6b1656
 def _params(max_tokens, temperature) -> dict:
@@ -552,7 +564,8 @@ def _finish_run(proto, ids, transcripts, rows, folder, agents, status, problems,
         if c in df: df[c] = df[c].fillna(0).astype(int)
     if min_scored is not None: _check_scores(df, min_scored, folder)
     res = RunResult(df, ts, status["reason"], _cache_stats(agents), str(folder.path) if folder else None, status["failed"], status["interrupted"], problems,
-                    time.perf_counter() - t0, endpoints=_endpoint_health(agents))
+                    time.perf_counter() - t0, endpoints=_endpoint_health(agents),
+                    made={"calls": sum(int(r.get("calls") or 0) for r in rows.values()), "cached": sum(int(r.get("cached_calls") or 0) for r in rows.values())})
     if folder is not None and res.endpoints:        # config.json keeps how the endpoints fared
         cfg = folder.read_config() or {}
         write_atomic(folder.config_path, json.dumps(to_jsonable({**cfg, "endpoints": res.endpoints}), indent=1, ensure_ascii=True))
@@ -634,12 +647,14 @@ async def aredecide_run(out, decision, cache=True, lock_timeout: float = 0) -> R
     async def one(t):
         res, turn = await aredecide(t, rule, judge)
         row = debate_row(Transcript(t.protocol, t.item, t.team, t.settings, t.rounds, t.histories, res, t.meta))
-        if rule.judge: row.update(judge_calls=int(turn is not None and not turn.cached and turn.error is None), judge_error=None if turn is None else turn.error)
+        if rule.judge: row.update(judge_calls=int(turn is not None and not turn.cached and turn.error is None), judge_error=None if turn is None else turn.error,
+                                  judge_cached=int(turn is not None and bool(turn.cached) and turn.error is None))
         return row
     with folder.lock(lock_timeout):
         rows = await asyncio.gather(*(one(t) for t in ts))
         df = pd.DataFrame(rows)
-        res = RunResult(df, found, None, _cache_stats([judge] if judge else []), str(folder.path), 0, False, problems, time.perf_counter() - t0)
+        made = {"calls": int(df.judge_calls.sum()), "cached": int(df.judge_cached.sum()), "by": "by the judge"} if rule.judge and len(df) else {"calls": 0, "cached": 0}
+        res = RunResult(df, found, None, _cache_stats([judge] if judge else []), str(folder.path), 0, False, problems, time.perf_counter() - t0, made=made)
         stem = decision_table_name(rule)
         write_parquet(df, folder.path / f"{stem}.parquet"); write_atomic(folder.path / f"{stem}.csv", df.to_csv(index=False))
         write_atomic(folder.path / f"summary.{stem.removeprefix('results.')}.txt", res.summary() + "\n")

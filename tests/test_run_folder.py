@@ -465,3 +465,42 @@ def test_a_failed_debate_is_a_failed_row_in_every_protocol(tmp_path, synthetic_d
     assert "1 debate failed" in r.output and "connection refused" in r.output, show(r)
     df = pd.read_parquet(tmp_path / "O" / "r" / "results.parquet")
     assert len(df) == 1 and df.status.iloc[0] == "failed" and "connection refused" in df.error.iloc[0], df.T
+
+
+# 11 -----------------------------------------------------------------------------------------------------------------
+def _calls(text: str) -> str:
+    "The calls part of a summary's first line (from 'N calls made')."
+    import re
+    m = re.search(r"\d+ calls made.*", text.strip().splitlines()[0])
+    return m.group(0) if m else ""
+
+
+def test_summaries_say_what_this_command_did_and_what_the_experiment_cost(tmp_path):
+    import re
+    args = ["run", "du", "--n", 3, "--out", tmp_path / "O", "--name", "r", "--no-progress"]
+    r = cli(*args)
+    assert r.exit_code == 0, show(r)
+    n = int(re.search(r"(\d+) calls made, ([\d,]+) tokens;", r.output).group(1))
+    tokens = re.search(r"(\d+) calls made, ([\d,]+) tokens;", r.output).group(2)
+    assert n > 0 and "cached" not in _calls(r.output), show(r)
+    run = tmp_path / "O" / "r"
+    r = cli(*args)                                                              # resumed: nothing made now
+    assert _calls(r.output).startswith(f"0 calls made; the experiment: {n} calls, {tokens} tokens;"), show(r)
+    r = cli("rescore", run)
+    assert _calls(r.output).startswith(f"0 calls made; the experiment: {n} calls, {tokens} tokens;"), show(r)
+    assert f"0 calls made; the experiment: {n} calls" in (run / "summary.txt").read_text()
+    r = cli("rescore", run, "--decision", "majority")
+    assert _calls(r.output).startswith(f"0 calls made; the experiment: {n} calls"), show(r)
+    r = cli("rescore", run, "--decision", "judge:synthetic:strong")             # the judge's calls are counted
+    j = int(pd.read_parquet(run / "results.decision-judge-synthetic-strong.parquet").judge_calls.sum())   # a unanimous debate needs no judge
+    assert j > 0 and _calls(r.output).startswith(f"{j} calls made by the judge; the experiment: {n + j} calls ({j} by the judge)"), show(r)
+    r = cli(*args, "--no-resume")                                               # a warm cache: the experiment's calls beside the cached ones
+    assert _calls(r.output).startswith(f"0 calls made ({n} answered from the cache); the experiment: {n} calls, {tokens} tokens (cached replies included);"), show(r)
+
+
+def test_a_controlmad_summary_labels_its_two_token_totals(tmp_path):
+    args = ["run", "controlmad", "--size", 4, "--games", "1", "--depth", 0, "--out", tmp_path / "O", "--name", "r", "--no-progress"]
+    assert cli(*args).exit_code == 0
+    r = cli(*args, "--no-resume")
+    assert "the experiment: " in r.output and "tokens (cached replies included)" in r.output, show(r)
+    assert "tokens of the uncached calls 0" in r.output and "; tokens 0" not in r.output, show(r)
