@@ -481,7 +481,11 @@ def load_task_file(path) -> Task:
         d = data if data is not None else spec.get("data")
         if d is None: raise OptionError("data", f"{path}: field data: missing (or give --data)")
         d = [base / x for x in d] if isinstance(d, list) else (Path(d) if data is not None else base / d)
-        return _file_items(name, fs, _records(_data_files(d, spec.get("split"), path), spec.get("columns")), path)
+        try: files = _data_files(d, spec.get("split"), path)
+        except ValueError as e:
+            if data is None: raise OptionError("task", f"task file {path}, field 'data': {str(e).split('field data: ', 1)[-1]}") from None   # the file's own data: field
+            raise
+        return _file_items(name, fs, _records(files, spec.get("columns")), path)
     return Task(name, load, None, f"the data of {path}", str(spec.get("description") or ""), own_data=True)
 
 def _file_items(name, fs, records, path) -> list[Item]:
@@ -492,7 +496,9 @@ def _file_items(name, fs, records, path) -> list[Item]:
         for k in ("id", "prompt", "gold"):
             try: vals[k] = fs[k]({**rec, "index": i})
             except J.SecurityError as e: raise OptionError("task", f"{path}: field {k}: the template reaches for what a task file may not ({e})") from None
-            except (J.UndefinedError, KeyError, TypeError, ValueError) as e: raise ValueError(f"{where}: field {k}: {e}") from None
+            except (J.UndefinedError, KeyError, TypeError, ValueError) as e:     # the template asks for what the record lacks: the task file's field, at that record
+                msg = re.sub(r"^'([^']+)' is undefined$", r"undefined variable '\1'", str(e).strip('"'))
+                raise OptionError("task", f"task file {path}, field '{k}': {msg} (record {where})") from None
         out.append(Item(str(vals["id"]), name, vals["prompt"], _gold(vals["gold"]), meta={"line": rec["line"], "file": rec["file"]}))
     return out
 

@@ -43,7 +43,7 @@ def test_a_template_reaching_for_internals_fails_before_any_call(tmp_path):
     ("name: x\ndata: d.jsonl\nprompt: '{{ q }}'\ngold: a\nanswer: dice\n", ["field answer: must be number, choice, text, regex"]),
     ("name: x\ndata: d.jsonl\nprompt: '{{ q }'\ngold: a\nanswer: number\n", ["field prompt: bad template"]),
     ("name: x\ndata: d.jsonl\nprompt: '{{ q }}'\ngold: a\nanswer: number\ncolour: red\n", ["field colour: unknown"]),
-    ("name: x\ndata: d.jsonl\nprompt: '{{ question }}'\ngold: a\nanswer: number\n", ["d.jsonl:1: field prompt", "question"]),
+    ("name: x\ndata: d.jsonl\nprompt: '{{ question }}'\ngold: a\nanswer: number\n", ["t.yaml, field 'prompt': undefined variable 'question'", "d.jsonl:1"]),
 ])
 def test_bad_task_files_name_the_field_and_bad_records_the_line(tmp_path, text, words):
     f = _task(tmp_path, text)
@@ -120,3 +120,16 @@ def test_rescore_never_writes_fewer_scores_unless_asked(tmp_path):
     p = _sh(tmp_path, "rescore", run, "--allow-fewer-scores")
     assert p.returncode == 0, p.stdout + p.stderr
     assert pd.read_parquet(run / "results.parquet").correct.isna().all()
+
+
+@pytest.mark.parametrize("text, says", [
+    ("name: my\ndata: d.jsonl\nprompt: '{{ qestion }}'\ngold: a\nanswer: number\n", "field 'prompt': undefined variable 'qestion'"),
+    ("name: my\ndata: d.jsonl\nprompt: '{{ q }}'\ngold: '{{ answer }}'\nanswer: number\n", "field 'gold': undefined variable 'answer'"),
+    ("name: my\ndata: nothere.jsonl\nprompt: '{{ q }}'\ngold: a\nanswer: number\n", "field 'data': no file or folder"),
+])
+def test_task_file_errors_name_the_task_file_and_its_field_not_data(tmp_path, text, says):
+    f = _task(tmp_path, text)
+    r = CliRunner().invoke(main, ["run", "du", "--task", str(f), "--out", str(tmp_path / "out"), "--no-cache"])
+    assert r.exit_code == 2 and isinstance(r.exception, SystemExit), r.output
+    assert f"task file {f}, {says}" in r.output and "'--data'" not in r.output and "Traceback" not in r.output, r.output
+    assert not (tmp_path / "out").exists()
