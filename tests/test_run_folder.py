@@ -504,3 +504,23 @@ def test_a_controlmad_summary_labels_its_two_token_totals(tmp_path):
     r = cli(*args, "--no-resume")
     assert "the experiment: " in r.output and "tokens (cached replies included)" in r.output, show(r)
     assert "tokens of the uncached calls 0" in r.output and "; tokens 0" not in r.output, show(r)
+
+
+# 12 -----------------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("umask, file_mode, dir_mode", [(0o022, 0o644, 0o755), (0o007, 0o660, 0o770)])
+def test_run_files_follow_the_umask(tmp_path, umask, file_mode, dir_mode):
+    "A lab sharing a results folder reads each other's runs: files are 0666 & ~umask, folders 0777 & ~umask (never mkstemp's 0600)."
+    old = os.umask(umask)
+    try:
+        r = cli("run", "du", "--n", 2, "--out", tmp_path / "O", "--name", "r", "--no-cache", "--no-progress")
+        assert r.exit_code == 0, show(r)
+        rr = cli("rescore", tmp_path / "O" / "r")
+        assert rr.exit_code == 0, show(rr)
+    finally: os.umask(old)
+    run = tmp_path / "O" / "r"
+    files = [p for p in run.rglob("*") if p.is_file() and p.name != ".lock"]
+    assert {"config.json", "results.parquet", "results.csv", "summary.txt", "transcript.json", "log.html"} <= {p.name for p in files}
+    bad = {str(p.relative_to(run)): oct(p.stat().st_mode & 0o777) for p in files if p.stat().st_mode & 0o777 != file_mode}
+    assert not bad, bad
+    bad = {str(p.relative_to(run)): oct(p.stat().st_mode & 0o777) for p in [run, *run.rglob("*")] if p.is_dir() and p.stat().st_mode & 0o777 != dir_mode}
+    assert not bad, bad
