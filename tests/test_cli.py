@@ -252,3 +252,41 @@ def test_a_server_of_ones_own_needs_no_key(tmp_path, no_keys, monkeypatch):
                "--out", str(tmp_path / "out"), "--name", "r", "--no-progress")
     assert r.exit_code == 1 and "API key" not in r.output, r.output
     assert (tmp_path / "out" / "r" / "results.parquet").exists()
+
+
+# messages: one source for the names an option takes, unknown protocols, whole short help ----------------------------
+import re
+
+def _listed(text: str) -> list:
+    "The names of 'a, b, c or d' (before any '  [default ...]'; after a 'lead: ')."
+    text = " ".join(text.split()).split(" [")[0]
+    text = text.split(": ", 1)[-1]
+    return [x.strip() for x in re.split(r", | or ", text) if x.strip()]
+
+@pytest.mark.parametrize("option", ["order", "visibility", "selector", "updater", "describer", "memory", "aggregation"])
+def test_agentverse_help_and_errors_list_the_same_names(option):
+    from madlab.cli import protocol_command
+    from madlab.debate import get_protocol
+    cmd = protocol_command(get_protocol("agentverse"))
+    helped = _listed(next(p for p in cmd.params if p.name == option).help)
+    r = invoke("run", "agentverse", f"--{option}", "nosuch")
+    assert r.exit_code == 2, r.output
+    errored = [x.strip() for x in " ".join(r.output.split()).split("valid")[-1].split(":", 1)[1].split(",")]
+    assert helped == errored and len(helped) >= 3, (helped, errored)
+
+def test_an_unknown_protocol_lists_the_protocols():
+    from madlab.cli import run
+    r = invoke("run", "nosuch")
+    assert r.exit_code == 2 and "no protocol 'nosuch'" in r.output and "No such command" not in r.output, r.output
+    for p in run.list_commands(None): assert p in r.output, (p, r.output)
+    r = invoke("run", "controlmd", "--n", "1")
+    assert r.exit_code == 2 and "did you mean controlmad" in r.output, r.output
+
+def test_run_help_gives_each_protocol_s_short_help_whole():
+    from madlab.cli import run
+    from madlab.debate import get_protocol
+    out = " ".join(invoke("run", "--help").output.split())
+    for p in run.list_commands(None):
+        short = get_protocol(p).doc.split(": ")[0]
+        assert f"{p} {short}" in out, (p, short, out)
+    assert "the plurality answer wins." in out and "..." not in out.split("Commands:")[1], out
