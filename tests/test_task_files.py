@@ -133,3 +133,10 @@ def test_task_file_errors_name_the_task_file_and_its_field_not_data(tmp_path, te
     assert r.exit_code == 2 and isinstance(r.exception, SystemExit), r.output
     assert f"task file {f}, {says}" in r.output and "'--data'" not in r.output and "Traceback" not in r.output, r.output
     assert not (tmp_path / "out").exists()
+
+def test_resuming_after_the_task_file_changed_is_refused(tmp_path):
+    run = _doubles_run(tmp_path)
+    f = tmp_path / "t.yaml"
+    f.write_text(f.read_text().replace("prompt: '{{ q }}'", "prompt: 'Please: {{ q }}'"))
+    r = CliRunner().invoke(main, ["run", "du", "--task", str(f), "--out", str(tmp_path / "out"), "--name", "r", "--no-cache", "--no-progress"])
+    assert r.exit_code == 2 and "task file doubles" in r.output and "has changed since" in r.output, r.output
