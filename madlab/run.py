@@ -359,7 +359,7 @@ _OFFLINE = "synthetic:strong,synthetic:medium,synthetic:weak"
 def _key_env(b) -> str|None:
     "The variable the missing API key of backend `b` should come from; None when it has a key or needs none (a server of one's own)."
     from urllib.parse import urlsplit
-    b = getattr(b, "inner", b)                                         # through the response cache
+    while getattr(b, "inner", None) is not None: b = b.inner          # through the response cache and other wrappers
     p = PRESETS.get(getattr(b, "preset", None)) if isinstance(getattr(b, "preset", None), str) else None
     if not p or not p["key_env"] or getattr(b, "_api_key", "not-needed") != "not-needed": return None
     url = getattr(b, "base_url", None)
