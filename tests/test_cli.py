@@ -290,3 +290,13 @@ def test_run_help_gives_each_protocol_s_short_help_whole():
         short = get_protocol(p).doc.split(": ")[0]
         assert f"{p} {short}" in out, (p, short, out)
     assert "the plurality answer wins." in out and "..." not in out.split("Commands:")[1], out
+
+def test_agentverse_s_own_prisoner_file_with_its_endpoint_down_is_a_failed_row(tmp_path, no_keys, monkeypatch):
+    "AgentVerse's prisoner's dilemma as written (OpenAI agents, a protocol that scores nothing), its server down: a failed row, the table, exit 1."
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+    (tmp_path / "pd.yaml").write_text(AGENTVERSE_PRISONERS)
+    r = invoke("run", "agentverse", "--config", str(tmp_path / "pd.yaml"), "--max-retries", "0", "--timeout", "2", "--give-up-after", "1",
+               "--out", str(tmp_path / "out"), "--name", "r", "--no-cache", "--no-progress")
+    assert r.exit_code == 1 and isinstance(r.exception, SystemExit) and "1 debate failed" in r.output, r.output
+    df = pd.read_parquet(tmp_path / "out" / "r" / "results.parquet")
+    assert len(df) == 1 and df.status.iloc[0] == "failed" and df.error.iloc[0], df.T
