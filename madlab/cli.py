@@ -28,6 +28,14 @@ class _Protocols(click.Group):
         from madlab.debate import get_protocol
         try: return protocol_command(get_protocol(name))
         except ValueError: return None
+    def resolve_command(self, ctx, args):
+        "An unknown protocol is a usage error that lists the protocols (and the nearest names)."
+        if args and not args[0].startswith("-") and self.get_command(ctx, args[0]) is None:
+            import difflib
+            names = self.list_commands(ctx)
+            near = difflib.get_close_matches(args[0], names, n=2)
+            ctx.fail(f"no protocol {args[0]!r}" + (f" (did you mean {' or '.join(near)}?)" if near else "") + f"; protocols: {', '.join(names)}")
+        return super().resolve_command(ctx, args)
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
 @click.version_option(package_name="madlab", message="madlab %(version)s")
@@ -144,9 +152,18 @@ def _file_cb(ctx, param, value):
 
 def _flag(name): return "--" + name.replace("_", "-")
 
+def _option_doc(proto, name) -> str:
+    "An option's help: its documented line, the names it takes read from the protocol's registries where it has them (its `choices` hook), so the help lists what its errors accept."
+    doc = proto.docs.get(name) or ""
+    names = (proto.hooks["choices"]() if "choices" in proto.hooks else {}).get(name)
+    if not names: return doc
+    head, _, tail = doc.partition("  [")
+    lead = head.split(": ", 1)[0] + ": " if ": " in head else ""
+    return lead + (", ".join(names[:-1]) + " or " + names[-1] if len(names) > 1 else names[0]) + (f"  [{tail}" if tail else "")
+
 def _option_param(proto, name):
     "The click option of one protocol option."
-    tp, default, doc = proto.types.get(name), proto.options[name], proto.docs.get(name) or ""
+    tp, default, doc = proto.types.get(name), proto.options[name], _option_doc(proto, name)
     args = typing.get_args(tp) if typing.get_origin(tp) in (typing.Union, types.UnionType) else (tp,)
     core = [a for a in args if a is not type(None)]
     lo, hi = proto.limits.get(name, (None, None))
@@ -287,6 +304,9 @@ def _run_protocol(proto, kw):
     endpoint = {k: kw[k] for k in ("max_concurrency", "timeout", "max_retries", "give_up_after") if kw.get(k) is not None}
     for b in {id(a.backend): a.backend for a in members}.values():     # the flags win over the team file and the specs
         if endpoint and hasattr(b, "configure"): b.configure(**endpoint)
+    from madlab.run import check_api_keys
+    try: check_api_keys(members, [kw["decision"].backend if kw["decision"] is not None and kw["decision"].judge else None, opts.get("supervisor")])
+    except OptionError as e: raise click.UsageError(e.message) from None     # before any call and before the run folder exists
     notes = {"data": str(kw["data"]) if kw["data"] else None, "task": kw["task"], **({"items_from": "config"} if own else {})}
     if kw.get("majority_error"): items, notes["majority_error"] = _majority_error(items, members, kw)
     try:
@@ -321,7 +341,7 @@ def protocol_command(proto) -> click.Command:
     def callback(**kw): _run_protocol(proto, kw)
     params = [_option_param(proto, k) for k in proto.options] + _common_params(proto)
     cmd = click.Command(proto.name, callback=callback, params=params, help=(proto.doc or proto.name),
-                        short_help=(proto.doc or "").split(":")[0][:80], context_settings={"max_content_width": 110})
+                        short_help=(proto.doc or proto.name).split(": ")[0], context_settings={"max_content_width": 110})     # whole: a title, or the one-line doc
     cmd.tasks = list(proto.tasks) if proto.tasks else None     # what --task accepts besides a task file
     return cmd
 
@@ -342,7 +362,7 @@ def protocols_cmd():
         p = get_protocol(name)
         click.echo(f"{name}: {p.doc}" + (f"  [tasks: {', '.join(p.tasks)}]" if p.tasks else ""))
         for k, v in p.options.items():
-            click.echo(f"    {_flag(k)} (default {v!r}): {p.docs.get(k) or ''}")
+            click.echo(f"    {_flag(k)} (default {v!r}): {_option_doc(p, k)}")
 
 @main.command("rescore")
 @click.argument("run_dir", type=click.Path(exists=True, file_okay=False), callback=_run_dir_cb)
@@ -350,7 +370,8 @@ def protocols_cmd():
               help="Re-decide the debates with this rule into results.decision-RULE.parquet/.csv beside the original table (no call; a judge makes only its own, cached)")
 @click.option("--compare", is_flag=True, help="Print every rule that fits the run side by side: accuracy with a 95% bootstrap interval, how often each changes the decision")
 @click.option("--cache/--no-cache", default=True, show_default=True, help="A judge's calls go through the response cache ($MADLAB_CACHE)")
-def rescore_cmd(run_dir, decision, compare, cache):
+@click.option("--allow-fewer-scores", is_flag=True, help="Write the re-scored table even when fewer of its rows are scored than before (otherwise that is refused, nothing written)")
+def rescore_cmd(run_dir, decision, compare, cache, allow_fewer_scores):
     "Re-score a finished run from its transcripts (no backend calls) and rewrite its results table and report; or re-decide it with another rule. RUN_DIR is the run's folder, or the --out folder holding it."
     from madlab.run import rescore
     try:
@@ -359,7 +380,7 @@ def rescore_cmd(run_dir, decision, compare, cache):
             import pandas as pd
             with pd.option_context("display.width", 200, "display.max_columns", 20): click.echo(open_run(run_dir).decisions().to_string(index=False))
             return
-        res = rescore(run_dir, decision=decision, cache=cache)
+        res = rescore(run_dir, decision=decision, cache=cache, allow_fewer_scores=allow_fewer_scores)
     except OptionError as e: raise click.BadParameter(e.message, param_hint="RUN_DIR" if e.option in ("out", "path") else f"'{e.flag}'") from None
     except ValueError as e: raise click.ClickException(str(e)) from None
     click.echo(res.summary())

@@ -324,12 +324,26 @@ def scrub_secrets(text):
     return "".join(out) + text[end:] if out else text
 
 # %% ../nbs/00_core.ipynb #725613a3
+_UMASK_LOCK = threading.Lock()
+
+def _umask() -> int:
+    "The process's umask, read without changing it where Linux tells it (/proc), else set and restored under a lock."
+    try:
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"Umask:"): return int(line.split()[1], 8)
+    except (OSError, ValueError): pass
+    with _UMASK_LOCK:
+        m = os.umask(0o022); os.umask(m)
+    return m
+
 def write_atomic(path, data, encoding: str = "utf-8", errors: str = "replace") -> Path:
     "Write `data` (str or bytes) to `path` atomically (temporary file, fsync, rename); the parent folder is created. Text that cannot be encoded (a lone surrogate) is replaced, so the file stays valid UTF-8."
     path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
     raw = scrub_secrets(data).encode(encoding, errors) if isinstance(data, str) else bytes(data)   # text: secrets never reach a file
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        if hasattr(os, "fchmod"): os.fchmod(fd, 0o666 & ~_umask())      # as open() would make it (mkstemp makes 0600): a lab sharing a folder can read it
         with os.fdopen(fd, "wb") as f:
             f.write(raw); f.flush(); os.fsync(f.fileno())
         os.replace(tmp, path)

@@ -104,10 +104,10 @@ def protocol(name: str, tasks=None, limits: dict|None = None):
         return fn
     return deco
 
-HOOKS = ("team", "report", "log_html", "log_text", "row", "check", "task", "inputs")
+HOOKS = ("team", "report", "log_html", "log_text", "row", "check", "task", "inputs", "choices")
 
 def protocol_hook(name: str, kind: str):
-    "Register a function as protocol `name`'s `kind` hook: `team` (its default team), `report`, `log_html`, `log_text`, `row` (see `run`) `check` (called with the settings by `validate`: raise `OptionError` before any call) `task` (the options -> `{task, data}` the command line defaults to) or `inputs` (the settings -> `{option: {path, sha256}}` of the files they name, recorded in a run folder's `config.json`: resuming with an edited file is refused)."
+    "Register a function as protocol `name`'s `kind` hook: `team` (its default team), `report`, `log_html`, `log_text`, `row` (see `run`) `check` (called with the settings by `validate`: raise `OptionError` before any call) `task` (the options -> `{task, data}` the command line defaults to) `inputs` (the settings -> `{option: {path, sha256}}` of the files they name, recorded in a run folder's `config.json`: resuming with an edited file is refused) or `choices` (() -> `{option: [names]}` from the protocol's registries: what the command line's help lists)."
     if kind not in HOOKS: raise ValueError(f"hook kind must be one of {', '.join(HOOKS)}; got {kind!r}")
     def deco(fn):
         if name in PROTOCOLS: PROTOCOLS[name].hooks[kind] = fn
@@ -173,7 +173,7 @@ class Debate:
         "Everything so far, as a `Transcript`."
         return Transcript(self.protocol.name, self.item, [a.info() for a in self.agents],
                           {**self.settings, "seed": self.seed, **({} if self.decision.protocol else {"decision": self.decision.spec})},
-                          list(self.rounds), {a.name: a.history for a in self.agents}, dict(self.result), dict(self.meta))
+                          list(self.rounds), {a.name: a.history for a in self.agents}, dict(self.result or {}), dict(self.meta))
 
     @property
     def usage(self) -> Usage: return sum((r.usage for r in self.rounds), Usage())

@@ -24,8 +24,8 @@ from .decisions import get_decision, check_decision, aredecide
 # %% auto #0
 __all__ = ['MAX_GAMES_AT_ONCE', 'debate_row', 'safe_name', 'transcript_text', 'chat_histories', 'item_outputs',
            'write_item_outputs', 'write_table', 'team_config', 'RunFolder', 'RunResult', 'games_at_once',
-           'arun_experiment', 'run_experiment', 'arun_many', 'run_many', 'rescore', 'decision_table_name',
-           'aredecide_run', 'redecide_run', 'parse_stats']
+           'check_api_keys', 'arun_experiment', 'run_experiment', 'arun_many', 'run_many', 'rescore',
+           'decision_table_name', 'aredecide_run', 'redecide_run', 'parse_stats']
 
 # %% ../nbs/08_run.ipynb #b92f3f7e
 _LONE = re.compile("[\ud800-\udfff]")
@@ -144,10 +144,48 @@ class RunFolder:
         if not isinstance(cfg, dict): raise ValueError(f"{self.config_path}: not a run config (a JSON object); delete it or choose another output folder")
         return cfg
 
+# %% ../nbs/08_run.ipynb #c7b1364c
+_TASK_COPY_MAX = 256 * 1024    # a task file this small is copied into the run folder
+
+def _task_file_records(items) -> dict:
+    "The task files the items come from (see `madlab.tasks.TASK_FILES`), by task name."
+    from madlab.tasks import TASK_FILES
+    return {n: dict(TASK_FILES[n]) for n in sorted({str(getattr(it, "task", None)) for it in items}) if n in TASK_FILES}
+
+def _copy_task_files(folder, records: dict) -> dict:
+    "Copy each small task file into `task_files/` of the folder (checked against its recorded sha256); the records with their copies."
+    for name, rec in records.items():
+        if rec.get("size", _TASK_COPY_MAX) >= _TASK_COPY_MAX: continue
+        try: raw = Path(rec["path"]).read_bytes()
+        except OSError as e: raise ValueError(f"task file {rec['path']}: not readable now ({e.strerror or e})") from None
+        if hashlib.sha256(raw).hexdigest() != rec["sha256"]: raise ValueError(f"task file {rec['path']} has changed since its items were loaded; load them again")
+        rel = f"task_files/{safe_name(name)}.yaml"
+        write_atomic(folder.path / rel, raw); rec["copy"] = rel
+    return records
+
+@patch
+def load_task_files(self: RunFolder, only_missing: bool = False) -> list:
+    "Load the task files the folder's run recorded (its copies first), so their answer formats score its items; `only_missing`: those whose format this process lacks. The task names."
+    from madlab.tasks import TASK_FILES, load_task_file
+    from madlab.scoring import FORMATS
+    recs = (self.read_config() or {}).get("task_files") or {}
+    for name, rec in recs.items():
+        if only_missing and name in FORMATS: continue
+        where = [self.path / rec["copy"]] if rec.get("copy") else []
+        where.append(Path(rec["path"]))
+        p = next((w for w in where if w.is_file()), None)
+        if p is None: raise ValueError(f"{self.config_path}: task file {rec['path']} of task {name!r} has moved (no copy in the run folder); put it back there to score the run")
+        if hashlib.sha256(p.read_bytes()).hexdigest() != rec["sha256"]:
+            raise ValueError(f"{self.config_path}: task file {p} of task {name!r} has changed since the run (sha256 {rec['sha256'][:12]} then); restore it to score the run")
+        load_task_file(p)
+        TASK_FILES[name] = {k: rec[k] for k in ("path", "sha256", "size") if k in rec}
+    return list(recs)
+
 # %% ../nbs/08_run.ipynb #646d3969
 @patch
 def transcripts(self: RunFolder, known: dict|None = None) -> tuple[dict, list]:
-    "Every readable transcript in the folder by item id (those in `known` taken from there, not read again), and the problems (path: what is wrong, what to do) with the others."
+    "Every readable transcript in the folder by item id (those in `known` taken from there, not read again), and the problems (path: what is wrong, what to do) with the others; the run's task files are loaded when this process lacks them."
+    self.load_task_files(only_missing=True)
     found, problems = dict(known or {}), []
     skip = {safe_name(i) for i in found}
     for f in sorted((self.path / "debates").glob("*/transcript.json")):
@@ -183,6 +221,7 @@ class RunResult:
     seconds: float|None = None
     report: str|None = None                    # the protocol report's text
     endpoints: list = field(default_factory=list)   # per endpoint that was unreachable or made calls wait: how long, how many
+    made: dict|None = None                     # what this command did: calls made, answered from the cache (None: a run read back)
 
     @property
     def usage(self) -> Usage: return sum((t.usage for t in self.transcripts.values()), Usage())
@@ -195,8 +234,7 @@ class RunResult:
         if "resumed" in df and df.resumed.fillna(False).astype(bool).any(): s += f" ({int(df.resumed.fillna(False).astype(bool).sum())} resumed)"
         scored = df[df.correct.notna()] if "correct" in df else df.iloc[:0]
         if len(scored): s += f"; accuracy {scored.correct.astype(bool).mean():.3f} ({int(scored.correct.astype(bool).sum())}/{len(scored)})"
-        if len(df) and "calls" in df:
-            s += f"; {int(df.calls.sum())} calls made, {int(df.cached_calls.fillna(0).sum())} cached, {int(df.prompt_tokens.fillna(0).sum() + df.completion_tokens.fillna(0).sum()):,} tokens"
+        if len(df) and "calls" in df or self.made: s += "; " + _calls_text(df, self.made)
         if self.seconds is not None: s += f"; {self.seconds:.1f} s"
         L = [s]
         if self.report: L.append(self.report)
@@ -235,6 +273,18 @@ def prefill(self: RunResult) -> dict:
     "Of the prompt tokens sent to in-process models (`hf:`), how many were computed; the rest came from their key/value cache."
     ts = [t for t in self._turns() if (t.meta or {}).get("prefill_tokens") is not None]
     return {"prompt_tokens": sum(t.usage.prompt_tokens for t in ts), "computed": sum(t.meta["prefill_tokens"] for t in ts)}
+
+# %% ../nbs/08_run.ipynb #86ba1055
+def _calls_text(df, made: dict|None) -> str:
+    "What a summary says about calls: those this command made now (and the cache answered), then what the experiment cost when that differs."
+    n = lambda c: int(df[c].fillna(0).sum()) if c in df else 0
+    live, hits, tokens = n("calls"), n("cached_calls"), n("prompt_tokens") + n("completion_tokens")
+    judge = n("judge_calls") + n("judge_cached")                        # a re-decision's judge
+    cost = f"{live + hits + judge} calls{f' ({judge} by the judge)' if judge else ''}, {tokens:,} tokens" + (" (cached replies included)" if hits else "")
+    if made is None: return f"the experiment: {cost}"
+    now = f"{made['calls']} calls made{' ' + made['by'] if made.get('by') else ''}" + (f" ({made['cached']} answered from the cache)" if made.get("cached") else "")
+    if not made.get("by") and (made["calls"], made.get("cached", 0)) == (live, hits) and not hits: return f"{now}, {tokens:,} tokens"
+    return f"{now}; the experiment: {cost}"
 
 # %% ../nbs/08_run.ipynb #1a6b1656
 def _params(max_tokens, temperature) -> dict:
@@ -303,6 +353,33 @@ def games_at_once(agents) -> int:
         if cap: k = getattr(b, "base_url", None) or getattr(b, "identity", id(b)); per_endpoint[k] += 1; caps[k] = min(cap, caps.get(k, cap))
     return max(1, min([caps[k] // n for k, n in per_endpoint.items()] or [MAX_GAMES_AT_ONCE]))
 
+# %% ../nbs/08_run.ipynb #59e090f3
+_OFFLINE = "synthetic:strong,synthetic:medium,synthetic:weak"
+
+def _key_env(b) -> str|None:
+    "The variable the missing API key of backend `b` should come from; None when it has a key or needs none (a server of one's own)."
+    from urllib.parse import urlsplit
+    while getattr(b, "inner", None) is not None: b = b.inner          # through the response cache and other wrappers
+    p = PRESETS.get(getattr(b, "preset", None)) if isinstance(getattr(b, "preset", None), str) else None
+    if not p or not p["key_env"] or getattr(b, "_api_key", "not-needed") != "not-needed": return None
+    url = getattr(b, "base_url", None)
+    if url is None or url == p["base_url"]: return p["key_env"]
+    providers = {"api.openai.com"} | {urlsplit(q["base_url"]).hostname for q in PRESETS.values() if q["base_url"]}
+    return p["key_env"] if urlsplit(url).hostname in providers else None
+
+def check_api_keys(agents, specs=()) -> None:
+    "Refuse (an `OptionError` for `agents`) a team, or extra backend `specs` (a judge, a supervisor), whose endpoint needs an API key that is not set."
+    need = {}
+    for a in agents: need.setdefault((a.spec, _key_env(a.backend)), []).append(a.name)
+    for s in specs:
+        if isinstance(s, str) and s.split(":", 1)[0] in PRESETS: need.setdefault((s, _key_env(get_backend(s))), []).append(s.split(":", 1)[0])
+    missing = [(spec, env, names) for (spec, env), names in need.items() if env]
+    if not missing: return
+    envs = sorted({env for _, env, _ in missing})
+    raise OptionError("agents", "no API key for " + "; ".join(f"{spec} ({', '.join(names)})" for spec, env, names in missing)
+                      + f": set {' and '.join(envs)} (or point base_url / OPENAI_BASE_URL at a server of your own); "
+                      f"to run offline without a key, give synthetic agents: --agents {_OFFLINE}")
+
 # %% ../nbs/08_run.ipynb #9d2e6b41
 async def _write_debate(folder: RunFolder, iid, t: Transcript) -> None:
     "One finished debate's transcript and logs: made on the event loop, written (fsync included) in a worker thread, so the other debates' calls go on meanwhile."
@@ -334,9 +411,12 @@ def _start_folder(folder, config: dict, ids: list, notes: dict|None) -> dict:
         diff = [k for k in _SAME if json.dumps(old.get(k, _SAME_DEFAULTS.get(k)), sort_keys=True, default=str) != json.dumps(to_jsonable(config.get(k, _SAME_DEFAULTS.get(k))), sort_keys=True, default=str)]
         if diff: raise OptionError("out", f"{folder.path} holds a run with different {', '.join(diff)}; choose another output folder")
         changed = _changed_input(old.get("inputs"), config.get("inputs"))
+        changed = changed or _changed_input({f"task file {k}": v for k, v in (old.get("task_files") or {}).items()},
+                                            {f"task file {k}": v for k, v in (config.get("task_files") or {}).items()})
         if changed: raise OptionError("out", f"{folder.path} holds a run of {changed}; choose another output folder, or restore the file")
     config["items"] = list(dict.fromkeys(list((old or {}).get("items") or []) + ids))
     config.update(notes or {}, started=(old or {}).get("started") or time.strftime("%Y-%m-%dT%H:%M:%S"))
+    if config.get("task_files"): _copy_task_files(folder, config["task_files"])
     write_atomic(folder.config_path, json.dumps(to_jsonable(config), indent=1, ensure_ascii=True))
     return config
 
@@ -367,7 +447,11 @@ async def _debate_item(proto, iid, it, agents, settings, seed, budget, on_error,
     try: await d.arun()
     except BudgetExceeded as e: status["reason"] = status["reason"] or str(e)
     except Exception: pass           # recorded in d.meta by the debate itself
-    t = d.transcript
+    try: t = d.transcript
+    except Exception as e:           # a protocol left a result no transcript can hold: the item fails, the run goes on
+        d.result = {}
+        if d.meta.get("status") != "failed": d.meta.update(status="failed", error=f"recording the debate failed: {type(e).__name__}: {e}", finished=time.time())
+        t = d.transcript
     if sr is not None and _screen_record(sr): t.meta["run_screen"] = _screen_record(sr)
     return t
 
@@ -401,6 +485,16 @@ async def _drain(tasks, stop, status):
         waiter.cancel()
         await asyncio.gather(*tasks, waiter, return_exceptions=True)
 
+# %% ../nbs/08_run.ipynb #0a439370
+def _check_scores(df, want: int, folder) -> None:
+    "Refuse a re-scored table with fewer scored rows than the table it replaces had (`want`), saying why the rows went unscored."
+    have = int(df.correct.notna().sum()) if "correct" in df else 0
+    if have >= want: return
+    why = df.score_error.dropna() if "score_error" in df else pd.Series([], dtype=object)
+    raise ValueError(f"re-scoring {folder.path if folder else 'the run'} would leave {have} scored rows where its table has {want}"
+                     + (f" (first: {str(why.iloc[0])[:200]})" if len(why) else "")
+                     + "; nothing was written. Give --allow-fewer-scores (allow_fewer_scores=True) to write that table anyway")
+
 # %% ../nbs/08_run.ipynb #b20b3ffa
 async def arun_experiment(protocol, items, team=None, out=None, *, seed: int = 0, concurrency: int|None = None, cache=True, resume: bool = True,
                           progress: bool = False, budget: Budget|None = None, on_error: str = "fail", screen: Callable|None = None,
@@ -426,6 +520,7 @@ async def arun_experiment(protocol, items, team=None, out=None, *, seed: int = 0
     if structured is not None: set_structured(agents, structured)      # every agent; the team file and specs set it per agent
     for a in agents: a.params.update(params)
     with_cache(agents, cache)
+    check_api_keys(agents, [rule.backend if rule.judge else None, settings.get("supervisor")])   # before the folder exists
     folder = RunFolder(out).create() if out is not None else None
     lock = folder.lock(lock_timeout) if folder else None
     stop = _stop or _Stop(); stop.bind()
@@ -435,6 +530,7 @@ async def arun_experiment(protocol, items, team=None, out=None, *, seed: int = 0
                   "team": team_config(agents), "seed": seed, "max_tokens": max_tokens, "temperature": temperature, "madlab": madlab.__version__,
                   "decision": rule.spec}
         if "inputs" in proto.hooks: config["inputs"] = proto.hooks["inputs"](settings)     # the files the options name, by content
+        if _task_file_records(items): config["task_files"] = _task_file_records(items)      # found again by rescore, by content
         if folder: config = _start_folder(folder, config, ids, notes)
         todo = _unfinished(folder, ids, items, transcripts, problems) if folder and resume else list(zip(ids, items))
         sem = asyncio.Semaphore(concurrency or games_at_once(agents))
@@ -455,8 +551,8 @@ async def arun_experiment(protocol, items, team=None, out=None, *, seed: int = 0
         if lock is not None: lock.release()
 
 # %% ../nbs/08_run.ipynb #49f94d58
-def _finish_run(proto, ids, transcripts, rows, folder, agents, status, problems, t0, resumed: dict|None = None) -> RunResult:
-    "The results table of everything finished (in the folder, when there is one; `ids` gives the order), written with the protocol's report. Rows of this run are reused, transcripts in memory are not read again."
+def _finish_run(proto, ids, transcripts, rows, folder, agents, status, problems, t0, resumed: dict|None = None, min_scored: int|None = None) -> RunResult:
+    "The results table of everything finished (in the folder, when there is one; `ids` gives the order), written with the protocol's report. Rows of this run are reused, transcripts in memory are not read again; a table with fewer than `min_scored` scored rows is refused (nothing written)."
     found, bad = folder.transcripts(known=transcripts) if folder is not None else (dict(transcripts), [])
     problems = problems + bad
     every = {i: {**(rows[i] if i in rows else debate_row(t)), "resumed": resumed.get(i, False) if resumed is not None else i not in rows} for i, t in found.items()}
@@ -466,8 +562,10 @@ def _finish_run(proto, ids, transcripts, rows, folder, agents, status, problems,
     ts = {i: found[i] for i in order if i in found}
     for c in ("calls", "cached_calls", "prompt_tokens", "completion_tokens", "invalid", "errors"):
         if c in df: df[c] = df[c].fillna(0).astype(int)
+    if min_scored is not None: _check_scores(df, min_scored, folder)
     res = RunResult(df, ts, status["reason"], _cache_stats(agents), str(folder.path) if folder else None, status["failed"], status["interrupted"], problems,
-                    time.perf_counter() - t0, endpoints=_endpoint_health(agents))
+                    time.perf_counter() - t0, endpoints=_endpoint_health(agents),
+                    made={"calls": sum(int(r.get("calls") or 0) for r in rows.values()), "cached": sum(int(r.get("cached_calls") or 0) for r in rows.values())})
     if folder is not None and res.endpoints:        # config.json keeps how the endpoints fared
         cfg = folder.read_config() or {}
         write_atomic(folder.config_path, json.dumps(to_jsonable({**cfg, "endpoints": res.endpoints}), indent=1, ensure_ascii=True))
@@ -499,8 +597,8 @@ def run_many(protocol, items, team=None, **kw) -> RunResult:
     return run_experiment(protocol, items, team, kw.pop("out", None), **kw)
 
 # %% ../nbs/08_run.ipynb #7a617fc8
-def rescore(out, lock_timeout: float = 0, decision=None, cache=True) -> RunResult:
-    "Re-score the run folder `out` from its transcripts (zero backend calls) and rewrite its results table, report and summary; with `decision`, re-decide with that rule into a table beside it instead (see `redecide_run`)."
+def rescore(out, lock_timeout: float = 0, decision=None, cache=True, allow_fewer_scores: bool = False) -> RunResult:
+    "Re-score the run folder `out` from its transcripts (zero backend calls) and rewrite its results table, report and summary (never with fewer scored rows than it had, unless `allow_fewer_scores`); with `decision`, re-decide with that rule into a table beside it instead (see `redecide_run`)."
     if decision is not None: return redecide_run(out, decision, cache=cache, lock_timeout=lock_timeout)
     folder = RunFolder(out)
     if not folder.path.is_dir(): raise OptionError("out", f"{folder.path} is not a folder")
@@ -513,13 +611,15 @@ def rescore(out, lock_timeout: float = 0, decision=None, cache=True) -> RunResul
     if cfg.get("decision", "protocol") != "protocol": raise OptionError("decision", f"{folder.path} was decided by {cfg['decision']!r}: re-decide it with `rescore --decision`")
     lock = folder.lock(lock_timeout)
     try:
-        resumed = {}
+        folder.load_task_files()                    # the task files of the run, as they were
+        resumed, scored = {}, 0
         try:
-            old = pd.read_parquet(folder.path / "results.parquet", columns=["item_id", "resumed"])
-            resumed = {str(i): bool(r) for i, r in zip(old.item_id, old.resumed)}
+            old = pd.read_parquet(folder.path / "results.parquet")
+            resumed = {str(i): bool(r) for i, r in zip(old.item_id, old.resumed)} if "resumed" in old else {}
+            scored = int(old.correct.notna().sum()) if "correct" in old else 0
         except Exception: pass                      # no table yet (or an unreadable one): every row counts as not resumed
         return _finish_run(proto, list(cfg.get("items") or []), {}, {}, folder, [], {"reason": None, "failed": 0, "interrupted": False}, [], time.perf_counter(),
-                           resumed=resumed)
+                           resumed=resumed, min_scored=None if allow_fewer_scores else scored)
     finally: lock.release()
 
 # %% ../nbs/08_run.ipynb #8aa83892
@@ -539,6 +639,7 @@ async def aredecide_run(out, decision, cache=True, lock_timeout: float = 0) -> R
     "Async `redecide_run`."
     t0, folder, rule = time.perf_counter(), RunFolder(out), get_decision(decision)
     if folder.read_config() is None: raise OptionError("out", f"{folder.path} holds no config.json: not a madlab run folder")
+    folder.load_task_files()                        # the task files of the run, as they were
     found, problems = folder.transcripts()
     ts = list(found.values())
     for t in ts[:1]: check_decision(rule, t.item, t.protocol, {k: v for k, v in t.settings.items() if k not in ("seed", "decision")})
@@ -546,12 +647,14 @@ async def aredecide_run(out, decision, cache=True, lock_timeout: float = 0) -> R
     async def one(t):
         res, turn = await aredecide(t, rule, judge)
         row = debate_row(Transcript(t.protocol, t.item, t.team, t.settings, t.rounds, t.histories, res, t.meta))
-        if rule.judge: row.update(judge_calls=int(turn is not None and not turn.cached and turn.error is None), judge_error=None if turn is None else turn.error)
+        if rule.judge: row.update(judge_calls=int(turn is not None and not turn.cached and turn.error is None), judge_error=None if turn is None else turn.error,
+                                  judge_cached=int(turn is not None and bool(turn.cached) and turn.error is None))
         return row
     with folder.lock(lock_timeout):
         rows = await asyncio.gather(*(one(t) for t in ts))
         df = pd.DataFrame(rows)
-        res = RunResult(df, found, None, _cache_stats([judge] if judge else []), str(folder.path), 0, False, problems, time.perf_counter() - t0)
+        made = {"calls": int(df.judge_calls.sum()), "cached": int(df.judge_cached.sum()), "by": "by the judge"} if rule.judge and len(df) else {"calls": 0, "cached": 0}
+        res = RunResult(df, found, None, _cache_stats([judge] if judge else []), str(folder.path), 0, False, problems, time.perf_counter() - t0, made=made)
         stem = decision_table_name(rule)
         write_parquet(df, folder.path / f"{stem}.parquet"); write_atomic(folder.path / f"{stem}.csv", df.to_csv(index=False))
         write_atomic(folder.path / f"summary.{stem.removeprefix('results.')}.txt", res.summary() + "\n")

@@ -13,9 +13,9 @@ from typing import Any
 from .core import Item, OptionError, serializable, madlab_data
 
 # %% auto #0
-__all__ = ['SAFETY_DECISIONS', 'RELIABILITY_LABELS', 'MARKET_QUESTION', 'TASKS', 'extract_number', 'numbers_match', 'gsm8k_gold',
-           'load_gsm8k', 'load_xstest', 'MarketRecord', 'load_market_news', 'market_item', 'load_market', 'load_mmlu',
-           'parse_choice', 'pairwise_prompt', 'load_faireval', 'load_pairwise', 'load_scenarios', 'Task',
+__all__ = ['SAFETY_DECISIONS', 'RELIABILITY_LABELS', 'MARKET_QUESTION', 'TASKS', 'TASK_FILES', 'extract_number', 'numbers_match',
+           'gsm8k_gold', 'load_gsm8k', 'load_xstest', 'MarketRecord', 'load_market_news', 'market_item', 'load_market',
+           'load_mmlu', 'parse_choice', 'pairwise_prompt', 'load_faireval', 'load_pairwise', 'load_scenarios', 'Task',
            'register_task', 'get_task', 'task_items', 'load_task_file']
 
 # %% ../nbs/04_tasks.ipynb #4b49f779
@@ -452,13 +452,15 @@ def _file_format(name, spec, where, instructions):
     return S.register_format(name, fmt)
 
 # %% ../nbs/04_tasks.ipynb #7bc0f876
-import dataclasses
+import dataclasses, hashlib
+
+TASK_FILES: dict[str, dict] = {}    # task name -> the task file it was loaded from: path, sha256, size (what a run folder records)
 
 def load_task_file(path) -> Task:
-    "The task a YAML task file defines (registered under its name, with its answer format)."
+    "The task a YAML task file defines (registered under its name, with its answer format; the file recorded in `TASK_FILES`)."
     import yaml
     path = Path(path)
-    try: spec = yaml.safe_load(path.read_text(encoding="utf-8"))
+    try: raw = path.read_bytes(); spec = yaml.safe_load(raw.decode("utf-8"))
     except (OSError, UnicodeDecodeError) as e: raise OptionError("task", f"{path}: not readable ({e})") from None
     except yaml.YAMLError as e: raise OptionError("task", f"{path}: not YAML ({str(e).splitlines()[0]})") from None
     try:
@@ -473,12 +475,17 @@ def load_task_file(path) -> Task:
         fs["id"] = _template(spec.get("id") or f"{name}-{{{{ '%04d' % index }}}}", path, "id")
         _file_format(name, spec["answer"], path, spec.get("instructions"))
     except ValueError as e: raise OptionError("task", str(e)) from None
+    TASK_FILES[name] = {"path": str(path.resolve()), "sha256": hashlib.sha256(raw).hexdigest(), "size": len(raw)}
     base = path.parent
     def load(data, size):
         d = data if data is not None else spec.get("data")
         if d is None: raise OptionError("data", f"{path}: field data: missing (or give --data)")
         d = [base / x for x in d] if isinstance(d, list) else (Path(d) if data is not None else base / d)
-        return _file_items(name, fs, _records(_data_files(d, spec.get("split"), path), spec.get("columns")), path)
+        try: files = _data_files(d, spec.get("split"), path)
+        except ValueError as e:
+            if data is None: raise OptionError("task", f"task file {path}, field 'data': {str(e).split('field data: ', 1)[-1]}") from None   # the file's own data: field
+            raise
+        return _file_items(name, fs, _records(files, spec.get("columns")), path)
     return Task(name, load, None, f"the data of {path}", str(spec.get("description") or ""), own_data=True)
 
 def _file_items(name, fs, records, path) -> list[Item]:
@@ -489,7 +496,9 @@ def _file_items(name, fs, records, path) -> list[Item]:
         for k in ("id", "prompt", "gold"):
             try: vals[k] = fs[k]({**rec, "index": i})
             except J.SecurityError as e: raise OptionError("task", f"{path}: field {k}: the template reaches for what a task file may not ({e})") from None
-            except (J.UndefinedError, KeyError, TypeError, ValueError) as e: raise ValueError(f"{where}: field {k}: {e}") from None
+            except (J.UndefinedError, KeyError, TypeError, ValueError) as e:     # the template asks for what the record lacks: the task file's field, at that record
+                msg = re.sub(r"^'([^']+)' is undefined$", r"undefined variable '\1'", str(e).strip('"'))
+                raise OptionError("task", f"task file {path}, field '{k}': {msg} (record {where})") from None
         out.append(Item(str(vals["id"]), name, vals["prompt"], _gold(vals["gold"]), meta={"line": rec["line"], "file": rec["file"]}))
     return out
 

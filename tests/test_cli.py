@@ -204,3 +204,116 @@ def test_protocol_option_errors_are_usage_errors_before_any_call(tmp_path, monke
     assert r.exit_code == 2, r.output + repr(r.exception)
     assert flag in r.output and says in r.output, r.output
     assert not (tmp_path / "o").exists()
+
+
+# a missing API key --------------------------------------------------------------------------------------------------
+AGENTVERSE_PRISONERS = """\
+prompts:
+  prompt: &prompt |-
+    There are three people (Police, Suspect1, Suspect2) in the scene.
+    Below is the description of your role. ${role_description}
+    Here is the conversation history:
+    ${chat_history}
+    ${env_description}
+    What will you, ${agent_name}, speak at this round ?
+name: prisoner_dilemma
+environment:
+  env_type: prisoner_dilemma
+  max_turns: 8
+  rule:
+    order: {type: prisoner}
+    visibility: {type: prisoner}
+    selector: {type: basic}
+    updater: {type: basic}
+    describer: {type: prisoner}
+agents:
+  - {agent_type: police, name: Police, role_description: You are the Police., memory: {memory_type: chat_history}, prompt_template: *prompt,
+     llm: {model: gpt-4, llm_type: gpt-4, temperature: 1.2, max_tokens: 200}, output_parser: {type: prisoner_dilemma}}
+  - {agent_type: prisoner, name: Suspect1, role_description: You are Suspect1., memory: {memory_type: chat_history}, prompt_template: *prompt,
+     llm: {model: gpt-4, llm_type: gpt-4, temperature: 1.2, max_tokens: 100}, output_parser: {type: prisoner_dilemma}}
+  - {agent_type: prisoner, name: Suspect2, role_description: You are Suspect2., memory: {memory_type: chat_history}, prompt_template: *prompt,
+     llm: {model: gpt-4, llm_type: gpt-4, temperature: 1.2, max_tokens: 100}, output_parser: {type: prisoner_dilemma}}
+"""
+
+@pytest.fixture
+def no_keys(monkeypatch, tmp_path):
+    for k in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "GEMINI_API_KEY", "DASHSCOPE_API_KEY"): monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("MADLAB_CACHE", str(tmp_path / "cache"))
+
+@pytest.mark.parametrize("args, env", [
+    (["du", "--agents", "openai:gpt-5-nano,synthetic:strong"], "OPENAI_API_KEY"),
+    (["du", "--agents", "gemini:gemini-2.5-flash"], "GEMINI_API_KEY"),
+    (["du", "--agents", "qwen:qwen-plus"], "DASHSCOPE_API_KEY"),
+    (["du", "--decision", "judge:openai:gpt-5-nano"], "OPENAI_API_KEY"),
+    (["agentverse", "--config", "PRISONERS"], "OPENAI_API_KEY"),        # AgentVerse's own file: its agents' llm is OpenAI's
+])
+def test_a_missing_api_key_is_refused_before_the_run_folder_exists(tmp_path, no_keys, args, env):
+    if "PRISONERS" in args:
+        (tmp_path / "pd.yaml").write_text(AGENTVERSE_PRISONERS); args = [str(tmp_path / "pd.yaml") if a == "PRISONERS" else a for a in args]
+    r = invoke("run", *args, "--n", "1", "--out", str(tmp_path / "out"), "--no-progress")
+    assert r.exit_code == 2 and isinstance(r.exception, SystemExit), r.output
+    assert env in r.output and "--agents synthetic:" in r.output and "Traceback" not in r.output, r.output
+    assert not (tmp_path / "out").exists()
+
+def test_a_missing_api_key_is_refused_from_python(tmp_path, no_keys):
+    from madlab.run import run_experiment
+    from madlab.core import OptionError
+    from madlab.scoring import toy_arith_items
+    with pytest.raises(OptionError, match="OPENAI_API_KEY"): run_experiment("du", toy_arith_items(1), ["openai:gpt-5-nano"], out=tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+def test_a_server_of_ones_own_needs_no_key(tmp_path, no_keys, monkeypatch):
+    "A base_url on 127.0.0.1 (here nothing listens): no key asked for; the run is made and its debate fails as a row."
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+    r = invoke("run", "du", "--agents", "openai:m", "--n", "1", "--rounds", "1", "--max-retries", "0", "--timeout", "2", "--give-up-after", "1",
+               "--out", str(tmp_path / "out"), "--name", "r", "--no-progress")
+    assert r.exit_code == 1 and "API key" not in r.output, r.output
+    assert (tmp_path / "out" / "r" / "results.parquet").exists()
+
+
+# messages: one source for the names an option takes, unknown protocols, whole short help ----------------------------
+import re
+
+def _listed(text: str) -> list:
+    "The names of 'a, b, c or d' (before any '  [default ...]'; after a 'lead: ')."
+    text = " ".join(text.split()).split(" [")[0]
+    text = text.split(": ", 1)[-1]
+    return [x.strip() for x in re.split(r", | or ", text) if x.strip()]
+
+@pytest.mark.parametrize("option", ["order", "visibility", "selector", "updater", "describer", "memory", "aggregation"])
+def test_agentverse_help_and_errors_list_the_same_names(option):
+    from madlab.cli import protocol_command
+    from madlab.debate import get_protocol
+    cmd = protocol_command(get_protocol("agentverse"))
+    helped = _listed(next(p for p in cmd.params if p.name == option).help)
+    r = invoke("run", "agentverse", f"--{option}", "nosuch")
+    assert r.exit_code == 2, r.output
+    errored = [x.strip() for x in " ".join(r.output.split()).split("valid")[-1].split(":", 1)[1].split(",")]
+    assert helped == errored and len(helped) >= 3, (helped, errored)
+
+def test_an_unknown_protocol_lists_the_protocols():
+    from madlab.cli import run
+    r = invoke("run", "nosuch")
+    assert r.exit_code == 2 and "no protocol 'nosuch'" in r.output and "No such command" not in r.output, r.output
+    for p in run.list_commands(None): assert p in r.output, (p, r.output)
+    r = invoke("run", "controlmd", "--n", "1")
+    assert r.exit_code == 2 and "did you mean controlmad" in r.output, r.output
+
+def test_run_help_gives_each_protocol_s_short_help_whole():
+    from madlab.cli import run
+    from madlab.debate import get_protocol
+    out = " ".join(invoke("run", "--help").output.split())
+    for p in run.list_commands(None):
+        short = get_protocol(p).doc.split(": ")[0]
+        assert f"{p} {short}" in out, (p, short, out)
+    assert "the plurality answer wins." in out and "..." not in out.split("Commands:")[1], out
+
+def test_agentverse_s_own_prisoner_file_with_its_endpoint_down_is_a_failed_row(tmp_path, no_keys, monkeypatch):
+    "AgentVerse's prisoner's dilemma as written (OpenAI agents, a protocol that scores nothing), its server down: a failed row, the table, exit 1."
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+    (tmp_path / "pd.yaml").write_text(AGENTVERSE_PRISONERS)
+    r = invoke("run", "agentverse", "--config", str(tmp_path / "pd.yaml"), "--max-retries", "0", "--timeout", "2", "--give-up-after", "1",
+               "--out", str(tmp_path / "out"), "--name", "r", "--no-cache", "--no-progress")
+    assert r.exit_code == 1 and isinstance(r.exception, SystemExit) and "1 debate failed" in r.output, r.output
+    df = pd.read_parquet(tmp_path / "out" / "r" / "results.parquet")
+    assert len(df) == 1 and df.status.iloc[0] == "failed" and df.error.iloc[0], df.T

@@ -436,3 +436,93 @@ def test_odd_text_outputs_are_valid_utf8(odd_run):
         try: p.read_bytes().decode("utf-8")
         except UnicodeDecodeError as e: bad.append(f"{p.name}: {e}")
     assert not bad, "output files that are not valid UTF-8 (a browser or pd.read_csv/read_text fails on them):\n" + "\n".join(bad)
+
+
+# 10 -----------------------------------------------------------------------------------------------------------------
+def _all_protocols() -> list:
+    from madlab.cli import run
+    return run.list_commands(None)
+
+
+@pytest.fixture
+def synthetic_down(monkeypatch):
+    "Every synthetic agent's call fails (a backend that always raises), for every protocol's own team."
+    from madlab.synthetic import SyntheticBackend
+    async def down(self, messages, ctx=None, **params): raise BackendError("down: connection refused")
+    monkeypatch.setattr(SyntheticBackend, "complete", down)
+
+
+@pytest.mark.parametrize("proto", [*_all_protocols(), "agentverse-prisoners"])
+def test_a_failed_debate_is_a_failed_row_in_every_protocol(tmp_path, synthetic_down, proto):
+    "Whatever the protocol (one that scores nothing included), a debate whose calls all fail is a failed row of the table, and the run exits 1."
+    extra = []
+    if proto == "critic_actor":
+        data = tmp_path / "gsm.jsonl"
+        data.write_text(json.dumps({"question": "What is 2 + 2?", "answer": "2 + 2 = 4\n#### 4"}) + "\n")
+        extra = ["--data", data]
+    if proto == "agentverse-prisoners":
+        proto, extra = "agentverse", ["--config", madlab_data("agentverse", "prisoners_dilemma.yaml")]
+    r = cli("run", proto, "--n", 1, *extra, "--out", tmp_path / "O", "--name", "r", "--no-cache", "--no-progress")
+    assert r.exit_code == 1 and isinstance(r.exception, SystemExit), show(r)
+    assert "1 debate failed" in r.output and "connection refused" in r.output, show(r)
+    df = pd.read_parquet(tmp_path / "O" / "r" / "results.parquet")
+    assert len(df) == 1 and df.status.iloc[0] == "failed" and "connection refused" in df.error.iloc[0], df.T
+
+
+# 11 -----------------------------------------------------------------------------------------------------------------
+def _calls(text: str) -> str:
+    "The calls part of a summary's first line (from 'N calls made')."
+    import re
+    m = re.search(r"\d+ calls made.*", text.strip().splitlines()[0])
+    return m.group(0) if m else ""
+
+
+def test_summaries_say_what_this_command_did_and_what_the_experiment_cost(tmp_path):
+    import re
+    args = ["run", "du", "--n", 3, "--out", tmp_path / "O", "--name", "r", "--no-progress"]
+    r = cli(*args)
+    assert r.exit_code == 0, show(r)
+    n = int(re.search(r"(\d+) calls made, ([\d,]+) tokens;", r.output).group(1))
+    tokens = re.search(r"(\d+) calls made, ([\d,]+) tokens;", r.output).group(2)
+    assert n > 0 and "cached" not in _calls(r.output), show(r)
+    run = tmp_path / "O" / "r"
+    r = cli(*args)                                                              # resumed: nothing made now
+    assert _calls(r.output).startswith(f"0 calls made; the experiment: {n} calls, {tokens} tokens;"), show(r)
+    r = cli("rescore", run)
+    assert _calls(r.output).startswith(f"0 calls made; the experiment: {n} calls, {tokens} tokens;"), show(r)
+    assert f"0 calls made; the experiment: {n} calls" in (run / "summary.txt").read_text()
+    r = cli("rescore", run, "--decision", "majority")
+    assert _calls(r.output).startswith(f"0 calls made; the experiment: {n} calls"), show(r)
+    r = cli("rescore", run, "--decision", "judge:synthetic:strong")             # the judge's calls are counted
+    j = int(pd.read_parquet(run / "results.decision-judge-synthetic-strong.parquet").judge_calls.sum())   # a unanimous debate needs no judge
+    assert j > 0 and _calls(r.output).startswith(f"{j} calls made by the judge; the experiment: {n + j} calls ({j} by the judge)"), show(r)
+    r = cli(*args, "--no-resume")                                               # a warm cache: the experiment's calls beside the cached ones
+    assert _calls(r.output).startswith(f"0 calls made ({n} answered from the cache); the experiment: {n} calls, {tokens} tokens (cached replies included);"), show(r)
+
+
+def test_a_controlmad_summary_labels_its_two_token_totals(tmp_path):
+    args = ["run", "controlmad", "--size", 4, "--games", "1", "--depth", 0, "--out", tmp_path / "O", "--name", "r", "--no-progress"]
+    assert cli(*args).exit_code == 0
+    r = cli(*args, "--no-resume")
+    assert "the experiment: " in r.output and "tokens (cached replies included)" in r.output, show(r)
+    assert "tokens of the uncached calls 0" in r.output and "; tokens 0" not in r.output, show(r)
+
+
+# 12 -----------------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("umask, file_mode, dir_mode", [(0o022, 0o644, 0o755), (0o007, 0o660, 0o770)])
+def test_run_files_follow_the_umask(tmp_path, umask, file_mode, dir_mode):
+    "A lab sharing a results folder reads each other's runs: files are 0666 & ~umask, folders 0777 & ~umask (never mkstemp's 0600)."
+    old = os.umask(umask)
+    try:
+        r = cli("run", "du", "--n", 2, "--out", tmp_path / "O", "--name", "r", "--no-cache", "--no-progress")
+        assert r.exit_code == 0, show(r)
+        rr = cli("rescore", tmp_path / "O" / "r")
+        assert rr.exit_code == 0, show(rr)
+    finally: os.umask(old)
+    run = tmp_path / "O" / "r"
+    files = [p for p in run.rglob("*") if p.is_file() and p.name != ".lock"]
+    assert {"config.json", "results.parquet", "results.csv", "summary.txt", "transcript.json", "log.html"} <= {p.name for p in files}
+    bad = {str(p.relative_to(run)): oct(p.stat().st_mode & 0o777) for p in files if p.stat().st_mode & 0o777 != file_mode}
+    assert not bad, bad
+    bad = {str(p.relative_to(run)): oct(p.stat().st_mode & 0o777) for p in [run, *run.rglob("*")] if p.is_dir() and p.stat().st_mode & 0o777 != dir_mode}
+    assert not bad, bad

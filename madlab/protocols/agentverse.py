@@ -1432,6 +1432,12 @@ def _check_agentverse(settings: dict):
     "Build the config with the options applied once, so a bad option fails before any debate starts."
     resolve_config(settings.get("config"), None, **{k: v for k, v in settings.items() if k != "config"})
 
+# %% ../../nbs/14_agentverse.ipynb #e32e0d84
+@protocol_hook("agentverse", "choices")
+def _agentverse_choices() -> dict:
+    "The names each rule option takes, read from the registries (the command line's help and its errors list the same)."
+    return {**{k: list(RULES[k]) for k in RULE_KINDS}, "memory": list(MEMORIES), "aggregation": list(AGGREGATIONS)}
+
 # %% ../../nbs/14_agentverse.ipynb #cace110c
 _HTML = """<!doctype html><html><head><meta charset="utf-8"><title>{{ title }}</title>
 <meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'">

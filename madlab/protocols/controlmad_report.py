@@ -323,7 +323,7 @@ def controlmad_summary(res) -> str:
     if len(use):
         u = use.sum(numeric_only=True)
         L.append(f"replies: {int(u.turns)} ({int(u.invalid)} invalid, {int(u.errors)} errors); calls {int(u.calls)}, cached {int(u.cached)}; "
-                 f"tokens {int(u.tokens):,} (prompt {int(u.prompt_tokens):,}, completion {int(u.completion_tokens):,})")
+                 f"tokens of the uncached calls {int(u.tokens):,} (prompt {int(u.prompt_tokens):,}, completion {int(u.completion_tokens):,})")
         if "phase" in use and u.invalid:
             inv = use.groupby("phase", sort=False).invalid.sum()
             order = [p for p in ("initial", "order", *KKS_PHASES[1:], "supervisor") if p in inv.index] + [p for p in inv.index if p not in (*KKS_PHASES, "order", "supervisor")]
