@@ -789,6 +789,8 @@ class HFBackend(Backend):
 @patch
 def _load(self: HFBackend):
     import transformers
+    from madlab.models import _check_marked   # a folder `madlab models get` made is checked however it is named
+    _check_marked(self.path)
     tok = transformers.AutoTokenizer.from_pretrained(self.path)
     tok.padding_side = "left"
     if tok.pad_token is None: tok.pad_token = tok.eos_token

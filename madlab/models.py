@@ -167,6 +167,13 @@ def _check_folder(p: Path, src: ModelSource, say=None) -> Path:
     say(f"{p}: its tokenizer files (written by another transformers release) were replaced by madlab's; the model is unchanged")
     return p
 
+def _check_marked(folder) -> None:
+    "Check `folder` as `_check_folder` does when it is one of madlab's converted models (it holds `madlab-model.json`); else nothing."
+    p = Path(folder)
+    try: name = _read_json(p / "madlab-model.json").get("name")
+    except (OSError, ValueError, AttributeError): return
+    if name in MODELS: _check_folder(p, MODELS[name])
+
 # %% ../nbs/01a_models.ipynb #cc30943c
 def _convert(gguf: Path, dest: Path):
     "Load the GGUF's weights with transformers (de-quantised, float32) and save them as a plain model folder, with madlab's tokenizer files."

@@ -75,7 +75,8 @@ def test_a_folder_converted_by_another_release_is_repaired_on_use(smollm2, tmp_p
     assert resolve_model("smollm2") == str(dest)
     for n in ("tokenizer.json", "tokenizer_config.json"): assert (dest / n).read_bytes() == (Path(smollm2) / n).read_bytes()
     assert not (dest / "special_tokens_map.json").exists()
-    assert _held_reply(dest)[1].meta.get("structured") == "enforced"
+    (dest / "special_tokens_map.json").write_text(json.dumps({"eos_token": "<|im_start|>"}))   # named by its path, it is checked too
+    assert _held_reply(dest)[1].meta.get("structured") == "enforced" and not (dest / "special_tokens_map.json").exists()
 
 def test_cli_models_get_prints_the_folder(smollm2):
     from click.testing import CliRunner
