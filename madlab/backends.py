@@ -1277,7 +1277,7 @@ def get_backend(spec: str, **kw) -> Backend:
             from madlab.models import resolve_model   # `hf:smollm2`: one of madlab's own models, got with `madlab models get`
             name, opts = _hf_options(spec, rest)
             try: path = resolve_model(name)
-            except FileNotFoundError as e: raise ValueError(str(e)) from None
+            except (FileNotFoundError, RuntimeError) as e: raise ValueError(str(e)) from None   # not got yet, or a folder it refuses
             _HF_SHARED[key] = b = HFBackend(path, **{**opts, **kw})
             b.spec = f"hf:{rest}"
         return _HF_SHARED[key]

@@ -150,7 +150,8 @@ def _check_folder(p: Path, src: ModelSource, say=None) -> Path:
     "Check a converted folder before use: its tokenizer files must be madlab's for `src`; repaired when they can be, else a clear error."
     say = say or (lambda *a: print(*a, file=sys.stderr, flush=True))
     try:
-        changed = _portable_config(p)
+        try: changed = _portable_config(p)
+        except PermissionError: changed = False          # a read-only folder: its tokenizer is still checked
         if not src.tokenizer_sha256: return p
         have = {n: (p / n).read_text(encoding="utf-8") for n in _TOKENIZER_FILES if (p / n).exists()}
         if _files_sha256(have) == src.tokenizer_sha256 and not any((p / n).exists() for n in _STRAY_FILES):
@@ -162,8 +163,12 @@ def _check_folder(p: Path, src: ModelSource, say=None) -> Path:
     if files is None or _files_sha256(files) != src.tokenizer_sha256:
         raise RuntimeError(f"model folder {p}: its tokenizer is not the one madlab writes for {src.name} ({why}); "
                            f"remove the folder and run `madlab models get {src.name}` again")
-    for n, text in files.items(): _write_text(p / n, text)
-    for n in _STRAY_FILES: (p / n).unlink(missing_ok=True)
+    try:
+        for n, text in files.items(): _write_text(p / n, text)
+        for n in _STRAY_FILES: (p / n).unlink(missing_ok=True)
+    except OSError as e:
+        raise RuntimeError(f"model folder {p}: its tokenizer files need replacing by madlab's, but the folder cannot be written ({e}); "
+                           f"run `madlab models get {src.name}` where it can") from None
     say(f"{p}: its tokenizer files (written by another transformers release) were replaced by madlab's; the model is unchanged")
     return p
 
