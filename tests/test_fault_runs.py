@@ -1,6 +1,8 @@
 """Faults never sink a run, tested through `madlab run` against the fault-injecting server of `fake_openai_server.py`:
-mixed HTTP, body and connection faults; hangs and drops; a server restarting mid-run; a server that answers one request at a
-time; a server that never comes up. Short latency, timeouts and give-up so the file stays well under a minute."""
+mixed HTTP, body and connection faults; hangs and drops; a server restarting mid-run (in this process, and as its own process
+killed and started again, at two latencies and three outage lengths); Retry-After values too long to honour; a server that answers
+one request at a time; a server that never comes up. Short latency, timeouts and give-up: the file takes about two minutes, most
+of it the outages themselves.""" 
 from __future__ import annotations
 import json, re, threading, time
 import pandas as pd
@@ -8,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 from madlab.cli import main
 from conftest import free_port
-from fake_openai_server import FakeOpenAIServer
+from fake_openai_server import FakeOpenAIServer, ServerProcess
 
 RETRYABLE = ("429", "429:none", "500", "503", "reset", "short", "hang", "badjson", "nochoices")   # no answer: the client retries
 ANSWERS = ("null", "unreadable")                                                                   # answered: read as invalid
@@ -87,3 +89,31 @@ def test_a_server_that_never_comes_up_ends_the_run_after_give_up(monkeypatch, tm
     df = results(r)
     assert len(df) == 10 and (df.status == "failed").all()
     assert f"endpoint {url}" in r.output and "Traceback" not in r.output, r.output
+
+# (latency, outage): per latency, games and debates at once so the outage falls mid-run (7 calls a game; down after `at` requests)
+SIZES = {0.1: dict(games=12, concurrency=4, at=30), 1.0: dict(games=8, concurrency=4, at=16)}
+
+@pytest.mark.parametrize("outage", [2, 6, 20])
+@pytest.mark.parametrize("latency", [0.1, 1.0])
+def test_a_killed_server_costs_time_not_debates(monkeypatch, tmp_path, latency, outage):
+    "The server process is killed mid-run and a new one starts on its port `outage` s later: every debate finishes, and the summary says how long the endpoint was unreachable."
+    z, srv = SIZES[latency], ServerProcess(free_port(), latency, reply="I cannot decide.").start()
+    events = {}
+    def restart():
+        while srv.hits() < z["at"] and not events.get("ended"): time.sleep(0.02)
+        if events.get("ended"): return
+        srv.kill(); events["down"] = time.perf_counter()
+        time.sleep(outage)                                 # the outage itself
+        srv.start(); events["up"] = time.perf_counter()
+    th = threading.Thread(target=restart, daemon=True); th.start()
+    try:
+        r, dt = controlmad(monkeypatch, tmp_path, srv, f"1-{z['games']}", "--concurrency", str(z["concurrency"]), timeout="5")
+        events["ended"] = True; th.join(outage + 30)
+    finally: srv.kill()
+    assert "down" in events and "up" in events, ("the run ended before the outage", r.output)
+    df = results(r)
+    assert r.exit_code == 0 and len(df) == z["games"] and (df.status == "done").all(), r.output
+    m = re.search(r"endpoint (\S+): unreachable for ([\d.]+) s \((\d+) outages?\); (\d+) calls? waited", r.output)
+    assert m and m.group(1) == srv.url and int(m.group(4)) > 0, r.output
+    # (the first failure may be noticed a little late: it imports the `openai` client's exceptions, a second or two of CPU)
+    assert max(0.1, outage - 3) <= float(m.group(2)) <= events["up"] - events["down"] + 5, (m.group(0), events)

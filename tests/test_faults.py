@@ -24,7 +24,7 @@ def test_success_records_usage(fake_server):
     req = srv.log[0][2]
     assert req["model"] == "fake-model" and req["max_tokens"] == 16 and req["temperature"] == 0
 
-@pytest.mark.parametrize("behaviour", ["500", "429", "nonjson", "nochoices", "badjson", "close"])
+@pytest.mark.parametrize("behaviour", ["500", "429", "nonjson", "nochoices", "badjson"])
 def test_retries_are_bounded(fake_server, behaviour):
     srv = fake_server(default=behaviour)
     b = backend(srv, max_retries=2, max_wait=0.05)
@@ -32,6 +32,14 @@ def test_retries_are_bounded(fake_server, behaviour):
     with pytest.raises(BackendError, match="gave up after 3 attempts"): call(b)
     assert srv.hits == 3 and b.attempts == 3 and b.calls == 0
     assert time.perf_counter() - t0 < 5
+
+def test_a_server_that_drops_every_connection_is_down_until_give_up(fake_server):
+    "Connections closed before any answer are not retried a bounded number of times: the endpoint is down, the call waits and probes until give-up."
+    srv = fake_server(default="close")
+    b = backend(srv, max_retries=2, max_wait=0.05, give_up_after=1.5)
+    t0 = time.perf_counter()
+    with pytest.raises(BackendError, match=r"has answered nothing for \d s \(give-up after 1.5 s; a connection failed with nothing answered since"): call(b)
+    assert 1.4 < time.perf_counter() - t0 < 4 and srv.hits == b.attempts > 3 and b.calls == 0
 
 def test_transient_faults_then_success(fake_server):
     srv = fake_server(schedule=["429", "500", "nonjson", "nochoices", "ok"], reply="The answer is 7.")
