@@ -69,6 +69,18 @@ def test_a_restart_mid_run_costs_time_not_debates(monkeypatch, tmp_path):
     cfg = json.loads(open(re.search(r"^outputs: (.+)$", r.output, re.M).group(1) + "/config.json").read())
     assert cfg["endpoints"][0]["endpoint"] == srv.url and cfg["endpoints"][0]["unreachable_seconds"] == float(m.group(2))
 
+def test_retry_after_too_long_to_honour_stalls_nothing_and_is_reported(monkeypatch, tmp_path):
+    "10 % of requests get a 429 with Retry-After: 99999: each such call backs off on its own, the run finishes well within one 30 s pause, and the summary counts them."
+    with FakeOpenAIServer(faults={"429:99999": 1}, fault_rate=0.1, seed=5, reply="I cannot decide.") as srv:
+        r, dt = controlmad(monkeypatch, tmp_path, srv, "1-20", timeout="5")
+    df = results(r)
+    n = srv.injected["429:99999"]
+    assert r.exit_code == 0 and len(df) == 20 and (df.status == "done").all() and (df.errors == 0).all(), r.output
+    assert n > 0 and dt < 20, (n, dt)                                 # each used to pause the whole endpoint for max_wait (30 s)
+    assert f"sent {n} Retry-After over 60 s; not honoured" in r.output, r.output
+    cfg = json.loads(open(re.search(r"^outputs: (.+)$", r.output, re.M).group(1) + "/config.json").read())
+    assert cfg["endpoints"][0]["absurd_retry_after"] == n
+
 def test_a_server_that_answers_one_at_a_time_answers_every_call(monkeypatch, tmp_path):
     "32 calls at once to a server that serves one at a time, slower than the timeout allows for the batch: all answered."
     def solve(req):

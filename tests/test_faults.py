@@ -78,6 +78,21 @@ def test_retry_after_is_capped_by_max_wait(fake_server):
     call(b)
     assert time.perf_counter() - t0 < 2 and srv.hits == 2
 
+def test_a_retry_after_too_long_to_honour_pauses_no_other_call(fake_server):
+    "Retry-After: 99999 (over the 60 s the openai client honours): that call backs off on its own, the endpoint is not paused, and it is counted."
+    import asyncio
+    srv = fake_server(schedule=["429:99999"])
+    b = backend(srv, max_retries=2, max_wait=30)
+    async def calls():
+        first = asyncio.ensure_future(b.complete(MSGS))
+        while srv.hits < 1: await asyncio.sleep(0.005)             # the first call has had its 429
+        rest = [await b.complete(MSGS) for _ in range(3)]            # the calls after it are not held back
+        return [await first, *rest]
+    t0 = time.perf_counter()
+    out = run_sync(calls())
+    assert len(out) == 4 and srv.hits == 5 and time.perf_counter() - t0 < 5      # a 30 s pause (max_wait) before
+    assert b.health()["absurd_retry_after"] == 1
+
 def test_auth_error_is_immediate_and_keeps_the_key_secret(fake_server):
     srv = fake_server(default="401")
     b = backend(srv, max_retries=5)
