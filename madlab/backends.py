@@ -323,7 +323,7 @@ async def admit(self: CircuitBreaker) -> bool:
         except asyncio.TimeoutError: pass
     return False
 
-# %% ../nbs/01_backends.ipynb #cdc8b7e1
+# %% ../nbs/01_backends.ipynb #399e6265
 @patch
 def unreachable(self: CircuitBreaker, what: str, seen: int, started: float, probe: bool = False) -> bool:
     "An attempt begun at `started` (after `seen` answers) was refused or reset: with no answer since, open at once (True: wait, not counted)."
