@@ -323,7 +323,7 @@ async def admit(self: CircuitBreaker) -> bool:
         except asyncio.TimeoutError: pass
     return False
 
-# %% ../nbs/01_backends.ipynb #399e6265
+# %% ../nbs/01_backends.ipynb #9b72dbb3
 @patch
 def unreachable(self: CircuitBreaker, what: str, seen: int, started: float, probe: bool = False) -> bool:
     "An attempt begun at `started` (after `seen` answers) was refused or reset: with no answer since, open at once (True: wait, not counted)."
@@ -673,9 +673,9 @@ def _wire_for(self: OpenAIBackend):
     return self._wire
 
 def _no_connection(e) -> bool:
-    "Whether an aiohttp error means the endpoint is not there: refused, reset or dropped before an answer began (not a DNS failure, not a cut-off body)."
+    "Whether an aiohttp error means the endpoint is not there: refused, reset or dropped before an answer began (not a DNS or TLS failure, not a cut-off body)."
     import aiohttp
-    return isinstance(e, (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError)) and not isinstance(e, aiohttp.ClientConnectorDNSError)
+    return isinstance(e, (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError)) and not isinstance(e, (aiohttp.ClientConnectorDNSError, aiohttp.ClientSSLError))
 
 @patch
 async def _post(self: OpenAIBackend, body: bytes) -> dict:
