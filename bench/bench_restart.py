@@ -23,7 +23,7 @@ from bench_faults import version_root                            # noqa: E402
 from bench_controlmad_throughput import free_port                 # noqa: E402
 
 # latency, outage, games, requests before the kill: the case (0.5 s, down 6 s about 4 s in, 60 games), then the test matrix
-SCENARIOS = ["0.5:6:60:240", "0.1:2:48:160", "0.1:6:48:160", "0.1:20:48:160", "1.0:2:24:60", "1.0:6:24:60", "1.0:20:24:60"]
+SCENARIOS = ["0.5:6:60:240", "0.1:2:48:160", "0.1:6:48:160", "0.1:20:48:160", "1.0:2:24:100", "1.0:6:24:100", "1.0:20:24:100"]
 CLI = "import sys, madlab.cli; madlab.cli.console(sys.argv[1:])"
 
 def one_run(root: Path, latency: float, outage: float, games: int, at: int, out: Path) -> dict:
@@ -32,12 +32,15 @@ def one_run(root: Path, latency: float, outage: float, games: int, at: int, out:
     env.pop("MADLAB_MAX_CONCURRENCY", None)
     cmd = [sys.executable, "-c", CLI, "run", "controlmad", "--size", "4", "--games", f"1-{games}", "--depth", "0", "--no-self-adjustment",
            "--agents", "openai:m1,openai:m2,openai:m3", "--timeout", "5", "--no-cache", "--no-progress", "--out", str(out)]
-    ended, ev = threading.Event(), {}
+    ended, ev, lock = threading.Event(), {}, threading.Lock()
     def restart():
         while not ended.is_set() and srv.hits() < at: ended.wait(0.05)
-        if ended.is_set(): return
-        srv.kill(); ev["down"] = time.perf_counter()
-        if not ended.wait(outage) or True: srv.start(); ev["up"] = time.perf_counter()
+        with lock:
+            if ended.is_set(): return
+            srv.kill(); ev["down"] = time.perf_counter()
+        ended.wait(outage)
+        with lock:
+            if not ended.is_set(): srv.start(); ev["up"] = time.perf_counter()
     th = threading.Thread(target=restart, daemon=True)
     t0 = time.perf_counter()
     try:
@@ -45,8 +48,9 @@ def one_run(root: Path, latency: float, outage: float, games: int, at: int, out:
         th.start()
         text, _ = p.communicate()
         wall = time.perf_counter() - t0
-        ended.set(); th.join(outage + 30)
-    finally: srv.kill()
+    finally:
+        with lock: ended.set(); srv.kill()                 # no server is started after this
+        th.join(10)
     done = int(m.group(1)) if (m := re.search(r"(\d+) done", text)) else 0
     errors = int(m.group(1)) if (m := re.search(r"(\d+) errors\)", text)) else -1
     return {"done": done, "errors": errors, "wall": wall, "rc": p.returncode, "outage_hit": "down" in ev, "out": text}

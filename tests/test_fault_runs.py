@@ -111,18 +111,20 @@ SIZES = {0.1: dict(games=48, concurrency=12, at=160), 1.0: dict(games=24, concur
 def test_a_killed_server_costs_time_not_debates(monkeypatch, tmp_path, latency, outage):
     "The server process is killed mid-run and a new one starts on its port `outage` s later: every debate finishes, and the summary says how long the endpoint was unreachable."
     z, srv = SIZES[latency], ServerProcess(free_port(), latency, reply="I cannot decide.").start()
-    events = {}
+    events, ended, lock = {}, threading.Event(), threading.Lock()
     def restart():
-        while srv.hits() < z["at"] and not events.get("ended"): time.sleep(0.02)
-        if events.get("ended"): return
-        srv.kill(); events["down"] = time.perf_counter()
-        time.sleep(outage)                                 # the outage itself
-        srv.start(); events["up"] = time.perf_counter()
+        while srv.hits() < z["at"] and not ended.is_set(): time.sleep(0.02)
+        with lock:
+            if ended.is_set(): return
+            srv.kill(); events["down"] = time.perf_counter()
+        ended.wait(outage)                                 # the outage itself
+        with lock:
+            if not ended.is_set(): srv.start(); events["up"] = time.perf_counter()
     th = threading.Thread(target=restart, daemon=True); th.start()
-    try:
-        r, dt = controlmad(monkeypatch, tmp_path, srv, f"1-{z['games']}", "--concurrency", str(z["concurrency"]), timeout="5")
-        events["ended"] = True; th.join(outage + 30)
-    finally: srv.kill()
+    try: r, dt = controlmad(monkeypatch, tmp_path, srv, f"1-{z['games']}", "--concurrency", str(z["concurrency"]), timeout="5")
+    finally:
+        with lock: ended.set(); srv.kill()                 # no server is started after this
+        th.join(10)
     assert "down" in events and "up" in events, ("the run ended before the outage", r.output)
     df = results(r)
     assert r.exit_code == 0 and len(df) == z["games"] and (df.status == "done").all() and (df.errors == 0).all(), r.output   # no call failed
