@@ -8,7 +8,7 @@ option at its default, against `tests/fake_openai_server.py` (seeded fault injec
     done / N   debates finished      wall   the command's wall time
     CPU/call   the command's process CPU after its imports / the server's requests (the mock server row)
 
-Run: .venv/bin/python bench/bench_faults.py [--games 100] [--before REV] [--cpu-games 300] [--skip-cpu | --cpu-only]"""
+Run: .venv/bin/python bench/bench_faults.py [--games 100] [--before REV] [--cpu-games 300] [--skip-cpu | --cpu-only] [--only LABEL]"""
 from __future__ import annotations
 import argparse, json, os, re, subprocess, sys, tempfile, threading, time
 from pathlib import Path
@@ -31,6 +31,7 @@ SCENARIOS = [   # label, server options, what happens to the server during the r
     ("10 % of requests hang past the timeout", dict(faults={"hang": 1}, fault_rate=0.1), None),
     ("10 % of connections dropped (reset, short body)", dict(faults=DROPS, fault_rate=0.1), None),
     ("30 % of every fault above, mixed", dict(faults={**HTTP, **BODIES, **ANSWERS, **DROPS, "hang": 1}, fault_rate=0.3), None),
+    ("the same with a 429 Retry-After: 99999 among them", dict(faults={**HTTP, **BODIES, **ANSWERS, **DROPS, "hang": 1, "429:99999": 1}, fault_rate=0.3), None),
     ("the server restarts mid-run (down 6 s)", {}, "restart"),
     ("the server comes up 10 s after the run starts", {}, "late"),
 ]
@@ -91,6 +92,7 @@ def main(argv=None):
     ap.add_argument("--latency", type=float, default=0.2, help="the mock server's latency for the CPU rows")
     ap.add_argument("--skip-cpu", action="store_true")
     ap.add_argument("--cpu-only", action="store_true", help="only the CPU rows")
+    ap.add_argument("--only", default=None, help="only the fault rows whose label contains this")
     a = ap.parse_args(argv)
     print(f"load average at start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     with tempfile.TemporaryDirectory(prefix="madlab-bench-faults-") as tmp:
@@ -100,6 +102,7 @@ def main(argv=None):
         if before is None: print(f"(no commit {a.before} here: only this checkout is measured)")
         print(f"\n{'the server':<58}" + "".join(f"{v:>10} done {v:>6} wall" for v, _ in versions))
         for k, (label, opts, event) in enumerate([] if a.cpu_only else SCENARIOS):
+            if a.only and a.only not in label: continue
             line = f"{label:<58}"
             for v, root in versions:
                 r = fault_row(root, label, opts, event, a.games, tmp, f"{v}-{k}")

@@ -13,10 +13,11 @@ from fastcore.basics import patch
 from .core import *
 
 # %% auto #0
-__all__ = ['SCHEMAS', 'ADAPTIVE_START', 'PRESETS', 'END_OF_TURN_TOKENS', 'BACKEND_KINDS', 'ENDPOINT_OPTIONS', 'HF_OPTIONS',
-           'BackendError', 'ReplayMiss', 'Ask', 'Backend', 'AnswerSchema', 'answer_schema', 'schema_for', 'held_call',
-           'schema_example', 'EndpointLimit', 'EndpointDown', 'CircuitBreaker', 'response_format', 'OpenAIBackend',
-           'HFBackend', 'CachedBackend', 'ReplayBackend', 'get_backend']
+__all__ = ['SCHEMAS', 'ADAPTIVE_START', 'DOWN_PROBE_CAP', 'PRESETS', 'RETRY_AFTER_MAX', 'END_OF_TURN_TOKENS', 'BACKEND_KINDS',
+           'ENDPOINT_OPTIONS', 'HF_OPTIONS', 'BackendError', 'ReplayMiss', 'Ask', 'Backend', 'AnswerSchema',
+           'answer_schema', 'schema_for', 'held_call', 'schema_example', 'EndpointLimit', 'EndpointDown',
+           'CircuitBreaker', 'response_format', 'OpenAIBackend', 'HFBackend', 'CachedBackend', 'ReplayBackend',
+           'get_backend']
 
 # %% ../nbs/01_backends.ipynb #03b54978
 class BackendError(Exception):
@@ -223,6 +224,8 @@ def connection_failed(self: EndpointLimit, epoch: int, burst: int = 3, window: f
 class EndpointDown(BackendError):
     "The endpoint has answered nothing for its `give_up_after` seconds: calls to it fail."
 
+DOWN_PROBE_CAP = 2.0     # seconds between probes of an endpoint that refuses connections (a probe of it costs the server nothing)
+
 class CircuitBreaker:
     "Whether one endpoint is up, judged on a window of attempts: open, calls wait for a probe; silent for `give_up_after` s, they fail."
     def __init__(self, endpoint: str, after: int = 5, cooldown: float = 30.0, give_up_after: float = 300.0,
@@ -233,8 +236,10 @@ class CircuitBreaker:
         self.last_answer = time.monotonic()         # or when the breaker began: silence is counted from here
         self.failing_since = None                   # the first failure since the last answer
         self.opened_at = self.reason = None
-        self.backoff, self.next_probe, self._probing, self._changed = 1.0, 0.0, False, None
+        self.backoff, self.next_probe, self._probing, self._changed, self._cap = 1.0, 0.0, False, None, cooldown
         self.outage_seconds, self.outages, self.calls_waited, self.gave_up = 0.0, 0, 0, False
+        self.answers = 0                            # answers so far: an attempt that failed after one came is stale
+        self.confirmed, self._waited_now, self.blips = True, 0, 0   # an opening on one failed connection is an outage once confirmed
 
     @property
     def open(self) -> bool: return self.opened_at is not None
@@ -251,7 +256,7 @@ def failed(self: CircuitBreaker, what: str):
     if self.open: return
     fails = sum(f for _, f in self._recent)
     if (len(self._recent) >= self.after and fails >= self.rate * len(self._recent)) or now - self.failing_since >= self.silence:
-        self.opened_at, self.backoff, self.next_probe = now, 1.0, now + 1.0
+        self.opened_at, self.backoff, self.next_probe, self._cap, self.confirmed = now, 1.0, now + 1.0, self.cooldown, True
         self.reason = f"{fails} of its last {len(self._recent)} attempts got no answer ({what})"
         self._wake()
 
@@ -261,9 +266,11 @@ def answered(self: CircuitBreaker):
     now = time.monotonic()
     self._note(now, False)
     self.last_answer, self.failing_since, self.gave_up = now, None, False
+    self.answers += 1
     if self.open:
-        self.outage_seconds += now - self.opened_at; self.outages += 1
-        self.opened_at, self._probing = None, False
+        if self.confirmed: self.outage_seconds += now - self.opened_at; self.outages += 1
+        else: self.blips += 1                        # one dropped connection, and the next attempt was answered: no outage
+        self.opened_at, self._probing, self._waited_now = None, False, 0
         self._wake()
 
 @patch
@@ -274,8 +281,8 @@ def _note(self: CircuitBreaker, now: float, failed: bool):
 
 @patch
 def _reschedule(self: CircuitBreaker, now: float):
-    "A probe failed: the next one after twice the back-off (at most `cooldown`)."
-    self.backoff = min(self.cooldown, self.backoff * 2)
+    "A probe failed: the next one after twice the back-off (at most `cooldown`, or `DOWN_PROBE_CAP` for an endpoint that refuses connections)."
+    self.backoff = min(self._cap, self.backoff * 2)
     self.next_probe = now + self.backoff
     self._wake()
 
@@ -288,6 +295,12 @@ def abandon_probe(self: CircuitBreaker):
 def _wake(self: CircuitBreaker):
     if self._changed is not None: self._changed.set(); self._changed = None
 
+@patch
+def _confirm(self: CircuitBreaker):
+    "The opening is an outage: the calls that waited on it are counted."
+    if not self.confirmed: self.confirmed, self.calls_waited, self._waited_now = True, self.calls_waited + self._waited_now, 0
+
+
 # %% ../nbs/01_backends.ipynb #cb7a1e04
 @patch
 async def admit(self: CircuitBreaker) -> bool:
@@ -297,15 +310,35 @@ async def admit(self: CircuitBreaker) -> bool:
         now = time.monotonic()
         if not self._probing and now >= self.next_probe: self._probing = True; return True
         if now - self.last_answer >= self.give_up_after:
-            self.gave_up = True
+            self.gave_up = True; self._confirm()
             raise EndpointDown(f"endpoint {self.endpoint} has answered nothing for {now - self.last_answer:.0f} s (give-up after {self.give_up_after:g} s; "
                                f"{self.reason}). Check that the server is up and reachable (or raise --give-up-after or --timeout), then run again: finished items are kept")
-        if not waited: waited = True; self.calls_waited += 1
+        if not waited:
+            waited = True
+            if self.confirmed: self.calls_waited += 1
+            else: self._waited_now += 1                  # counted once the outage is confirmed
         if self._changed is None: self._changed = asyncio.Event()
         until = min(self.last_answer + self.give_up_after, self.next_probe if not self._probing else now + self.cooldown)
         try: await asyncio.wait_for(self._changed.wait(), timeout=max(0.005, until - now))
         except asyncio.TimeoutError: pass
     return False
+
+# %% ../nbs/01_backends.ipynb #9b72dbb3
+@patch
+def unreachable(self: CircuitBreaker, what: str, seen: int, started: float, probe: bool = False) -> bool:
+    "An attempt begun at `started` (after `seen` answers) was refused or reset: with no answer since, open at once (True: wait, not counted)."
+    if self.answers != seen: self.failed(what); return False        # the endpoint answered meanwhile: up, this failure is stale
+    now = time.monotonic()
+    self._note(now, True)
+    if self.failing_since is None: self.failing_since = now
+    if not self.open:
+        self.opened_at, self.backoff, self.next_probe, self._cap = now, 0.125, now, min(self.cooldown, DOWN_PROBE_CAP)
+        self.confirmed, self.reason = False, f"a connection failed with nothing answered since ({what})"
+        self._wake()
+    elif started >= self.opened_at: self._confirm()          # an attempt made after the opening failed too: an outage
+    if probe: self._probing = False; self._reschedule(now)
+    return True
+
 
 # %% ../nbs/01_backends.ipynb #5390250c
 PRESETS = {
@@ -341,6 +374,15 @@ def _backoff(attempt: int, max_wait: float, base: float = 0.2) -> float:
     step = base * 2 ** (attempt - 1)
     return min(max_wait, step * (1 + random.random() * 0.5))
 
+RETRY_AFTER_MAX = 60.0   # the longest Retry-After honoured (the openai client's convention); beyond it a call backs off on its own
+
+def _honoured_retry_after(exc, ep=None) -> float|None:
+    "The server's Retry-After when it is at most `RETRY_AFTER_MAX`; a longer one is not honoured (counted on `ep`), and None is returned."
+    ra = _retry_after(exc)
+    if ra is None or ra <= RETRY_AFTER_MAX: return ra
+    if ep is not None: ep.absurd_retry_after += 1
+    return None
+
 def _retry_after(exc) -> float|None:
     "Seconds the server asks us to wait: `Retry-After` (seconds or an HTTP date) or `retry-after-ms`; None when absent."
     resp = getattr(exc, "response", None)
@@ -362,6 +404,7 @@ class _Endpoint:
     "What the calls to one endpoint share on one event loop: the in-flight limit and the circuit breaker."
     def __init__(self, url: str, limit: int|None, breaker_after: int, cooldown: float, give_up_after: float = 300.0):
         self.url, self.limit, self.breaker = url, EndpointLimit(limit), CircuitBreaker(url, breaker_after, cooldown, give_up_after)
+        self.absurd_retry_after = 0              # 429s whose Retry-After was too long to honour (each backed off on its own)
         self.schema_refused: str|None = None     # why the server refused `response_format` (then it is never sent again)
         self.schema_ok, self._schema_probe, self._schema_asked = False, None, False   # it took one; the call finding out; whether one did
 
@@ -564,12 +607,14 @@ def _refuses_schema(e) -> bool:
 
 @patch
 def health(self: OpenAIBackend) -> dict|None:
-    "The endpoint's record on the loop it last ran on: seconds unreachable (an open breaker), outages, calls that waited, whether it gave up."
+    "The endpoint's record on the loop it last ran on: seconds unreachable (an open breaker), outages, calls that waited, whether it gave up, Retry-Afters not honoured."
     if self._ep is None: return None
     br = self._ep.breaker
-    down = br.outage_seconds + (time.monotonic() - br.opened_at if br.open else 0.0)
-    return {"endpoint": self._ep.url, "unreachable_seconds": round(down, 1), "outages": br.outages + br.open,
-            "calls_waited": br.calls_waited, "gave_up": br.gave_up, **({"structured": f"refused: {self._ep.schema_refused}"} if self._ep.schema_refused else {})}
+    now_down = br.open and br.confirmed                  # an opening on one dropped connection is not an outage until confirmed
+    down = br.outage_seconds + (time.monotonic() - br.opened_at if now_down else 0.0)
+    return {"endpoint": self._ep.url, "unreachable_seconds": round(down, 1), "outages": br.outages + now_down,
+            "calls_waited": br.calls_waited + (br._waited_now if br.open and br.confirmed else 0), "gave_up": br.gave_up,
+            **({"absurd_retry_after": self._ep.absurd_retry_after} if self._ep.absurd_retry_after else {}), **({"structured": f"refused: {self._ep.schema_refused}"} if self._ep.schema_refused else {})}
 
 @patch
 async def aclose(self: OpenAIBackend):
@@ -627,6 +672,11 @@ def _wire_for(self: OpenAIBackend):
         self._wire = (loop, url, _request_headers(self._api_key), aiohttp.ClientTimeout(total=self.timeout))
     return self._wire
 
+def _no_connection(e) -> bool:
+    "Whether an aiohttp error means the endpoint is not there: refused, reset or dropped before an answer began (not a DNS or TLS failure, not a cut-off body)."
+    import aiohttp
+    return isinstance(e, (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError)) and not isinstance(e, (aiohttp.ClientConnectorDNSError, aiohttp.ClientSSLError))
+
 @patch
 async def _post(self: OpenAIBackend, body: bytes) -> dict:
     "One HTTP attempt: the decoded answer, or the exception the `openai` client raises for the same failure."
@@ -636,12 +686,16 @@ async def _post(self: OpenAIBackend, body: bytes) -> dict:
         async with _session().post(url, data=body, headers=headers, timeout=timeout) as resp:
             status, raw = resp.status, await resp.read()
             rh = list(resp.headers.items()) if status >= 400 else None
-    except asyncio.TimeoutError:
+    except asyncio.TimeoutError as e:
         import openai
-        raise openai.APITimeoutError(request=_httpx().Request("POST", url)) from None
+        err = openai.APITimeoutError(request=_httpx().Request("POST", url))
+        err.no_connection = isinstance(e, aiohttp.ConnectionTimeoutError)    # no connection was made in time: nothing reached a server
+        raise err from None
     except aiohttp.ClientError as e:
         import openai
-        raise openai.APIConnectionError(message=f"Connection error: {type(e).__name__}: {e}"[:300], request=_httpx().Request("POST", url)) from None
+        err = openai.APIConnectionError(message=f"Connection error: {type(e).__name__}: {e}"[:300], request=_httpx().Request("POST", url))
+        err.no_connection = _no_connection(e)
+        raise err from None
     if rh is not None:
         raise self._get_client()._make_status_error_from_response(_httpx().Response(status, headers=rh, content=raw, request=_httpx().Request("POST", url)))
     try: r = orjson.loads(raw)
@@ -655,28 +709,33 @@ async def _post(self: OpenAIBackend, body: bytes) -> dict:
 # %% ../nbs/01_backends.ipynb #288db7f4
 @patch
 async def _attempt(self: OpenAIBackend, ep: _Endpoint, body: bytes) -> dict:
-    "One attempt under the endpoint's breaker and limit; it tells both how the attempt went."
-    probe = await ep.breaker.admit()                # while the endpoint looks down: wait for its probe, holding no slot
-    try: epoch = await ep.limit.acquire()
-    except BaseException:
-        if probe: ep.breaker.abandon_probe()
-        raise
-    try:
-        self.attempts += 1
-        answered_before = ep.breaker.last_answer
-        r = await self._post(body)
-    except _sdk("APIConnectionError") as e:        # refused, dropped, timed out: no answer
-        ep.breaker.failed(f"APITimeoutError: no answer within {self.timeout:g} s" if isinstance(e, _sdk("APITimeoutError")) else _err_text(e))
-        ep.limit.connection_failed(epoch)           # timeouts and drops in a burst bring the limit down, as 429s do
-        e.endpoint_busy = ep.breaker.last_answer > answered_before   # it answered other calls meanwhile: up, but busy
-        raise
-    except _sdk("RateLimitError") as e:
-        ep.breaker.answered(); ep.limit.overloaded(epoch, min(_retry_after(e) or 0.0, self.max_wait)); raise
-    except (*_sdk("APIStatusError"), _Malformed): ep.breaker.answered(); raise
-    else: ep.breaker.answered(); ep.limit.succeeded(); return r
-    finally:
-        ep.limit.release()
-        if probe: ep.breaker.abandon_probe()        # cancelled before its outcome was recorded: another call may probe
+    "One attempt under the endpoint's breaker and limit; it tells both how it went. One that finds the endpoint down waits for it and goes again, not counted."
+    br = ep.breaker
+    while True:
+        probe = await br.admit()                    # while the endpoint looks down: wait for its probe, holding no slot
+        try: epoch = await ep.limit.acquire()
+        except BaseException:
+            if probe: br.abandon_probe()
+            raise
+        try:
+            self.attempts += 1
+            seen, started = br.answers, time.monotonic()
+            r = await self._post(body)
+        except _sdk("APIConnectionError") as e:    # refused, dropped, timed out: no answer
+            what = f"APITimeoutError: no answer within {self.timeout:g} s" if isinstance(e, _sdk("APITimeoutError")) else _err_text(e)
+            if getattr(e, "no_connection", False):
+                if br.unreachable(what, seen, started, probe): continue   # down, nothing answered since: wait for it
+            else: br.failed(what)
+            ep.limit.connection_failed(epoch)       # timeouts and drops in a burst bring the limit down, as 429s do
+            e.endpoint_busy = br.answers != seen    # it answered other calls meanwhile: up, but busy
+            raise
+        except _sdk("RateLimitError") as e:
+            br.answered(); ep.limit.overloaded(epoch, min(_honoured_retry_after(e, ep) or 0.0, self.max_wait)); raise
+        except (*_sdk("APIStatusError"), _Malformed): br.answered(); raise
+        else: br.answered(); ep.limit.succeeded(); return r
+        finally:
+            ep.limit.release()
+            if probe: br.abandon_probe()            # cancelled before its outcome was recorded: another call may probe
 
 def _close_sessions_at_exit():
     "Close the HTTP sessions of loops that still run (madlab's runtime loop) when the interpreter exits."
@@ -691,12 +750,12 @@ atexit.register(_close_sessions_at_exit)
 # %% ../nbs/01_backends.ipynb #e10d4a02
 @patch
 async def _retry(self: OpenAIBackend, ep: _Endpoint, body: bytes, first: Exception) -> dict:
-    """Attempts after a retryable failure `first`, with the server's Retry-After (at most `max_wait`) or back-off between them: up to
+    """Attempts after a retryable failure `first`, with the server's Retry-After (at most `max_wait`; over 60 s, back-off) or back-off between them: up to
     `max_retries + 1` that count. An attempt that got no answer while the endpoint answered other calls (a queue, a dropped connection)
     does not count; at most `4 * (max_retries + 1)` attempts in all. A down endpoint is the breaker's to judge (`give_up_after`)."""
     import tenacity
     def wait(e, attempt):
-        ra = _retry_after(e)
+        ra = _honoured_retry_after(e)               # one too long to honour: this call backs off on its own
         return min(ra, self.max_wait) if ra is not None else _backoff(attempt, self.max_wait)
     counts = lambda e: not getattr(e, "endpoint_busy", False)
     used = [int(counts(first))]

@@ -242,6 +242,7 @@ class RunResult:
                                  + str(df[df.status == 'failed'].error.dropna().iloc[0] if (df.status == 'failed').any() else '?')[:300])
         for e in self.endpoints:
             if e.get("structured"): L.append(f"endpoint {e['endpoint']}: {e['structured']}; its replies were asked for in prose only (the format in the prompt)")
+            if e.get("absurd_retry_after"): L.append(f"endpoint {e['endpoint']}: sent {e['absurd_retry_after']} Retry-After over 60 s; not honoured: each of those calls backed off on its own")
             if not (e["outages"] or e["calls_waited"] or e["gave_up"]): continue
             L.append(f"endpoint {e['endpoint']}: unreachable for {e['unreachable_seconds']:g} s ({e['outages']} outage{'s' if e['outages'] != 1 else ''}); "
                      f"{e['calls_waited']} call{'s' if e['calls_waited'] != 1 else ''} waited for it" + ("; it answered nothing for too long: its calls failed" if e["gave_up"] else ""))
@@ -318,7 +319,7 @@ def _endpoint_health(agents) -> list:
     out = {}
     for a in agents:
         h = a.backend.health() if hasattr(a.backend, "health") else None
-        if h and (h["outages"] or h["calls_waited"] or h["gave_up"] or h.get("structured")): out.setdefault(h["endpoint"], h)
+        if h and (h["outages"] or h["calls_waited"] or h["gave_up"] or h.get("structured") or h.get("absurd_retry_after")): out.setdefault(h["endpoint"], h)
     return list(out.values())
 
 def _order(ids, known):

@@ -24,17 +24,20 @@ drawn from `random.Random(seed)` with the weights given (`429:none` is a 429 wit
 (connections are refused) and drops what is open, `up()` listens again on the same port; `serial=True` answers one
 request at a time (a server without continuous batching: the rest queue). `answered` counts 200 completions sent.
 
+`ServerProcess(port, latency, reply)` runs it in its own process, to be killed and started again on the same port.
+
 `route(request) -> behaviour | None` picks a behaviour per request (e.g. by prompt text) before the schedule does;
 `reply` is a string or `fn(request) -> str`; `latency` adds a fixed delay to every answer (benches).
-`hits` counts requests, `log` keeps (time, behaviour, request) for each.
+`hits` counts requests, `log` keeps (time, behaviour, request) for each; `GET /v1/stats` gives `hits` and `answered` (for a
+server run in its own process).
 
 Run it alone: `python tests/fake_openai_server.py --port 8001 --latency 0.05 --reply "The answer is 42."`.
 """
 from __future__ import annotations
-import argparse, asyncio, json, random, threading, time, uuid
+import argparse, asyncio, json, os, random, signal, subprocess, sys, threading, time, urllib.request, uuid
 from collections import deque
 
-__all__ = ["FakeOpenAIServer"]
+__all__ = ["FakeOpenAIServer", "ServerProcess"]
 
 _REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 429: "Too Many Requests",
             500: "Internal Server Error", 502: "Bad Gateway", 503: "Service Unavailable"}
@@ -93,6 +96,7 @@ class FakeOpenAIServer:
             if path in ("/v1/models", "/models"):
                 return self._response(200, {"object": "list", "data": [{"id": self.model, "object": "model", "owned_by": "fake"}]})
             if path == "/health": return self._response(200, {"status": "ok"})
+            if path in ("/v1/stats", "/stats"): return self._response(200, {"hits": self.hits, "answered": self.answered})
             return self._error(404, "not found", "not_found")
         if method != "POST" or not path.endswith("/chat/completions"): return self._error(404, "not found", "not_found")
         try: req = json.loads(raw or b"{}")
@@ -200,6 +204,29 @@ class FakeOpenAIServer:
 
     def __enter__(self): return self.start()
     def __exit__(self, *a): self.stop()
+
+class ServerProcess:
+    "This server in its own process on `port`: `kill()` takes it down (SIGKILL: open connections reset, new ones refused), `start()` brings a new one up there."
+    def __init__(self, port: int, latency: float = 0.0, reply: str = "The answer is 42."):
+        self.port, self.latency, self.reply, self.p = port, latency, reply, None
+    @property
+    def url(self) -> str: return f"http://127.0.0.1:{self.port}/v1"
+    def start(self) -> ServerProcess:
+        self.p = subprocess.Popen([sys.executable, __file__, "--port", str(self.port), "--latency", str(self.latency), "--reply", self.reply],
+                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        line = self.p.stdout.readline()                    # printed once it listens (nothing: it could not)
+        if "fake OpenAI server on" not in line: self.kill(); raise RuntimeError(f"the server did not start on port {self.port}: {line!r}")
+        return self
+    def kill(self):
+        if self.p is not None and self.p.poll() is None: os.kill(self.p.pid, signal.SIGKILL)
+        if self.p is not None: self.p.wait(); self.p.stdout.close()
+    def hits(self) -> int:
+        "Requests this process has had (-1 while it is down)."
+        try:
+            with urllib.request.urlopen(f"{self.url}/stats", timeout=5) as r: return json.load(r)["hits"]
+        except OSError: return -1
+    def __enter__(self): return self.start()
+    def __exit__(self, *a): self.kill()
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

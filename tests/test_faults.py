@@ -24,7 +24,7 @@ def test_success_records_usage(fake_server):
     req = srv.log[0][2]
     assert req["model"] == "fake-model" and req["max_tokens"] == 16 and req["temperature"] == 0
 
-@pytest.mark.parametrize("behaviour", ["500", "429", "nonjson", "nochoices", "badjson", "close"])
+@pytest.mark.parametrize("behaviour", ["500", "429", "nonjson", "nochoices", "badjson"])
 def test_retries_are_bounded(fake_server, behaviour):
     srv = fake_server(default=behaviour)
     b = backend(srv, max_retries=2, max_wait=0.05)
@@ -32,6 +32,14 @@ def test_retries_are_bounded(fake_server, behaviour):
     with pytest.raises(BackendError, match="gave up after 3 attempts"): call(b)
     assert srv.hits == 3 and b.attempts == 3 and b.calls == 0
     assert time.perf_counter() - t0 < 5
+
+def test_a_server_that_drops_every_connection_is_down_until_give_up(fake_server):
+    "Connections closed before any answer are not retried a bounded number of times: the endpoint is down, the call waits and probes until give-up."
+    srv = fake_server(default="close")
+    b = backend(srv, max_retries=2, max_wait=0.05, give_up_after=1.5)
+    t0 = time.perf_counter()
+    with pytest.raises(BackendError, match=r"has answered nothing for \d s \(give-up after 1.5 s; a connection failed with nothing answered since"): call(b)
+    assert 1.4 < time.perf_counter() - t0 < 4 and srv.hits == b.attempts > 3 and b.calls == 0
 
 def test_transient_faults_then_success(fake_server):
     srv = fake_server(schedule=["429", "500", "nonjson", "nochoices", "ok"], reply="The answer is 7.")
@@ -69,6 +77,21 @@ def test_retry_after_is_capped_by_max_wait(fake_server):
     t0 = time.perf_counter()
     call(b)
     assert time.perf_counter() - t0 < 2 and srv.hits == 2
+
+def test_a_retry_after_too_long_to_honour_pauses_no_other_call(fake_server):
+    "Retry-After: 99999 (over the 60 s the openai client honours): that call backs off on its own, the endpoint is not paused, and it is counted."
+    import asyncio
+    srv = fake_server(schedule=["429:99999"])
+    b = backend(srv, max_retries=2, max_wait=30)
+    async def calls():
+        first = asyncio.ensure_future(b.complete(MSGS))
+        while srv.hits < 1: await asyncio.sleep(0.005)             # the first call has had its 429
+        rest = [await b.complete(MSGS) for _ in range(3)]            # the calls after it are not held back
+        return [await first, *rest]
+    t0 = time.perf_counter()
+    out = run_sync(calls())
+    assert len(out) == 4 and srv.hits == 5 and time.perf_counter() - t0 < 5      # a 30 s pause (max_wait) before
+    assert b.health()["absurd_retry_after"] == 1
 
 def test_auth_error_is_immediate_and_keeps_the_key_secret(fake_server):
     srv = fake_server(default="401")
