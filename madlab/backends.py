@@ -13,11 +13,12 @@ from fastcore.basics import patch
 from .core import *
 
 # %% auto #0
-__all__ = ['SCHEMAS', 'ADAPTIVE_START', 'DOWN_PROBE_CAP', 'PRESETS', 'RETRY_AFTER_MAX', 'END_OF_TURN_TOKENS', 'BACKEND_KINDS',
-           'ENDPOINT_OPTIONS', 'HF_OPTIONS', 'BackendError', 'ReplayMiss', 'Ask', 'Backend', 'AnswerSchema',
-           'answer_schema', 'schema_for', 'held_call', 'schema_example', 'EndpointLimit', 'EndpointDown',
-           'CircuitBreaker', 'response_format', 'OpenAIBackend', 'HFBackend', 'CachedBackend', 'ReplayBackend',
-           'get_backend']
+__all__ = ['ADAPTIVE_START', 'DOWN_PROBE_CAP', 'PRESETS', 'RETRY_AFTER_MAX', 'END_OF_TURN_TOKENS', 'BACKEND_PROVIDERS',
+           'ENTRY_POINT_GROUP', 'ENDPOINT_OPTIONS', 'HF_OPTIONS', 'BackendError', 'ReplayMiss', 'Backend', 'held_call',
+           'EndpointLimit', 'EndpointDown', 'CircuitBreaker', 'response_format', 'OpenAIBackend', 'HFBackend',
+           'CachedBackend', 'ReplayBackend', 'register_backend', 'backend_provider', 'unregister_backend',
+           'backend_kinds', 'get_backend', 'Ask', 'AnswerSchema', 'SCHEMAS', 'answer_schema', 'schema_for',
+           'schema_example']
 
 # %% ../nbs/01_backends.ipynb #03b54978
 class BackendError(Exception):
@@ -25,21 +26,6 @@ class BackendError(Exception):
 
 class ReplayMiss(BackendError):
     "A replayed debate asked for a reply the transcript does not hold."
-
-@serializable
-@dataclass
-class Ask:
-    "Context of one request: what is asked, about what, and what the peers said (seen only by synthetic and replay backends)."
-    kind: str = "text"            # the answer format asked for, e.g. "kks.full", "number", "choice"
-    item: Any = None              # the task item
-    agent: str|None = None        # who asks (also the cache's sample stream)
-    focus: str|None = None        # player or topic in focus
-    peers: dict = field(default_factory=dict)   # other agents' current answers
-    previous: Any = None          # this agent's current answer
-    phase: str|None = None
-    round: int|None = None
-    sample: int = 0               # index of a repeated identical request
-    options: dict = field(default_factory=dict) # format options (confidence scale, choices, ...)
 
 class Backend:
     "Base class: subclasses implement `complete`."
@@ -60,61 +46,13 @@ def _estimate_tokens(text: str) -> int: return max(1, math.ceil(len(text) / 4)) 
 def _prompt_tokens(messages): return sum(_estimate_tokens(m.get("content") or "") + 4 for m in messages)
 
 # %% ../nbs/01_backends.ipynb #3e887c12
-@dataclass
-class AnswerSchema:
-    "The JSON shape of a valid reply to one kind of request: `schema` (JSON schema), its free-text `reasoning` field and the tokens the rest needs."
-    schema: dict
-    reasoning: str|None = "reasoning"     # the free-text field that comes first (its length is capped to leave room for the answer)
-    answer_tokens: int = 24               # about how many tokens everything but the reasoning takes
-    prompted: bool = False                # the request's own prompt already shows this JSON shape (no note is added)
-
-    def capped(self, max_tokens: int|None, most: int = 1500) -> dict:
-        "The schema with the reasoning field capped so that the whole reply fits in `max_tokens` (about 2.5 characters a token)."
-        s = json.loads(json.dumps(self.schema))
-        r = s.get("properties", {}).get(self.reasoning) if self.reasoning else None
-        if r is not None: r["maxLength"] = max(0, min(most, int(2.5 * ((max_tokens or 512) - self.answer_tokens - 8))))
-        return s
-
-    def note(self) -> str:
-        "The instruction that shows the model the shape the constraint enforces."
-        return "Reply with one JSON object of this shape (reasoning first, then the answer fields):\n" + schema_example(self.schema)
-
-SCHEMAS: dict[str, Callable] = {}
-
-def answer_schema(kind: str):
-    "Decorator: register `fn(ask) -> AnswerSchema|None`, the shape of a valid reply to requests of `kind`."
-    def deco(fn): SCHEMAS[kind] = fn; return fn
-    return deco
-
-def schema_for(ask: Ask|None) -> AnswerSchema|None:
-    "The `AnswerSchema` of `ask`'s kind for this item (None: free text, or a kind without one)."
-    fn = SCHEMAS.get(getattr(ask, "kind", None))
-    return fn(ask) if fn is not None else None
+_all_ = ['Ask', 'AnswerSchema', 'SCHEMAS', 'answer_schema', 'schema_for', 'schema_example']   # the request contract lives in `madlab.core`; old imports keep working
 
 def held_call(backend, ask: Ask|None, params: dict, mode: str = "auto", max_tokens: int|None = None) -> tuple[dict, str]:
     "`params` with the reply's schema (capped to `max_tokens`) where `backend` can hold a reply to one and `mode` is not off, and the prompt note that shows it."
     sch = schema_for(ask) if mode != "off" and getattr(backend, "structured", None) else None
     if sch is None: return params, ""
     return {**params, "schema": sch.capped(max_tokens)}, ("" if sch.prompted else "\n\n" + sch.note())
-
-# %% ../nbs/01_backends.ipynb #80314418
-def schema_example(s) -> str:
-    "A one-line example of what JSON schema `s` accepts, with `<...>` placeholders."
-    if not isinstance(s, dict): return "<value>"
-    if "const" in s: return json.dumps(s["const"])
-    if "enum" in s: return '"' + "|".join(map(str, s["enum"])) + '"' if all(isinstance(v, str) for v in s["enum"]) else "|".join(map(json.dumps, s["enum"]))
-    t = s.get("type")
-    if t == "object":
-        return "{" + ", ".join(f'"{k}": {schema_example(v)}' for k, v in s.get("properties", {}).items()) + "}"
-    if t == "array":
-        if s.get("prefixItems"): return "[" + ", ".join(schema_example(x) for x in s["prefixItems"]) + "]"
-        return "[" + schema_example(s.get("items")) + ", ...]"
-    if t in ("integer", "number"):
-        lo, hi = s.get("minimum"), s.get("maximum")
-        return f"<{t} {lo}-{hi}>" if lo is not None and hi is not None else f"<{t}>"
-    if t == "boolean": return "true|false"
-    if "anyOf" in s: return " or ".join(schema_example(x) for x in s["anyOf"])
-    return f'"<{s.get("description", "text")}>"'
 
 # %% ../nbs/01_backends.ipynb #621b8fde
 ADAPTIVE_START = 512     # calls in flight an adaptive endpoint limit starts at (and grows back to at most)
@@ -1268,8 +1206,65 @@ class ReplayBackend(Backend):
         "The live backend's count, or the estimate when there is none."
         return self.fallback.count_tokens(text) if self.fallback is not None else super().count_tokens(text)
 
-# %% ../nbs/01_backends.ipynb #c1763aac
-BACKEND_KINDS = ("synthetic", *PRESETS, "hf", "replay")
+# %% ../nbs/01_backends.ipynb #03ec24d0
+BACKEND_PROVIDERS: dict[str, Callable] = {}   # spec prefix -> factory(rest, **kw) -> Backend
+ENTRY_POINT_GROUP = "madlab.backends"         # where another installed package offers its providers
+
+def register_backend(prefix: str, factory: Callable) -> Callable:
+    "Make specs `PREFIX:REST` build `factory(rest, **kw)` (a `Backend`); registering a prefix again replaces its factory."
+    if not isinstance(prefix, str) or not re.fullmatch(r"[A-Za-z][\w-]*", prefix):
+        raise ValueError(f"a backend prefix is a letter then letters, digits, '_' or '-' (no ':'); got {prefix!r}")
+    if not callable(factory): raise TypeError(f"the factory of {prefix}: must be callable; got {type(factory).__name__}")
+    BACKEND_PROVIDERS[prefix] = factory
+    return factory
+
+def backend_provider(prefix: str) -> Callable:
+    "Decorator: register the function as the factory of `prefix:` specs (see `register_backend`)."
+    return lambda factory: register_backend(prefix, factory)
+
+def unregister_backend(prefix: str) -> Callable|None:
+    "Forget the provider of `prefix:` (its factory, or None when there was none)."
+    return BACKEND_PROVIDERS.pop(prefix, None)
+
+
+# %% ../nbs/01_backends.ipynb #0d386702
+def _entry_points() -> dict:
+    "Prefix -> entry point of the providers installed packages offer in the `madlab.backends` group (the first of a name wins); none is loaded."
+    from importlib.metadata import entry_points
+    out = {}
+    for ep in entry_points(group=ENTRY_POINT_GROUP): out.setdefault(ep.name, ep)
+    return out
+
+def backend_kinds() -> tuple[str, ...]:
+    "The spec prefixes madlab can build now: those registered, then those installed packages offer (loaded on first use)."
+    return tuple(dict.fromkeys([*BACKEND_PROVIDERS, *_entry_points()]))
+
+def _provider(kind: str) -> Callable|None:
+    "The factory of `kind:` specs; an installed package's entry point is loaded on first use (it may register itself, or be the factory)."
+    if kind in BACKEND_PROVIDERS: return BACKEND_PROVIDERS[kind]
+    ep = _entry_points().get(kind)
+    if ep is None: return None
+    try: obj = ep.load()
+    except Exception as e: raise ValueError(f"{kind}: the package offering it failed to load ({ep.value}): {type(e).__name__}: {e}") from None
+    if kind not in BACKEND_PROVIDERS:
+        if not callable(obj): raise ValueError(f"{kind}: entry point {ep.value} neither registered {kind}: nor is a factory")
+        register_backend(kind, obj)
+    return BACKEND_PROVIDERS[kind]
+
+def get_backend(spec: str, **kw) -> Backend:
+    "Build the backend named by `spec`, `KIND:REST`, with the provider registered for `KIND` (see `backend_kinds`); `kw` go to it."
+    if isinstance(spec, Backend): return spec
+    if not isinstance(spec, str) or ":" not in spec:
+        raise ValueError(f"backend spec must look like KIND:NAME with KIND one of {', '.join(backend_kinds())}; got {spec!r}")
+    kind, rest = spec.split(":", 1)
+    make = _provider(kind)
+    if make is None: raise ValueError(f"unknown backend kind {kind!r} in {spec!r}; choose from {', '.join(backend_kinds())}")
+    b = make(rest, **kw)
+    if not callable(getattr(b, "complete", None)): raise TypeError(f"the {kind}: provider built {type(b).__name__}, not a backend (it has no `complete`)")
+    return b
+
+
+# %% ../nbs/01_backends.ipynb #6ce1e98f
 _HF_SHARED: dict = {}   # (path, options) -> HFBackend: one loaded model and one batching queue per spec
 
 def _replay_backend(spec, path, agent) -> ReplayBackend:
@@ -1316,32 +1311,40 @@ def _hf_options(spec, rest) -> tuple[str, dict]:
             opts[k] = int(v)
     return name, opts
 
-def get_backend(spec: str, **kw) -> Backend:
-    "Build the backend named by `spec` (see `BACKEND_KINDS`); `kw` go to its constructor."
-    if isinstance(spec, Backend): return spec
-    if not isinstance(spec, str) or ":" not in spec:
-        raise ValueError(f"backend spec must look like KIND:NAME with KIND one of {', '.join(BACKEND_KINDS)}; got {spec!r}")
-    kind, rest = spec.split(":", 1)
-    if kind == "synthetic":
-        from madlab.synthetic import synthetic_backend   # the offline agents sit above this module (see `madlab.synthetic`)
-        return synthetic_backend(rest)
-    if kind in PRESETS:
-        if not rest: raise ValueError(f"{kind}: needs a model name, e.g. {kind}:MODEL")
-        model, opts = _spec_options(spec, rest)
-        return OpenAIBackend(model, preset=kind, **{**opts, **kw})
-    if kind == "hf":
-        if not rest: raise ValueError("hf: needs a model path or hub name, e.g. hf:/models/tiny")
-        key = (rest, repr(sorted(kw.items())))
-        if key not in _HF_SHARED:
-            from madlab.models import resolve_model   # `hf:smollm2`: one of madlab's own models, got with `madlab models get`
-            name, opts = _hf_options(spec, rest)
-            try: path = resolve_model(name)
-            except (FileNotFoundError, RuntimeError) as e: raise ValueError(str(e)) from None   # not got yet, or a folder it refuses
-            _HF_SHARED[key] = b = HFBackend(path, **{**opts, **kw})
-            b.spec = f"hf:{rest}"
-        return _HF_SHARED[key]
-    if kind == "replay":
-        path, _, agent = rest.partition("#")
-        if not path or not agent: raise ValueError("replay: needs a transcript path and an agent name: replay:PATH#AGENT")
-        return _replay_backend(spec, path, agent)
-    raise ValueError(f"unknown backend kind {kind!r} in {spec!r}; choose from {', '.join(BACKEND_KINDS)}")
+
+# %% ../nbs/01_backends.ipynb #4fc08540
+@backend_provider("synthetic")
+def _synthetic_provider(rest, **kw):
+    "`synthetic:PERSONA,...`: madlab's offline agents (see `madlab.synthetic`)."
+    from madlab.synthetic import synthetic_backend   # the offline agents sit above this module (see `madlab.synthetic`)
+    return synthetic_backend(rest)
+
+def _openai_provider(preset, rest, **kw):
+    "`PRESET:MODEL,key=value,...`: an OpenAI-compatible server (see `PRESETS`, `ENDPOINT_OPTIONS`)."
+    if not rest: raise ValueError(f"{preset}: needs a model name, e.g. {preset}:MODEL")
+    model, opts = _spec_options(f"{preset}:{rest}", rest)
+    return OpenAIBackend(model, preset=preset, **{**opts, **kw})
+
+for _p in PRESETS: register_backend(_p, functools.partial(_openai_provider, _p))   # openai, gemini, qwen, ollama, vllm
+
+@backend_provider("hf")
+def _hf_provider(rest, **kw):
+    "`hf:PATH,key=value,...`: a transformers model in process, one per spec and options (torch loads when it first answers)."
+    if not rest: raise ValueError("hf: needs a model path or hub name, e.g. hf:/models/tiny")
+    key = (rest, repr(sorted(kw.items())))
+    if key not in _HF_SHARED:
+        from madlab.models import resolve_model   # `hf:smollm2`: one of madlab's own models, got with `madlab models get`
+        name, opts = _hf_options(f"hf:{rest}", rest)
+        try: path = resolve_model(name)
+        except (FileNotFoundError, RuntimeError) as e: raise ValueError(str(e)) from None   # not got yet, or a folder it refuses
+        _HF_SHARED[key] = b = HFBackend(path, **{**opts, **kw})
+        b.spec = f"hf:{rest}"
+    return _HF_SHARED[key]
+
+@backend_provider("replay")
+def _replay_provider(rest, **kw):
+    "`replay:PATH#AGENT`: one agent's recorded replies."
+    path, _, agent = rest.partition("#")
+    if not path or not agent: raise ValueError("replay: needs a transcript path and an agent name: replay:PATH#AGENT")
+    return _replay_backend(f"replay:{rest}", path, agent)
+

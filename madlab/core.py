@@ -9,15 +9,16 @@ from __future__ import annotations
 import ast, asyncio, copy, dataclasses, hashlib, html, importlib, io, json, math, os, re, tempfile, threading, time, uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 import orjson
 
 # %% auto #0
-__all__ = ['ROLES', 'REDACTED', 'OptionError', 'serializable', 'to_jsonable', 'from_jsonable', 'Message', 'ChatHistory', 'Usage',
-           'Completion', 'Answer', 'answer_valid', 'answer_key', 'answer_summary', 'answer_view', 'Turn', 'Round',
-           'Item', 'register_secret', 'scrub_secrets', 'write_atomic', 'write_parquet', 'Transcript', 'json_objects',
-           'extract_json', 'runtime_loop', 'run_sync', 'run_async', 'stable_hash', 'new_id', 'default_cache_dir',
-           'madlab_data', 'public_data']
+__all__ = ['ROLES', 'REDACTED', 'SCHEMAS', 'OptionError', 'serializable', 'to_jsonable', 'from_jsonable', 'Message',
+           'ChatHistory', 'Usage', 'Completion', 'Answer', 'answer_valid', 'answer_key', 'answer_summary',
+           'answer_view', 'Turn', 'Round', 'Item', 'register_secret', 'scrub_secrets', 'write_atomic', 'write_parquet',
+           'Transcript', 'json_objects', 'extract_json', 'runtime_loop', 'run_sync', 'run_async', 'stable_hash',
+           'new_id', 'default_cache_dir', 'madlab_data', 'public_data', 'Ask', 'AnswerSchema', 'answer_schema',
+           'schema_for', 'schema_example']
 
 # %% ../nbs/00_core.ipynb #84f5c85e
 class OptionError(ValueError):
@@ -651,3 +652,74 @@ def public_data(*parts) -> Path|None:
     root = _public_data_dir()
     p = None if root is None else root.joinpath(*parts)
     return p if p is not None and p.exists() else None
+
+# %% ../nbs/00_core.ipynb #74a98720
+@serializable
+@dataclass
+class Ask:
+    "Context of one request: what is asked, about what, and what the peers said (seen only by synthetic and replay backends)."
+    kind: str = "text"            # the answer format asked for, e.g. "kks.full", "number", "choice"
+    item: Any = None              # the task item
+    agent: str|None = None        # who asks (also the cache's sample stream)
+    focus: str|None = None        # player or topic in focus
+    peers: dict = field(default_factory=dict)   # other agents' current answers
+    previous: Any = None          # this agent's current answer
+    phase: str|None = None
+    round: int|None = None
+    sample: int = 0               # index of a repeated identical request
+    options: dict = field(default_factory=dict) # format options (confidence scale, choices, ...)
+
+_TYPES["madlab.backends.Ask"] = Ask   # its name before it moved here: older JSON still reads
+
+
+# %% ../nbs/00_core.ipynb #bb639f6b
+@dataclass
+class AnswerSchema:
+    "The JSON shape of a valid reply to one kind of request: `schema` (JSON schema), its free-text `reasoning` field and the tokens the rest needs."
+    schema: dict
+    reasoning: str|None = "reasoning"     # the free-text field that comes first (its length is capped to leave room for the answer)
+    answer_tokens: int = 24               # about how many tokens everything but the reasoning takes
+    prompted: bool = False                # the request's own prompt already shows this JSON shape (no note is added)
+
+    def capped(self, max_tokens: int|None, most: int = 1500) -> dict:
+        "The schema with the reasoning field capped so that the whole reply fits in `max_tokens` (about 2.5 characters a token)."
+        s = json.loads(json.dumps(self.schema))
+        r = s.get("properties", {}).get(self.reasoning) if self.reasoning else None
+        if r is not None: r["maxLength"] = max(0, min(most, int(2.5 * ((max_tokens or 512) - self.answer_tokens - 8))))
+        return s
+
+    def note(self) -> str:
+        "The instruction that shows the model the shape the constraint enforces."
+        return "Reply with one JSON object of this shape (reasoning first, then the answer fields):\n" + schema_example(self.schema)
+
+SCHEMAS: dict[str, Callable] = {}
+
+def answer_schema(kind: str):
+    "Decorator: register `fn(ask) -> AnswerSchema|None`, the shape of a valid reply to requests of `kind`."
+    def deco(fn): SCHEMAS[kind] = fn; return fn
+    return deco
+
+def schema_for(ask: Ask|None) -> AnswerSchema|None:
+    "The `AnswerSchema` of `ask`'s kind for this item (None: free text, or a kind without one)."
+    fn = SCHEMAS.get(getattr(ask, "kind", None))
+    return fn(ask) if fn is not None else None
+
+
+# %% ../nbs/00_core.ipynb #75fe29a1
+def schema_example(s) -> str:
+    "A one-line example of what JSON schema `s` accepts, with `<...>` placeholders."
+    if not isinstance(s, dict): return "<value>"
+    if "const" in s: return json.dumps(s["const"])
+    if "enum" in s: return '"' + "|".join(map(str, s["enum"])) + '"' if all(isinstance(v, str) for v in s["enum"]) else "|".join(map(json.dumps, s["enum"]))
+    t = s.get("type")
+    if t == "object":
+        return "{" + ", ".join(f'"{k}": {schema_example(v)}' for k, v in s.get("properties", {}).items()) + "}"
+    if t == "array":
+        if s.get("prefixItems"): return "[" + ", ".join(schema_example(x) for x in s["prefixItems"]) + "]"
+        return "[" + schema_example(s.get("items")) + ", ...]"
+    if t in ("integer", "number"):
+        lo, hi = s.get("minimum"), s.get("maximum")
+        return f"<{t} {lo}-{hi}>" if lo is not None and hi is not None else f"<{t}>"
+    if t == "boolean": return "true|false"
+    if "anyOf" in s: return " or ".join(schema_example(x) for x in s["anyOf"])
+    return f'"<{s.get("description", "text")}>"'

@@ -59,3 +59,36 @@ def test_no_protocol_builds_or_unwraps_a_backend():
                 if bad: found.setdefault(p.name, []).extend(bad)
             elif isinstance(node, ast.Attribute) and banned.fullmatch(node.attr): found.setdefault(p.name, []).append(node.attr)
     assert not found, found
+
+def _madlab_imports_anywhere(path: Path, me: str) -> set[str]:
+    "madlab modules `path` imports anywhere: at module level, inside functions and classes, and as `madlab.x.y` attribute chains."
+    out, pkg = set(), me.rsplit(".", 1)[0] if not path.name == "__init__.py" else me
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import): out.update(a.name for a in node.names if a.name.startswith("madlab"))
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = pkg.split(".")[: len(pkg.split(".")) - (node.level - 1)]
+                base = ".".join(parts + ([base] if base else []))
+            if base.startswith("madlab"): out.add(base); out.update(f"{base}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str) \
+                and getattr(node.func, "attr", getattr(node.func, "id", None)) == "import_module":
+            out.add(node.args[0].value)
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "madlab":
+            out.add(f"madlab.{node.attr}")
+    return out
+
+def test_no_protocol_imports_backends():
+    "The request contract (`Ask`, `AnswerSchema`, `answer_schema`, `schema_for`) lives in `madlab.core`: no protocol module imports `madlab.backends`, lazily or not."
+    found = {p.name: sorted(d for d in _madlab_imports_anywhere(p, _module(p)) if d == "madlab.backends" or d.startswith("madlab.backends."))
+             for p in sorted((PKG / "protocols").glob("*.py"))}
+    assert not {k: v for k, v in found.items() if v}, found
+
+def test_import_finder_sees_lazy_and_relative_imports(tmp_path):
+    p = tmp_path / "x.py"
+    p.write_text("from ..backends import Ask\ndef f():\n    import madlab.backends\n    from madlab.backends import get_backend\n"
+                 "    importlib.import_module('madlab.backends')\n    return madlab.backends.Ask\n")
+    seen = _madlab_imports_anywhere(p, "madlab.protocols.x")
+    assert {"madlab.backends", "madlab.backends.Ask", "madlab.backends.get_backend"} <= seen
+    p.write_text("from ..core import Ask\nfrom .. import scoring\n")
+    assert not {d for d in _madlab_imports_anywhere(p, "madlab.protocols.x") if d.startswith("madlab.backends")}

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable
 from ..core import *
-from ..backends import Ask
+from ..core import Ask
 from ..synthetic import synthetic_responder
 from ..agents import DEFAULT_TEAM, check_spec
 from ..debate import protocol, protocol_hook

@@ -7,7 +7,7 @@ Docs: https://madlab.github.io/madlab/baselines.html.md"""
 # %% ../../nbs/07_baselines.ipynb #af3a06b9
 from __future__ import annotations
 from typing import Literal
-from ..backends import Ask
+from ..core import Ask
 from ..debate import protocol
 from ..decisions import ballots_from
 from ..scoring import answer_format, majority_vote, plurality_vote, agreement

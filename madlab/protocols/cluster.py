@@ -10,13 +10,13 @@ import collections, collections.abc, html, importlib, itertools, json, math, ran
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from ..core import *
-from ..backends import Ask
+from ..core import Ask
 from ..synthetic import synthetic_responder, synthetic_rng
 from ..agents import Agent
 from ..debate import protocol, protocol_hook
 from ..scoring import answer_format, plurality_vote, stock_position, parse_stock_answer, StockAnswer
 from ..tasks import MarketRecord
-from ..backends import answer_schema
+from ..core import answer_schema
 from ..scoring import answer_field, reasoned
 
 # %% auto #0

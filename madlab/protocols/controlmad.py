@@ -10,7 +10,7 @@ import collections, json, logging
 from dataclasses import dataclass, field
 from typing import Literal
 from ..core import *
-from ..backends import Ask, AnswerSchema, answer_schema, schema_for
+from ..core import Ask, AnswerSchema, answer_schema, schema_for
 from ..synthetic import synthetic_responder, synthetic_confidence
 from ..agents import Agent
 from ..debate import protocol

@@ -10,7 +10,7 @@ import asyncio, collections, json, re
 from dataclasses import dataclass, field
 from typing import Literal
 from ..core import *
-from ..backends import Ask, AnswerSchema, answer_schema, schema_for
+from ..core import Ask, AnswerSchema, answer_schema, schema_for
 from ..synthetic import Persona, synthetic_responder, synthetic_rng, believes_gold
 from ..agents import Agent
 from ..debate import Debate, protocol, protocol_hook
