@@ -205,6 +205,7 @@ def _common_params(proto):
         O(["--cache/--no-cache"], default=True, show_default=True, help="Use the on-disk response cache ($MADLAB_CACHE)"),
         O(["--resume/--no-resume"], default=True, show_default=True, help="Skip items already finished in the run folder"),
         O(["--progress/--no-progress"], default=None, help="Show a progress bar  [default: when stderr is a terminal]"),
+        O(["--dry-run"], is_flag=True, help="Print the assembled run (items, team, options, decision rule, folder) and stop: no debate, no run folder"),
     ]
 
 # %% ../nbs/40_cli.ipynb #f10e5b02
@@ -249,6 +250,7 @@ def _run_protocol(proto, kw):
     except OptionError as e: raise _option_error(e) from None
     except ValueError as e: raise click.ClickException(str(e)) from None
     for line in plan.messages: click.echo(line, err=True)
+    if kw.get("dry_run"): click.echo(repr(plan)); return
     try: old = signal.signal(signal.SIGTERM, _raise_interrupt)      # SIGTERM stops the run as Ctrl-C does
     except (ValueError, AttributeError): old = None                 # not the main thread (e.g. a notebook kernel): Ctrl-C only
     gc_settings = _gc_for_a_run()

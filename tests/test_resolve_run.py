@@ -49,3 +49,15 @@ def test_agentverse_from_a_notebook_without_a_team():
     res = run_experiment("agentverse", items, cache=False)
     assert res.df.status.tolist() == ["done", "done"]
     assert [a.name for a in resolve_run("agentverse", items=items, cache=False).team] == [a.name for a in resolve_run("du", items=items, cache=False).team]
+
+def test_dry_run_prints_the_plan_python_makes(tmp_path):
+    r = CliRunner().invoke(main, ["run", "controlmad", "--n", "2", "--depth", "0", "--seed", "1", "--decision", "plurality", "--dry-run", "--out", str(tmp_path / "out")])
+    assert r.exit_code == 0, r.output
+    plan = resolve_run("controlmad", n=2, depth=0, seed=1, decision="plurality", out=tmp_path / "out")
+    assert repr(plan) in r.output and plan.name.endswith("_decision-plurality")
+    assert not (tmp_path / "out").exists()                            # nothing run, no folder
+
+def test_a_plan_runs_as_it_is():
+    from madlab.core import OptionError
+    plan = resolve_run("du", n=1, cache=False)
+    with pytest.raises(OptionError, match="run as it is"): run_experiment(plan, rounds=2)
