@@ -614,6 +614,7 @@ def resolve_run(protocol, task: str|None = None, data=None, items=None, team=Non
     endpoint = {k: options.pop(k) for k in ("max_concurrency", "timeout", "max_retries", "give_up_after") if k in options and k not in proto.options}
     endpoint = {k: v for k, v in endpoint.items() if v is not None}
     params, notes, said = _params(max_tokens, temperature), dict(notes or {}), []
+    items = None if items is None else list(items)      # a generator of items, a range of positions
     if items is None or (len(items) and all(isinstance(i, int) and not isinstance(i, bool) for i in items)):      # the task's items
         task, data, own = _config_task(proto, options, task, data)
         task = task or default_task(proto)
