@@ -13,9 +13,9 @@ from .core import OptionError
 from .agents import split_specs
 
 # %% auto #0
-__all__ = ['parse_items', 'main', 'run', 'parse_games', 'default_data_dir', 'load_items', 'run_name', 'protocol_command',
-           'protocols_cmd', 'rescore_cmd', 'parse_sweep_params', 'sweep_cmd', 'import_cmd', 'models_cmd', 'models_list',
-           'models_get', 'console']
+__all__ = ['parse_items', 'main', 'run', 'parse_games', 'default_data_dir', 'load_items', 'protocol_command', 'protocols_cmd',
+           'rescore_cmd', 'parse_sweep_params', 'sweep_cmd', 'import_cmd', 'models_cmd', 'models_list', 'models_get',
+           'console']
 
 # %% ../nbs/40_cli.ipynb #5ed24ad8
 class _Protocols(click.Group):
@@ -85,22 +85,10 @@ def _task_cb(ctx, param, value):
 
 # %% ../nbs/40_cli.ipynb #d2853b06
 def load_items(task, data=None, size=None, items=None, n=None) -> list:
-    "The items of `task` (a registered task or a YAML task file, see `madlab.tasks.TASKS`) from `data` (default: madlab's own), at 1-based positions `items` or the first `n`."
-    from madlab.tasks import task_items
-    try: got = task_items(task, data, size)
-    except OptionError as e: raise click.BadParameter(e.message, param_hint=f"'{e.flag}'") from None
-    return _pick(got, items, n)
-
-def _pick(got: list, items=None, n=None, where: str = "the data") -> list:
-    "The items of `got` at 1-based positions `items`, or its first `n` (all when it holds fewer)."
-    if items:
-        bad = [i for i in items if i > len(got)]
-        if bad: raise click.BadParameter(f"there {'is only 1 item' if len(got) == 1 else f'are only {len(got)} items'} in {where}; got {bad[0]}", param_hint="'--items' / '--games'")
-        got = [got[i - 1] for i in items]
-    if n is not None: got = got[:n]
-    if not got: raise click.BadParameter("no items to run", param_hint="'--data'")
-    return got
-
+    "`madlab.run.load_items` (the items of `task` from `data`, at 1-based positions `items` or the first `n`), its errors as the command line's."
+    from madlab.run import load_items as _load
+    try: return _load(task, data, size, items, n)
+    except OptionError as e: raise _option_error(e) from None
 
 # %% ../nbs/40_cli.ipynb #e2552528
 def _agents_cb(ctx, param, value):
@@ -217,6 +205,7 @@ def _common_params(proto):
         O(["--cache/--no-cache"], default=True, show_default=True, help="Use the on-disk response cache ($MADLAB_CACHE)"),
         O(["--resume/--no-resume"], default=True, show_default=True, help="Skip items already finished in the run folder"),
         O(["--progress/--no-progress"], default=None, help="Show a progress bar  [default: when stderr is a terminal]"),
+        O(["--dry-run"], is_flag=True, help="Print the assembled run (items, team, options, decision rule, folder) and stop: no debate, no run folder"),
     ]
 
 # %% ../nbs/40_cli.ipynb #f10e5b02
@@ -233,100 +222,40 @@ def _gc_restore(was):
 
 
 # %% ../nbs/40_cli.ipynb #bf09424b
-def run_name(proto, items, team, settings, seed=0) -> str:
-    "The run folder's name: protocol, task (and game sizes), team, the options that differ from their defaults, seed."
-    tasks = sorted({str(getattr(it, "task", "")) for it in items})
-    sizes = sorted({it.meta["n_players"] for it in items if isinstance(getattr(it, "meta", None), dict) and "n_players" in it.meta})
-    size = (f"{sizes[0]}" if len(sizes) == 1 else f"{sizes[0]}-{sizes[-1]}") if sizes else ""
-    names = "+".join(a.name for a in team)
-    if len(names) > 80: names = f"{len(team)}agents-" + hashlib.sha256(names.encode()).hexdigest()[:8]
-    parts = [proto.name, "+".join(tasks) + size, names]
-    for k, v in settings.items():
-        if v == proto.options.get(k): continue
-        if isinstance(v, bool): parts.append(k if v else f"no-{k}")
-        elif isinstance(v, (int, float, str)) and len(str(v)) <= 24: parts.append(f"{k}-{v}")
-        else: parts.append(f"{k}-" + hashlib.sha256(json.dumps(v, sort_keys=True, default=str).encode()).hexdigest()[:6])
-    if seed: parts.append(f"seed{seed}")
-    return re.sub(r"[^A-Za-z0-9._+-]+", "_", "_".join(parts))[:200]
-
 class _Interrupt(KeyboardInterrupt): pass
 
 def _raise_interrupt(signum, frame): raise _Interrupt()
 
-def _majority_error(items, members, kw):
-    "The items of the A-agent majority-error subset (see `madlab.protocols.critic_actor.majority_error_subset`), the first --n of them."
-    from madlab.protocols.critic_actor import majority_error_subset
-    A = kw["majority_error"]
-    try: kept = majority_error_subset(items, members, A, seed=kw["seed"], cache=kw["cache"], concurrency=kw.get("concurrency") or 8)
-    except (ValueError, OptionError) as e: raise click.BadParameter(str(getattr(e, "message", e)), param_hint="'--majority-error'") from None
-    click.echo(f"majority-error subset: {len(kept)} of {len(items)} items, where a plurality of {A} independent answers is wrong", err=True)
-    if not kept: raise click.BadParameter(f"no item among the {len(items)} selected where a {A}-agent plurality is wrong", param_hint="'--majority-error'")
-    kept = kept[:kw["n"]] if kw["n"] is not None else kept
-    return kept, {"agents": A, "kept": len(kept), "of": len(items), "items": [it.id for it in kept]}
-
 # %% ../nbs/40_cli.ipynb #2a19dfb9
-def _config_task(proto, opts, kw):
-    "A protocol config that names its task and data (the protocol's `task` hook) sets --task and --data; naming another --task is a usage error. The items the config itself gives (a simulation with no data), when no --data is given."
-    if "task" not in proto.hooks: return None
-    try: want = proto.hooks["task"](opts) or {}
-    except OptionError as e: raise click.BadParameter(e.message, param_hint=f"'{e.flag}'") from None
-    task, given = want.get("task"), click.get_current_context().get_parameter_source("task") is not click.core.ParameterSource.DEFAULT
-    from madlab.tasks import TASKS
-    if task and task not in TASKS: raise click.BadParameter(f"the config's task {task!r} is not one of: {', '.join(TASKS)}", param_hint="'--config'")
-    if task and given and kw["task"] != task: raise click.UsageError(f"--task {kw['task']}: the config is written for {task!r} items; leave --task out or give --task {task}")
-    if task: kw["task"] = task
-    if kw["data"] is None and want.get("missing"): raise click.BadParameter(want["missing"], param_hint="'--data'")
-    own = want.get("items") if kw["data"] is None else None
-    if kw["data"] is None and want.get("data"): kw["data"] = want["data"]
-    return own
+def _option_error(e: OptionError) -> click.ClickException:
+    "The command line's form of an `OptionError`: a usage error, or a bad value of the option it names."
+    if getattr(e, "usage", False): return click.UsageError(e.message)
+    return click.BadParameter(e.message, param_hint=_HINTS.get(e.option, f"'{e.flag}'"))
+
+_HINTS = {"items": "'--items' / '--games'"}
 
 def _run_protocol(proto, kw):
-    "The body of `madlab run PROTOCOL`."
-    from madlab.agents import make_team, load_team, DEFAULT_TEAM
-    from madlab.run import run_experiment
+    "The body of `madlab run PROTOCOL`: `madlab.run.resolve_run` assembles the run from the options, `run_experiment` runs it; here only errors, signals and the exit status."
+    from madlab.run import resolve_run, run_experiment
     opts = {k: kw.pop(k) for k in list(kw) if k in proto.options}
     opts = {k: v for k, v in opts.items() if not (v is None and proto.options[k] is None)}
     if kw["agents"] and kw["team_file"]: raise click.UsageError("give either --agents or --team, not both")
-    own = _config_task(proto, opts, kw)
-    items_pos = kw["items"] if kw["items"] is not None else (list(range(1, 21)) if kw["task"] == "kks" and kw["n"] is None else None)
-    n = None if kw.get("majority_error") else kw["n"]
-    items = _pick(own, kw["items"], n, "the config") if own else load_items(kw["task"], kw["data"], kw["size"], items_pos, n)
-    if own: click.echo(f"items: {', '.join(it.id for it in items)}, built from the config (its prompts take no task item): no gold, not scored", err=True)
-    team = kw["agents"]
-    if kw["team_file"]:
-        try: team = load_team(kw["team_file"])
-        except Exception as e: raise click.BadParameter(f"{kw['team_file']}: {e}", param_hint="'--team'") from None
-    if not kw["team_file"] and "team" in proto.hooks:     # e.g. S4 gives the specs their roles; a hook with an `options` parameter also sees the options
-        hook = proto.hooks["team"]
-        try: team = hook(team, options=opts) if "options" in inspect.signature(hook).parameters else hook(team)
-        except OptionError as e: raise click.BadParameter(e.message, param_hint=f"'{e.flag}'") from None
-    members = make_team(list(team) if team is not None else list(DEFAULT_TEAM))
+    given = click.get_current_context().get_parameter_source("task") is not click.core.ParameterSource.DEFAULT
     endpoint = {k: kw[k] for k in ("max_concurrency", "timeout", "max_retries", "give_up_after") if kw.get(k) is not None}
-    for b in {id(a.backend): a.backend for a in members}.values():     # the flags win over the team file and the specs
-        if endpoint and hasattr(b, "configure"): b.configure(**endpoint)
-    from madlab.run import check_api_keys
-    try: check_api_keys(members, [kw["decision"].backend if kw["decision"] is not None and kw["decision"].judge else None, opts.get("supervisor")])
-    except OptionError as e: raise click.UsageError(e.message) from None     # before any call and before the run folder exists
-    notes = {"data": str(kw["data"]) if kw["data"] else None, "task": kw["task"], **({"items_from": "config"} if own else {})}
-    if kw.get("majority_error"): items, notes["majority_error"] = _majority_error(items, members, kw)
-    try:
-        settings = proto.validate(opts)
-        if kw["decision"] is not None:
-            from madlab.decisions import check_decision
-            for it in items: check_decision(kw["decision"], it, proto.name, settings)   # what the rule needs, before any call
-    except OptionError as e: raise click.BadParameter(e.message, param_hint=f"'{e.flag}'") from None
-    name = kw["name"] or run_name(proto, items, [a for a in members if a.role != "supervisor"], settings, kw["seed"])
-    if not kw["name"] and kw["decision"] is not None and not kw["decision"].protocol: name += "_decision-" + re.sub(r"[^A-Za-z0-9.+-]+", "-", kw["decision"].spec)
-    out = Path(kw["out"]) / name
     progress = sys.stderr.isatty() if kw["progress"] is None else kw["progress"]
+    try: plan = resolve_run(proto, task=kw["task"] if given else None, data=kw["data"], items=kw["items"], decision=kw["decision"],
+                            team=Path(kw["team_file"]) if kw["team_file"] else kw["agents"], size=kw["size"], n=kw["n"], majority_error=kw.get("majority_error"),
+                            seed=kw["seed"], out=kw["out"], name=kw["name"], concurrency=kw["concurrency"], cache=kw["cache"], resume=kw["resume"],
+                            progress=progress, max_tokens=kw["max_tokens"], temperature=kw["temperature"], structured=kw.get("structured"), **endpoint, **opts)
+    except OptionError as e: raise _option_error(e) from None
+    except ValueError as e: raise click.ClickException(str(e)) from None
+    for line in plan.messages: click.echo(line, err=True)
+    if kw.get("dry_run"): click.echo(repr(plan)); return
     try: old = signal.signal(signal.SIGTERM, _raise_interrupt)      # SIGTERM stops the run as Ctrl-C does
     except (ValueError, AttributeError): old = None                 # not the main thread (e.g. a notebook kernel): Ctrl-C only
     gc_settings = _gc_for_a_run()
-    try:
-        res = run_experiment(proto, items, members, out, seed=kw["seed"], concurrency=kw["concurrency"], cache=kw["cache"], resume=kw["resume"],
-                             progress=progress, max_tokens=kw["max_tokens"], temperature=kw["temperature"], on_error="fail", structured=kw.get("structured"),
-                             notes=notes, decision=kw["decision"], **opts)
-    except OptionError as e: raise click.BadParameter(e.message, param_hint=f"'{e.flag}'") from None
+    try: res = run_experiment(plan)
+    except OptionError as e: raise _option_error(e) from None
     except ValueError as e: raise click.ClickException(str(e)) from None
     except OSError as e: raise click.ClickException(f"writing the outputs failed: {e}") from None
     finally:

@@ -6,7 +6,7 @@ Docs: https://madlab.github.io/madlab/run.html.md"""
 
 # %% ../nbs/08_run.ipynb #5a8ffaad
 from __future__ import annotations
-import asyncio, collections, hashlib, html, json, math, re, time
+import asyncio, collections, hashlib, html, inspect, json, math, re, time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -24,8 +24,9 @@ from .decisions import get_decision, check_decision, aredecide
 # %% auto #0
 __all__ = ['MAX_GAMES_AT_ONCE', 'debate_row', 'safe_name', 'transcript_text', 'chat_histories', 'item_outputs',
            'write_item_outputs', 'write_table', 'team_config', 'RunFolder', 'RunResult', 'games_at_once',
-           'check_api_keys', 'arun_experiment', 'run_experiment', 'arun_many', 'run_many', 'rescore',
-           'decision_table_name', 'aredecide_run', 'redecide_run', 'parse_stats']
+           'check_api_keys', 'default_task', 'load_items', 'run_name', 'RunPlan', 'resolve_run', 'arun_experiment',
+           'run_experiment', 'arun_many', 'run_many', 'rescore', 'decision_table_name', 'aredecide_run', 'redecide_run',
+           'parse_stats']
 
 # %% ../nbs/08_run.ipynb #b92f3f7e
 _LONE = re.compile("[\ud800-\udfff]")
@@ -496,46 +497,186 @@ def _check_scores(df, want: int, folder) -> None:
                      + (f" (first: {str(why.iloc[0])[:200]})" if len(why) else "")
                      + "; nothing was written. Give --allow-fewer-scores (allow_fewer_scores=True) to write that table anyway")
 
-# %% ../nbs/08_run.ipynb #b20b3ffa
-async def arun_experiment(protocol, items, team=None, out=None, *, seed: int = 0, concurrency: int|None = None, cache=True, resume: bool = True,
-                          progress: bool = False, budget: Budget|None = None, on_error: str = "fail", screen: Callable|None = None,
-                          max_tokens: int|None = None, temperature: float|None = None, lock_timeout: float = 0, notes: dict|None = None,
-                          desc: str|None = None, decision=None, structured: str|None = None, _stop: _Stop|None = None, **options) -> RunResult:
-    "Async `run_experiment`."
-    from tqdm.auto import tqdm
-    t0 = time.perf_counter()
+# %% ../nbs/08_run.ipynb #d2003e88
+def _usage(option: str, message: str) -> OptionError:
+    "An `OptionError` the command line reports as a usage error (two options that clash, a missing key), not as one bad value."
+    e = OptionError(option, message); e.usage = True
+    return e
+
+def default_task(proto) -> str:
+    "The task a protocol runs when none is named: its first task, else `arith`."
+    proto = get_protocol(proto)
+    return proto.tasks[0] if proto.tasks else "arith"
+
+def _pick(got: list, items=None, n=None, where: str = "the data") -> list:
+    "The items of `got` at 1-based positions `items`, or its first `n` (all when it holds fewer)."
+    if items:
+        bad = [i for i in items if i > len(got)]
+        if bad: raise OptionError("items", f"there {'is only 1 item' if len(got) == 1 else f'are only {len(got)} items'} in {where}; got {bad[0]}")
+        got = [got[i - 1] for i in items]
+    if n is not None: got = got[:n]
+    if not got: raise OptionError("data", "no items to run")
+    return got
+
+def load_items(task, data=None, size=None, items=None, n=None) -> list:
+    "The items of `task` (a registered task or a YAML task file, see `madlab.tasks.TASKS`) from `data` (default: madlab's own), at 1-based positions `items` or the first `n`."
+    from madlab.tasks import task_items
+    return _pick(task_items(task, data, size), items, n)
+
+def _config_task(proto, opts: dict, task, data):
+    "What the protocol's `task` hook makes of its options (e.g. an AgentVerse config naming its task and data): (task, data, the config's own items or None)."
+    if "task" not in proto.hooks: return task, data, None
+    want = proto.hooks["task"](opts) or {}
+    from madlab.tasks import TASKS
+    wt = want.get("task")
+    if wt and wt not in TASKS: raise OptionError("config", f"the config's task {wt!r} is not one of: {', '.join(TASKS)}")
+    if wt and task is not None and task != wt: raise _usage("task", f"--task {task}: the config is written for {wt!r} items; leave --task out or give --task {wt}")
+    task = wt or task
+    if data is None and want.get("missing"): raise OptionError("data", want["missing"])
+    own = want.get("items") if data is None else None
+    return task, data if data is not None else want.get("data"), own
+
+# %% ../nbs/08_run.ipynb #ddb7ea97
+def run_name(proto, items, team, settings, seed=0) -> str:
+    "The run folder's name: protocol, task (and game sizes), team, the options that differ from their defaults, seed."
+    tasks = sorted({str(getattr(it, "task", "")) for it in items})
+    sizes = sorted({it.meta["n_players"] for it in items if isinstance(getattr(it, "meta", None), dict) and "n_players" in it.meta})
+    size = (f"{sizes[0]}" if len(sizes) == 1 else f"{sizes[0]}-{sizes[-1]}") if sizes else ""
+    names = "+".join(a.name for a in team)
+    if len(names) > 80: names = f"{len(team)}agents-" + hashlib.sha256(names.encode()).hexdigest()[:8]
+    parts = [proto.name, "+".join(tasks) + size, names]
+    for k, v in settings.items():
+        if v == proto.options.get(k): continue
+        if isinstance(v, bool): parts.append(k if v else f"no-{k}")
+        elif isinstance(v, (int, float, str)) and len(str(v)) <= 24: parts.append(f"{k}-{v}")
+        else: parts.append(f"{k}-" + hashlib.sha256(json.dumps(v, sort_keys=True, default=str).encode()).hexdigest()[:6])
+    if seed: parts.append(f"seed{seed}")
+    return re.sub(r"[^A-Za-z0-9._+-]+", "_", "_".join(parts))[:200]
+
+def _team_members(proto, team, opts: dict, hook: bool = True) -> list:
+    "The team's members: a team file (a `Path`, or a `.yaml`/`.json` name) as written; else specs through the protocol's `team` hook (which may read the options); else madlab's synthetic team."
+    if isinstance(team, Path) or (isinstance(team, str) and team.lower().endswith((".yaml", ".yml", ".json"))):
+        try: return load_team(team)
+        except Exception as e: raise OptionError("team", f"{team}: {e}") from None
+    if hook and "team" in proto.hooks:      # e.g. S4 gives the specs their roles
+        h = proto.hooks["team"]
+        team = h(team, options=opts) if "options" in inspect.signature(h).parameters else h(team)
+    return list(team) if team is not None else list(DEFAULT_TEAM)
+
+def _majority_error(items, members, A, n, seed, cache, concurrency):
+    "The items of the A-agent majority-error subset (`madlab.protocols.critic_actor.majority_error_subset`), the first `n` of them; the note the run folder keeps; a line saying what was kept."
+    from madlab.protocols.critic_actor import majority_error_subset
+    try: kept = majority_error_subset(items, members, A, seed=seed, cache=cache, concurrency=concurrency or 8)
+    except OptionError as e: raise OptionError("majority_error", e.message) from None
+    except ValueError as e: raise OptionError("majority_error", str(e)) from None
+    said = f"majority-error subset: {len(kept)} of {len(items)} items, where a plurality of {A} independent answers is wrong"
+    if not kept: raise OptionError("majority_error", f"no item among the {len(items)} selected where a {A}-agent plurality is wrong")
+    kept = kept[:n] if n is not None else kept
+    return kept, {"agents": A, "kept": len(kept), "of": len(items), "items": [it.id for it in kept]}, said
+
+# %% ../nbs/08_run.ipynb #4c5f8fa6
+@dataclass
+class RunPlan:
+    "A run, assembled (`resolve_run`): the protocol, its items, the ready team, the checked options and decision rule, the run's name and folder, and how it runs. `run_experiment` executes it; `madlab run` prints its notes."
+    protocol: Protocol
+    items: list
+    team: list
+    settings: dict
+    decision: object
+    name: str
+    folder: object = None                           # the run folder: a path or a URL (fsspec); None: in memory
+    seed: int = 0
+    notes: dict = field(default_factory=dict)       # what config.json adds (data, task, majority-error subset)
+    messages: list = field(default_factory=list)    # what the command line says on stderr before the run
+    execution: dict = field(default_factory=dict)   # concurrency, cache, resume, progress, budget, on_error, screen, ...
+    def _lines(self) -> list:
+        ids = [str(getattr(it, "id", i)) for i, it in enumerate(self.items)]
+        changed = {k: v for k, v in self.settings.items() if v != self.protocol.options.get(k)}
+        return [f"{self.protocol.name} over {len(ids)} item{'s' * (len(ids) != 1)}: " + ", ".join(ids[:5]) + (" ..." if len(ids) > 5 else ""),
+                "team: " + ", ".join(f"{a.name} ({a.spec})" for a in self.team),
+                "options: " + (", ".join(f"{k}={_cell(v)}"[:60] for k, v in changed.items()) or "the protocol's defaults"),
+                f"decision: {self.decision.spec} · seed {self.seed} · folder: {self.folder if self.folder is not None else 'none (in memory)'}"] + list(self.messages)
+    def __repr__(self): return f"RunPlan {self.name}\n  " + "\n  ".join(self._lines())
+    def _repr_html_(self):
+        return f"<div><b>RunPlan</b> <code>{html.escape(self.name)}</code><ul>" + "".join(f"<li>{html.escape(l)}</li>" for l in self._lines()) + "</ul></div>"
+
+# %% ../nbs/08_run.ipynb #29fbd016
+def resolve_run(protocol, task: str|None = None, data=None, items=None, team=None, decision=None, *, size: int|None = None, n: int|None = None,
+                majority_error: int|None = None, seed: int = 0, out=None, name: str|None = None, folder=None, concurrency: int|None = None,
+                cache=True, resume: bool = True, progress: bool = False, budget: Budget|None = None, on_error: str = "fail", screen: Callable|None = None,
+                max_tokens: int|None = None, temperature: float|None = None, structured: str|None = None, lock_timeout: float = 0,
+                notes: dict|None = None, desc: str|None = None, _team_hook: bool = True, **options) -> RunPlan:
+    "Assemble a run of `protocol` once, for `run_experiment` and `madlab run` alike: the protocol's task and team hooks, its default task and items, the team, the options and the decision rule checked, the run's name. `items`: task items, or 1-based positions in `task`'s items (default: all; 1-20 for kks); `team`: specs, members or a team file (default: the protocol's team); the run goes into `out/<name>` (`folder`: that folder itself). Endpoint settings (`max_concurrency`, `timeout`, `max_retries`, `give_up_after`) apply to every backend of the team."
     proto = get_protocol(protocol)
-    settings = proto.validate(options)
     if concurrency is not None and (not isinstance(concurrency, int) or isinstance(concurrency, bool) or not 1 <= concurrency <= 10_000): raise OptionError("concurrency", f"must be an integer in 1..10000; got {concurrency!r}")
     if not isinstance(seed, int) or isinstance(seed, bool): raise OptionError("seed", f"must be an integer; got {seed!r}")
-    if "screen" in proto.options and screen is not None and not callable(screen):   # S4's own `screen` option, not an input screen
-        options["screen"], screen = screen, None
-        settings = proto.validate(options)
-    params = _params(max_tokens, temperature)
-    items = _check_items(proto, items)
-    rule = get_decision(decision)
-    for it in items: check_decision(rule, it, proto.name, settings)       # a rule the answers cannot serve is refused before any call
-    ids = [str(getattr(it, "id", i)) for i, it in enumerate(items)]
-    if team is None: team = proto.hooks["team"]() if "team" in proto.hooks else list(DEFAULT_TEAM)
-    agents = make_team(list(team), budget)
+    if "screen" in proto.options and screen is not None and not callable(screen): options["screen"], screen = screen, None   # S4's own `screen` option, not an input screen
+    endpoint = {k: options.pop(k) for k in ("max_concurrency", "timeout", "max_retries", "give_up_after") if k in options and k not in proto.options}
+    endpoint = {k: v for k, v in endpoint.items() if v is not None}
+    params, notes, said = _params(max_tokens, temperature), dict(notes or {}), []
+    items = None if items is None else list(items)      # a generator of items, a range of positions
+    if items is None or (len(items) and all(isinstance(i, int) and not isinstance(i, bool) for i in items)):      # the task's items
+        task, data, own = _config_task(proto, options, task, data)
+        task = task or default_task(proto)
+        pos = items if items is not None else (list(range(1, 21)) if task == "kks" and n is None else None)
+        m = None if majority_error else n
+        items = _pick(own, pos, m, "the config") if own else load_items(task, data, size, pos, m)
+        notes = {"data": str(data) if data else None, "task": task, **({"items_from": "config"} if own else {}), **notes}
+        if own: said.append(f"items: {', '.join(it.id for it in items)}, built from the config (its prompts take no task item): no gold, not scored")
+    members = make_team(_team_members(proto, team, options, _team_hook))
+    for b in {id(a.backend): a.backend for a in members}.values():     # the endpoint settings win over the team file and the specs
+        if endpoint and hasattr(b, "configure"): b.configure(**endpoint)
+    agents = make_team(members, budget)
     if structured is not None: set_structured(agents, structured)      # every agent; the team file and specs set it per agent
     for a in agents: a.params.update(params)
     with_cache(agents, cache)
-    check_api_keys(agents, [rule.backend if rule.judge else None, settings.get("supervisor")])   # before the folder exists
-    folder = RunFolder(out).create() if out is not None else None
-    lock = folder.lock(lock_timeout) if folder else None
+    rule = get_decision(decision)
+    try: check_api_keys(agents, [rule.backend if rule.judge else None, options.get("supervisor")])   # before any call and any folder
+    except OptionError as e: raise _usage(e.option, e.message) from None
+    if majority_error:
+        items, notes["majority_error"], line = _majority_error(items, members, majority_error, n, seed, cache, concurrency); said.append(line)
+    settings = proto.validate(options)
+    items = _check_items(proto, items)
+    for it in items: check_decision(rule, it, proto.name, settings)       # what the rule needs, before any call
+    if name is None:
+        name = run_name(proto, items, [a for a in agents if a.role != "supervisor"], settings, seed)
+        if not rule.protocol: name += "_decision-" + re.sub(r"[^A-Za-z0-9.+-]+", "-", rule.spec)
+    where = folder if folder is not None else Path(out) / name if out is not None else None    # a folder as given: a path or a URL
+    run = dict(concurrency=concurrency, resume=resume, progress=progress, budget=budget, on_error=on_error, screen=screen, lock_timeout=lock_timeout,
+               desc=desc, max_tokens=max_tokens, temperature=temperature)
+    return RunPlan(proto, items, agents, settings, rule, name, where, seed, notes, said, run)
+
+# %% ../nbs/08_run.ipynb #b20b3ffa
+def _plan(protocol, items, team, out, kw) -> RunPlan:
+    "`protocol` when it is a plan already; else the plan `resolve_run` makes, `out` being the run folder itself (a team given here is taken as it is: no team hook)."
+    if isinstance(protocol, RunPlan):
+        if items is not None or team is not None or out is not None or kw: raise OptionError("items", "a RunPlan is run as it is; give the options to resolve_run")
+        return protocol
+    if "folder" in kw: raise OptionError("folder", "give the run folder as `out`")
+    return resolve_run(protocol, items=items, team=team, folder=out, _team_hook=kw.pop("_team_hook", team is None), **kw)
+
+async def arun_experiment(protocol, items=None, team=None, out=None, *, _stop: _Stop|None = None, **kw) -> RunResult:
+    "Async `run_experiment`: `protocol` a `RunPlan`, or a protocol with the arguments of `resolve_run` (`out` is the run folder itself)."
+    plan = _plan(protocol, items, team, out, kw)
+    from tqdm.auto import tqdm
+    t0 = time.perf_counter()
+    proto, items, agents, settings, rule, seed, x = plan.protocol, plan.items, plan.team, plan.settings, plan.decision, plan.seed, plan.execution
+    budget, on_error, screen = x.get("budget"), x.get("on_error", "fail"), x.get("screen")
+    ids = [str(getattr(it, "id", i)) for i, it in enumerate(items)]
+    folder = RunFolder(plan.folder).create() if plan.folder is not None else None
+    lock = folder.lock(x.get("lock_timeout", 0)) if folder else None
     stop = _stop or _Stop(); stop.bind()
     transcripts, rows, problems, status = {}, {}, [], {"reason": None, "failed": 0, "interrupted": False}
     try:
         config = {"protocol": proto.name, "options": to_jsonable(settings), "tasks": sorted({str(getattr(it, "task", None)) for it in items}),
-                  "team": team_config(agents), "seed": seed, "max_tokens": max_tokens, "temperature": temperature, "madlab": madlab.__version__,
+                  "team": team_config(agents), "seed": seed, "max_tokens": x.get("max_tokens"), "temperature": x.get("temperature"), "madlab": madlab.__version__,
                   "decision": rule.spec}
         if "inputs" in proto.hooks: config["inputs"] = proto.hooks["inputs"](settings)     # the files the options name, by content
         if _task_file_records(items): config["task_files"] = _task_file_records(items)      # found again by rescore, by content
-        if folder: config = _start_folder(folder, config, ids, notes)
-        todo = _unfinished(folder, ids, items, transcripts, problems) if folder and resume else list(zip(ids, items))
-        sem = asyncio.Semaphore(concurrency or games_at_once(agents))
-        bar = tqdm(total=len(items), initial=len(items) - len(todo), desc=desc or proto.name, disable=not progress, leave=False)
+        if folder: config = _start_folder(folder, config, ids, plan.notes or None)
+        todo = _unfinished(folder, ids, items, transcripts, problems) if folder and x.get("resume", True) else list(zip(ids, items))
+        sem = asyncio.Semaphore(x.get("concurrency") or games_at_once(agents))
+        bar = tqdm(total=len(items), initial=len(items) - len(todo), desc=x.get("desc") or proto.name, disable=not x.get("progress"), leave=False)
         async def one(iid, it):
             async with sem:
                 if status["reason"]: rows[iid] = {"item_id": iid, "protocol": proto.name, "status": "not_run", "error": status["reason"]}
@@ -580,10 +721,11 @@ def _finish_run(proto, ids, transcripts, rows, folder, agents, status, problems,
     return res
 
 # %% ../nbs/08_run.ipynb #bbe9f865
-def run_experiment(protocol, items, team=None, out=None, **kw) -> RunResult:
-    "Run `protocol` over `items` with `team` (default: the synthetic team), into the run folder `out` if given; see `arun_experiment` for the options. Ctrl-C stops cleanly."
+def run_experiment(protocol, items=None, team=None, out=None, **kw) -> RunResult:
+    "Run `protocol` over `items` with `team` (default: the protocol's team), into the run folder `out` if given; `protocol` may be a `RunPlan`, the other options are `resolve_run`'s (no items: the protocol's default task's). Ctrl-C stops cleanly."
+    plan = _plan(protocol, items, team, out, kw)
     stop = _Stop()
-    fut = asyncio.run_coroutine_threadsafe(arun_experiment(protocol, items, team, out, _stop=stop, **kw), runtime_loop())
+    fut = asyncio.run_coroutine_threadsafe(arun_experiment(plan, _stop=stop), runtime_loop())
     try: return fut.result()
     except KeyboardInterrupt:
         stop.set()
