@@ -6,7 +6,8 @@ import pandas as pd
 import pytest
 from conftest import needs_public_data
 from madlab.core import public_data
-from madlab.imports import import_run, log_transcripts, LogError, get_log_format
+from madlab.imports import log_transcripts, LogError, get_log_format
+from madlab.import_run import import_run
 from madlab.runs import open_run
 from madlab.run import rescore
 from madlab.protocols.critic_actor import round_accuracy, answer_flips
