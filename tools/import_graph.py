@@ -1,5 +1,5 @@
 """Print madlab's import graph (module -> the madlab modules it imports anywhere: at module level, inside functions and
-classes, relative imports, `importlib.import_module("madlab.x")`), then its circles and any view with a path to the runner.
+classes, relative imports, `importlib.import_module("madlab.x")`, `madlab.x` attribute chains), then its circles and any view with a path to the runner.
 Exit 1 when there is a circle other than the known ones, or a view reaches the runner.  Usage: python tools/import_graph.py"""
 from __future__ import annotations
 import ast, sys
@@ -28,6 +28,8 @@ def imports_anywhere(path: Path, me: str) -> set[str]:
         elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str) \
                 and getattr(node.func, "attr", getattr(node.func, "id", None)) == "import_module":
             out.add(node.args[0].value)
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "madlab":
+            out.add(f"madlab.{node.attr}")       # `madlab.x.f()` after `import madlab...`
     return out
 
 def import_graph(pkg: Path = PKG, compat=COMPAT_EDGES) -> dict[str, set[str]]:
