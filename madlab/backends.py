@@ -14,39 +14,22 @@ from .core import *
 
 # %% auto #0
 __all__ = ['ADAPTIVE_START', 'DOWN_PROBE_CAP', 'PRESETS', 'RETRY_AFTER_MAX', 'END_OF_TURN_TOKENS', 'BACKEND_PROVIDERS',
-           'ENTRY_POINT_GROUP', 'ENDPOINT_OPTIONS', 'HF_OPTIONS', 'BackendError', 'ReplayMiss', 'Backend', 'held_call',
-           'EndpointLimit', 'EndpointDown', 'CircuitBreaker', 'response_format', 'OpenAIBackend', 'HFBackend',
-           'CachedBackend', 'ReplayBackend', 'register_backend', 'backend_provider', 'unregister_backend',
-           'backend_kinds', 'get_backend', 'Ask', 'AnswerSchema', 'SCHEMAS', 'answer_schema', 'schema_for',
-           'schema_example']
+           'ENTRY_POINT_GROUP', 'ENDPOINT_OPTIONS', 'HF_OPTIONS', 'ReplayMiss', 'held_call', 'EndpointLimit',
+           'EndpointDown', 'CircuitBreaker', 'response_format', 'OpenAIBackend', 'HFBackend', 'CachedBackend',
+           'ReplayBackend', 'register_backend', 'backend_provider', 'unregister_backend', 'backend_kinds',
+           'get_backend', 'Ask', 'AnswerSchema', 'SCHEMAS', 'answer_schema', 'schema_for', 'schema_example', 'Backend',
+           'BackendError']
 
 # %% ../nbs/01_backends.ipynb #03b54978
-class BackendError(Exception):
-    "A backend call failed for good (after any retries); the message is safe to log."
-
 class ReplayMiss(BackendError):
     "A replayed debate asked for a reply the transcript does not hold."
 
-class Backend:
-    "Base class: subclasses implement `complete`."
-    spec: str = "?"
-    synthetic: bool = False
-    structured: str|None = None   # how a `schema=` param holds the reply: 'enforced' while decoding, 'requested' of a server, None: ignored
-    async def complete(self, messages: list[dict], ctx: Ask|None = None, **params) -> Completion: raise NotImplementedError
-    def cache_key_extra(self, ctx: Ask|None): "Extra data that decides the reply besides messages and params."; return None
-    @property
-    def identity(self) -> str: "What the cache keys on: the spec, plus the endpoint where there is one."; return self.spec
-    async def aclose(self): pass
-    def health(self) -> dict|None: "How its endpoint fared (outages, calls that waited), for a run summary; None without an endpoint."; return None
-    def count_tokens(self, text: str) -> int: "How many tokens `text` is for this model; here the estimate ⌈characters / 4⌉ (a model with a tokenizer counts exactly)."; return _estimate_tokens(text)
-    def __repr__(self): return f"{type(self).__name__}({self.spec!r})"
-
 # %% ../nbs/01_backends.ipynb #adf00d8e
-def _estimate_tokens(text: str) -> int: return max(1, math.ceil(len(text) / 4)) if text else 0
+from .core import _estimate_tokens   # the estimate `Backend.count_tokens` makes
 def _prompt_tokens(messages): return sum(_estimate_tokens(m.get("content") or "") + 4 for m in messages)
 
 # %% ../nbs/01_backends.ipynb #3e887c12
-_all_ = ['Ask', 'AnswerSchema', 'SCHEMAS', 'answer_schema', 'schema_for', 'schema_example']   # the request contract lives in `madlab.core`; old imports keep working
+_all_ = ['Ask', 'AnswerSchema', 'SCHEMAS', 'answer_schema', 'schema_for', 'schema_example', 'Backend', 'BackendError']   # the request contract lives in `madlab.core`; old imports keep working
 
 def held_call(backend, ask: Ask|None, params: dict, mode: str = "auto", max_tokens: int|None = None) -> tuple[dict, str]:
     "`params` with the reply's schema (capped to `max_tokens`) where `backend` can hold a reply to one and `mode` is not off, and the prompt note that shows it."
@@ -1316,7 +1299,7 @@ def _hf_options(spec, rest) -> tuple[str, dict]:
 @backend_provider("synthetic")
 def _synthetic_provider(rest, **kw):
     "`synthetic:PERSONA,...`: madlab's offline agents (see `madlab.synthetic`)."
-    from madlab.synthetic import synthetic_backend   # the offline agents sit above this module (see `madlab.synthetic`)
+    from madlab.synthetic import synthetic_backend   # lazily, to keep this import light; `madlab.synthetic` imports only `madlab.core`
     return synthetic_backend(rest)
 
 def _openai_provider(preset, rest, **kw):

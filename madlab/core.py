@@ -18,7 +18,7 @@ __all__ = ['ROLES', 'REDACTED', 'SCHEMAS', 'OptionError', 'serializable', 'to_js
            'answer_view', 'Turn', 'Round', 'Item', 'register_secret', 'scrub_secrets', 'write_atomic', 'write_parquet',
            'Transcript', 'json_objects', 'extract_json', 'runtime_loop', 'run_sync', 'run_async', 'stable_hash',
            'new_id', 'default_cache_dir', 'madlab_data', 'public_data', 'Ask', 'AnswerSchema', 'answer_schema',
-           'schema_for', 'schema_example']
+           'schema_for', 'schema_example', 'BackendError', 'Backend']
 
 # %% ../nbs/00_core.ipynb #84f5c85e
 class OptionError(ValueError):
@@ -723,3 +723,23 @@ def schema_example(s) -> str:
     if t == "boolean": return "true|false"
     if "anyOf" in s: return " or ".join(schema_example(x) for x in s["anyOf"])
     return f'"<{s.get("description", "text")}>"'
+
+# %% ../nbs/00_core.ipynb #5862e725
+class BackendError(Exception):
+    "A backend call failed for good (after any retries); the message is safe to log."
+
+class Backend:
+    "Base class: subclasses implement `complete`."
+    spec: str = "?"
+    synthetic: bool = False
+    structured: str|None = None   # how a `schema=` param holds the reply: 'enforced' while decoding, 'requested' of a server, None: ignored
+    async def complete(self, messages: list[dict], ctx: Ask|None = None, **params) -> Completion: raise NotImplementedError
+    def cache_key_extra(self, ctx: Ask|None): "Extra data that decides the reply besides messages and params."; return None
+    @property
+    def identity(self) -> str: "What the cache keys on: the spec, plus the endpoint where there is one."; return self.spec
+    async def aclose(self): pass
+    def health(self) -> dict|None: "How its endpoint fared (outages, calls that waited), for a run summary; None without an endpoint."; return None
+    def count_tokens(self, text: str) -> int: "How many tokens `text` is for this model; here the estimate ⌈characters / 4⌉ (a model with a tokenizer counts exactly)."; return _estimate_tokens(text)
+    def __repr__(self): return f"{type(self).__name__}({self.spec!r})"
+
+def _estimate_tokens(text: str) -> int: return max(1, math.ceil(len(text) / 4)) if text else 0

@@ -13,8 +13,6 @@ import madlab
 from .core import *
 from .scoring import answer_format, plurality_vote, agreement
 from .tasks import gsm8k_gold
-from .debate import get_protocol
-from .run import RunFolder, RunResult, write_item_outputs, _finish_run
 import madlab.protocols.baselines
 from .protocols.critic_actor import Critique, parse_critique, critic_actor_vote
 from .puzzles import KKS_ROLES, parse_kks_answer
@@ -23,8 +21,7 @@ from .protocols.controlmad import parse_position
 
 # %% auto #0
 __all__ = ['LOG_FORMATS', 'CONTROLMAD_EXPECTS', 'LogError', 'LogFormat', 'register_log_format', 'get_log_format', 'log_item',
-           'DuLog', 'CriticActorLog', 'read_log', 'log_transcripts', 'import_run', 'kks_games', 'ControlMadLog',
-           'continue_log']
+           'DuLog', 'CriticActorLog', 'read_log', 'log_transcripts', 'kks_games', 'ControlMadLog', 'continue_log']
 
 # %% ../nbs/24_imports.ipynb #28cab0b0
 class LogError(ValueError):
@@ -240,44 +237,6 @@ def log_transcripts(fmt, path, task: str|None = None, model: str|None = None, li
     ts = [fmt.transcript(k, r, f"{path}:{_key(k)}", task or fmt.task, model, **kw) for k, r in recs]
     for i, t in enumerate(ts): t.meta["imported"]["position"] = i
     return ts
-
-# %% ../nbs/24_imports.ipynb #f899b05e
-def _sha256(path) -> str:
-    "The SHA-256 of a file; of a folder, the SHA-256 of its files' relative paths and SHA-256s."
-    if Path(path).is_dir():
-        return hashlib.sha256("".join(f"{f.relative_to(path)}\0{_sha256(f)}\n" for f in sorted(Path(path).rglob("*")) if f.is_file()).encode()).hexdigest()
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for b in iter(lambda: f.read(1 << 20), b""): h.update(b)
-    return h.hexdigest()
-
-def import_run(format, path, out, task: str|None = None, model: str|None = None, limit: int|None = None, games=None) -> RunResult:
-    "Import log `path` (in `format`, see `LOG_FORMATS`) as a run folder `out`: transcripts, logs, results table scored by `task` (None: the format's), no call made."
-    t0, fmt = time.perf_counter(), get_log_format(format)
-    task = task or fmt.task
-    if fmt.task == "kks" and task != "kks": raise OptionError("task", f"{fmt.name} logs are Knight-Knave-Spy games: the task must be 'kks'; got {task!r}")
-    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1): raise OptionError("limit", f"must be an integer >= 1; got {limit!r}")
-    try: answer_format(Item("-", task, ""))                              # an unknown task is refused before reading
-    except ValueError as e: raise OptionError("task", str(e)) from None
-    ts = log_transcripts(fmt, path, task, model, limit, games)
-    ids = [t.meta["id"] for t in ts]
-    dup = sorted({i for i in ids if ids.count(i) > 1})
-    if dup: raise LogError(f"{path}: the same question appears more than once ({', '.join(dup[:3])})")
-    source = {"format": fmt.name, "path": str(Path(path).resolve()), "sha256": _sha256(path), "records": len(ts), "model": model, **({"games": str(Path(games).resolve())} if isinstance(games, (str, Path)) else {})}
-    folder = RunFolder(out).create()
-    with folder.lock():
-        old = folder.read_config()
-        if old is not None and (old.get("imported") or {}).get("sha256") != source["sha256"]:
-            raise OptionError("out", f"{folder.path} holds another run; choose another output folder")
-        config = {"protocol": fmt.protocol, "options": {}, "tasks": [task], "team": ts[0].team if ts else [], "seed": 0, "max_tokens": None,
-                  "temperature": None, "madlab": madlab.__version__, "decision": "protocol", "items": ids, "imported": source, "calls_made": 0,
-                  "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
-        write_atomic(folder.config_path, json.dumps(to_jsonable(config), indent=1, ensure_ascii=True))
-        for t in ts:
-            write_atomic(folder.transcript_path(t.meta["id"]), t.to_json())
-            write_item_outputs(t, folder.item_dir(t.meta["id"]))
-        return _finish_run(get_protocol(fmt.protocol), ids, {t.meta["id"]: t for t in ts}, {}, folder, [],
-                           {"reason": None, "failed": 0, "interrupted": False}, [], t0, resumed={})
 
 # %% ../nbs/24_imports.ipynb #93d21992
 CONTROLMAD_EXPECTS = ("ControlMAD's debate_session_game<ID>_<time>.json files (game_id, game_text, ground_truth_solution, initial_proposals, debate_rounds, "
@@ -553,3 +512,11 @@ def continue_log(t, round: int, agents, *, agent: str|None = None, reply: str|No
     d.meta["forked_from"] = {"id": t.meta.get("id"), "round": round, "imported": src, **({"edit": edit} if edit else {})}
     d.imported_log = t                                          # the log it continues (with its edit): the stepper continues it again from another round
     return d
+
+# %% ../nbs/24_imports.ipynb #400bde16
+def __getattr__(name):
+    "Compatibility: `import_run` lives in `madlab.import_run` (beside the runner); remove once no caller imports it from here."
+    if name == "import_run":
+        from madlab.import_run import import_run
+        return import_run
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -10,7 +10,6 @@ import asyncio, collections, json, random
 from dataclasses import dataclass, replace
 from typing import Callable
 from .core import *
-from .backends import Ask, Backend, BackendError
 
 # %% auto #0
 __all__ = ['PERSONAS', 'RESPONDERS', 'MALFORMED_REPLIES', 'Persona', 'synthetic_responder', 'synthetic_rng', 'believes_gold',

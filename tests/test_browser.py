@@ -272,7 +272,7 @@ def test_run_browser_in_jupyterlab(tmp_path):
     run_experiment("du", toy_arith_items(6, seed=5), rounds=1, out=root / "runs" / "du_run", cache=False, progress=False)
     run_experiment("single", toy_arith_items(6, seed=5), out=root / "runs" / "single_run", cache=False, progress=False)
     wrong = int((~open_run(root / "runs" / "du_run").df.correct.astype(bool)).sum())
-    from madlab.imports import import_run                     # an imported debate: its stepper forks with a model typed in the model field
+    from madlab.import_run import import_run                  # an imported debate: its stepper forks with a model typed in the model field
     chat = lambda *r: [m for k, x in enumerate(r) for m in ({"role": "user", "content": f"prompt {k}"}, {"role": "assistant", "content": x})]
     (tmp_path / "du.json").write_text(json.dumps({"What is 7 * 6?": [[chat("\\boxed{42}", "\\boxed{42}"), chat("\\boxed{48}", "\\boxed{42}")], "#### 42"]}))
     import_run("du", tmp_path / "du.json", root / "runs" / "imported_run")

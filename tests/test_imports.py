@@ -6,7 +6,8 @@ import pandas as pd
 import pytest
 from conftest import needs_public_data
 from madlab.core import public_data
-from madlab.imports import import_run, log_transcripts, LogError, get_log_format
+from madlab.imports import log_transcripts, LogError, get_log_format
+from madlab.import_run import import_run
 from madlab.runs import open_run
 from madlab.run import rescore
 from madlab.protocols.critic_actor import round_accuracy, answer_flips
@@ -262,3 +263,10 @@ def test_the_stepper_forks_an_imported_debate_with_a_model(files):
     c = open_run(files / "ca").stepper(0)
     with pytest.raises(ValueError, match="cannot be continued with a model: CS546's critic-actor files keep each actor's solutions"): c.fork(1, model="synthetic:medium")
     assert "not the chats" in c.w_error.value
+
+def test_import_run_lives_beside_the_runner():
+    "import_run (it writes run folders) is madlab.import_run's; madlab.imports only reads logs, and its old name for import_run still answers."
+    import madlab.imports as mi, madlab.import_run as mir
+    from madlab.imports import import_run as old
+    assert old is mir.import_run is import_run and "import_run" not in mi.__all__
+    with pytest.raises(AttributeError, match="no attribute 'nothing_here'"): mi.nothing_here
