@@ -379,7 +379,7 @@ def _log_format_cb(ctx, param, value):
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="Import the first N records only")
 def import_cmd(format, path, out, task, model, limit, games):
     "Import a published debate log (FORMAT: du, critic_actor: one JSON file; controlmad: a game's session file or a folder of ControlMAD's results) as a run folder: transcripts, logs and a results table scored by the task, no call made."
-    from madlab.imports import import_run
+    from madlab.import_run import import_run
     try: res = import_run(format, path, out, task=task, model=model, limit=limit, games=games)
     except OptionError as e: raise click.BadParameter(e.message, param_hint="PATH" if e.option == "path" else f"'{e.flag}'") from None
     except ValueError as e: raise click.ClickException(str(e)) from None

@@ -512,11 +512,3 @@ def continue_log(t, round: int, agents, *, agent: str|None = None, reply: str|No
     d.meta["forked_from"] = {"id": t.meta.get("id"), "round": round, "imported": src, **({"edit": edit} if edit else {})}
     d.imported_log = t                                          # the log it continues (with its edit): the stepper continues it again from another round
     return d
-
-# %% ../nbs/24_imports.ipynb #400bde16
-def __getattr__(name):
-    "Compatibility: `import_run` lives in `madlab.import_run` (beside the runner); remove once no caller imports it from here."
-    if name == "import_run":
-        from madlab.import_run import import_run
-        return import_run
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -265,8 +265,6 @@ def test_the_stepper_forks_an_imported_debate_with_a_model(files):
     assert "not the chats" in c.w_error.value
 
 def test_import_run_lives_beside_the_runner():
-    "import_run (it writes run folders) is madlab.import_run's; madlab.imports only reads logs, and its old name for import_run still answers."
+    "import_run (it writes run folders) is madlab.import_run's; madlab.imports only reads logs and has no import_run."
     import madlab.imports as mi, madlab.import_run as mir
-    from madlab.imports import import_run as old
-    assert old is mir.import_run is import_run and "import_run" not in mi.__all__
-    with pytest.raises(AttributeError, match="no attribute 'nothing_here'"): mi.nothing_here
+    assert mir.import_run is import_run and not hasattr(mi, "import_run")

@@ -81,7 +81,7 @@ def test_import_finder_sees_lazy_and_relative_imports(tmp_path):
     assert not {d for d in _madlab_imports_anywhere(p, "madlab.protocols.x") if d.startswith("madlab.backends")}
 
 ALLOWED_CIRCLES = [{"madlab.scoring", "madlab.tasks"}]   # scoring <-> tasks: answer formats and tasks are to be reshaped (a later change); no other circle
-COMPAT_EDGES = {("madlab.imports", "madlab.import_run")}  # `from madlab.imports import import_run` (a lazy module __getattr__) until the CLI imports madlab.import_run
+COMPAT_EDGES: set = set()   # edges left out of the graph: none
 VIEWS = ("madlab.widgets", "madlab.viz", "madlab.live")
 
 def _graph(pkg: Path = PKG, me=_module, compat=COMPAT_EDGES) -> dict[str, set[str]]:
@@ -140,10 +140,6 @@ def test_views_load_no_runner_in_a_fresh_interpreter():
     code = "import sys, madlab.widgets, madlab.viz, madlab.live, madlab.imports; print(sorted(m for m in sys.modules if m in ('madlab.run', 'madlab.import_run')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=PKG.parent)
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr[-2000:]
-
-def test_compat_edge_is_only_lazy():
-    "The one edge left out of the graph, madlab.imports -> madlab.import_run, is the lazy `__getattr__` name, never a module-level import."
-    assert not {d for d in _top_level_imports(PKG / "imports.py", "madlab.imports") if d.startswith(("madlab.run", "madlab.import_run"))}
 
 def test_synthetic_specs_build_from_backends_alone_in_a_fresh_interpreter():
     import subprocess, sys

@@ -7,7 +7,7 @@ from pathlib import Path
 
 PKG = Path(__file__).resolve().parents[1] / "madlab"
 KNOWN_CIRCLES = {frozenset({"madlab.scoring", "madlab.tasks"})}   # scoring <-> tasks: to be reshaped (tasks own their formats)
-COMPAT_EDGES = {("madlab.imports", "madlab.import_run")}          # `from madlab.imports import import_run` (a lazy __getattr__) until the CLI imports madlab.import_run
+COMPAT_EDGES: set = set()   # edges left out of the graph: none
 VIEWS = ("madlab.widgets", "madlab.viz", "madlab.live")
 RUNNER = "madlab.run"
 
