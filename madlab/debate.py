@@ -496,8 +496,8 @@ async def side_call(self: Debate, agent, prompt: str, *, kind: str, ask: Ask|Non
     backend = a.backend if spec is None else self.side_backend(spec, a.name, kind)
     solo = a.fresh(backend, spec=spec or a.spec, system=None, structured="off")       # a clean context, asked as written
     solo.listeners = a.listeners
-    ask = replace(ask or Ask(item=self.item), phase=(ask.phase if ask is not None and ask.phase else kind))
-    t = await solo.ask(prompt, ask=ask, round=round, role="user", **params)
+    phase = ask.phase if ask is not None and ask.phase else kind                          # what a live view shows while it runs
+    t = await solo.ask(prompt, ask=ask or Ask(item=self.item), phase=phase, round=round, role="user", **params)
     t.meta = {"kind": kind, **(meta or {}), **t.meta}
     if t.error is not None and not t.error.startswith(f"{kind}: "): t.error = f"{kind}: {t.error}"
     return t
