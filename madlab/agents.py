@@ -74,9 +74,14 @@ class Agent:
     @property
     def synthetic(self) -> bool: return bool(getattr(self.backend, "synthetic", False))
 
-    def fresh(self, backend=None) -> Agent:
-        "The same agent with an empty history (sharing the backend unless one is given)."
-        return Agent(self.name, self.spec, self.system, dict(self.params), self.role, dict(self.meta), self.structured, backend=backend or self.backend, budget=self.budget)
+    def fresh(self, backend=None, **changes) -> Agent:
+        "The same agent with an empty history (sharing the backend unless one is given); `changes` replace fields (name, system, params, ...)."
+        kw = dict(name=self.name, spec=self.spec, system=self.system, params=dict(self.params), role=self.role, meta=dict(self.meta), structured=self.structured, budget=self.budget)
+        return Agent(**{**kw, **changes}, backend=backend or self.backend)
+
+    def count_tokens(self, text: str) -> int:
+        "How many tokens `text` is for this agent's model: its backend's count (through any cache or replay), so no caller unwraps a backend."
+        return self.backend.count_tokens(text)
 
     def info(self) -> dict:
         "What a transcript records about this agent."

@@ -485,3 +485,19 @@ def side_backend(self: Debate, spec: str, agent: str, kind: str):
             live = ReplayBackend([t for t in turns if t.agent == agent and t.meta.get("kind") == kind], fallback=live if fallbacks is not None else None, spec=spec)
         cache[(spec, agent, kind)] = live
     return cache[(spec, agent, kind)]
+
+# %% ../nbs/06_debate.ipynb #a88a852b
+@patch
+async def side_call(self: Debate, agent, prompt: str, *, kind: str, ask: Ask|None = None, round: int|None = None, spec: str|None = None,
+                    meta: dict|None = None, **params) -> Turn:
+    """One recorded call of `agent` (a name or an `Agent`) outside its turns (a rating, a plan, a memory's summary): `prompt` alone, through `Agent.ask`,
+    with the agent's backend or, given `spec`, that model's (`side_backend`); the turn's meta holds `kind` (and `meta`), its error names the kind."""
+    a = self.members(agent)[0]
+    backend = a.backend if spec is None else self.side_backend(spec, a.name, kind)
+    solo = a.fresh(backend, spec=spec or a.spec, system=None, structured="off")       # a clean context, asked as written
+    solo.listeners = a.listeners
+    phase = ask.phase if ask is not None and ask.phase else kind                          # what a live view shows while it runs
+    t = await solo.ask(prompt, ask=ask or Ask(item=self.item), phase=phase, round=round, role="user", **params)
+    t.meta = {"kind": kind, **(meta or {}), **t.meta}
+    if t.error is not None and not t.error.startswith(f"{kind}: "): t.error = f"{kind}: {t.error}"
+    return t

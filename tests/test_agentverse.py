@@ -232,3 +232,58 @@ def test_summary_memory_against_transformers_serve(served, monkeypatch):
     from madlab.debate import from_transcript
     r = from_transcript(t.to_json())
     assert [tu.reply for rr in r.rounds for tu in rr.turns] == [tu.reply for rr in t.rounds for tu in rr.turns]
+
+# ---- a call budget counts every call, side calls included --------------------------------------------------------------
+
+CALLS: list = []      # (agent, phase) of every call a `counted:` model answered (shared: the debate keeps role backends across tests)
+
+class Counted(Backend):
+    "A synthetic model (`counted:SYNTHETIC-SPEC`) that records each call it answers."
+    synthetic = True
+    def __init__(self, rest):
+        from madlab.backends import get_backend
+        self.inner, self.spec = get_backend("synthetic:" + rest), "counted:" + rest
+    async def complete(self, messages, ctx=None, **params):
+        CALLS.append((ctx.agent if ctx else None, ctx.phase if ctx else None))
+        return await self.inner.complete(messages, ctx, **params)
+    def count_tokens(self, text): return self.inner.count_tokens(text)
+
+@pytest.fixture
+def counted():
+    from madlab.backends import register_backend, unregister_backend
+    register_backend("counted", lambda rest, **kw: Counted(rest))
+    CALLS.clear()
+    yield CALLS
+    unregister_backend("counted")
+
+COUNTED = ["counted:strong,seed=1", "counted:medium,seed=2", "counted:weak,seed=3"]
+
+@pytest.mark.parametrize("llm", [None, "counted:medium,seed=9"])
+def test_a_call_budget_holds_for_summaries(counted, llm):
+    from madlab.agents import Budget
+    budget = Budget(max_calls=7)
+    mem = {"memory_type": "summary", "buffer": 0, **({"llm": llm} if llm else {})}
+    res = run_experiment("agentverse", toy_arith_items(3, seed=4), COUNTED, budget=budget, memory=mem, max_turns=6, cache=False, concurrency=1)
+    assert res.stopped and "call budget" in res.stopped
+    assert 0 < len(counted) <= 7 and budget.calls == len(counted)
+    assert any(phase == "summary" for _, phase in counted)            # the summaries were among the calls counted
+
+def test_a_call_budget_holds_for_ratings_and_insights_and_replay_makes_no_call(counted):
+    from madlab.agents import Budget
+    from madlab.debate import from_transcript, comparable
+    cfg = config_from_dict({"environment": {"env_type": "reflection", "max_turns": 6, "current_time": "2023-04-01 07:00:00", "time_delta": 1800,
+                                            "rule": {"order": {"type": "concurrent"}}},
+                            "agents": [{"agent_type": "reflection", "name": n, "llm": {"model": s}, "prompt_template": "${chat_history}", "memory": {"memory_type": "vectorstore"},
+                                        "memory_manipulator": {"memory_manipulator_type": "reflection"}} for n, s in (("A", COUNTED[0]), ("B", COUNTED[2]))]})
+    item = load_scenarios(example_path("prisoners_dilemma").with_name("scenarios.jsonl"))[0]
+    t = Debate("agentverse", item, agentverse_team(cfg), config=cfg, budget=Budget()).run()
+    side = [tu for r in t.rounds for tu in r.turns if tu.meta.get("kind") in ("importance", "immediacy", "questions", "insights")]
+    assert side and len(counted) == sum(tu.usage.calls or 1 for r in t.rounds for tu in r.turns)
+    for n in (5, 11, len(counted) - 1):
+        counted.clear()
+        budget = Budget(max_calls=n)
+        with pytest.raises(Exception, match="call budget"): Debate("agentverse", item, agentverse_team(cfg), config=cfg, budget=budget).run()
+        assert len(counted) <= n and budget.calls == len(counted)
+    counted.clear()
+    r = from_transcript(t)                                           # side calls are served from the transcript
+    assert counted == [] and comparable(r.transcript)["rounds"] == comparable(t)["rounds"]

@@ -267,3 +267,37 @@ def test_cluster_against_transformers_serve(served, monkeypatch):
     assert len(leaves(t)) >= 2 and any(r.phase == "debate" for r in t.rounds)
     assert t.result["answer"] is None or stock_position(t.result["answer"]) is not None
     assert Debate.from_transcript(Transcript.from_json(t.to_json())).meta["status"] == "done"
+
+# ---- a call budget counts every call: categorisation, leaves, heads, the final agent ------------------------------------
+
+CALLS: list = []      # agents of the calls a `counted:` model answered (shared: the debate keeps role backends across tests)
+
+@pytest.fixture
+def counted():
+    from madlab.backends import Backend, register_backend, unregister_backend
+    class Counted(Backend):
+        "A synthetic model (`counted:SYNTHETIC-SPEC`) that records each call it answers."
+        synthetic = True
+        def __init__(self, rest): self.inner, self.spec = get_backend("synthetic:" + rest), "counted:" + rest
+        async def complete(self, messages, ctx=None, **params):
+            CALLS.append(ctx.agent if ctx else None)
+            return await self.inner.complete(messages, ctx, **params)
+        def count_tokens(self, text): return self.inner.count_tokens(text)
+    register_backend("counted", lambda rest, **kw: Counted(rest))
+    CALLS.clear()
+    yield CALLS
+    unregister_backend("counted")
+
+def test_a_call_budget_is_never_exceeded(counted):
+    from madlab.agents import Budget
+    team = ["counted:oracle", "counted:strong,seed=2", "counted:medium,seed=3"]
+    item = load_market(SAMPLE)[0]
+    t = Debate("cluster", item, team, layers=2, rounds=2, token_budget=250, personas=2, budget=Budget()).run()
+    full = len(counted)
+    assert full == sum(tu.usage.calls or 1 for r in t.rounds for tu in r.turns) and len({a for a in counted}) > len(team)   # made agents call too
+    for n in (3, full // 2, full - 1):
+        counted.clear()
+        budget = Budget(max_calls=n)
+        d = Debate("cluster", item, team, layers=2, rounds=2, token_budget=250, personas=2, budget=budget)
+        with pytest.raises(Exception, match="call budget"): d.run()
+        assert len(counted) <= n and budget.calls == len(counted) and d.meta["status"] == "stopped"

@@ -47,6 +47,22 @@ def test_no_protocol_builds_or_unwraps_a_backend():
             elif isinstance(node, ast.Attribute) and banned.fullmatch(node.attr): found.setdefault(p.name, []).append(node.attr)
     assert not found, found
 
+def _backend_reads(path: Path) -> list[str]:
+    "Where `path` reads or writes a `.backend` attribute (`line: code`)."
+    src = path.read_text()
+    lines = src.splitlines()
+    return [f"{n.lineno}: {lines[n.lineno - 1].strip()}" for n in ast.walk(ast.parse(src)) if isinstance(n, ast.Attribute) and n.attr == "backend"]
+
+def test_no_protocol_reaches_for_an_agents_backend():
+    "Every model call a protocol makes goes through an agent (`Agent.ask`, `Debate.side_call`), and what it asks of a model (`Agent.count_tokens`) too: no `x.backend` under protocols/."
+    found = {p.name: _backend_reads(p) for p in sorted((PKG / "protocols").glob("*.py"))}
+    found = {k: v for k, v in found.items() if v}
+    assert not found, found
+
+def test_the_backend_check_sees_an_attribute_access(tmp_path):
+    (tmp_path / "p.py").write_text("async def f(a, m):\n    n = a.count_tokens('x')\n    return await a.backend.complete(m)\n")
+    assert _backend_reads(tmp_path / "p.py") == ["3: return await a.backend.complete(m)"]
+
 def _madlab_imports_anywhere(path: Path, me: str) -> set[str]:
     "madlab modules `path` imports anywhere: at module level, inside functions and classes, and as `madlab.x.y` attribute chains."
     out, pkg = set(), me.rsplit(".", 1)[0] if not path.name == "__init__.py" else me

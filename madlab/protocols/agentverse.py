@@ -632,13 +632,8 @@ def make_manipulator(spec, where: str = "memory_manipulator") -> Manipulator:
     return m
 
 async def _side_call(d, a, r, prompt: str, kind: str, ask_kind: str = "text", max_tokens: int = 256) -> Turn:
-    "One recorded call of agent `a` outside its turn (a rating, a plan, ...)."
-    msgs, t0 = [{"role": "user", "content": prompt}], time.perf_counter()
-    turn = Turn(a.name, messages=msgs, meta={"kind": kind})
-    try: c = await a.backend.complete(msgs, Ask(kind=ask_kind, item=d.item, agent=a.name, phase=kind, round=r.index), **{**a.params, "max_tokens": max_tokens})
-    except Exception as e: turn.error, turn.latency = f"{kind}: {type(e).__name__}: {e}", time.perf_counter() - t0; return turn
-    turn.reply, turn.answer, turn.usage, turn.latency, turn.cached = c.text, c.text, c.usage, c.latency, c.cached
-    return turn
+    "One recorded call of agent `a` outside its turn (a rating, a plan, ...), made through the debate: budget, scrubbing, listeners, cache and replay hold."
+    return await d.side_call(a, prompt, kind=kind, ask=Ask(kind=ask_kind, item=d.item), round=r.index, max_tokens=max_tokens)
 
 # %% ../../nbs/14_agentverse.ipynb #0b79bdb9
 def reflection_due(accumulated: float, threshold: float) -> tuple[bool, float]:
@@ -1206,24 +1201,13 @@ def _swapped_item(item):
     return dataclasses.replace(item, prompt=v["prompt"], gold=_SWAP.get(item.gold, item.gold), data={**item.data, "answer_1": v["answer_1"], "answer_2": v["answer_2"]})
 
 # %% ../../nbs/14_agentverse.ipynb #257e4d9b
-def _summariser(d, env, a, mem):
-    "The backend that summarises for agent `a`: its own, or the spec `mem.llm` (served from the transcript when the debate is replayed)."
-    return a.backend if mem.llm is None else d.side_backend(mem.llm, a.name, "summary")
-
 async def _summarise(d, env, a, mem, r) -> Turn|None:
     "Fold the memory's older lines into its summary with one recorded LLM call; None when nothing is pending."
     new = mem.pending()
     if not new: return None
     prompt = fill(mem.template, {"summary": mem.summary or "(none yet)", "new_lines": "\n".join(map(_line, new))}, "memory.template")
-    msgs = [{"role": "user", "content": prompt}]
-    turn = Turn(a.name, messages=msgs, meta={"kind": "summary", "llm": mem.llm or a.spec, "lines": len(new)})
-    t0 = time.perf_counter()
-    try: c = await _summariser(d, env, a, mem).complete(msgs, Ask(kind="text", item=d.item, agent=a.name, phase="summary", round=r.index), **{**a.params, "max_tokens": mem.max_tokens})
-    except Exception as e:
-        turn.error, turn.latency = f"summary: {type(e).__name__}: {e}", time.perf_counter() - t0
-        return turn
-    turn.reply, turn.answer, turn.usage, turn.latency, turn.cached = c.text, c.text, c.usage, c.latency, c.cached
-    mem.fold(c.text)
+    turn = await d.side_call(a, prompt, kind="summary", spec=mem.llm, round=r.index, meta={"llm": mem.llm or a.spec, "lines": len(new)}, max_tokens=mem.max_tokens)
+    if turn.error is None: mem.fold(turn.reply)          # made by `mem.llm` when set (served from the transcript when replayed), else by the agent's own model
     return turn
 
 # %% ../../nbs/14_agentverse.ipynb #c04d1175

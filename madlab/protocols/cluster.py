@@ -54,9 +54,9 @@ def greedy_clusters(items, k: int, sim, rng=None) -> list[list]:
 # %% ../../nbs/15_cluster.ipynb #ee60c369
 def _estimate(s: str) -> int: return max(1, math.ceil(len(s) / 4)) if s else 0
 
-def token_counter(backend=None):
-    "A function text -> tokens: the backend's own `count_tokens` (its tokenizer for `hf:` models, through any cache or replay), else the estimate ceil(characters / 4)."
-    return backend.count_tokens if backend is not None else _estimate
+def token_counter(model=None):
+    "A function text -> tokens: the model's own `count_tokens` (an agent's or a backend's: its tokenizer for `hf:` models, through any cache or replay), else the estimate ceil(characters / 4)."
+    return model.count_tokens if model is not None else _estimate
 
 def pack_records(texts, budget: int, count=None) -> list[list[int]]:
     "Indices of `texts` packed in order into groups of at most `budget` tokens (a text over the budget alone is a group of its own)."
@@ -268,7 +268,7 @@ async def _categorise(st: _State):
 # %% ../../nbs/15_cluster.ipynb #054949e9
 def _leaf_clusters(st: _State, cats: dict, budget: int, name: str, personas: int) -> list[tuple[str, list]]:
     P, asset = st.prompts, st.asset()
-    count = token_counter(st.workers[0].backend)
+    count = token_counter(st.workers[0])          # the first worker's model counts
     clusters, used = [], set()
     for cat, idxs in cats.items():
         slug = _slug(cat)

@@ -212,7 +212,7 @@ def _call_params(stop, **kw) -> dict: return {k: v for k, v in kw.items() if v i
 
 async def _fresh_ask(a: Agent, prompt: str, system: str|None = None, **kw) -> Turn:
     "Ask `a` in a fresh context (a system prompt, then `prompt`); the exchange is appended to its own history."
-    solo = Agent(a.name, a.spec, system or a.system, dict(a.params), a.role, dict(a.meta), a.structured, backend=a.backend, budget=a.budget)
+    solo = a.fresh(system=system or a.system)
     solo.listeners = a.listeners
     t = await solo.ask(prompt, role="user", **kw)
     a.history.messages.extend(m for m in solo.history.messages if m.role != "system")
@@ -402,7 +402,7 @@ def _subset_team(team, agents: int, params: dict) -> list:
     out = []
     for i in range(agents):
         m, lap = members[i % len(members)], i // len(members)
-        out.append(Agent(m.name if not lap else f"{m.name}-vote{lap + 1}", m.spec, m.system, {**params, **m.params}, structured=m.structured, backend=m.backend))
+        out.append(m.fresh(name=m.name if not lap else f"{m.name}-vote{lap + 1}", params={**params, **m.params}, role=None, meta={}, budget=None))
     return out
 
 def majority_votes(items, team=None, agents: int = 3, *, seed: int = 0, cache=True, concurrency: int|None = 8,
