@@ -16,7 +16,7 @@ from .tasks import gsm8k_gold
 import madlab.protocols.baselines
 from .protocols.critic_actor import Critique, parse_critique, critic_actor_vote
 from .puzzles import KKS_ROLES, parse_kks_answer
-from .scoring import kks_players, roles_of
+from .kks import kks_players, roles_of
 from .protocols.controlmad import parse_position
 
 # %% auto #0

@@ -11,78 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from .core import Item, OptionError, serializable, madlab_data
+from .scoring import extract_number, numbers_match, parse_choice, _to_number   # the reply parsers live in scoring; imported here too
 
 # %% auto #0
-__all__ = ['SAFETY_DECISIONS', 'RELIABILITY_LABELS', 'MARKET_QUESTION', 'TASKS', 'TASK_FILES', 'extract_number', 'numbers_match',
-           'gsm8k_gold', 'load_gsm8k', 'load_xstest', 'MarketRecord', 'load_market_news', 'market_item', 'load_market',
-           'load_mmlu', 'parse_choice', 'pairwise_prompt', 'load_faireval', 'load_pairwise', 'load_scenarios', 'Task',
-           'register_task', 'get_task', 'task_items', 'load_task_file']
-
-# %% ../nbs/04_tasks.ipynb #4b49f779
-_FRAC_RE = r"(?<![\w./])[-\u2212]?\d+\s*/\s*\d+(?![\w/]|\.\d)"   # 3/4, -1/2 (not dates such as 12/25/2020)
-_NUM_RE = re.compile(_FRAC_RE + r"|(?<![\w.])[-\u2212]?\s?\$?\s?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?!\d)|(?<![\w.])[-\u2212]?\.\d+")
-
-def _to_number(s):
-    "'$1,234.50' -> 1234.5, '-7' -> -7, '3/4' -> 0.75; None when `s` is not a number. Non-integers are rounded to 9 decimals, so 1/3 and 0.333333333 vote alike."
-    t = re.sub(r"[\s$,]", "", s).replace("\u2212", "-")
-    try: v = float(t) if "/" not in t else float(t.split("/")[0]) / float(t.split("/")[1])
-    except (ValueError, ZeroDivisionError, IndexError): return None
-    if not math.isfinite(v): return None
-    return int(v) if v.is_integer() and abs(v) < 2**53 else round(v, 9)
-
-# where a number is expected (inside \boxed{}, after "answer is"), '118 000' and '1 234 567' (space, no-break or thin space) are one number
-_SPACED_RE = re.compile(r"(?<![\w.])[-\u2212]?\s?\$?\s?\d{1,3}(?:[ \u00a0\u2009\u202f]\d{3})+(?:\.\d+)?(?![\d,]|[ \u00a0\u2009\u202f]?\d)|" + _NUM_RE.pattern)
-
-def _numbers(s, spaced=False):
-    "Every number in `s`; `spaced`: thousands grouped by spaces count as one number (never in prose, where '3 4' is two)."
-    return [v for v in (_to_number(m.group(0)) for m in (_SPACED_RE if spaced else _NUM_RE).finditer(s)) if v is not None]
-
-def _boxed(text):
-    "Contents of every \\boxed{...} (nested braces allowed)."
-    out = []
-    for m in re.finditer(r"\\boxed\s*\{", text):
-        depth, i = 1, m.end()
-        while i < len(text) and depth:
-            depth += {"{": 1, "}": -1}.get(text[i], 0); i += 1
-        if depth == 0: out.append(text[m.end():i - 1])
-    return out
-
-def _untex(s):
-    "LaTeX inside a \\boxed{} made plain: '\\$' -> '$', '1{,}234' and '1\\,234' -> '1234', \\text{...} and '\\%' dropped."
-    s = re.sub(r"\\(?:text|mathrm|textbf|mbox)\s*\{[^{}]*\}", " ", s)
-    s = s.replace("{,}", "").replace("\\$", "$")
-    return re.sub(r"\\[,!;: %]|\\(?:left|right|quad)\b", "", s)
-
-def _frac(s):
-    m = re.search(r"\\d?frac\{\s*(-?\d+(?:\.\d+)?)\s*\}\{\s*(-?\d+(?:\.\d+)?)\s*\}", s)
-    if m and float(m.group(2)) != 0:
-        v = float(m.group(1)) / float(m.group(2))
-        return int(v) if v.is_integer() else v
-    return None
-
-def extract_number(text):
-    """The final numeric answer in `text`: the last \\boxed{}, else the number after the last '####',
-    'answer is' or 'answer:', else the last number; commas, '$', units and '%' are dropped. None when there is none."""
-    if not isinstance(text, str) or not text.strip(): return None
-    for b in reversed(_boxed(text)):
-        v = _frac(b)
-        if v is not None: return v
-        ns = _numbers(_untex(b), spaced=True)
-        if ns: return ns[-1]
-    for pat in (r"####", r"\banswer\s*(?:is|:|=)", r"\bfinal answer\b", r"\bthe answer\b"):
-        ms = list(re.finditer(pat, text, re.I))
-        if ms:
-            tail = text[ms[-1].end():]
-            m = _SPACED_RE.search(tail.split("\n\n")[0][:80])
-            if m: return _to_number(m.group(0))
-    ns = _numbers(text)
-    return ns[-1] if ns else None
-
-def numbers_match(a, b, tol: float = 1e-6) -> bool:
-    "Whether two extracted numbers are equal (False when either is None)."
-    if a is None or b is None: return False
-    try: return abs(float(a) - float(b)) <= tol * max(1.0, abs(float(b)))
-    except (TypeError, ValueError): return False
+__all__ = ['SAFETY_DECISIONS', 'RELIABILITY_LABELS', 'MARKET_QUESTION', 'TASKS', 'TASK_FILES', 'gsm8k_gold', 'load_gsm8k',
+           'load_xstest', 'MarketRecord', 'load_market_news', 'market_item', 'load_market', 'load_mmlu',
+           'pairwise_prompt', 'load_faireval', 'load_pairwise', 'load_scenarios', 'Task', 'register_task', 'get_task',
+           'task_items', 'load_task_file']
 
 # %% ../nbs/04_tasks.ipynb #35ac1da6
 def _json_value(text, where):
@@ -254,23 +189,6 @@ def load_mmlu(path, split: str = "test", subjects=None) -> list[Item]:
             out.append(Item(f"mmlu-{subject}-{k:03d}", "mmlu", prompt, gold, meta={"subject": subject, "question": r[0], "choices": r[1:5]}))
     return out
 
-def parse_choice(text, letters: str = "ABCD"):
-    "The letter a reply chooses ('The answer is (B)', 'Answer: C', '\\boxed{D}', '{\"answer\": \"A\"}', a lone 'B.'), or None."
-    if not isinstance(text, str): return None
-    L = re.escape(letters)
-    for p in (rf'"(?:answer|choice)"\s*:\s*"\(?([{L}])\)?"', rf"\\boxed\{{\s*\(?([{L}])\)?\s*\}}"):
-        ms = re.findall(p, text, re.I)
-        if ms: return ms[-1].upper()
-    ans, opt = r"\b(?:final\s+)?answer", r"(?:option\s+|choice\s+)?\**"
-    said = list(re.finditer(rf"{ans}\s*[:=]\s*{opt}\(?([{L}])\)?\**(?![\w'])"      # "Answer: c", "Final answer: **B**"
-                            rf"|{ans}\s+is\s*:?\s*{opt}\(([{L}])\)"                 # "the answer is (b)"
-                            rf"|{ans}\s+is\s*:?\s*{opt}(?-i:([{L}]))\**(?![\w'])",   # "the answer is D", not "... is a tricky one"
-                            text, re.I))
-    if said: return next(g for g in said[-1].groups() if g).upper()
-    m = re.fullmatch(rf"\s*\**\(?([{L}])\)?[.:)]?\**(?:\s.*)?", text, re.S)
-    if m and (len(text.strip()) <= 3 or re.match(rf"\s*\**\(?[{L}][.:)]", text)): return m.group(1)
-    m = re.findall(rf"^\s*\**\(?([{L}])\)?\**\.?\s*$", text, re.M)
-    return m[-1] if m else None
 
 # %% ../nbs/04_tasks.ipynb #8f03b1d2
 _PREFERENCE = {1: 1, 2: 2, 0: 0, "1": 1, "2": 2, "0": 0, "tie": 0}

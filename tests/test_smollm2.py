@@ -105,7 +105,7 @@ def test_controlmad_game_with_three_smollm2_agents(smollm2, tmp_path):
     t = next(iter(res.transcripts.values()))
     ts = [tu for r in t.rounds for tu in r.turns]
     assert ts and all(tu.meta.get("structured") == "enforced" for tu in ts)
-    from madlab.scoring import kks_players
+    from madlab.kks import kks_players
     players = kks_players(items[0])
     for tu in ts:
         assert tu.valid, tu.reply

@@ -6,7 +6,7 @@ import ast, sys
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parents[1] / "madlab"
-KNOWN_CIRCLES = {frozenset({"madlab.scoring", "madlab.tasks"})}   # scoring <-> tasks: to be reshaped (tasks own their formats)
+KNOWN_CIRCLES: set = set()   # no circle is allowed
 COMPAT_EDGES: set = set()   # edges left out of the graph: none
 VIEWS = ("madlab.widgets", "madlab.viz", "madlab.live")
 RUNNER = "madlab.run"
