@@ -1,4 +1,4 @@
-"""Answer formats per task (what agents are asked to write, how it is parsed, how it is scored), voting rules and metrics.
+"""What every task shares: answer formats (what agents are asked to write, how it is parsed, how it is scored), the reply parsers for numbers and choices, voting rules and usage tables. Knight-Knave-Spy answers and metrics are in `madlab.kks`.
 
 Docs: https://madlab.github.io/madlab/scoring.html.md"""
 
