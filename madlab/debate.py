@@ -6,7 +6,7 @@ Docs: https://madlab.github.io/madlab/debate.html.md"""
 
 # %% ../nbs/06_debate.ipynb #cb4f60c4
 from __future__ import annotations
-import asyncio, inspect, math, random, time, traceback, types, typing
+import asyncio, collections, inspect, math, random, time, traceback, types, typing
 from dataclasses import dataclass, field, replace
 from typing import Callable, Literal
 from fastcore.basics import patch
@@ -20,8 +20,8 @@ from .scoring import answer_format
 from . import kks as _kks   # registers the Knight-Knave-Spy task's answer format (madlab.kks) for every debate
 
 # %% auto #0
-__all__ = ['PROTOCOLS', 'HOOKS', 'EXTRA_ROLES', 'Protocol', 'protocol', 'protocol_hook', 'get_protocol', 'Debate', 'fork',
-           'afork', 'from_transcript', 'comparable']
+__all__ = ['PROTOCOLS', 'HOOKS', 'LOG_CONTINUATIONS', 'EXTRA_ROLES', 'Protocol', 'protocol', 'protocol_hook', 'get_protocol',
+           'Debate', 'fork', 'afork', 'from_transcript', 'register_log_continuation', 'continue_log', 'comparable']
 
 # %% ../nbs/06_debate.ipynb #a8ec8595
 def _type_name(tp) -> str:
@@ -396,6 +396,78 @@ def from_transcript(t, team=None, live: bool = False) -> Debate:
     return run_sync(_rebuild(d, t))
 
 Debate.fork, Debate.afork, Debate.from_transcript = fork, afork, staticmethod(from_transcript)
+
+# %% ../nbs/06_debate.ipynb #f7cdfe87
+LOG_CONTINUATIONS: dict = {}     # an imported log format's name -> None when its logs can be continued with a model, else why not
+
+def register_log_continuation(name: str, why_not: str|None = None):
+    "Say whether logs of the format `name` can be continued with a model by `continue_log` (`why_not`: None when they can, else the reason)."
+    LOG_CONTINUATIONS[name] = why_not
+
+# %% ../nbs/06_debate.ipynb #d85c49ce
+class _LoggedReplies(Backend):
+    "An agent's logged replies, served in order whatever it is asked; then its live backend answers."
+    def __init__(self, replies, live):
+        self.replies, self.live = collections.deque(replies), live
+        self.spec, self.synthetic, self.structured = live.spec, getattr(live, "synthetic", False), getattr(live, "structured", None)
+    async def complete(self, messages, ctx=None, **params) -> Completion:
+        if self.replies: return Completion(self.replies.popleft(), Usage(), 0.0, cached=True, meta={"replayed": True, "from_log": True})
+        return await self.live.complete(messages, ctx, **params)
+    def count_tokens(self, text): return self.live.count_tokens(text)
+    async def aclose(self): await self.live.aclose()
+
+# %% ../nbs/06_debate.ipynb #94e63970
+def _kept_rounds(t, round, names) -> list:
+    "The first `round` rounds of `t`, each with a logged reply by every agent (else a ValueError saying who has none)."
+    n = len(t.rounds)
+    if isinstance(round, bool) or not isinstance(round, int) or not 1 <= round <= n: raise OptionError("round", f"must be a round number in 1..{n} (rounds are numbered from 1); got {round!r}")
+    for r in t.rounds[:round]:
+        by = r.by_agent()
+        gone = [a for a in names if a not in by or by[a].reply is None]
+        if gone: raise ValueError(f"round {r.index + 1}: {', '.join(gone)} has no reply in the log ({(r.meta.get('missing') or {}).get(gone[0], 'failed')}); continue from an earlier round")
+    return t.rounds[:round]
+
+def _edit_log(t, round, agent=None, reply=None, turn=None) -> tuple:
+    "`t` with the reply of `agent` (or turn number `turn`) in round `round` replaced by `reply`, in its turn and in the agent's chat; and what was edited (None: no edit, when `reply` is None or the logged reply)."
+    if reply is None: return t, None
+    r = t.rounds[round - 1]
+    if turn is not None and (isinstance(turn, bool) or not isinstance(turn, int) or not 0 <= turn < len(r.turns)):
+        raise OptionError("turn", f"must be in 0..{len(r.turns) - 1} (round {round} has {len(r.turns)} turns); got {turn!r}")
+    idx = turn if turn is not None else next((i for i, tu in enumerate(r.turns) if tu.agent == agent), None)
+    if idx is None: raise OptionError("agent", f"round {round} has no reply by {agent!r}; agents in it: {', '.join(tu.agent for tu in r.turns)}")
+    old = r.turns[idx]
+    if reply == old.reply: return t, None
+    turns = [replace(tu, reply=reply, error=None, meta={**tu.meta, "edited": True}) if i == idx else tu for i, tu in enumerate(r.turns)]
+    chat = ChatHistory([replace(m, content=reply) if m.role == "assistant" and m.round == r.index else m for m in (t.histories.get(old.agent) or [])])
+    t = replace(t, rounds=[replace(x, turns=turns) if x is r else x for x in t.rounds], histories={**t.histories, old.agent: chat})
+    return t, {"round": round, "agent": old.agent, "turn": idx, "original": old.reply, "reply": reply}
+
+def continue_log(t, round: int, agents, *, agent: str|None = None, reply: str|None = None, turn: int|None = None, **options) -> Debate:
+    "A debate keeping rounds 1..`round` of imported transcript `t` (replies and chats as logged; with `agent`'s reply in round `round`, or turn number `turn`'s, replaced by `reply` if given) and continuing live with `agents`: one backend spec for every agent, or one per agent."
+    if not isinstance(t, Transcript): t = Transcript.from_json(t)
+    src = (t.meta or {}).get("imported")
+    if not src: raise ValueError("not an imported transcript: fork a madlab debate with Debate.fork (or Debate.from_transcript(t, live=True))")
+    name = src.get("format") if isinstance(src, dict) else None
+    if name not in LOG_CONTINUATIONS: raise ValueError(f"an imported {name} log: no log format of that name is registered (`import madlab.imports` registers madlab's)")
+    if LOG_CONTINUATIONS[name] is not None: raise ValueError(f"an imported {name} log cannot be continued with a model: {LOG_CONTINUATIONS[name]}")
+    names = [a["name"] for a in t.team]
+    specs = [agents] * len(names) if isinstance(agents, str) else list(agents)
+    if len(specs) != len(names): raise OptionError("agents", f"give one backend spec, or one per agent ({len(names)}: {', '.join(names)}); got {len(specs)}")
+    _kept_rounds(t, round, names)
+    t, edit = _edit_log(t, round, agent, reply, turn)
+    kept = t.rounds[:round]
+    try: team = [Agent(a, s, backend=_LoggedReplies([r.by_agent()[a].reply for r in kept], get_backend(s))) for a, s in zip(names, specs)]
+    except ValueError as e: raise OptionError("agents", str(e)) from None
+    d = Debate(t.protocol, t.item, team, **{**{k: v for k, v in t.settings.items() if k != "seed"}, **options})
+    for _ in range(round): d.step()
+    for r, logged in zip(d.rounds, kept):                       # the kept rounds show what the log holds: its prompts, its replies
+        for tu in r.turns: tu.messages, tu.meta = list(logged.by_agent()[tu.agent].messages), {**(m := logged.by_agent()[tu.agent].meta), "from_log": not m.get("edited")}
+    for a in d.agents:                                          # and each agent goes on from its logged chat
+        a.history = ChatHistory([m for m in (t.histories.get(a.name) or []) if m.round is not None and m.round < round])
+    for r in d.rounds: r.history_lengths = {a.name: sum(m.round is not None and m.round <= r.index for m in a.history) for a in d.agents}
+    d.meta["forked_from"] = {"id": t.meta.get("id"), "round": round, "imported": src, **({"edit": edit} if edit else {})}
+    d.imported_log = t                                          # the log it continues (with its edit): the stepper continues it again from another round
+    return d
 
 # %% ../nbs/06_debate.ipynb #7fceaa8d
 _VOLATILE = {"ts", "latency", "cached", "started", "finished"}

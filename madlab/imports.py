@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 import madlab
 from .core import *
+from .debate import register_log_continuation
 from .scoring import answer_format, plurality_vote, agreement
 from .tasks import gsm8k_gold
 import madlab.protocols.baselines
@@ -21,7 +22,7 @@ from .protocols.controlmad import parse_position
 
 # %% auto #0
 __all__ = ['LOG_FORMATS', 'CONTROLMAD_EXPECTS', 'LogError', 'LogFormat', 'register_log_format', 'get_log_format', 'log_item',
-           'DuLog', 'CriticActorLog', 'read_log', 'log_transcripts', 'kks_games', 'ControlMadLog', 'continue_log']
+           'DuLog', 'CriticActorLog', 'read_log', 'log_transcripts', 'kks_games', 'ControlMadLog']
 
 # %% ../nbs/24_imports.ipynb #28cab0b0
 class LogError(ValueError):
@@ -47,7 +48,9 @@ LOG_FORMATS: dict[str, LogFormat] = {}
 
 def register_log_format(fmt: LogFormat) -> LogFormat:
     "Make `fmt` importable by its name."
-    LOG_FORMATS[fmt.name] = fmt; return fmt
+    LOG_FORMATS[fmt.name] = fmt
+    register_log_continuation(fmt.name, None if fmt.continuable else fmt.why_not)   # what `madlab.debate.continue_log` checks
+    return fmt
 
 def get_log_format(name) -> LogFormat:
     "The registered format `name` (or `name` itself when it is a `LogFormat`)."
@@ -444,71 +447,3 @@ def _cm_result(s, rounds, players) -> dict:
             "logged_decision": "ControlMAD's own: the most common final role per player, or its supervisor's where it used one"}
 
 register_log_format(ControlMadLog());
-
-# %% ../nbs/24_imports.ipynb #3dd0fb7b
-from .backends import Backend, get_backend
-from .agents import Agent
-from .debate import Debate
-
-class _LoggedReplies(Backend):
-    "An agent's logged replies, served in order whatever it is asked; then its live backend answers."
-    def __init__(self, replies, live):
-        self.replies, self.live = collections.deque(replies), live
-        self.spec, self.synthetic, self.structured = live.spec, getattr(live, "synthetic", False), getattr(live, "structured", None)
-    async def complete(self, messages, ctx=None, **params) -> Completion:
-        if self.replies: return Completion(self.replies.popleft(), Usage(), 0.0, cached=True, meta={"replayed": True, "from_log": True})
-        return await self.live.complete(messages, ctx, **params)
-    def count_tokens(self, text): return self.live.count_tokens(text)
-    async def aclose(self): await self.live.aclose()
-
-# %% ../nbs/24_imports.ipynb #ec00c31a
-def _kept_rounds(t, round, names) -> list:
-    "The first `round` rounds of `t`, each with a logged reply by every agent (else a ValueError saying who has none)."
-    n = len(t.rounds)
-    if isinstance(round, bool) or not isinstance(round, int) or not 1 <= round <= n: raise OptionError("round", f"must be a round number in 1..{n} (rounds are numbered from 1); got {round!r}")
-    for r in t.rounds[:round]:
-        by = r.by_agent()
-        gone = [a for a in names if a not in by or by[a].reply is None]
-        if gone: raise ValueError(f"round {r.index + 1}: {', '.join(gone)} has no reply in the log ({(r.meta.get('missing') or {}).get(gone[0], 'failed')}); continue from an earlier round")
-    return t.rounds[:round]
-
-def _edit_log(t, round, agent=None, reply=None, turn=None) -> tuple:
-    "`t` with the reply of `agent` (or turn number `turn`) in round `round` replaced by `reply`, in its turn and in the agent's chat; and what was edited (None: no edit, when `reply` is None or the logged reply)."
-    if reply is None: return t, None
-    r = t.rounds[round - 1]
-    if turn is not None and (isinstance(turn, bool) or not isinstance(turn, int) or not 0 <= turn < len(r.turns)):
-        raise OptionError("turn", f"must be in 0..{len(r.turns) - 1} (round {round} has {len(r.turns)} turns); got {turn!r}")
-    idx = turn if turn is not None else next((i for i, tu in enumerate(r.turns) if tu.agent == agent), None)
-    if idx is None: raise OptionError("agent", f"round {round} has no reply by {agent!r}; agents in it: {', '.join(tu.agent for tu in r.turns)}")
-    old = r.turns[idx]
-    if reply == old.reply: return t, None
-    turns = [replace(tu, reply=reply, error=None, meta={**tu.meta, "edited": True}) if i == idx else tu for i, tu in enumerate(r.turns)]
-    chat = ChatHistory([replace(m, content=reply) if m.role == "assistant" and m.round == r.index else m for m in (t.histories.get(old.agent) or [])])
-    t = replace(t, rounds=[replace(x, turns=turns) if x is r else x for x in t.rounds], histories={**t.histories, old.agent: chat})
-    return t, {"round": round, "agent": old.agent, "turn": idx, "original": old.reply, "reply": reply}
-
-def continue_log(t, round: int, agents, *, agent: str|None = None, reply: str|None = None, turn: int|None = None, **options) -> Debate:
-    "A debate keeping rounds 1..`round` of imported transcript `t` (replies and chats as logged; with `agent`'s reply in round `round`, or turn number `turn`'s, replaced by `reply` if given) and continuing live with `agents`: one backend spec for every agent, or one per agent."
-    if not isinstance(t, Transcript): t = Transcript.from_json(t)
-    src = (t.meta or {}).get("imported")
-    if not src: raise ValueError("not an imported transcript: fork a madlab debate with Debate.fork (or Debate.from_transcript(t, live=True))")
-    fmt = get_log_format(src["format"])
-    if not fmt.continuable: raise ValueError(f"an imported {fmt.name} log cannot be continued with a model: {fmt.why_not}")
-    names = [a["name"] for a in t.team]
-    specs = [agents] * len(names) if isinstance(agents, str) else list(agents)
-    if len(specs) != len(names): raise OptionError("agents", f"give one backend spec, or one per agent ({len(names)}: {', '.join(names)}); got {len(specs)}")
-    _kept_rounds(t, round, names)
-    t, edit = _edit_log(t, round, agent, reply, turn)
-    kept = t.rounds[:round]
-    try: team = [Agent(a, s, backend=_LoggedReplies([r.by_agent()[a].reply for r in kept], get_backend(s))) for a, s in zip(names, specs)]
-    except ValueError as e: raise OptionError("agents", str(e)) from None
-    d = Debate(t.protocol, t.item, team, **{**{k: v for k, v in t.settings.items() if k != "seed"}, **options})
-    for _ in range(round): d.step()
-    for r, logged in zip(d.rounds, kept):                       # the kept rounds show what the log holds: its prompts, its replies
-        for tu in r.turns: tu.messages, tu.meta = list(logged.by_agent()[tu.agent].messages), {**(m := logged.by_agent()[tu.agent].meta), "from_log": not m.get("edited")}
-    for a in d.agents:                                          # and each agent goes on from its logged chat
-        a.history = ChatHistory([m for m in (t.histories.get(a.name) or []) if m.round is not None and m.round < round])
-    for r in d.rounds: r.history_lengths = {a.name: sum(m.round is not None and m.round <= r.index for m in a.history) for a in d.agents}
-    d.meta["forked_from"] = {"id": t.meta.get("id"), "round": round, "imported": src, **({"edit": edit} if edit else {})}
-    d.imported_log = t                                          # the log it continues (with its edit): the stepper continues it again from another round
-    return d

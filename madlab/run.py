@@ -25,8 +25,8 @@ from .decisions import get_decision, check_decision, aredecide
 __all__ = ['MAX_GAMES_AT_ONCE', 'debate_row', 'safe_name', 'transcript_text', 'chat_histories', 'item_outputs',
            'write_item_outputs', 'write_table', 'team_config', 'RunFolder', 'RunResult', 'games_at_once',
            'check_api_keys', 'default_task', 'load_items', 'run_name', 'RunPlan', 'resolve_run', 'arun_experiment',
-           'run_experiment', 'arun_many', 'run_many', 'rescore', 'decision_table_name', 'aredecide_run', 'redecide_run',
-           'parse_stats']
+           'run_experiment', 'arun_many', 'run_many', 'ItemFilter', 'MajorityErrorFilter', 'rescore',
+           'decision_table_name', 'aredecide_run', 'redecide_run', 'parse_stats']
 
 # %% ../nbs/08_run.ipynb #b92f3f7e
 _LONE = re.compile("[\ud800-\udfff]")
@@ -564,15 +564,15 @@ def _team_members(proto, team, opts: dict, hook: bool = True) -> list:
     return list(team) if team is not None else list(DEFAULT_TEAM)
 
 def _majority_error(items, members, A, n, seed, cache, concurrency):
-    "The items of the A-agent majority-error subset (`madlab.protocols.critic_actor.majority_error_subset`), the first `n` of them; the note the run folder keeps; a line saying what was kept."
-    from madlab.protocols.critic_actor import majority_error_subset
-    try: kept = majority_error_subset(items, members, A, seed=seed, cache=cache, concurrency=concurrency or 8)
-    except OptionError as e: raise OptionError("majority_error", e.message) from None
-    except ValueError as e: raise OptionError("majority_error", str(e)) from None
-    said = f"majority-error subset: {len(kept)} of {len(items)} items, where a plurality of {A} independent answers is wrong"
-    if not kept: raise OptionError("majority_error", f"no item among the {len(items)} selected where a {A}-agent plurality is wrong")
+    "The items a `MajorityErrorFilter(A)` keeps, the first `n` of them; the note the run folder keeps; a line saying what was kept."
+    f = A if isinstance(A, ItemFilter) else MajorityErrorFilter(A)
+    try: kept = f.select(items, members, seed=seed, cache=cache, concurrency=concurrency or 8)
+    except OptionError as e: raise OptionError(f.option, e.message) from None
+    except ValueError as e: raise OptionError(f.option, str(e)) from None
+    said = f.said(kept, items)
+    if not kept: raise OptionError(f.option, f"no item among the {len(items)} selected where a {f.agents}-agent plurality is wrong")
     kept = kept[:n] if n is not None else kept
-    return kept, {"agents": A, "kept": len(kept), "of": len(items), "items": [it.id for it in kept]}, said
+    return kept, f.note(kept, items), said
 
 # %% ../nbs/08_run.ipynb #4c5f8fa6
 @dataclass
@@ -738,6 +738,59 @@ async def arun_many(protocol, items, team=None, **kw) -> RunResult:
 def run_many(protocol, items, team=None, **kw) -> RunResult:
     "`run_experiment` with the results in memory unless `out` is given."
     return run_experiment(protocol, items, team, kw.pop("out", None), **kw)
+
+# %% ../nbs/08_run.ipynb #4cc63779
+class ItemFilter:
+    "Which of a run's items are run: `select` returns the kept ones in their order; `note` is what `config.json` keeps, `said` the line the command prints."
+    option = "filter"                               # the option a usage error names
+    def select(self, items, team, *, seed: int = 0, cache=True, concurrency: int|None = None) -> list: raise NotImplementedError
+    def note(self, kept, items) -> dict: return {"kept": len(kept), "of": len(items), "items": [it.id for it in kept]}
+    def said(self, kept, items) -> str: return f"{type(self).__name__}: {len(kept)} of {len(items)} items"
+
+# %% ../nbs/08_run.ipynb #f9b8270a
+def _voters(team, agents: int, params: dict) -> list:
+    "`agents` voters: the team's actors in order (their names, backends and system prompts), cycled under new names when there are fewer."
+    members = [a for a in make_team(list(team)) if (a.role or "").lower() not in ("critic", "supervisor")]
+    if not members: raise OptionError("majority_error", "the team has no actor to vote (only critics or supervisors)")
+    out = []
+    for i in range(agents):
+        m, lap = members[i % len(members)], i // len(members)
+        out.append(m.fresh(name=m.name if not lap else f"{m.name}-vote{lap + 1}", params={**params, **m.params}, role=None, meta={}, budget=None))
+    return out
+
+def _vote_row(it, t) -> dict:
+    "An item's vote: the plurality of its first round's answers (critic-actor's tie rule) and whether it is right; None when a vote failed."
+    from madlab.protocols.critic_actor import critic_actor_vote
+    if t is None: return {"item_id": it.id, "votes": None, "answer": None, "correct": None, "error": "the vote did not run"}
+    turns = t.rounds[0].turns if t.rounds else []
+    failed = [tu.error for tu in turns if tu.error] or ([t.meta.get("error") or "no answer"] if not turns else [])
+    top, votes = critic_actor_vote([tu.answer if tu.error is None else None for tu in turns])
+    right = answer_valid(top) and bool(answer_format(it).score(top, getattr(it, "gold", None)))
+    return {"item_id": it.id, "votes": json.dumps(votes), "answer": answer_summary(top), "correct": None if failed else right, "error": failed[0] if failed else None}
+
+@dataclass(frozen=True)
+class MajorityErrorFilter(ItemFilter):
+    "Keeps the items where a plurality of `agents` independent answers of the team's actors is wrong (the rule above)."
+    agents: int = 3
+    params: dict|None = None                        # the voters' sampling; None: temperature 0.7, top-p 0.9
+    option = "majority_error"
+    def __post_init__(self):
+        a = self.agents
+        if not isinstance(a, int) or isinstance(a, bool) or a < 1: raise OptionError("majority_error", f"must be a whole number of agents >= 1; got {a!r}")
+    def votes(self, items, team, *, seed: int = 0, cache=True, concurrency: int|None = None) -> pd.DataFrame:
+        "Per item: the voters' plurality (`answer`), the vote counts, whether it is right (`correct`; None when the vote failed) and the error."
+        items = list(items)
+        voters = _voters(team, self.agents, {"temperature": 0.7, "top_p": 0.9} if self.params is None else self.params)
+        plan = resolve_run("self_consistency", items=items, team=voters, seed=seed, cache=cache, concurrency=concurrency or 8, on_error="continue", _team_hook=False)
+        res = run_sync(arun_experiment(plan))
+        return pd.DataFrame([_vote_row(it, res.transcripts.get(str(it.id))) for it in items], columns=["item_id", "votes", "answer", "correct", "error"])
+    def select(self, items, team, *, seed: int = 0, cache=True, concurrency: int|None = None) -> list:
+        items = list(items)
+        v = self.votes(items, team, seed=seed, cache=cache, concurrency=concurrency)
+        wrong = set(v.item_id[v.correct == False])   # noqa: E712 (None: the vote failed, the item is left out)
+        return [it for it in items if it.id in wrong]
+    def note(self, kept, items) -> dict: return {"agents": self.agents, **super().note(kept, items)}
+    def said(self, kept, items) -> str: return f"majority-error subset: {len(kept)} of {len(items)} items, where a plurality of {self.agents} independent answers is wrong"
 
 # %% ../nbs/08_run.ipynb #7a617fc8
 def rescore(out, lock_timeout: float = 0, decision=None, cache=True, allow_fewer_scores: bool = False) -> RunResult:

@@ -12,8 +12,8 @@ import ipywidgets as W
 import pandas as pd
 from fastcore.basics import patch
 from .core import *
-from .debate import Debate
-from .imports import continue_log
+from .debate import Debate, continue_log
+import madlab.imports     # registers the log formats, so continue_log knows which imported logs can go on
 from .scoring import answer_format, majority_vote, score_result
 
 # %% auto #0

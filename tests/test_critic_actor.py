@@ -14,9 +14,9 @@ from madlab.agents import Agent
 from madlab.backends import HFBackend, OpenAIBackend
 from madlab.cli import main
 from madlab.debate import Debate
-from madlab.run import run_experiment
+from madlab.run import run_experiment, MajorityErrorFilter
 from madlab.tasks import extract_number, numbers_match, load_gsm8k
-from madlab.protocols.critic_actor import critic_actor_team, majority_votes
+from madlab.protocols.critic_actor import critic_actor_team
 
 ROOT = Path(__file__).resolve().parent.parent
 GSM8K = public_data("gsm8k", "test.jsonl")
@@ -151,7 +151,7 @@ def test_hf_generation_stops_at_eot_id(tmp_path):
 @needs_gsm8k
 def test_cli_majority_error_subset(tmp_path):
     team = "synthetic:medium,seed=1;synthetic:medium,seed=2;synthetic:weak,seed=3"
-    votes = majority_votes(load_gsm8k(GSM8K, limit=40), team.split(";"), 3, cache=False)
+    votes = MajorityErrorFilter(3).votes(load_gsm8k(GSM8K, limit=40), team.split(";"), cache=False)
     wrong = list(votes.item_id[votes.correct == False])   # noqa: E712
     assert len(wrong) >= 3
     r = CliRunner().invoke(main, ["run", "du", "--task", "gsm8k", "--data", str(GSM8K), "--items", "1-40", "--majority-error", "3", "--n", "2",

@@ -213,7 +213,7 @@ def test_controlmad_supervisor_and_cli(tmp_path):
     assert p.returncode == 2 and "--task" in p.stderr and "Traceback" not in p.stderr
 
 def test_continue_an_imported_debate_with_a_model(files):
-    from madlab.imports import continue_log
+    from madlab.debate import continue_log
     from madlab.scoring import score_result
     from madlab.widgets import DebateStepper
     import_run("du", files / "du.json", files / "du")
@@ -268,3 +268,20 @@ def test_import_run_lives_beside_the_runner():
     "import_run (it writes run folders) is madlab.import_run's; madlab.imports only reads logs and has no import_run."
     import madlab.imports as mi, madlab.import_run as mir
     assert mir.import_run is import_run and not hasattr(mi, "import_run")
+
+def test_continue_log_lives_beside_fork(files):
+    "continue_log is madlab.debate's (beside Debate.fork), not madlab.imports'; in a fresh process the stepper alone knows which imported logs go on."
+    import madlab.imports as mi, madlab.debate as md
+    assert md.continue_log.__module__ == "madlab.debate" and not hasattr(mi, "continue_log")
+    assert md.LOG_CONTINUATIONS["du"] is None and "not the chats" in md.LOG_CONTINUATIONS["critic_actor"]
+    import_run("du", files / "du.json", files / "du")
+    import_run("critic_actor", files / "ca.json", files / "ca")
+    code = ("import sys; from madlab.core import Transcript; import madlab.widgets; from madlab.debate import continue_log\n"
+            "t = Transcript.from_json(open(sys.argv[1]).read()); d = continue_log(t, 1, 'synthetic:medium', rounds=3); print(len(d.run().rounds))\n"
+            "c = Transcript.from_json(open(sys.argv[2]).read())\n"
+            "try: continue_log(c, 1, 'synthetic:medium')\nexcept ValueError as e: print(e)")
+    ts = [files / f"{r}.transcript.json" for r in ("du", "ca")]
+    for r, f in zip(("du", "ca"), ts): f.write_text(open_run(files / r).transcript(0).to_json())
+    p = subprocess.run([sys.executable, "-c", code, *map(str, ts)], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines()[0] == "4" and "cannot be continued with a model: CS546" in p.stdout, p.stdout

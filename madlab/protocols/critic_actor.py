@@ -6,7 +6,7 @@ Docs: https://madlab.github.io/madlab/critic_actor.html.md"""
 
 # %% ../../nbs/13_critic_actor.ipynb #ec40bbce
 from __future__ import annotations
-import asyncio, collections, json, re
+import collections, json, re
 from dataclasses import dataclass, field
 from typing import Literal
 from ..core import *
@@ -20,7 +20,7 @@ from ..tasks import extract_number, numbers_match
 # %% auto #0
 __all__ = ['PROMPTS', 'ROLE_PROMPTS', 'CRITIC_ACTOR_TEAM', 'ANSWER_PHASES', 'FLIP_KINDS', 'Critique', 'parse_critique',
            'GlobalCritique', 'parse_global_critique', 'critic_actor_vote', 'critic_actor', 'critic_actor_team',
-           'round_accuracy', 'answer_flips', 'majority_votes', 'majority_error_subset']
+           'round_accuracy', 'answer_flips']
 
 # %% ../../nbs/13_critic_actor.ipynb #7698d5e5
 PROMPTS = {
@@ -392,43 +392,3 @@ def answer_flips(transcripts) -> "pd.DataFrame":
                 rows.append({"item_id": t.meta.get("id"), "protocol": t.protocol, "agent": a, "step": step, "from": answer_summary(p), "to": answer_summary(x), "kind": kind})
             prev = cur
     return pd.DataFrame(rows, columns=["item_id", "protocol", "agent", "step", "from", "to", "kind"])
-
-# %% ../../nbs/13_critic_actor.ipynb #c719c342
-def _subset_team(team, agents: int, params: dict) -> list:
-    "`agents` voters: the team's actors in order (their names, backends and system prompts), cycled under new names when there are fewer."
-    from madlab.agents import make_team
-    members = [a for a in make_team(list(team)) if (a.role or "").lower() not in ("critic", "supervisor")]
-    if not members: raise ValueError("the team has no actor to vote (only critics or supervisors)")
-    out = []
-    for i in range(agents):
-        m, lap = members[i % len(members)], i // len(members)
-        out.append(m.fresh(name=m.name if not lap else f"{m.name}-vote{lap + 1}", params={**params, **m.params}, role=None, meta={}, budget=None))
-    return out
-
-def majority_votes(items, team=None, agents: int = 3, *, seed: int = 0, cache=True, concurrency: int|None = 8,
-                   params: dict|None = None) -> "pd.DataFrame":
-    "Per item: the plurality of `agents` independent answers of the team's actors and whether it is right (see the rule above)."
-    import pandas as pd
-    if not isinstance(agents, int) or isinstance(agents, bool) or agents < 1: raise OptionError("majority_error", f"must be a whole number of agents >= 1; got {agents!r}")
-    members = _subset_team(team if team is not None else [m for m in CRITIC_ACTOR_TEAM if isinstance(m, str)], agents,
-                           {"temperature": 0.7, "top_p": 0.9} if params is None else params)
-    sem = asyncio.Semaphore(concurrency or 8)
-    async def one(it):
-        async with sem:
-            d = Debate("self_consistency", it, members, seed=seed, cache=cache, on_error="continue")
-            try: t = await d.arun()
-            except Exception as e: return {"item_id": it.id, "votes": None, "answer": None, "correct": None, "error": f"{type(e).__name__}: {e}"}
-            answers = [tu.answer if tu.error is None else None for tu in t.rounds[0].turns]
-            top, votes = critic_actor_vote(answers)
-            failed = [tu.error for tu in t.rounds[0].turns if tu.error]
-            return {"item_id": it.id, "votes": json.dumps(votes), "answer": answer_summary(top), "correct": None if failed else _right(it, top),
-                    "error": failed[0] if failed else None}
-    async def all_items(): return await asyncio.gather(*(one(it) for it in items))
-    return pd.DataFrame(run_sync(all_items()), columns=["item_id", "votes", "answer", "correct", "error"])
-
-def majority_error_subset(items, team=None, agents: int = 3, **kw) -> list:
-    "The items where an `agents`-agent plurality vote of the team's actors is wrong (`majority_votes`'s `correct` is False), in their order."
-    items = list(items)
-    v = majority_votes(items, team, agents, **kw)
-    wrong = set(v.item_id[v.correct == False])   # noqa: E712 (None: the vote failed, the item is left out)
-    return [it for it in items if it.id in wrong]
