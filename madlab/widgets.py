@@ -365,16 +365,20 @@ class DebateStepper(W.VBox):
 # %% ../nbs/21_widgets.ipynb #20b2c429
 @patch(as_prop=True)
 def branch(self: DebateStepper) -> _Branch: return self.branches[self.current]
+
 @patch(as_prop=True)
 def debate(self: DebateStepper) -> Debate|None:
     "The debate of the branch shown (None when browsing a transcript)."
     return self.branch.debate
+
 @patch(as_prop=True)
 def pos(self: DebateStepper) -> int: return self.branch.pos
+
 @patch(as_prop=True)
 def round(self: DebateStepper) -> int:
     "The round shown, numbered from 1 as in the header (0 before the first)."
     return self.branch.pos + 1
+
 @patch(as_prop=True)
 def error(self: DebateStepper) -> str|None:
     "The error of the last action on the branch shown (None when it went well)."
@@ -384,6 +388,7 @@ def error(self: DebateStepper) -> str|None:
 @patch
 def _attach(self: DebateStepper, b):
     if b.debate is not None: b.debate.listeners.append(self._on_event)
+
 @patch
 def _on_event(self: DebateStepper, event, **kw):     # called on madlab's runtime thread: only count
     if event == "call_end": self._calls += 1
