@@ -48,6 +48,7 @@ def _cannot_hold(a) -> str|None:
     if a.synthetic or getattr(a.backend, "structured", None): return None
     return f"{a.spec} cannot hold replies to a schema" + (" (install madlab[hf] for llguidance)" if a.spec.startswith("hf:") else "")
 
+# %% ../nbs/02_agents.ipynb #fbcb2128
 @dataclass
 class Agent:
     "A debater: name, backend spec, system prompt, default call parameters and its own chat history."
@@ -74,65 +75,77 @@ class Agent:
     @property
     def synthetic(self) -> bool: return bool(getattr(self.backend, "synthetic", False))
 
-    def fresh(self, backend=None, **changes) -> Agent:
-        "The same agent with an empty history (sharing the backend unless one is given); `changes` replace fields (name, system, params, ...)."
-        kw = dict(name=self.name, spec=self.spec, system=self.system, params=dict(self.params), role=self.role, meta=dict(self.meta), structured=self.structured, budget=self.budget)
-        return Agent(**{**kw, **changes}, backend=backend or self.backend)
+# %% ../nbs/02_agents.ipynb #b2b261da
+@patch
+def fresh(self: Agent, backend=None, **changes) -> Agent:
+    "The same agent with an empty history (sharing the backend unless one is given); `changes` replace fields (name, system, params, ...)."
+    kw = dict(name=self.name, spec=self.spec, system=self.system, params=dict(self.params), role=self.role, meta=dict(self.meta), structured=self.structured, budget=self.budget)
+    return Agent(**{**kw, **changes}, backend=backend or self.backend)
 
-    def count_tokens(self, text: str) -> int:
-        "How many tokens `text` is for this agent's model: its backend's count (through any cache or replay), so no caller unwraps a backend."
-        return self.backend.count_tokens(text)
+# %% ../nbs/02_agents.ipynb #4edf57c7
+@patch
+def count_tokens(self: Agent, text: str) -> int:
+    "How many tokens `text` is for this agent's model: its backend's count (through any cache or replay), so no caller unwraps a backend."
+    return self.backend.count_tokens(text)
 
-    def info(self) -> dict:
-        "What a transcript records about this agent."
-        return {"name": self.name, "spec": self.spec, "synthetic": self.synthetic, "system": self.system, "params": self.params, "role": self.role, "meta": self.meta,
-                "structured": self.structured}
+# %% ../nbs/02_agents.ipynb #848a9bfe
+@patch
+def info(self: Agent) -> dict:
+    "What a transcript records about this agent."
+    return {"name": self.name, "spec": self.spec, "synthetic": self.synthetic, "system": self.system, "params": self.params, "role": self.role, "meta": self.meta,
+            "structured": self.structured}
 
-    def hear(self, content, sender=None, role="other_agent", **kw) -> Message:
-        "Append a message this agent sees (another agent's words by default)."
-        return self.history.add(role, content, sender=sender, **kw)
+# %% ../nbs/02_agents.ipynb #bf086b7c
+@patch
+def hear(self: Agent, content, sender=None, role="other_agent", **kw) -> Message:
+    "Append a message this agent sees (another agent's words by default)."
+    return self.history.add(role, content, sender=sender, **kw)
 
-    def _emit(self, event, **kw):
-        for f in list(self.listeners):
-            try: f(event, agent=self.name, **kw)
-            except Exception: pass
+# %% ../nbs/02_agents.ipynb #1f1c45ef
+@patch
+def _emit(self: Agent, event, **kw):
+    for f in list(self.listeners):
+        try: f(event, agent=self.name, **kw)
+        except Exception: pass
 
-    async def ask(self, prompt: str|None, *, kind="text", parse: Callable|None = None, ask: Ask|None = None,
-                  phase=None, round=None, focus=None, receivers=None, role="moderator", **params) -> Turn:
-        "Send `prompt` (if any), call the backend on the whole history, record and parse the reply."
-        ask = replace(ask or Ask(), kind=ask.kind if ask and ask.kind != "text" else kind, agent=self.name, focus=focus if focus is not None else (ask.focus if ask else None),
-                      phase=phase if phase is not None else (ask.phase if ask else None), round=round if round is not None else (ask.round if ask else None))
-        params, note = self._structure(ask, params)
-        if prompt is not None or note: self.history.add(role, (prompt or "") + note if prompt is not None else note.strip(), phase=phase, round=round, focus=focus, receivers=[self.name])
-        messages = self.history.to_messages()
-        turn = Turn(self.name, messages=messages, receivers=receivers, focus=focus)
-        budget = self.budget
-        if budget is not None: budget.check(); budget.pending += 1
-        self._emit("call_start", phase=phase, round=round, focus=focus)
-        t0 = time.perf_counter()
-        try:
-            c = await self.backend.complete(messages, ask, **{**self.params, **params})
-        except (BudgetExceeded, asyncio.CancelledError):
-            if budget is not None: budget.pending -= 1
-            raise
-        except Exception as e:
-            if budget is not None: budget.pending -= 1
-            turn.error = scrub_secrets(str(e) if isinstance(e, BackendError) else f"{type(e).__name__}: {e}")   # no key reaches a record
-            turn.latency = time.perf_counter() - t0
-            self._emit("call_end", turn=turn)
-            return turn
-        if budget is not None: budget.pending -= 1; budget.charge(c.usage, c.cached)
-        c = replace(c, text=scrub_secrets(c.text))       # a server may echo a key back: it is never recorded
-        turn.reply, turn.usage, turn.latency, turn.cached = c.text, c.usage, c.latency, c.cached
-        if c.meta.get("structured"): turn.meta["structured"] = c.meta["structured"]     # how the reply was held to its schema
-        if c.meta.get("prefill_tokens") is not None and not c.cached: turn.meta["prefill_tokens"] = c.meta["prefill_tokens"]   # the prompt tokens computed (the rest reused)
-        self.history.add("assistant", c.text, sender=self.name, receivers=receivers, phase=phase, round=round, focus=focus)
-        if parse is not None:
-            try: turn.answer = parse(c.text)
-            except Exception as e: turn.answer, turn.meta["parse_error"] = None, f"{type(e).__name__}: {e}"
-        else: turn.answer = c.text
+# %% ../nbs/02_agents.ipynb #9cb7f14d
+@patch
+async def ask(self: Agent, prompt: str|None, *, kind="text", parse: Callable|None = None, ask: Ask|None = None,
+              phase=None, round=None, focus=None, receivers=None, role="moderator", **params) -> Turn:
+    "Send `prompt` (if any), call the backend on the whole history, record and parse the reply."
+    ask = replace(ask or Ask(), kind=ask.kind if ask and ask.kind != "text" else kind, agent=self.name, focus=focus if focus is not None else (ask.focus if ask else None),
+                  phase=phase if phase is not None else (ask.phase if ask else None), round=round if round is not None else (ask.round if ask else None))
+    params, note = self._structure(ask, params)
+    if prompt is not None or note: self.history.add(role, (prompt or "") + note if prompt is not None else note.strip(), phase=phase, round=round, focus=focus, receivers=[self.name])
+    messages = self.history.to_messages()
+    turn = Turn(self.name, messages=messages, receivers=receivers, focus=focus)
+    budget = self.budget
+    if budget is not None: budget.check(); budget.pending += 1
+    self._emit("call_start", phase=phase, round=round, focus=focus)
+    t0 = time.perf_counter()
+    try:
+        c = await self.backend.complete(messages, ask, **{**self.params, **params})
+    except (BudgetExceeded, asyncio.CancelledError):
+        if budget is not None: budget.pending -= 1
+        raise
+    except Exception as e:
+        if budget is not None: budget.pending -= 1
+        turn.error = scrub_secrets(str(e) if isinstance(e, BackendError) else f"{type(e).__name__}: {e}")   # no key reaches a record
+        turn.latency = time.perf_counter() - t0
         self._emit("call_end", turn=turn)
         return turn
+    if budget is not None: budget.pending -= 1; budget.charge(c.usage, c.cached)
+    c = replace(c, text=scrub_secrets(c.text))       # a server may echo a key back: it is never recorded
+    turn.reply, turn.usage, turn.latency, turn.cached = c.text, c.usage, c.latency, c.cached
+    if c.meta.get("structured"): turn.meta["structured"] = c.meta["structured"]     # how the reply was held to its schema
+    if c.meta.get("prefill_tokens") is not None and not c.cached: turn.meta["prefill_tokens"] = c.meta["prefill_tokens"]   # the prompt tokens computed (the rest reused)
+    self.history.add("assistant", c.text, sender=self.name, receivers=receivers, phase=phase, round=round, focus=focus)
+    if parse is not None:
+        try: turn.answer = parse(c.text)
+        except Exception as e: turn.answer, turn.meta["parse_error"] = None, f"{type(e).__name__}: {e}"
+    else: turn.answer = c.text
+    self._emit("call_end", turn=turn)
+    return turn
 
 # %% ../nbs/02_agents.ipynb #5422d4b3
 @patch
@@ -156,15 +169,18 @@ def agent_name(spec: str) -> str:
     rest = re.sub(r"[^A-Za-z0-9._-]+", "-", rest).strip("-")
     return f"{prov}-{rest}" if rest else prov
 
+# %% ../nbs/02_agents.ipynb #36bf0ed0
 def check_spec(spec: str) -> str:
     "`spec` when it names a backend madlab can build (nothing is loaded or called), else the ValueError saying why."
     get_backend(spec)
     return spec
 
+# %% ../nbs/02_agents.ipynb #9122969f
 def split_specs(s: str) -> list[str]:
     "Backend specs from one string: `;` separates them, and so does a comma before `KIND:`, so `key=value` options stay with their spec."
     return [x.strip() for x in re.split(r";|,(?=\s*[A-Za-z][\w-]*:)", s) if x.strip()]
 
+# %% ../nbs/02_agents.ipynb #1450f1ef
 TEAM_ENDPOINT_FIELDS = ("max_concurrency", "timeout", "max_retries")   # per member, or for every member at the top of a team file
 
 def make_team(members, budget: Budget|None = None) -> list[Agent]:
@@ -197,12 +213,14 @@ def make_team(members, budget: Budget|None = None) -> list[Agent]:
         agents.append(a)
     return agents
 
+# %% ../nbs/02_agents.ipynb #249edd18
 DEFAULT_TEAM = ("synthetic:strong,seed=1", "synthetic:medium,seed=2", "synthetic:weak,seed=3")
 
 def default_team(budget=None) -> list[Agent]:
     "madlab's embedded offline team: three synthetic agents of decreasing skill."
     return make_team(list(DEFAULT_TEAM), budget)
 
+# %% ../nbs/02_agents.ipynb #a9ea702f
 def load_team(path) -> list[Agent]:
     "A team from a YAML or JSON file: a list of members (see `make_team`), or `{agents: [...]}` with optional `max_concurrency`, `timeout`, `max_retries`, `structured` for every member."
     import yaml

@@ -270,6 +270,7 @@ PRESETS = {
     "vllm":   dict(base_url="http://localhost:8000/v1", key_env=None),
 }
 
+# %% ../nbs/01_backends.ipynb #0e20570d
 class _Malformed(Exception): pass
 
 def _sdk(*names) -> tuple:
@@ -278,15 +279,18 @@ def _sdk(*names) -> tuple:
     m = sys.modules.get("openai")
     return tuple(getattr(m, n) for n in names) if m is not None else ()
 
+# %% ../nbs/01_backends.ipynb #33903a82
 def _json_body(d) -> bytes:
     "A request body: orjson (about ten times faster), or the standard encoder for what orjson refuses (integers beyond 64 bits, lone surrogates)."
     import orjson
     try: return orjson.dumps(d)
     except TypeError: return json.dumps(d).encode()
 
+# %% ../nbs/01_backends.ipynb #fc89fbc1
 def _retryable() -> tuple:
     return (*_sdk("RateLimitError", "InternalServerError", "APITimeoutError", "APIConnectionError"), _Malformed)
 
+# %% ../nbs/01_backends.ipynb #d4a9f222
 _OPENAI_PARAMS = {"max_tokens", "temperature", "top_p", "stop", "seed", "response_format", "n", "presence_penalty",
                   "frequency_penalty", "logprobs", "top_logprobs", "max_completion_tokens", "reasoning_effort"}
 
@@ -295,6 +299,7 @@ def _backoff(attempt: int, max_wait: float, base: float = 0.2) -> float:
     step = base * 2 ** (attempt - 1)
     return min(max_wait, step * (1 + random.random() * 0.5))
 
+# %% ../nbs/01_backends.ipynb #c8d63180
 RETRY_AFTER_MAX = 60.0   # the longest Retry-After honoured (the openai client's convention); beyond it a call backs off on its own
 
 def _honoured_retry_after(exc, ep=None) -> float|None:
@@ -304,6 +309,7 @@ def _honoured_retry_after(exc, ep=None) -> float|None:
     if ep is not None: ep.absurd_retry_after += 1
     return None
 
+# %% ../nbs/01_backends.ipynb #25ff6257
 def _retry_after(exc) -> float|None:
     "Seconds the server asks us to wait: `Retry-After` (seconds or an HTTP date) or `retry-after-ms`; None when absent."
     resp = getattr(exc, "response", None)
@@ -321,6 +327,7 @@ def _retry_after(exc) -> float|None:
         return max(0.0, email.utils.parsedate_to_datetime(v).timestamp() - time.time())
     except (TypeError, ValueError, IndexError, OverflowError): return None
 
+# %% ../nbs/01_backends.ipynb #383caf3c
 class _Endpoint:
     "What the calls to one endpoint share on one event loop: the in-flight limit and the circuit breaker."
     def __init__(self, url: str, limit: int|None, breaker_after: int, cooldown: float, give_up_after: float = 300.0):
@@ -513,6 +520,7 @@ async def complete(self: OpenAIBackend, messages, ctx=None, **params) -> Complet
     meta = {"finish_reason": ch.get("finish_reason"), **({} if isinstance(u, dict) else {"usage_estimated": True}), **({"structured": held} if held else {})}
     return Completion(text, usage, time.perf_counter() - t0, model=self.spec, meta=meta)
 
+# %% ../nbs/01_backends.ipynb #5828900e
 @patch
 async def _send(self: OpenAIBackend, ep: _Endpoint, body: bytes, first_failed=None) -> dict:
     "One call: most take one attempt (no retry machinery for them); retryable failures are retried within bounds (`first_failed()` is told of the first)."
@@ -522,10 +530,12 @@ async def _send(self: OpenAIBackend, ep: _Endpoint, body: bytes, first_failed=No
         if not isinstance(e, _retryable()) or not self.max_retries: raise
         return await self._retry(ep, body, e)
 
+# %% ../nbs/01_backends.ipynb #aeb3f843
 def _refuses_schema(e) -> bool:
     "Whether a 400/422 answer refuses the structured-output field (it names `response_format`, `json_schema` or guided decoding)."
     return bool(re.search(r"response_format|json_schema|guided|structured output", _err_text(e), re.I))
 
+# %% ../nbs/01_backends.ipynb #3514c2de
 @patch
 def health(self: OpenAIBackend) -> dict|None:
     "The endpoint's record on the loop it last ran on: seconds unreachable (an open breaker), outages, calls that waited, whether it gave up, Retry-Afters not honoured."
@@ -537,11 +547,13 @@ def health(self: OpenAIBackend) -> dict|None:
             "calls_waited": br.calls_waited + (br._waited_now if br.open and br.confirmed else 0), "gave_up": br.gave_up,
             **({"absurd_retry_after": self._ep.absurd_retry_after} if self._ep.absurd_retry_after else {}), **({"structured": f"refused: {self._ep.schema_refused}"} if self._ep.schema_refused else {})}
 
+# %% ../nbs/01_backends.ipynb #39f649c6
 @patch
 async def aclose(self: OpenAIBackend):
     "Forget this backend's client (the endpoint's shared client stays open for the others; see `close_clients`)."
     self._client = self._wire = None
 
+# %% ../nbs/01_backends.ipynb #e583df30
 def _err_text(e) -> str:
     s = scrub_secrets(str(getattr(e, "message", None) or e))      # a server may echo the key in its error body
     return s[:300]
@@ -553,6 +565,7 @@ def _httpx():
     except ImportError: import httpx as h
     return h
 
+# %% ../nbs/01_backends.ipynb #9a069bd0
 def _session():
     "The running loop's aiohttp session: one connection pool per host and no cap of its own (the endpoint limits bound it)."
     loop = asyncio.get_running_loop()
@@ -563,6 +576,7 @@ def _session():
         _close_with_loop(loop)
     return s
 
+# %% ../nbs/01_backends.ipynb #c5b0e30d
 _closers = weakref.WeakKeyDictionary()          # event loop -> the async generator that closes its session when the loop shuts down
 
 async def _closer(loop, sessions, clients):
@@ -575,6 +589,7 @@ async def _closer(loop, sessions, clients):
             if s is not None and not s.closed: await s.close()
         except Exception: pass
 
+# %% ../nbs/01_backends.ipynb #235b6da4
 def _close_with_loop(loop):
     "Tie the session to `loop`: a script's own `asyncio.run(...)` ends with it closed (no 'Unclosed client session' at exit)."
     if loop in _closers: return
@@ -583,6 +598,7 @@ def _close_with_loop(loop):
     try: step.send(None)
     except StopIteration: pass
 
+# %% ../nbs/01_backends.ipynb #3d1c3864
 @patch
 def _wire_for(self: OpenAIBackend):
     "(loop, url, headers, timeout) of this backend on the running loop, worked out once."
@@ -593,11 +609,13 @@ def _wire_for(self: OpenAIBackend):
         self._wire = (loop, url, _request_headers(self._api_key), aiohttp.ClientTimeout(total=self.timeout))
     return self._wire
 
+# %% ../nbs/01_backends.ipynb #f6e35767
 def _no_connection(e) -> bool:
     "Whether an aiohttp error means the endpoint is not there: refused, reset or dropped before an answer began (not a DNS or TLS failure, not a cut-off body)."
     import aiohttp
     return isinstance(e, (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError)) and not isinstance(e, (aiohttp.ClientConnectorDNSError, aiohttp.ClientSSLError))
 
+# %% ../nbs/01_backends.ipynb #1b888233
 @patch
 async def _post(self: OpenAIBackend, body: bytes) -> dict:
     "One HTTP attempt: the decoded answer, or the exception the `openai` client raises for the same failure."
@@ -719,6 +737,7 @@ class _HFRequest:
     eos: list = field(default_factory=list)   # extra end-of-sequence token ids for this request
     schema: dict|None = None                  # the JSON schema the reply is held to while it decodes (None: free text)
 
+# %% ../nbs/01_backends.ipynb #8b3de730
 END_OF_TURN_TOKENS = ("<|eot_id|>", "<|im_end|>", "<end_of_turn>", "<|end|>")
 
 def _as_list(x): return list(x) if isinstance(x, (list, tuple)) else [x]
@@ -729,11 +748,13 @@ def _fast_cpu_bf16() -> bool:
     except OSError: return False
     return " amx_bf16" in flags or " avx512_bf16" in flags
 
+# %% ../nbs/01_backends.ipynb #51f903b8
 def _usable_cores() -> int:
     "The CPU cores this process may run on (its affinity), not the machine's count."
     try: return len(os.sched_getaffinity(0))
     except (AttributeError, OSError): return os.cpu_count() or 1
 
+# %% ../nbs/01_backends.ipynb #0566884c
 def _kv_budget_mb(device) -> int:
     "The default key/value store: a quarter of the free GPU memory, or an eighth of the available RAM, at most 8 GiB."
     import torch
@@ -743,6 +764,7 @@ def _kv_budget_mb(device) -> int:
         except (OSError, StopIteration): free = 2**30
     return int(min(free, 8 * 2**30) // 2**20)
 
+# %% ../nbs/01_backends.ipynb #e8ca10f5
 def _hf_dtype(dtype):
     "`auto` means the checkpoint's dtype on a GPU (or a CPU with fast bf16) and float32 on any other CPU; anything else is kept."
     import torch
@@ -750,6 +772,7 @@ def _hf_dtype(dtype):
     if torch.cuda.is_available() or _fast_cpu_bf16(): return "auto"
     return torch.float32
 
+# %% ../nbs/01_backends.ipynb #948fed8b
 class HFBackend(Backend):
     "A transformers model in this process; concurrent requests are batched into one `generate` call."
     min_shared = 16    # tokens two prompts of a batch must share beyond the store before they are computed once for both
@@ -766,6 +789,7 @@ class HFBackend(Backend):
         self._queue, self._worker, self._wake, self._load_lock = [], None, None, None
         self._executor = None
 
+# %% ../nbs/01_backends.ipynb #04163c3e
 @patch
 def _load(self: HFBackend):
     import transformers
@@ -1014,6 +1038,7 @@ def _generate(self: HFBackend, reqs: list[_HFRequest]):
     self._keep(out, ids, mask, replies)
     return res
 
+# %% ../nbs/01_backends.ipynb #edb0acba
 @patch
 def _keep(self: HFBackend, out, ids, mask, replies):
     "After a batch: store each row's prompt and reply (the tokens whose keys and values were computed), without the padding."
@@ -1028,6 +1053,7 @@ def _keep(self: HFBackend, out, ids, mask, replies):
         idx = torch.cat([keep.nonzero()[:, 0], n + torch.arange(len(g))]).to(kv[0][0].device)
         self._prefix.add(torch.cat([ids[i][keep], torch.tensor(g, dtype=torch.long)]), [(k[i:i + 1, :, idx], v[i:i + 1, :, idx]) for k, v in kv])
 
+# %% ../nbs/01_backends.ipynb #261ccc4f
 @patch
 async def _run_worker(self: HFBackend):
     loop = asyncio.get_running_loop()

@@ -101,6 +101,7 @@ def _agents_cb(ctx, param, value):
         except (ValueError, TypeError) as e: raise click.BadParameter(str(e)) from None
     return specs
 
+# %% ../nbs/40_cli.ipynb #79c35125
 def _spec_cb(ctx, param, value):
     if value is None: return None
     from madlab.backends import get_backend
@@ -108,11 +109,13 @@ def _spec_cb(ctx, param, value):
     except (ValueError, TypeError) as e: raise click.BadParameter(str(e)) from None
     return value
 
+# %% ../nbs/40_cli.ipynb #6b12595e
 def _items_cb(ctx, param, value):
     if value is None: return None
     try: return parse_games(value)
     except ValueError as e: raise click.BadParameter(str(e)) from None
 
+# %% ../nbs/40_cli.ipynb #47bd176b
 def _decision_cb(ctx, param, value):
     "A decision rule (`madlab.decisions.get_decision`); a judge's backend spec is checked too."
     if value is None: return None
@@ -122,14 +125,17 @@ def _decision_cb(ctx, param, value):
     if rule.judge and rule.backend: _spec_cb(ctx, param, rule.backend)
     return rule
 
+# %% ../nbs/40_cli.ipynb #318b0993
 def _finite_cb(ctx, param, value):
     if value is not None and not math.isfinite(value): raise click.BadParameter(f"must be a finite number; got {value}")
     return value
 
+# %% ../nbs/40_cli.ipynb #5827d1c7
 def _out_cb(ctx, param, value):
     if value is None or not str(value).strip(): raise click.BadParameter("must name a folder")
     return value
 
+# %% ../nbs/40_cli.ipynb #b122fc1d
 def _file_cb(ctx, param, value):
     "A YAML/JSON file holding a mapping or a list (a protocol's prompts, roles ...)."
     if value is None: return None
@@ -138,6 +144,7 @@ def _file_cb(ctx, param, value):
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as e: raise click.BadParameter(f"{value}: not a readable YAML/JSON file ({str(e).splitlines()[0]})") from None
     return data
 
+# %% ../nbs/40_cli.ipynb #855535e6
 def _flag(name): return "--" + name.replace("_", "-")
 
 def _option_doc(proto, name) -> str:
@@ -149,6 +156,7 @@ def _option_doc(proto, name) -> str:
     lead = head.split(": ", 1)[0] + ": " if ": " in head else ""
     return lead + (", ".join(names[:-1]) + " or " + names[-1] if len(names) > 1 else names[0]) + (f"  [{tail}" if tail else "")
 
+# %% ../nbs/40_cli.ipynb #e6402d77
 def _option_param(proto, name):
     "The click option of one protocol option."
     tp, default, doc = proto.types.get(name), proto.options[name], _option_doc(proto, name)
@@ -293,6 +301,7 @@ def protocols_cmd():
         for k, v in p.options.items():
             click.echo(f"    {_flag(k)} (default {v!r}): {_option_doc(p, k)}")
 
+# %% ../nbs/40_cli.ipynb #75c2850b
 @main.command("rescore")
 @click.argument("run_dir", type=click.Path(exists=True, file_okay=False), callback=_run_dir_cb)
 @click.option("--decision", metavar="RULE", default=None, callback=_decision_cb,
@@ -317,6 +326,7 @@ def rescore_cmd(run_dir, decision, compare, cache, allow_fewer_scores):
         from madlab.run import decision_table_name
         click.echo(f"table: {Path(run_dir) / decision_table_name(decision)}.parquet (and .csv)")
 
+# %% ../nbs/40_cli.ipynb #1306a1ed
 _P_HELP = ("-p, --param NAME VALUE...", "A notebook parameter and the values to sweep; repeatable, e.g. -p depth 1 2 3 -p size 4 6")
 
 class _SweepCommand(click.Command):
@@ -325,6 +335,7 @@ class _SweepCommand(click.Command):
         rows = [_P_HELP] + [r for p in self.get_params(ctx) if (r := p.get_help_record(ctx)) is not None]
         with formatter.section("Options"): formatter.write_dl(rows)
 
+# %% ../nbs/40_cli.ipynb #ee6fa48d
 def parse_sweep_params(tokens) -> dict:
     "`-p NAME VALUE... -p NAME VALUE...` tokens as {name: [values]}."
     params, cur = {}, None
@@ -345,6 +356,7 @@ def parse_sweep_params(tokens) -> dict:
         if not v: raise click.BadParameter(f"-p {k} needs at least one value", param_hint="'-p'")
     return params
 
+# %% ../nbs/40_cli.ipynb #8ed4fa59
 @main.command("sweep", cls=_SweepCommand, context_settings={"ignore_unknown_options": True})
 @click.argument("notebook", type=click.Path(exists=True, dir_okay=False))
 @click.argument("params", nargs=-1, type=click.UNPROCESSED)

@@ -138,6 +138,10 @@ LANGUAGES = {
                reveal="zeig|zeige|zeigen sie|verrate|verraten sie|gib|geben sie|nenne|wiederhole|drucke|schreibe|teile",
                sysprompt="systemprompt|system-prompt|systemanweisungen|systemnachricht|versteckten anweisungen|deine anweisungen|ihre anweisungen",
                free="ohne (?:einschränkungen|filter|zensur|regeln|grenzen|beschränkungen)"),
+}
+
+# %% ../nbs/09_guards.ipynb #eaf1e306
+LANGUAGES.update({
     "it": dict(verbs="ignora|ignorate|ignori|ignorare|dimentica|dimenticate|dimentichi|dimenticare|trascura|tralascia|non seguire|non rispettare|scarta|lascia perdere",
                poss="tue|tuoi|tua|tuo|vostre|vostri|sue|suoi",
                dets="tutte|tutti|le|gli|i|la|il|l'|di|delle|dei",
@@ -170,7 +174,9 @@ LANGUAGES = {
                reveal="laat zien|toon|geef|vertel|print|herhaal|schrijf",
                sysprompt="systeemprompt|systeem prompt|systeeminstructies|verborgen instructies|je instructies",
                free="zonder (?:beperkingen|filters?|censuur|regels)"),
-}
+})
+
+# %% ../nbs/09_guards.ipynb #9397258d
 # Japanese and Chinese do not separate words: (QUALIFIER)(の|的)?(OBJECT)(を)?...(VERB), or VERB ... OBJECT.
 _CJK = {
     "ja": dict(verbs="無視|忘れ|従わな|破棄|リセット", quals="以前の|前の|これまでの|上記の|今までの|最初の|全ての|すべての|あなたの|システムの",

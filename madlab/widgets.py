@@ -362,38 +362,51 @@ class DebateStepper(W.VBox):
         self.add_class("madlab-stepper")
         self._refresh()
 
-    @property
-    def branch(self) -> _Branch: return self.branches[self.current]
-    @property
-    def debate(self) -> Debate|None:
-        "The debate of the branch shown (None when browsing a transcript)."
-        return self.branch.debate
-    @property
-    def pos(self) -> int: return self.branch.pos
-    @property
-    def round(self) -> int:
-        "The round shown, numbered from 1 as in the header (0 before the first)."
-        return self.branch.pos + 1
-    @property
-    def error(self) -> str|None:
-        "The error of the last action on the branch shown (None when it went well)."
-        return self.branch.error
+# %% ../nbs/21_widgets.ipynb #20b2c429
+@patch(as_prop=True)
+def branch(self: DebateStepper) -> _Branch: return self.branches[self.current]
 
-    def _attach(self, b):
-        if b.debate is not None: b.debate.listeners.append(self._on_event)
-    def _on_event(self, event, **kw):     # called on madlab's runtime thread: only count
-        if event == "call_end": self._calls += 1
+@patch(as_prop=True)
+def debate(self: DebateStepper) -> Debate|None:
+    "The debate of the branch shown (None when browsing a transcript)."
+    return self.branch.debate
 
-    def _item_html(self):
-        src = self.branch.src
-        it = src.item
-        text = it.text() if hasattr(it, "text") and callable(it.text) else _text(it)
-        gold = getattr(it, "gold", None)
-        g = f"<details><summary>gold answer</summary><pre style='white-space:pre-wrap'>{_E(_text(gold))}</pre></details>" if gold is not None else " · no gold answer: not scored"
-        return (f"<div><b>{_E(src.protocol if isinstance(src, Transcript) else src.protocol.name)}</b> on item "
-                f"<code>{_E(str(getattr(it, 'id', '')))}</code><details><summary>item</summary><pre style='white-space:pre-wrap'>{_E(text)}</pre></details>{g}</div>")
+@patch(as_prop=True)
+def pos(self: DebateStepper) -> int: return self.branch.pos
 
-    def __repr__(self): return f"DebateStepper(branch={self.current!r}, round={self.pos + 1}/{len(self.branch.rounds)}, branches={list(self.branches)})"
+@patch(as_prop=True)
+def round(self: DebateStepper) -> int:
+    "The round shown, numbered from 1 as in the header (0 before the first)."
+    return self.branch.pos + 1
+
+@patch(as_prop=True)
+def error(self: DebateStepper) -> str|None:
+    "The error of the last action on the branch shown (None when it went well)."
+    return self.branch.error
+
+# %% ../nbs/21_widgets.ipynb #249cd1f2
+@patch
+def _attach(self: DebateStepper, b):
+    if b.debate is not None: b.debate.listeners.append(self._on_event)
+
+@patch
+def _on_event(self: DebateStepper, event, **kw):     # called on madlab's runtime thread: only count
+    if event == "call_end": self._calls += 1
+
+# %% ../nbs/21_widgets.ipynb #8f610235
+@patch
+def _item_html(self: DebateStepper):
+    src = self.branch.src
+    it = src.item
+    text = it.text() if hasattr(it, "text") and callable(it.text) else _text(it)
+    gold = getattr(it, "gold", None)
+    g = f"<details><summary>gold answer</summary><pre style='white-space:pre-wrap'>{_E(_text(gold))}</pre></details>" if gold is not None else " · no gold answer: not scored"
+    return (f"<div><b>{_E(src.protocol if isinstance(src, Transcript) else src.protocol.name)}</b> on item "
+            f"<code>{_E(str(getattr(it, 'id', '')))}</code><details><summary>item</summary><pre style='white-space:pre-wrap'>{_E(text)}</pre></details>{g}</div>")
+
+# %% ../nbs/21_widgets.ipynb #4dd8eb67
+@patch
+def __repr__(self: DebateStepper): return f"DebateStepper(branch={self.current!r}, round={self.pos + 1}/{len(self.branch.rounds)}, branches={list(self.branches)})"
 
 # %% ../nbs/21_widgets.ipynb #2ebf359b
 _FORK_HELP = ("This stepper browses a saved transcript, which has no team to continue on. To fork it, open it with "
@@ -467,6 +480,7 @@ def _refresh(self: DebateStepper):
         if not finished:
             with self._draw_lock: self._drawing = False
 
+# %% ../nbs/21_widgets.ipynb #be22bd1a
 @patch
 def _snapshot(self: DebateStepper) -> dict:
     "The state the view is drawn from, read at once (under the drawing lock)."
@@ -475,6 +489,7 @@ def _snapshot(self: DebateStepper) -> dict:
             "running": self._running, "stop": self._stop, "label": self._label, "calls": self._calls, "note": b.note,
             "error": b.error or (b.src.meta.get("error") if b.status in ("failed", "stopped") else None)}
 
+# %% ../nbs/21_widgets.ipynb #770e892a
 @patch
 def _draw(self: DebateStepper, s: dict):
     "Write the view from snapshot `s`: every piece computed first, then written; the header after the grid, the busy indicator last."
@@ -655,6 +670,7 @@ def _edit_warning(d: Debate, original) -> str|None:
         return f"the edited message of {t.agent} was only partly read ({new['summary']}); nothing readable for {', '.join(missing) or 'some parts'}: those count as invalid"
     return None
 
+# %% ../nbs/21_widgets.ipynb #541f0b12
 def _continue_branch(b: _Branch, round, model, agent=None, reply=None, turn=None) -> Debate:
     "Branch `b`'s imported log continued from its round `round` (rounds 1..`round` as logged, one message edited if `reply` is given) with `model`, by `continue_log`."
     n, kept = len(b.rounds), b.kept
@@ -671,6 +687,7 @@ def _continue_branch(b: _Branch, round, model, agent=None, reply=None, turn=None
         if e.option == "agents": raise OptionError("model", e.message) from None
         raise
 
+# %% ../nbs/21_widgets.ipynb #69930f59
 @patch
 async def afork(self: DebateStepper, round: int, agent: str|None = None, reply: str|None = None, turn: int|None = None, model: str|None = None) -> Debate:
     "A new branch: the shown one replayed to round `round` (1-based) with one message (`agent`'s or turn number `turn`) replaced by `reply`; it becomes the shown branch. An imported debate is continued from its log instead (`continue_log`): rounds 1..`round` as logged, then `model` (a backend spec) answers for every agent."
@@ -708,6 +725,7 @@ async def afork(self: DebateStepper, round: int, agent: str|None = None, reply: 
     self.w_item.value = self._item_html()
     return d
 
+# %% ../nbs/21_widgets.ipynb #3573dd47
 @patch
 def fork(self: DebateStepper, round: int, agent: str|None = None, reply: str|None = None, turn: int|None = None, model: str|None = None) -> Debate:
     "Blocking `afork`."
