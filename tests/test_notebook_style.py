@@ -12,7 +12,7 @@ EXPORT = re.compile(r"#\|\s*export")
 ALLOWED = {
     ("00_core.ipynb", "8692c509"): 67,
     ("00_core.ipynb", "c7e948e8"): 62,
-    ("04_tasks.ipynb", "4b49f779"): 65,
+    ("03_scoring.ipynb", "4b49f779"): 65,
     ("05_puzzles.ipynb", "bc12bca7"): 62,
     ("05_puzzles.ipynb", "aff4b8c4"): 77,
     ("05_puzzles.ipynb", "b0015k08"): 62,
