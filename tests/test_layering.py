@@ -63,23 +63,15 @@ def test_the_backend_check_sees_an_attribute_access(tmp_path):
     (tmp_path / "p.py").write_text("async def f(a, m):\n    n = a.count_tokens('x')\n    return await a.backend.complete(m)\n")
     assert _backend_reads(tmp_path / "p.py") == ["3: return await a.backend.complete(m)"]
 
-def _madlab_imports_anywhere(path: Path, me: str) -> set[str]:
-    "madlab modules `path` imports anywhere: at module level, inside functions and classes, and as `madlab.x.y` attribute chains."
-    out, pkg = set(), me.rsplit(".", 1)[0] if not path.name == "__init__.py" else me
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import): out.update(a.name for a in node.names if a.name.startswith("madlab"))
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = pkg.split(".")[: len(pkg.split(".")) - (node.level - 1)]
-                base = ".".join(parts + ([base] if base else []))
-            if base.startswith("madlab"): out.add(base); out.update(f"{base}.{a.name}" for a in node.names)
-        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str) \
-                and getattr(node.func, "attr", getattr(node.func, "id", None)) == "import_module":
-            out.add(node.args[0].value)
-        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "madlab":
-            out.add(f"madlab.{node.attr}")
-    return out
+def _tool():
+    "tools/import_graph.py, the one reader of madlab's imports (the tests and the printed graph share it)."
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("_import_graph", PKG.parent / "tools" / "import_graph.py")
+    mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
+    return mod
+
+_ig = _tool()
+_madlab_imports_anywhere = _ig.imports_anywhere
 
 def test_no_protocol_imports_backends():
     "The request contract (`Ask`, `AnswerSchema`, `answer_schema`, `schema_for`) lives in `madlab.core`: no protocol module imports `madlab.backends`, lazily or not."
@@ -100,24 +92,8 @@ ALLOWED_CIRCLES: list = []   # no circle at all
 COMPAT_EDGES: set = set()   # edges left out of the graph: none
 VIEWS = ("madlab.widgets", "madlab.viz", "madlab.live")
 
-def _graph(pkg: Path = PKG, me=_module, compat=COMPAT_EDGES) -> dict[str, set[str]]:
-    "Module -> the madlab modules it imports anywhere (`madlab.x.y` resolves to module madlab.x.y, else to madlab.x); `compat` edges left out."
-    mods = {me(p): p for p in pkg.rglob("*.py") if p.name != "_modidx.py"}
-    def closest(name):
-        while name and name not in mods: name = name.rpartition(".")[0]
-        return name
-    return {m: {d for d in map(closest, _madlab_imports_anywhere(p, m)) if d and d not in (m, "madlab") and (m, d) not in compat} for m, p in mods.items()}
-
-def _circles(graph) -> list[set[str]]:
-    "The groups of modules that import each other (strongly connected, more than one module)."
-    reach = {m: set() for m in graph}
-    for m in graph:
-        todo = list(graph[m])
-        while todo:
-            d = todo.pop()
-            if d in graph and d not in reach[m]: reach[m].add(d); todo.extend(graph[d])
-    groups = {frozenset({m} | {d for d in reach[m] if m in reach[d]}) for m in graph if m in reach[m]}
-    return sorted(map(set, groups), key=sorted)
+def _graph(pkg: Path = PKG, compat=COMPAT_EDGES) -> dict[str, set[str]]: return _ig.import_graph(pkg, compat)
+def _circles(graph) -> list[set[str]]: return [set(c) for c in _ig.circles(graph)]
 
 def test_no_import_circles_even_inside_functions():
     circles = _circles(_graph())
@@ -129,21 +105,11 @@ def test_circle_finder_sees_function_level_and_import_module(tmp_path):
     (pkg / "sub" / "b.py").write_text("import importlib\ndef g(): return importlib.import_module('madlab.c')\n")
     (pkg / "c.py").write_text("from madlab import a\n")
     (pkg / "d.py").write_text("from .a import f\n")
-    me = lambda p: ".".join(("madlab",) + p.relative_to(pkg).with_suffix("").parts)
-    g = _graph(pkg, me, compat=set())
+    g = _graph(pkg, compat=set())
     assert g == {"madlab.a": {"madlab.sub.b"}, "madlab.sub.b": {"madlab.c"}, "madlab.c": {"madlab.a"}, "madlab.d": {"madlab.a"}}
     assert _circles(g) == [{"madlab.a", "madlab.sub.b", "madlab.c"}]
 
-def _path(graph, start, goal):
-    prev, todo = {start: None}, [start]
-    while todo:
-        v = todo.pop(0)
-        if v == goal:
-            out = []
-            while v: out.append(v); v = prev[v]
-            return out[::-1]
-        for w in sorted(graph.get(v, ())):
-            if w not in prev: prev[w] = v; todo.append(w)
+_path = _ig.path_to
 
 def test_views_import_no_runner():
     "Widgets, viz and live reach neither `madlab.run` nor `madlab.import_run`, at module level or inside functions (the stepper continues imported logs through `madlab.imports`, which imports nothing of the runner)."

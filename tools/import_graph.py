@@ -11,8 +11,8 @@ COMPAT_EDGES: set = set()   # edges left out of the graph: none
 VIEWS = ("madlab.widgets", "madlab.viz", "madlab.live")
 RUNNER = "madlab.run"
 
-def module_name(path: Path) -> str:
-    return ".".join(("madlab",) + path.relative_to(PKG).with_suffix("").parts).removesuffix(".__init__")
+def module_name(path: Path, pkg: Path = PKG) -> str:
+    return ".".join(("madlab",) + path.relative_to(pkg).with_suffix("").parts).removesuffix(".__init__")
 
 def imports_anywhere(path: Path, me: str) -> set[str]:
     "Names of madlab modules (and `module.attr` candidates) that `path` imports anywhere."
@@ -34,7 +34,7 @@ def imports_anywhere(path: Path, me: str) -> set[str]:
 
 def import_graph(pkg: Path = PKG, compat=COMPAT_EDGES) -> dict[str, set[str]]:
     "Module -> the madlab modules it imports (a module imports its parent packages too; `compat` edges are left out)."
-    mods = {module_name(p): p for p in pkg.rglob("*.py") if p.name != "_modidx.py"}
+    mods = {module_name(p, pkg): p for p in pkg.rglob("*.py") if p.name != "_modidx.py"}
     def closest(name):                      # `madlab.x.y` names module madlab.x.y, or attribute y of madlab.x
         while name and name not in mods: name = name.rpartition(".")[0]
         return name
