@@ -13,9 +13,8 @@ from .core import OptionError
 from .agents import split_specs
 
 # %% auto #0
-__all__ = ['parse_items', 'main', 'run', 'parse_games', 'default_data_dir', 'load_items', 'protocol_command', 'protocols_cmd',
-           'rescore_cmd', 'parse_sweep_params', 'sweep_cmd', 'import_cmd', 'models_cmd', 'models_list', 'models_get',
-           'console']
+__all__ = ['parse_items', 'main', 'run', 'parse_games', 'load_items', 'protocol_command', 'protocols_cmd', 'rescore_cmd',
+           'parse_sweep_params', 'sweep_cmd', 'import_cmd', 'models_cmd', 'models_list', 'models_get', 'console']
 
 # %% ../nbs/40_cli.ipynb #5ed24ad8
 class _Protocols(click.Group):
@@ -66,11 +65,6 @@ def parse_games(spec: str) -> list[int]:
 parse_items = parse_games
 
 # %% ../nbs/40_cli.ipynb #0d23b0a4
-def default_data_dir() -> Path:
-    "madlab's Knight-Knave-Spy games, shipped inside the package."
-    from madlab.tasks import madlab_data
-    return madlab_data("kks")
-
 def _task_cb(ctx, param, value):
     "A registered task or a YAML task file; a bad task file names its field."
     from madlab.tasks import TASKS, get_task, _is_task_file

@@ -6,8 +6,9 @@ import json, os, re, subprocess, sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-# a machine's path, or a path to ../shared/data built by hand (`"shared" / "data"`, `.../shared/data/x`)
-_OWN_PATH = re.compile(r"""/work/|["']shared["']\s*/\s*["']data["']|shared/data/""")
+# this machine's path to the folder above the checkout (whatever it is here), or a path to ../shared/data built by hand
+# (`"shared" / "data"`, `.../shared/data/x`)
+_OWN_PATH = re.compile(re.escape(f"{ROOT.parent}/") + r"""|["']shared["']\s*/\s*["']data["']|shared/data/""")
 
 def _code_lines():
     for f in sorted([*(ROOT / "tests").glob("*.py"), *(ROOT / "bench").glob("*.py")]):
