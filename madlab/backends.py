@@ -13,12 +13,12 @@ from fastcore.basics import patch
 from .core import *
 
 # %% auto #0
-__all__ = ['ADAPTIVE_START', 'DOWN_PROBE_CAP', 'PRESETS', 'RETRY_AFTER_MAX', 'END_OF_TURN_TOKENS', 'BACKEND_PROVIDERS',
-           'ENTRY_POINT_GROUP', 'ENDPOINT_OPTIONS', 'HF_OPTIONS', 'ReplayMiss', 'held_call', 'EndpointLimit',
-           'EndpointDown', 'CircuitBreaker', 'response_format', 'OpenAIBackend', 'HFBackend', 'CachedBackend',
-           'ReplayBackend', 'register_backend', 'backend_provider', 'unregister_backend', 'backend_kinds',
-           'get_backend', 'Ask', 'AnswerSchema', 'SCHEMAS', 'answer_schema', 'schema_for', 'schema_example', 'Backend',
-           'BackendError']
+__all__ = ['ADAPTIVE_START', 'DOWN_PROBE_CAP', 'PRESETS', 'RETRY_AFTER_MAX', 'END_OF_TURN_TOKENS', 'AUTO_BATCH_CAP',
+           'BACKEND_PROVIDERS', 'ENTRY_POINT_GROUP', 'ENDPOINT_OPTIONS', 'HF_OPTIONS', 'ReplayMiss', 'held_call',
+           'EndpointLimit', 'EndpointDown', 'CircuitBreaker', 'response_format', 'OpenAIBackend', 'HFBackend',
+           'CachedBackend', 'ReplayBackend', 'register_backend', 'backend_provider', 'unregister_backend',
+           'backend_kinds', 'get_backend', 'Ask', 'AnswerSchema', 'SCHEMAS', 'answer_schema', 'schema_for',
+           'schema_example', 'Backend', 'BackendError']
 
 # %% ../nbs/01_backends.ipynb #03b54978
 class ReplayMiss(BackendError):
@@ -755,13 +755,16 @@ def _usable_cores() -> int:
     except (AttributeError, OSError): return os.cpu_count() or 1
 
 # %% ../nbs/01_backends.ipynb #0566884c
+def _free_memory(device) -> int:
+    "Bytes free for `device`: the GPU's free memory on CUDA, else the RAM available to new work (1 GiB when unreadable)."
+    import torch
+    if getattr(device, "type", str(device)) == "cuda": return int(torch.cuda.mem_get_info(device)[0])
+    try: return next(int(l.split()[1]) * 1024 for l in open("/proc/meminfo") if l.startswith("MemAvailable:"))
+    except (OSError, StopIteration): return 2**30
+
 def _kv_budget_mb(device) -> int:
     "The default key/value store: a quarter of the free GPU memory, or an eighth of the available RAM, at most 8 GiB."
-    import torch
-    if getattr(device, "type", str(device)) == "cuda": free = torch.cuda.mem_get_info(device)[0] / 4
-    else:
-        try: free = next(int(l.split()[1]) * 1024 for l in open("/proc/meminfo") if l.startswith("MemAvailable:")) / 8
-        except (OSError, StopIteration): free = 2**30
+    free = _free_memory(device) / (4 if getattr(device, "type", str(device)) == "cuda" else 8)
     return int(min(free, 8 * 2**30) // 2**20)
 
 # %% ../nbs/01_backends.ipynb #e8ca10f5
@@ -776,7 +779,7 @@ def _hf_dtype(dtype):
 class HFBackend(Backend):
     "A transformers model in this process; concurrent requests are batched into one `generate` call."
     min_shared = 16    # tokens two prompts of a batch must share beyond the store before they are computed once for both
-    def __init__(self, path: str, device_map="auto", dtype="auto", max_batch: int = 64, batch_window: float = 0.005,
+    def __init__(self, path: str, device_map="auto", dtype="auto", max_batch: int|None = None, batch_window: float = 0.005,
                  max_new_tokens: int = 512, kv_cache_mb: int|None = None, threads: int|None = None, **defaults):
         self.path, self.device_map, self.dtype, self.max_batch, self.batch_window = path, device_map, dtype, max_batch, batch_window
         self.kv_cache_mb, self.threads = kv_cache_mb, threads or _usable_cores()
@@ -818,6 +821,16 @@ def _load(self: HFBackend):
     self.tokenizer, self.model = tok, model
 
 # %% ../nbs/01_backends.ipynb #3bd317b0
+_LLG_EXECUTOR = None
+
+def _llg_executor():
+    "The process's llguidance executor: it fills the masks of a batch's rows in parallel, one thread per usable core (at most 32)."
+    global _LLG_EXECUTOR
+    if _LLG_EXECUTOR is None:
+        import llguidance
+        _LLG_EXECUTOR = llguidance.LLExecutor(min(32, _usable_cores()))
+    return _LLG_EXECUTOR
+
 class _SchemaMask:
     "A logits processor for one `generate`: row i follows `schemas[i]` (llguidance, compact JSON) or is free when it is None."
     def __init__(self, tokenizer, schemas, n_in: int, eos=()):
@@ -842,12 +855,16 @@ class _SchemaMask:
 
     def __call__(self, input_ids, scores):
         new = input_ids.shape[1] > self.n_in
+        last = input_ids[:, -1].tolist() if new else None       # the step's tokens in one read from the device, not one per row
         self.mask.fill_(-1)                                     # all tokens allowed, for free and finished rows
+        rows = []
         for i, m in enumerate(self.matchers):
             if m is None or self.broken[i] or m.is_stopped(): continue
-            if new and not m.consume_token(int(input_ids[i, -1])): self.broken[i] = True; self.mask[i].fill_(-1); continue
+            if new and not m.consume_token(last[i]): self.broken[i] = True; continue
             if m.is_stopped(): self._only_eos(i)             # the reply is complete: it ends here
-            else: self.torch.fill_next_token_bitmask(m, self.mask, i)
+            else: rows.append((m, i))
+        if len(rows) > 1: self.torch.fill_next_token_bitmask_par(_llg_executor(), rows, self.mask)   # every held row's mask at once, on all cores
+        elif rows: self.torch.fill_next_token_bitmask(*rows[0][:1], self.mask, rows[0][1])           # one row: no threads to wake
         self.torch.apply_token_bitmask_inplace(scores, self.mask.to(scores.device))
         return scores
 
@@ -1063,8 +1080,9 @@ async def _run_worker(self: HFBackend):
         groups = collections.defaultdict(list)
         for r in pending: groups[(r.do_sample, r.temperature if r.do_sample else 0, r.top_p if r.do_sample else 1)].append(r)
         for reqs in groups.values():
-            for i in range(0, len(reqs), self.max_batch):
-                chunk = reqs[i:i + self.max_batch]
+            size = self._batch_limit(reqs)
+            for i in range(0, len(reqs), size):
+                chunk = reqs[i:i + size]
                 try:
                     outs = await loop.run_in_executor(self._executor, self._generate, chunk)
                     for r, o in zip(chunk, outs):
@@ -1073,6 +1091,26 @@ async def _run_worker(self: HFBackend):
                     for r in chunk:
                         if not r.future.done(): r.future.set_exception(BackendError(f"{self.spec}: generate failed: {type(e).__name__}: {e}"))
     self._worker = None
+
+# %% ../nbs/01_backends.ipynb #c00c8f02
+AUTO_BATCH_CAP = {"cuda": 1024, "cpu": 64}   # the most rows `max_batch=None` puts in one generate (a CPU gains nothing past 64)
+
+@patch
+def _batch_limit(self: HFBackend, reqs) -> int:
+    """Rows per `generate`: `max_batch` when given; else as many as half the device's free memory holds, each row needing its
+    key/value cache for its prompt and reply and a few copies of the vocabulary's logits (at least 1, at most `AUTO_BATCH_CAP`)."""
+    if self.max_batch: return self.max_batch
+    cfg, dev = self.model.config, self.model.device
+    cfg = getattr(cfg, "get_text_config", lambda: cfg)()
+    heads = getattr(cfg, "num_attention_heads", 1) or 1
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+    per_token = 2 * cfg.num_hidden_layers * (getattr(cfg, "num_key_value_heads", None) or heads) * head_dim * self.model.dtype.itemsize
+    tokens = max(_estimate_tokens(" ".join(str(m.get("content") or "") for m in r.messages)) + r.max_new_tokens for r in reqs)
+    per_row = tokens * per_token + 4 * cfg.vocab_size * 4
+    cap = AUTO_BATCH_CAP.get(dev.type, AUTO_BATCH_CAP["cpu"])
+    self.batch_limit = max(1, min(cap, int(_free_memory(dev) / 2 // per_row)))
+    return self.batch_limit
+
 
 # %% ../nbs/01_backends.ipynb #2f5b93b4
 @patch
@@ -1309,10 +1347,11 @@ HF_OPTIONS = {"dtype": ("auto", "float32", "float16", "bfloat16"), "device_map":
               "max_new_tokens": range(1, 2**31), "kv_cache_mb": range(0, 2**31), "threads": range(1, 2**31)}
 
 def _hf_options(spec, rest) -> tuple[str, dict]:
-    "`PATH,key=value,...` of an `hf:` spec: the model and its options (see `HF_OPTIONS`), e.g. `hf:smollm2,dtype=bfloat16`."
+    "`PATH,key=value,...` of an `hf:` spec: the model and its options (see `HF_OPTIONS`; `max_batch=auto` is the default), e.g. `hf:smollm2,dtype=bfloat16`."
     name, opts = _spec_options(spec, rest, HF_OPTIONS)
     for k, v in opts.items():
         allowed = HF_OPTIONS[k]
+        if k == "max_batch" and v == "auto": opts[k] = None; continue   # sized from free memory (`HFBackend._batch_limit`)
         if isinstance(allowed, tuple) and v not in allowed: raise ValueError(f"{spec}: {k} must be one of {', '.join(allowed)}; got {v!r}")
         if isinstance(allowed, range):
             if not v.isdigit() or int(v) not in allowed:

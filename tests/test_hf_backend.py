@@ -22,8 +22,9 @@ def gather(b, reqs):
     return run_sync(go())
 
 def test_spec_builds_lazily(tiny_model_dir):
-    b = get_backend(f"hf:{tiny_model_dir}")
-    assert isinstance(b, HFBackend) and b.model is None and b.spec == f"hf:{tiny_model_dir}"
+    spec = f"hf:{tiny_model_dir},max_new_tokens=7"      # a spec no other test loads (one backend per spec and options is shared)
+    b = get_backend(spec)
+    assert isinstance(b, HFBackend) and b.model is None and b.spec == spec
 
 def test_complete_records_usage(hf):
     c = run_sync(hf.complete(Q, greedy=True, max_new_tokens=8))

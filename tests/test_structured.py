@@ -122,3 +122,48 @@ def test_prompts_show_the_shape_their_schema_holds():
         assert s is not None and s.prompted, kind
         assert _keys_in_order(prompt.replace("{{", "{").replace("}}", "}")) == list(s.schema["properties"]), kind
         assert list(s.schema["properties"])[0] == (s.reasoning or list(s.schema["properties"])[0]), kind
+
+def test_all_rows_masks_filled_at_once_match_row_by_row(hf):
+    "The parallel fill of a step's masks gives each row exactly the mask llguidance computes for it alone."
+    import llguidance, llguidance.torch as lt, torch
+    from madlab.backends import _SchemaMask
+    a = {"type": "object", "properties": {"pick": {"enum": ["left", "right"]}}, "required": ["pick"], "additionalProperties": False}
+    b = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"], "additionalProperties": False}
+    import llguidance.hf
+    hf._llg = getattr(hf, "_llg", None) or llguidance.hf.from_tokenizer(hf.tokenizer, n_vocab=hf.model.get_output_embeddings().weight.shape[0])
+    held = _SchemaMask(hf._llg, [a, None, b, a], n_in=3)
+    vocab = hf.model.get_output_embeddings().weight.shape[0]
+    scores = held(torch.zeros(4, 3, dtype=torch.long), torch.zeros(4, vocab))
+    alone = _SchemaMask(hf._llg, [a, None, b, a], n_in=3)
+    for i, m in enumerate(alone.matchers):
+        if m is not None: lt.fill_next_token_bitmask(m, alone.mask, i)
+    assert torch.equal(held.mask[[0, 2, 3]], alone.mask[[0, 2, 3]]) and bool((held.mask[1] == -1).all())
+    assert torch.isinf(scores[0]).any() and not torch.isinf(scores[1]).any()     # held rows are masked, the free row is not
+
+def test_max_batch_is_sized_from_free_memory(tiny_model_dir, monkeypatch):
+    "With no `max_batch`, a generate takes as many rows as half the free memory holds: fewer when memory is short, the cap when it is not."
+    import madlab.backends as mb
+    b = HFBackend(tiny_model_dir, max_new_tokens=4)
+    assert b.max_batch is None
+    run_sync(b.complete([{"role": "user", "content": "hi"}], greedy=True, max_new_tokens=1))
+    reqs = [mb._HFRequest([{"role": "user", "content": f"Question {i}?"}], 4, False, 0, 1, []) for i in range(10)]
+    monkeypatch.setattr(mb, "_free_memory", lambda device: 2**40)
+    assert b._batch_limit(reqs) == mb.AUTO_BATCH_CAP["cpu"]
+    monkeypatch.setattr(mb, "_free_memory", lambda device: 0)
+    assert b._batch_limit(reqs) == 1
+    one = 2 * b._batch_limit(reqs[:1])                                      # (probe the size of a row: 0 free gives 1)
+    cfg = b.model.config
+    per_token = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * (cfg.hidden_size // cfg.num_attention_heads) * b.model.dtype.itemsize
+    row = (mb._estimate_tokens("Question 1?") + 4) * per_token + 16 * cfg.vocab_size
+    monkeypatch.setattr(mb, "_free_memory", lambda device: 2 * 3 * row + 1)
+    assert b._batch_limit(reqs) == 3 and one == 2
+    n0 = b.generate_calls
+    async def go(): return await asyncio.gather(*(b.complete(r.messages, greedy=True, max_new_tokens=4) for r in reqs))
+    assert len(run_sync(go())) == 10
+    assert max(b.batch_sizes[-(b.generate_calls - n0):]) <= 3 and b.generate_calls - n0 >= 4
+
+def test_max_batch_option():
+    from madlab.backends import _hf_options
+    assert _hf_options("hf:m,max_batch=auto", "m,max_batch=auto") == ("m", {"max_batch": None})
+    assert _hf_options("hf:m,max_batch=8", "m,max_batch=8") == ("m", {"max_batch": 8})
+    with pytest.raises(ValueError, match="max_batch"): _hf_options("hf:m,max_batch=lots", "m,max_batch=lots")
