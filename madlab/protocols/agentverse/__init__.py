@@ -24,7 +24,7 @@ from .parsers import _parse_reply
 from .loader import _aggregation, _check_custom, _agent_type_line
 
 # %% auto #0
-__all__ = ['Environment', 'item_values', 'env_turn', 'agentverse_team', 'resolve_config', 'agentverse', 'agentverse_html',
+__all__ = ['Environment', 'item_values', 'env_turn', 'resolve_config', 'agentverse_team', 'agentverse', 'agentverse_html',
            'agentverse_report', 'config_task', 'example_path', 'config_item']
 
 # %% ../../../nbs/14_agentverse.ipynb #f1c21db3
@@ -184,20 +184,6 @@ async def env_turn(d, env: Environment, cast: dict, fmt, ask_item, label: str = 
                   memory={n: "\n".join(map(_line, m.view())) for n, m in env.memories.items()})
     return r
 
-# %% ../../../nbs/14_agentverse.ipynb #a3b26579
-def agentverse_team(config, specs=None, drop_tools: bool = False) -> list[dict]:
-    "Team members named after `config`'s agents; backends from `specs` (cycled) or the config's `llm`, else madlab's synthetic team."
-    cfg = resolve_config(config, drop_tools=drop_tools)
-    specs = [specs] if isinstance(specs, str) else list(specs or [])
-    return [{"name": s.name, "spec": specs[i % len(specs)] if specs else (s.spec() or DEFAULT_TEAM[i % len(DEFAULT_TEAM)]), "params": s.params()}
-            for i, s in enumerate(cfg.agents)]
-
-def _cast(d, cfg) -> dict:
-    names = [a.name for a in d.agents]
-    missing = [n for n in cfg.names if n not in names]
-    if missing: raise OptionError("config", f"the environment's agent {missing[0]!r} is not in the team ({', '.join(names)}); build the team with agentverse_team(config)")
-    return {n: d.agent(n) for n in cfg.names}
-
 # %% ../../../nbs/14_agentverse.ipynb #0613836e
 def resolve_config(config=None, team: list|None = None, drop_tools: bool = False, **overrides) -> AgentVerseConfig:
     "The `AgentVerseConfig` from a path, a parsed YAML mapping or a config (`drop_tools`: without its tools), with the protocol's options applied; `OptionError` names the option."
@@ -227,6 +213,20 @@ def resolve_config(config=None, team: list|None = None, drop_tools: bool = False
     if a["type"] == "single" and a.get("agent") is not None and a["agent"] not in cfg.names:
         raise OptionError("config", f"environment.aggregation.agent: unknown agent {a['agent']!r}; agents: {', '.join(cfg.names)}")
     return cfg
+
+# %% ../../../nbs/14_agentverse.ipynb #a3b26579
+def agentverse_team(config, specs=None, drop_tools: bool = False) -> list[dict]:
+    "Team members named after `config`'s agents; backends from `specs` (cycled) or the config's `llm`, else madlab's synthetic team."
+    cfg = resolve_config(config, drop_tools=drop_tools)
+    specs = [specs] if isinstance(specs, str) else list(specs or [])
+    return [{"name": s.name, "spec": specs[i % len(specs)] if specs else (s.spec() or DEFAULT_TEAM[i % len(DEFAULT_TEAM)]), "params": s.params()}
+            for i, s in enumerate(cfg.agents)]
+
+def _cast(d, cfg) -> dict:
+    names = [a.name for a in d.agents]
+    missing = [n for n in cfg.names if n not in names]
+    if missing: raise OptionError("config", f"the environment's agent {missing[0]!r} is not in the team ({', '.join(names)}); build the team with agentverse_team(config)")
+    return {n: d.agent(n) for n in cfg.names}
 
 # %% ../../../nbs/14_agentverse.ipynb #e4788f6c
 def _check_templates(env, fmt):
