@@ -287,3 +287,13 @@ def test_a_call_budget_holds_for_ratings_and_insights_and_replay_makes_no_call(c
     counted.clear()
     r = from_transcript(t)                                           # side calls are served from the transcript
     assert counted == [] and comparable(r.transcript)["rounds"] == comparable(t)["rounds"]
+
+def test_json_written_when_agentverse_was_one_module_reads_in_a_fresh_interpreter():
+    "The package's registered classes keep the names they had when AgentVerse was one module (`madlab.protocols.agentverse.X`): a config in an older transcript reads back, with nothing of AgentVerse imported first, and is written under the same names."
+    old = {"__type__": "madlab.protocols.agentverse.AgentVerseConfig", "order": {"__type__": "madlab.protocols.agentverse.RandomOrder", "seed": 3},
+           "agents": [{"__type__": "madlab.protocols.agentverse.AgentSetup", "name": "Ann", "memory": {"__type__": "madlab.protocols.agentverse.SummaryMemory", "buffer": 1}}]}
+    code = ("import json, sys; from madlab.core import from_jsonable, to_jsonable; c = from_jsonable(json.loads(sys.argv[1])); "
+            "print(type(c.order).__module__, c.agents[0].memory.buffer, to_jsonable(c)['agents'][0]['memory']['__type__'])")
+    p = subprocess.run([sys.executable, "-c", code, json.dumps(old)], capture_output=True, text=True, timeout=300, cwd=Path(__file__).resolve().parents[1])
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.split() == ["madlab.protocols.agentverse", "1", "madlab.protocols.agentverse.SummaryMemory"]

@@ -33,18 +33,27 @@ def _top_level_imports(path: Path, me: str) -> set[str]:
 def test_core_imports_nothing_of_madlab():
     assert not {d for d in _top_level_imports(PKG / "core.py", "madlab.core") if d != "madlab"}
 
+def _protocol_files() -> list[Path]:
+    "Every module under madlab/protocols/, those of a protocol's own package (protocols/agentverse/) included."
+    return sorted((PKG / "protocols").rglob("*.py"))
+
+def _rel(p: Path) -> str: return p.relative_to(PKG / "protocols").as_posix()
+
+def test_the_protocol_checks_see_a_protocol_package():
+    assert {"agentverse/__init__.py", "agentverse/rules.py", "agentverse/loader.py"} <= {_rel(p) for p in _protocol_files()}
+
 def test_no_protocol_builds_or_unwraps_a_backend():
     "A protocol never imports a backend class or `get_backend`: extra agents come from the debate by role (`role_agent`, `side_backend`), and what it asks of a model is a backend method."
     import re
     banned = re.compile(r"\b(get_backend|OpenAIBackend|HFBackend|CachedBackend|ReplayBackend|SyntheticBackend|synthetic_backend)\b")
     found = {}
-    for p in sorted((PKG / "protocols").glob("*.py")):
-        tree = ast.parse(p.read_text())
+    for p in _protocol_files():
+        tree, name = ast.parse(p.read_text()), _rel(p)
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[-1] in ("backends", "synthetic"):
                 bad = [a.name for a in node.names if banned.fullmatch(a.name)]
-                if bad: found.setdefault(p.name, []).extend(bad)
-            elif isinstance(node, ast.Attribute) and banned.fullmatch(node.attr): found.setdefault(p.name, []).append(node.attr)
+                if bad: found.setdefault(name, []).extend(bad)
+            elif isinstance(node, ast.Attribute) and banned.fullmatch(node.attr): found.setdefault(name, []).append(node.attr)
     assert not found, found
 
 def _backend_reads(path: Path) -> list[str]:
@@ -55,7 +64,7 @@ def _backend_reads(path: Path) -> list[str]:
 
 def test_no_protocol_reaches_for_an_agents_backend():
     "Every model call a protocol makes goes through an agent (`Agent.ask`, `Debate.side_call`), and what it asks of a model (`Agent.count_tokens`) too: no `x.backend` under protocols/."
-    found = {p.name: _backend_reads(p) for p in sorted((PKG / "protocols").glob("*.py"))}
+    found = {_rel(p): _backend_reads(p) for p in _protocol_files()}
     found = {k: v for k, v in found.items() if v}
     assert not found, found
 
@@ -75,8 +84,8 @@ _madlab_imports_anywhere = _ig.imports_anywhere
 
 def test_no_protocol_imports_backends():
     "The request contract (`Ask`, `AnswerSchema`, `answer_schema`, `schema_for`) lives in `madlab.core`: no protocol module imports `madlab.backends`, lazily or not."
-    found = {p.name: sorted(d for d in _madlab_imports_anywhere(p, _module(p)) if d == "madlab.backends" or d.startswith("madlab.backends."))
-             for p in sorted((PKG / "protocols").glob("*.py"))}
+    found = {_rel(p): sorted(d for d in _madlab_imports_anywhere(p, _module(p)) if d == "madlab.backends" or d.startswith("madlab.backends."))
+             for p in _protocol_files()}
     assert not {k: v for k, v in found.items() if v}, found
 
 def test_import_finder_sees_lazy_and_relative_imports(tmp_path):
