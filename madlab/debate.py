@@ -42,6 +42,7 @@ def _fits(v, tp) -> bool:
     if tp is Callable or o is Callable or tp is typing.Callable: return callable(v)
     return True
 
+# %% ../nbs/06_debate.ipynb #bf1e61fa
 @dataclass
 class Protocol:
     "A registered debate protocol: its function, documented and typed options, the tasks it runs on, and hooks for its reports."
@@ -83,7 +84,9 @@ class Protocol:
         rows = "\n".join(f"| `{k}` | `{v!r}` | {self.docs.get(k) or ''} |" for k, v in self.options.items())
         return f"**{self.name}**: {self.doc}\n\n| option | default | meaning |\n|---|---|---|\n{rows}"
 
+# %% ../nbs/06_debate.ipynb #000cda47
 PROTOCOLS: dict[str, Protocol] = {}
+_PENDING_HOOKS: dict[str, dict] = {}
 
 # %% ../nbs/06_debate.ipynb #ee082d53
 def protocol(name: str, tasks=None, limits: dict|None = None):
@@ -105,8 +108,10 @@ def protocol(name: str, tasks=None, limits: dict|None = None):
         return fn
     return deco
 
+# %% ../nbs/06_debate.ipynb #65a2cdf2
 HOOKS = ("team", "report", "log_html", "log_text", "row", "check", "task", "inputs", "choices")
 
+# %% ../nbs/06_debate.ipynb #f673f7e8
 def protocol_hook(name: str, kind: str):
     "Register a function as protocol `name`'s `kind` hook: `team` (its default team), `report`, `log_html`, `log_text`, `row` (see `run`) `check` (called with the settings by `validate`: raise `OptionError` before any call) `task` (the options -> `{task, data}` the command line defaults to) `inputs` (the settings -> `{option: {path, sha256}}` of the files they name, recorded in a run folder's `config.json`: resuming with an edited file is refused) or `choices` (() -> `{option: [names]}` from the protocol's registries: what the command line's help lists)."
     if kind not in HOOKS: raise ValueError(f"hook kind must be one of {', '.join(HOOKS)}; got {kind!r}")
@@ -116,8 +121,7 @@ def protocol_hook(name: str, kind: str):
         return fn
     return deco
 
-_PENDING_HOOKS: dict[str, dict] = {}
-
+# %% ../nbs/06_debate.ipynb #5f08a6ae
 def _load_protocol_modules(name: str|None = None):
     "Import madlab's protocol modules: for protocol `name` only the ones named after it (`name`, `name_*`) where there are some, else all."
     import importlib, pkgutil
@@ -159,16 +163,6 @@ class Debate:
         self.meta = {"id": id or getattr(item, "id", None) or new_id(), "status": "new", "madlab": madlab.__version__}
         self._gen, self.done, self._decided = None, False, False
 
-
-
-
-
-
-
-
-
-
-
     @property
     def transcript(self) -> Transcript:
         "Everything so far, as a `Transcript`."
@@ -181,18 +175,20 @@ class Debate:
 
     def __repr__(self): return f"Debate({self.protocol.name!r}, item={self.meta['id']!r}, agents={[a.name for a in self.agents]}, rounds={len(self.rounds)}, status={self.meta['status']!r})"
 
+# %% ../nbs/06_debate.ipynb #a375f514
+@patch
+def _emit(self: Debate, event, **kw):
+    for f in list(self.listeners):
+        try: f(event, **kw)
+        except Exception: pass
+
+# %% ../nbs/06_debate.ipynb #9e80bb9b
 @patch
 def agent(self: Debate, name) -> Agent:
     "The agent called `name`."
     for a in self.agents:
         if a.name == name: return a
     raise KeyError(f"no agent {name!r}; team: {', '.join(a.name for a in self.agents)}")
-
-@patch
-def _emit(self: Debate, event, **kw):
-    for f in list(self.listeners):
-        try: f(event, **kw)
-        except Exception: pass
 
 # %% ../nbs/06_debate.ipynb #bf638a86
 @patch
@@ -202,12 +198,14 @@ def new_round(self: Debate, name: str, phase: str, **meta) -> Round:
     self._emit("round_start", round=r)
     return r
 
+# %% ../nbs/06_debate.ipynb #2fcbc590
 @patch
 async def gather(self: Debate, *coros) -> list[Turn]:
     "Run agent calls concurrently, keeping their order."
     if len(coros) == 1 and not inspect.isawaitable(coros[0]): coros = tuple(coros[0])
     return list(await asyncio.gather(*coros))
 
+# %% ../nbs/06_debate.ipynb #2bbc7290
 @patch
 def members(self: Debate, agents=None) -> list[Agent]:
     "Agents by name or as given (None: the whole team)."
@@ -215,6 +213,7 @@ def members(self: Debate, agents=None) -> list[Agent]:
     if isinstance(agents, (str, Agent)): agents = [agents]
     return [a if isinstance(a, Agent) else self.agent(a) for a in agents]
 
+# %% ../nbs/06_debate.ipynb #b84958ae
 @patch
 async def _next(self: Debate):
     if self._gen is None:
@@ -241,6 +240,7 @@ async def _decide(self: Debate) -> Round|None:
     r.turns = [turn]
     return r
 
+# %% ../nbs/06_debate.ipynb #84118708
 @patch
 async def astep(self: Debate) -> Round|None:
     "Run the next round; `None` when the debate has ended."
@@ -281,17 +281,20 @@ def step(self: Debate) -> Round|None:
     "Run the next round and return it (`None` once the debate has ended)."
     return run_sync(self.astep())
 
+# %% ../nbs/06_debate.ipynb #75f73e02
 @patch
 async def arun(self: Debate) -> Transcript:
     "Run to the end; the transcript."
     while await self.astep() is not None: pass
     return self.transcript
 
+# %% ../nbs/06_debate.ipynb #d1c22ee1
 @patch
 def run(self: Debate) -> Transcript:
     "Run to the end (blocking); the transcript."
     return run_sync(self.arun())
 
+# %% ../nbs/06_debate.ipynb #85c8239d
 @patch
 def _repr_html_(self: Debate): return self.transcript._repr_html_()
 
@@ -303,6 +306,7 @@ async def ask(self: Debate, agents, prompt, *, ask=None, **kw) -> list[Turn]:
         return a.ask(prompt(a) if callable(prompt) else prompt, ask=ask(a) if callable(ask) else ask, **kw)
     return await self.gather(one(a) for a in self.members(agents))
 
+# %% ../nbs/06_debate.ipynb #0beb6fb3
 @patch
 def deliver(self: Debate, turns, to="others", *, text=None, among=None, **kw) -> int:
     "Show each turn's reply (or `text(turn)`; None skips it) to `to`: 'others', 'self', names, or a function of the turn. The number of messages delivered."
@@ -369,15 +373,18 @@ def _fork(self: Debate, round: int, *, agent: str|None = None, reply: str|None =
     d.meta["forked_from"] = {"id": self.meta["id"], "round": round, **({"edit": edit} if edit else {})}
     return d
 
+# %% ../nbs/06_debate.ipynb #41284de7
 def fork(self: Debate, round: int, *, agent: str|None = None, reply: str|None = None, turn: int|None = None) -> Debate:
     "A new debate replayed up to round number `round` (1-based, as shown everywhere; with `agent`'s reply there replaced by `reply`, if given), ready to continue live."
     d = _fork(self, round, agent=agent, reply=reply, turn=turn)
     return _mark_edit(run_sync(_advance(d, round)))
 
+# %% ../nbs/06_debate.ipynb #edb8e181
 async def afork(self: Debate, round: int, **kw) -> Debate:
     "`fork` for use inside a running event loop."
     return _mark_edit(await run_async(_advance(_fork(self, round, **kw), round)))
 
+# %% ../nbs/06_debate.ipynb #e176ef48
 async def _rebuild(d: Debate, t: Transcript) -> Debate:
     "Replay the rounds `t` recorded; finish only when `t` finished, so a stopped or stepped debate stays open."
     try:
@@ -395,11 +402,13 @@ def from_transcript(t, team=None, live: bool = False) -> Debate:
     d = _replayed(None, t.protocol, t.item, t.team, t.settings, t.settings.get("seed", 0), turns, fallbacks, id=t.meta.get("id"))
     return run_sync(_rebuild(d, t))
 
+# %% ../nbs/06_debate.ipynb #ed0d95dd
 Debate.fork, Debate.afork, Debate.from_transcript = fork, afork, staticmethod(from_transcript)
 
 # %% ../nbs/06_debate.ipynb #f7cdfe87
 LOG_CONTINUATIONS: dict = {}     # an imported log format's name -> None when its logs can be continued with a model, else why not
 
+# %% ../nbs/06_debate.ipynb #37769e38
 def register_log_continuation(name: str, why_not: str|None = None):
     "Say whether logs of the format `name` can be continued with a model by `continue_log` (`why_not`: None when they can, else the reason)."
     LOG_CONTINUATIONS[name] = why_not
@@ -498,6 +507,7 @@ def add_agent(self: Debate, member) -> Agent:
     self.agents.append(a)
     return a
 
+# %% ../nbs/06_debate.ipynb #ba3ed772
 _END = object()
 
 async def _next_or_end(gen):
@@ -513,7 +523,6 @@ async def concurrently(self: Debate, *subs):
         live = [g for g, r in zip(live, got) if r is not _END]
         for r in got:
             if r is not _END: yield r
-
 
 # %% ../nbs/06_debate.ipynb #e995f45e
 EXTRA_ROLES = ("judge", "supervisor", "summariser")

@@ -39,6 +39,7 @@ _LIVE_CSS = """<style>
 .mlv-foot{margin-top:6px;padding:4px 6px;border-top:1px solid #ddd}
 </style>"""
 
+# %% ../nbs/22_live.ipynb #2ea235ec
 _DECISIONS = ("ACT", "WARN", "REFUSE", "VETO")
 
 def _esc(x) -> str: return html.escape(str(x), quote=True)
@@ -70,6 +71,7 @@ def _answer_text(a, n=160) -> str:
 
 def _badge(dec) -> str: return f'<span class="mlv-badge {_esc(dec.upper())}">{_esc(dec.upper())}</span>' if dec else ""
 
+# %% ../nbs/22_live.ipynb #75817365
 def turn_stance(turn: Turn, latest: dict|None = None, answered_before: bool = False) -> str:
     "How a turn is coloured: 'challenge', 'agree', 'invalid' or '' (neutral)."
     if turn.error is not None or (turn.reply is not None and (turn.answer is None or getattr(turn.answer, "valid", True) is False)): return "invalid"
@@ -141,22 +143,9 @@ class LiveView(W.VBox):
         self._latest, self._seen, self._round, self._rows = {}, set(), None, []
         if debate is not None: self.attach(debate)
 
-
-
-
-
     # -- events ---------------------------------------------------------------
 
-
-
-
-
-
     # -- rendering ------------------------------------------------------------
-
-
-
-
 
     # -- for tests and scripts ----------------------------------------------------
     @property
@@ -164,48 +153,9 @@ class LiveView(W.VBox):
         "Agents whose call is in flight."
         return [n for n, c in self.cols.items() if c.inflight]
 
-
     def __repr__(self): return f"LiveView({self.debate!r}, status={self.status!r})"
 
-# %% ../nbs/22_live.ipynb #9403d070
-@patch
-def attach(self: LiveView, debate) -> LiveView:
-    "Show `debate` (replacing any other), including the rounds it has already run."
-    with self._lock:
-        self.detach()
-        self.debate, self.status = debate, debate.meta.get("status", "new")
-        self.cols = {a.name: _Col(a.name, getattr(a, "role", None)) for a in debate.agents}
-        self.cols_box.children = [c.box for c in self.cols.values()]
-        self._latest, self._seen, self._round, self._rows = {}, set(), None, []
-        for r in debate.rounds:
-            self._on_round_start(r); self._on_round(r)
-        debate.listeners.append(self.handle)
-        for c in self.cols.values(): self._render(c)
-        self._render_title(); self.footer.value = ""
-        if debate.done: self._on_done(debate)
-    return self
-
-@patch
-def detach(self: LiveView):
-    "Stop listening to the current debate."
-    with self._lock:
-        if self.debate is not None and self.handle in self.debate.listeners: self.debate.listeners.remove(self.handle)
-
-@patch
-def handle(self: LiveView, event, **kw):
-    "The debate listener: update the view for one event (safe to call from any thread)."
-    fn = getattr(self, f"_on_{event}", None)
-    if fn is None: return
-    try:
-        with self._lock: fn(**kw)
-    except Exception as e: self.errors.append(f"{event}: {type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}")
-
-@patch
-def start(self: LiveView):
-    "Run the attached debate to the end on madlab's runtime loop without blocking; returns a `concurrent.futures.Future`."
-    if self.debate is None: raise ValueError("attach a debate first")
-    return asyncio.run_coroutine_threadsafe(self.debate.arun(), runtime_loop())
-
+# %% ../nbs/22_live.ipynb #8fcfbcf1
 @patch
 def _col(self: LiveView, name):
     if name not in self.cols:               # an agent that joined late
@@ -244,6 +194,7 @@ def _on_round(self: LiveView, round):
         if id(t) not in self._seen: self._show_turn(t, round.phase)
     self._render_title(done_round=round)
 
+# %% ../nbs/22_live.ipynb #db1c29fe
 @patch
 def _on_done(self: LiveView, debate):
     self.status = debate.meta.get("status", "done")
@@ -262,6 +213,7 @@ def _on_done(self: LiveView, debate):
     err = debate.meta.get("error")
     self.footer.value = f'<div class="mlv-foot"><b>{_esc(self.status)}</b> {txt}{verdict}' + (f"<div>error: {_esc(err)}</div>" if err else "") + "</div>"
 
+# %% ../nbs/22_live.ipynb #cda7b80c
 @patch
 def _show_turn(self: LiveView, turn, phase):
     self._seen.add(id(turn))
@@ -304,6 +256,49 @@ def _render_title(self: LiveView, done_round=None):
     where = f" · round {r.index + 1}: {_esc(r.name)}" if r is not None else ""
     self.title.value = f"<b>{_esc(d.protocol.name)}</b> · {_esc(d.meta.get('id'))} · {_esc(self.status)}{where}"
 
+# %% ../nbs/22_live.ipynb #29df3af5
+@patch
+def handle(self: LiveView, event, **kw):
+    "The debate listener: update the view for one event (safe to call from any thread)."
+    fn = getattr(self, f"_on_{event}", None)
+    if fn is None: return
+    try:
+        with self._lock: fn(**kw)
+    except Exception as e: self.errors.append(f"{event}: {type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}")
+
+# %% ../nbs/22_live.ipynb #4665035d
+@patch
+def detach(self: LiveView):
+    "Stop listening to the current debate."
+    with self._lock:
+        if self.debate is not None and self.handle in self.debate.listeners: self.debate.listeners.remove(self.handle)
+
+# %% ../nbs/22_live.ipynb #9403d070
+@patch
+def attach(self: LiveView, debate) -> LiveView:
+    "Show `debate` (replacing any other), including the rounds it has already run."
+    with self._lock:
+        self.detach()
+        self.debate, self.status = debate, debate.meta.get("status", "new")
+        self.cols = {a.name: _Col(a.name, getattr(a, "role", None)) for a in debate.agents}
+        self.cols_box.children = [c.box for c in self.cols.values()]
+        self._latest, self._seen, self._round, self._rows = {}, set(), None, []
+        for r in debate.rounds:
+            self._on_round_start(r); self._on_round(r)
+        debate.listeners.append(self.handle)
+        for c in self.cols.values(): self._render(c)
+        self._render_title(); self.footer.value = ""
+        if debate.done: self._on_done(debate)
+    return self
+
+# %% ../nbs/22_live.ipynb #93cc7047
+@patch
+def start(self: LiveView):
+    "Run the attached debate to the end on madlab's runtime loop without blocking; returns a `concurrent.futures.Future`."
+    if self.debate is None: raise ValueError("attach a debate first")
+    return asyncio.run_coroutine_threadsafe(self.debate.arun(), runtime_loop())
+
+# %% ../nbs/22_live.ipynb #d950ca36
 @patch
 def column_html(self: LiveView, name) -> str:
     "The HTML of `name`'s column (header and messages)."

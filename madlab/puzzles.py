@@ -25,6 +25,7 @@ __all__ = ['KKS_ROLES', 'NAMES', 'STATEMENT_TYPES', 'DIFFICULTY', 'KK_TEMPLATES'
 KKS_ROLES = ("knight", "knave", "spy")   # ControlMAD raw codes 1, 2, 3
 _RI = {r: k for k, r in enumerate(KKS_ROLES)}
 
+# %% ../nbs/05_puzzles.ipynb #72d07ad5
 # ControlMAD's name pool (26 names), then 26 more distinct names for games of more than 26 players
 NAMES = ["Alice", "Bob", "Charlie", "David", "Eve", "Frank", "Grace", "Hank", "Ivy", "Jack", "Kate", "Liam", "Mia",
          "Noah", "Olivia", "Peter", "Quinn", "Rachel", "Sam", "Tina", "Uma", "Violet", "Wendy", "Xavier", "Yara", "Zane",
@@ -32,6 +33,7 @@ NAMES = ["Alice", "Bob", "Charlie", "David", "Eve", "Frank", "Grace", "Hank", "I
          "Mason", "Nora", "Oscar", "Paula", "Quentin", "Rosa", "Simon", "Thea", "Ulrich", "Vera", "Walter", "Xena",
          "Yusuf", "Zoe"]
 
+# %% ../nbs/05_puzzles.ipynb #1d04867f
 _NUMBERS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
             "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen", "twenty"]
 
@@ -66,6 +68,7 @@ class _Statement:
     def refs(self) -> list: return []
     def mentions(self) -> list: return list(self.people)
 
+# %% ../nbs/05_puzzles.ipynb #0cf8a50c
 @serializable
 @dataclass
 class RoleCount(_Statement):
@@ -92,6 +95,7 @@ class RoleCount(_Statement):
         s = "Among all players, there " if len(S) == len(names) else f"Among {_people(names, S, speaker)}, there "
         return s + (f"is exactly one {r}." if n == 1 else f"are exactly {_num(n)} {_plural(r)}.")
 
+# %% ../nbs/05_puzzles.ipynb #c1b40c5b
 @serializable
 @dataclass
 class TruthCount(_Statement):
@@ -130,6 +134,7 @@ class SameRole(_Statement):
         p = _people(names, self.people, speaker)
         return f"{p} have the same role." if len(self.people) == 2 else f"{p} all have the same role."
 
+# %% ../nbs/05_puzzles.ipynb #2eaf1bfd
 @serializable
 @dataclass
 class SameTruth(_Statement):
@@ -145,6 +150,7 @@ class SameTruth(_Statement):
         if len(self.people) == 2: return f"{p} are either both telling truth or both lying."
         return f"{p} are either all telling truth or all lying."
 
+# %% ../nbs/05_puzzles.ipynb #48d9c5a6
 @serializable
 @dataclass
 class NotSameRole(_Statement):
@@ -175,6 +181,7 @@ class RoleParity(_Statement):
     def render(self, names, speaker=None):
         return _among(names, self.people, speaker) + f"the number of {_plural(self.role)} is {'even' if self.even else 'odd'}."
 
+# %% ../nbs/05_puzzles.ipynb #7261e360
 @serializable
 @dataclass
 class TruthParity(_Statement):
@@ -211,6 +218,7 @@ class ExactlyOne(_Statement):
         return (f"Among the following two statements, exactly one is true: \n (1). {self.first.render(names, speaker)}"
                 f"\n (2). {self.second.render(names, speaker)}")
 
+# %% ../nbs/05_puzzles.ipynb #d5cede37
 STATEMENT_TYPES = {"role_count": RoleCount, "truth_count": TruthCount, "same_role": SameRole, "same_truth": SameTruth,
                    "not_same_role": NotSameRole, "role_parity": RoleParity, "truth_parity": TruthParity, "exactly_one": ExactlyOne}
 
@@ -239,6 +247,7 @@ def _operand(s, names, speaker):
     if t.split(" ", 1)[0].rstrip(",") not in names and not t.startswith("I "): t = t[0].lower() + t[1:]
     return f"({t})"
 
+# %% ../nbs/05_puzzles.ipynb #77cf9fa2
 @serializable
 @dataclass
 class Is(_Bool):
@@ -250,6 +259,7 @@ class Is(_Bool):
     def mentions(self): return [self.person]
     def clause(self, names, speaker=None): return f"{names[self.person]} is {_a(self.role)}"
 
+# %% ../nbs/05_puzzles.ipynb #b5971656
 @serializable
 @dataclass
 class Not(_Bool):
@@ -272,6 +282,7 @@ class _Many(_Bool):
     def parts(self): return self.statements
     def clause(self, names, speaker=None): return f" {self.word} ".join(_operand(s, names, speaker) for s in self.statements)
 
+# %% ../nbs/05_puzzles.ipynb #981f23bf
 @serializable
 @dataclass
 class And(_Many):
@@ -280,6 +291,7 @@ class And(_Many):
     word = "and"
     def holds(self, roles, truth): return all(s.holds(roles, truth) for s in self.statements)
 
+# %% ../nbs/05_puzzles.ipynb #1b29b370
 @serializable
 @dataclass
 class Or(_Many):
@@ -288,6 +300,7 @@ class Or(_Many):
     word = "or"
     def holds(self, roles, truth): return any(s.holds(roles, truth) for s in self.statements)
 
+# %% ../nbs/05_puzzles.ipynb #2047b601
 @serializable
 @dataclass
 class Implies(_Bool):
@@ -298,6 +311,7 @@ class Implies(_Bool):
     def holds(self, roles, truth): return not self.first.holds(roles, truth) or self.second.holds(roles, truth)
     def clause(self, names, speaker=None): return f"If {_operand(self.first, names, speaker)} then {_operand(self.second, names, speaker)}"
 
+# %% ../nbs/05_puzzles.ipynb #8a315f25
 @serializable
 @dataclass
 class Iff(_Bool):
@@ -308,6 +322,7 @@ class Iff(_Bool):
     def holds(self, roles, truth): return self.first.holds(roles, truth) == self.second.holds(roles, truth)
     def clause(self, names, speaker=None): return f"{_operand(self.first, names, speaker)} if and only if {_operand(self.second, names, speaker)}"
 
+# %% ../nbs/05_puzzles.ipynb #e785e51e
 STATEMENT_TYPES.update({"is": Is, "not": Not, "and": And, "or": Or, "implies": Implies, "iff": Iff})
 
 # %% ../nbs/05_puzzles.ipynb #aff4b8c4
@@ -346,44 +361,59 @@ class Puzzle:
             for r in self.solution.values(): _check_role(r)
         return self
 
-    def roles(self, solution=None) -> list:
-        "Role indices (0 knight, 1 knave, 2 spy) of `solution` (default: the gold one), in player order."
-        sol = self.solution if solution is None else solution
-        return [KKS_ROLES.index(sol[p]) for p in self.players]
+# %% ../nbs/05_puzzles.ipynb #c007ba87
+@patch
+def roles(self: Puzzle, solution=None) -> list:
+    "Role indices (0 knight, 1 knave, 2 spy) of `solution` (default: the gold one), in player order."
+    sol = self.solution if solution is None else solution
+    return [KKS_ROLES.index(sol[p]) for p in self.players]
 
-    def statement_text(self, i) -> str: return self.statements[i].render(self.players, i) if self.statements[i] else ""
+# %% ../nbs/05_puzzles.ipynb #0738bd70
+@patch
+def statement_text(self: Puzzle, i) -> str: return self.statements[i].render(self.players, i) if self.statements[i] else ""
 
-    def hint_text(self) -> str:
-        "The game manager's message, as ControlMAD writes it."
-        hs = [h.render(self.players, self.n_players + k) for k, h in enumerate(self.hints)]
-        if not hs: return ""
-        if len(hs) == 1: return "I am the game manager and here is a hint for you: " + hs[0]
-        return "I am the game manager and here are some hints for you:" + "".join(f"\n {k+1}. {h}" for k, h in enumerate(hs))
+# %% ../nbs/05_puzzles.ipynb #095c7043
+@patch
+def hint_text(self: Puzzle) -> str:
+    "The game manager's message, as ControlMAD writes it."
+    hs = [h.render(self.players, self.n_players + k) for k, h in enumerate(self.hints)]
+    if not hs: return ""
+    if len(hs) == 1: return "I am the game manager and here is a hint for you: " + hs[0]
+    return "I am the game manager and here are some hints for you:" + "".join(f"\n {k+1}. {h}" for k, h in enumerate(hs))
 
-    def text(self) -> str:
-        "The game as ControlMAD's `text_game`."
-        out = "".join(f"---\nPlayer name: {p}\nPlayer statement: {self.statement_text(i)}\n" for i, p in enumerate(self.players))
-        return out + (f"---\nMessage from the game manager: {self.hint_text()}\n" if self.hints else "")
+# %% ../nbs/05_puzzles.ipynb #78a87120
+@patch
+def text(self: Puzzle) -> str:
+    "The game as ControlMAD's `text_game`."
+    out = "".join(f"---\nPlayer name: {p}\nPlayer statement: {self.statement_text(i)}\n" for i, p in enumerate(self.players))
+    return out + (f"---\nMessage from the game manager: {self.hint_text()}\n" if self.hints else "")
 
-    def solution_text(self, solution=None) -> str:
-        "A solution as ControlMAD's `text_solution` (one 'X is a role.' line per player)."
-        sol = self.solution if solution is None else solution
-        return "".join(f"{p} is a {sol[p]}.\n" for p in self.players)
+# %% ../nbs/05_puzzles.ipynb #4ad72f79
+@patch
+def solution_text(self: Puzzle, solution=None) -> str:
+    "A solution as ControlMAD's `text_solution` (one 'X is a role.' line per player)."
+    sol = self.solution if solution is None else solution
+    return "".join(f"{p} is a {sol[p]}.\n" for p in self.players)
 
-    def to_item(self) -> Item:
-        "This game as a task `Item` (task 'kks', prompt = the game text, gold = the solution)."
-        return Item(id=self.id or f"kks-{self.n_players}-{self.game_id}", task="kks", prompt=self.text(),
-                    gold=dict(self.solution) if self.solution else None, data=self,
-                    meta={"n_players": self.n_players, "n_spies": sum(r == "spy" for r in (self.solution or {}).values()), "source": self.source})
+# %% ../nbs/05_puzzles.ipynb #c146fca4
+@patch
+def to_item(self: Puzzle) -> Item:
+    "This game as a task `Item` (task 'kks', prompt = the game text, gold = the solution)."
+    return Item(id=self.id or f"kks-{self.n_players}-{self.game_id}", task="kks", prompt=self.text(),
+                gold=dict(self.solution) if self.solution else None, data=self,
+                meta={"n_players": self.n_players, "n_spies": sum(r == "spy" for r in (self.solution or {}).values()), "source": self.source})
 
-    def _repr_html_(self):
-        e = html.escape
-        rows = "".join(f"<tr><td><b>{e(p)}</b></td><td style='text-align:left;white-space:pre-wrap'>{e(self.statement_text(i))}</td>"
-                       f"<td>{e(self.solution.get(p, '')) if self.solution else ''}</td></tr>" for i, p in enumerate(self.players))
-        hints = f"<p><i>Game manager:</i> {e(self.hint_text())}</p>" if self.hints else ""
-        return (f"<div><b>Knight-Knave-Spy game {e(str(self.id or self.game_id or ''))}</b> ({self.n_players} players)"
-                f"<table><tr><th>player</th><th>statement</th><th>gold</th></tr>{rows}</table>{hints}</div>")
+# %% ../nbs/05_puzzles.ipynb #a6912e5a
+@patch
+def _repr_html_(self: Puzzle):
+    e = html.escape
+    rows = "".join(f"<tr><td><b>{e(p)}</b></td><td style='text-align:left;white-space:pre-wrap'>{e(self.statement_text(i))}</td>"
+                   f"<td>{e(self.solution.get(p, '')) if self.solution else ''}</td></tr>" for i, p in enumerate(self.players))
+    hints = f"<p><i>Game manager:</i> {e(self.hint_text())}</p>" if self.hints else ""
+    return (f"<div><b>Knight-Knave-Spy game {e(str(self.id or self.game_id or ''))}</b> ({self.n_players} players)"
+            f"<table><tr><th>player</th><th>statement</th><th>gold</th></tr>{rows}</table>{hints}</div>")
 
+# %% ../nbs/05_puzzles.ipynb #23900822
 def kks_items(puzzles) -> list:
     "Task items for a list of puzzles."
     return [p.to_item() for p in puzzles]
@@ -497,6 +527,7 @@ def solve(self: _Model, limit=None, with_truth=False):
     solver.Solve(self.m, _CB())
     return order
 
+# %% ../nbs/05_puzzles.ipynb #e0fc7e68
 def solve(puzzle: Puzzle, limit: int|None=None) -> list[dict]:
     "Every solution of `puzzle` (or the first `limit`), each a dict player name -> 'knight'/'knave'/'spy'."
     puzzle.check()
@@ -507,6 +538,7 @@ def solve(puzzle: Puzzle, limit: int|None=None) -> list[dict]:
     if limit is None: sols = sorted(sols)
     return [{p: KKS_ROLES[r] for p, r in zip(puzzle.players, s)} for s in sols]
 
+# %% ../nbs/05_puzzles.ipynb #4c11b390
 def _brute_force(puzzle: Puzzle, limit=None) -> list[dict]:
     "Solutions by plain enumeration of all 3^n role assignments (and both truth values of each spy's statement)."
     n, sts, hints = puzzle.n_players, puzzle.statements, puzzle.hints
@@ -528,6 +560,7 @@ class KKSFormatError(ValueError):
         self.path, self.line, self.field = str(path), line, field
         super().__init__(f"{path}:{line}: field {field}: {msg}" if field else f"{path}:{line}: {msg}")
 
+# %% ../nbs/05_puzzles.ipynb #8462f1f2
 _KINDS = {c: cls for cls in (RoleCount, TruthCount, SameRole, SameTruth, NotSameRole, RoleParity, TruthParity, ExactlyOne) for c in cls.codes}
 
 def _err(where, field, msg): raise KKSFormatError(where[0], where[1], field, msg)
@@ -558,6 +591,7 @@ def _from_raw(code, raw, n, where, fld, nested=False):
     if cls is TruthParity: return TruthParity(people, pick(1, [1, 2], "tf") == 1, pick(2, [1, 2], "eo") == 2, code)
     return cls(people, code)
 
+# %% ../nbs/05_puzzles.ipynb #55262501
 _NAME_RE = re.compile(r"^Player name: (.*)$", re.M)
 
 def _puzzle_from_record(d, where, prefix):
@@ -627,6 +661,7 @@ def controlmad_record(p: Puzzle, game_id=None) -> dict:
             "num_hint": len(p.hints) - 1, "raw_schema": [s.code for s in sts], "raw_statement": [s.raw() for s in sts],
             "raw_solution": [r + 1 for r in roles], "text_game": p.text(), "text_solution": p.solution_text()}
 
+# %% ../nbs/05_puzzles.ipynb #3f348ebe
 def to_controlmad(puzzles, path) -> list[Path]:
     "Write `puzzles` as ControlMAD JSONL: to `path` if it ends in .jsonl, else one `<size>.jsonl` per size in folder `path`."
     path = Path(path)
@@ -650,6 +685,7 @@ DIFFICULTY = {
     "kk": {"is": 1, "not": 1, "and": 1, "or": 1, "implies": 1, "iff": 1},   # the classic puzzles: operators over atoms
 }
 
+# %% ../nbs/05_puzzles.ipynb #cebb3a72
 _BOOL_KINDS = ("is", "not", "and", "or", "implies", "iff")
 
 _TRUTH_KINDS = {"truth_count": 1, "same_truth": 2, "truth_parity": 3}   # kind -> earlier players needed
@@ -817,6 +853,7 @@ KK_TEMPLATES = ['{name} said that {s}.', '{name} told you that {s}.', '{name} sa
                 '{name} asserted: "{s}".', '"{s}," {name} mentioned.', '{name} commented, "{s}".', 'In a statement by {name}: "{s}".',
                 '{name} noted, "{s}".', '"{s}," {name} claimed.']
 
+# %% ../nbs/05_puzzles.ipynb #71715074
 def _no_spies(n): return RoleCount(list(range(n)), 0, "spy")
 
 def _is_classic(p: Puzzle) -> bool: return p.hints == [_no_spies(p.n_players)]
@@ -841,6 +878,7 @@ def _atoms(s): return [s] if isinstance(s, Is) else [a for x in (s.parts() if is
 class KKQuizError(ValueError):
     "A quiz that cannot be read; names the sentence."
 
+# %% ../nbs/05_puzzles.ipynb #eab8e1e0
 _KK_HEAD = re.compile(r"\s*A very special island is inhabited only by (\w+?)s and (\w+?)s\.\s+(\w+?)s always tell the truth,? and (\w+?)s always lie\.\s+"
                       r"You meet (\d+) inhabitants?: (.*?)\.(?=\s|$)", re.I | re.S)
 _KK_TAIL = re.compile(r"\s*So who is an? \w+ and who is an? \w+\?\s*$", re.I)
@@ -964,6 +1002,7 @@ def _kk_solution_text(text, names, words, field="solution_text_format"):
     if set(sol) != set(names): raise ValueError(f"{field}: gives roles to {sorted(sol)}, the quiz has {names}")
     return sol
 
+# %% ../nbs/05_puzzles.ipynb #e65aa411
 def _kk_puzzle(d, where, prefix):
     "A `Puzzle` from one benchmark record (full, or only `quiz` and `solution_text_format`)."
     if not isinstance(d, dict): _err(where, None, "a record must be a JSON object")
@@ -996,6 +1035,7 @@ def _kk_puzzle(d, where, prefix):
         m = re.match(r"(statements(?:\[\d+\])*|solution_text_format): (.*)", str(e), re.S)
         _err(where, m.group(1), m.group(2)) if m else _err(where, field, str(e))
 
+# %% ../nbs/05_puzzles.ipynb #0d66e8cb
 def _kk_records(f):
     "(record number, record) of a JSONL file or of a file holding one JSON list."
     head = f.open("rb").read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")
@@ -1026,6 +1066,7 @@ def kk_record(p: Puzzle, index=None, seed: int = 0) -> dict:
             "solution_text_format": "\n".join(f"({k+1}) {s}" for k, s in enumerate(said)),
             "statements": repr(sts), "index": index if index is not None else p.game_id}
 
+# %% ../nbs/05_puzzles.ipynb #ce0831d2
 def to_kk(puzzles, path, seed: int = 0) -> Path:
     "Write `puzzles` as a mem-kk-logic JSONL file (puzzle k's quiz wordings drawn with seed `seed + k`)."
     path = Path(path)
@@ -1052,6 +1093,7 @@ def kks_schema(players, confidence: bool = False) -> dict:
     if confidence: props["confidence"] = {"type": "integer", "minimum": 1, "maximum": 10}
     return {"type": "object", "properties": props, "required": list(props), "additionalProperties": False}
 
+# %% ../nbs/05_puzzles.ipynb #1da99d61
 def kks_answer_format(players=None, confidence: bool = False) -> str:
     "The answer instruction agents get (ControlMAD's JSON format, the reasoning first; with `confidence`, a 1-10 self-reported confidence); `kks_schema` is its shape."
     names = list(players) if players else ["player_name"]
@@ -1060,6 +1102,7 @@ def kks_answer_format(players=None, confidence: bool = False) -> str:
     return ("Give your answer in this JSON format, with one entry for each player and each role one of "
             '"knight", "knave" or "spy":\n{\n    "explanation": "your reasoning",\n    "players": [\n' + rows + "\n    ]" + conf + '\n}')
 
+# %% ../nbs/05_puzzles.ipynb #32144ab5
 @serializable
 @dataclass
 class KKSAnswer(Answer):
