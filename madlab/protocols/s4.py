@@ -582,7 +582,7 @@ async def s4(d,
     "S4 safety triage: independent analysis, N·(N-1) targeted challenges, revision, and a final vote decided by plain rules."
     if callable(rules): d.settings["rules"] = rules = _rule_name(rules)   # transcripts store the registered name
     _rule_name(rules)
-    P, team = s4_prompts(prompts), list(d.agents)     # the debaters: an agent the debate adds for a role (the screen's judge) neither analyses nor votes
+    P, team = s4_prompts(prompts), [a for a in d.agents if a.meta.get("added_at") is None]   # the team: an agent added for a role (the judge) never votes
     if screen:
         r = await _screen_round(d, team, judge, max_chars)
         if r is not None: yield r
