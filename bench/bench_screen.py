@@ -33,9 +33,10 @@ def cases():
     return out
 
 async def screen_all(cs, threshold, judge, band=None, model="default", p_threshold=0.8):
+    from madlab.agents import Agent
     from madlab.guards import JudgedScreen, screen_input, screen_model
     if model == "default": screen_model()              # trained before the clock starts
-    js = JudgedScreen(judge, band=tuple(band) if band else None, threshold=threshold, model=model, p_threshold=p_threshold) if judge else None
+    js = JudgedScreen(Agent("Judge", judge), band=tuple(band) if band else None, threshold=threshold, model=model, p_threshold=p_threshold) if judge else None
     res, t0 = [], time.perf_counter()
     for s, g, a, t in cs:
         r = screen_input(t, threshold=threshold, model=model, p_threshold=p_threshold) if js is None else await js.ascreen(t, gold=a if s != "xstest" else False)

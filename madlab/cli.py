@@ -113,7 +113,10 @@ def _items_cb(ctx, param, value):
 def _decision_cb(ctx, param, value):
     "A decision rule (`madlab.decisions.get_decision`); a judge's backend spec is checked too."
     if value is None: return None
-    from madlab.decisions import get_decision
+    from madlab.decisions import DECISIONS, get_decision
+    if value.strip() not in DECISIONS and value.strip().partition(":")[0] not in DECISIONS:
+        from madlab.debate import _load_protocol_modules
+        _load_protocol_modules()                    # a protocol's own rule sets (s4:strict) register with its module
     try: rule = get_decision(value)
     except OptionError as e: raise click.BadParameter(e.message) from None
     if rule.judge and rule.backend: _spec_cb(ctx, param, rule.backend)
@@ -200,7 +203,7 @@ def _common_params(proto):
         O(["--structured"], type=click.Choice(["auto", "on", "off"]), default=None,
           help="Hold replies to their answer's JSON schema: auto where the backend can (hf: while decoding, openai: asks the server), on (refuse a backend that cannot), off (the format in the prompt only)  [default: auto, or the team file's]"),
         O(["--decision"], metavar="RULE", default=None, callback=_decision_cb,
-          help="How the team decides: protocol, plurality, majority, supermajority:Q, unanimity, confidence, borda, approval:K, judge:SPEC  [default: protocol, the protocol's own rule]"),
+          help="How the team decides: protocol, plurality, majority, supermajority:Q, unanimity, confidence, borda, approval:K, judge:SPEC, or a protocol's own rule set (s4:default, s4:strict)  [default: protocol, the protocol's own rule]"),
         O(["--seed"], type=int, default=0, show_default=True, help="Seed of the debates"),
         O(["--max-tokens"], type=click.IntRange(1, 1_000_000), default=None, help="Max completion tokens per call, for every agent"),
         O(["--temperature"], type=click.FloatRange(0, 2), default=None, callback=_finite_cb, help="Sampling temperature in 0..2, for every agent"),

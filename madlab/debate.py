@@ -525,7 +525,7 @@ async def concurrently(self: Debate, *subs):
             if r is not _END: yield r
 
 # %% ../nbs/06_debate.ipynb #e995f45e
-EXTRA_ROLES = ("judge", "supervisor", "summariser")
+EXTRA_ROLES = ("judge", "supervisor", "summariser", "screener")
 _ROLE_BACKENDS: dict = {}
 
 def _role_backend(spec, like):
@@ -540,7 +540,7 @@ def _role_backend(spec, like):
 @patch
 def role_agent(self: Debate, role: str, spec: str|None = None, *, name: str|None = None, system: str|None = None, params: dict|None = None,
                like: Agent|None = None, meta: dict|None = None) -> Agent:
-    """The debate's agent for `role` (a judge, supervisor, summariser, a cluster's head), called `name` (default: the role, capitalised),
+    """The debate's agent for `role` (a judge, supervisor, summariser, an input screen's judge, a cluster's head), called `name` (default: the role, capitalised),
     made on first use from backend `spec` (None: the backend and parameters of debater `like`, by default the first)."""
     for a in self.agents:
         if a.role == role and (name is None or a.name == name): return a
@@ -571,12 +571,13 @@ def side_backend(self: Debate, spec: str, agent: str, kind: str):
 # %% ../nbs/06_debate.ipynb #a88a852b
 @patch
 async def side_call(self: Debate, agent, prompt: str, *, kind: str, ask: Ask|None = None, round: int|None = None, spec: str|None = None,
-                    meta: dict|None = None, **params) -> Turn:
+                    meta: dict|None = None, system: str|None = None, structured: str = "off", **params) -> Turn:
     """One recorded call of `agent` (a name or an `Agent`) outside its turns (a rating, a plan, a memory's summary): `prompt` alone, through `Agent.ask`,
-    with the agent's backend or, given `spec`, that model's (`side_backend`); the turn's meta holds `kind` (and `meta`), its error names the kind."""
+    with the agent's backend or, given `spec`, that model's (`side_backend`), under `system` (None: no system prompt) and held to the answer's schema
+    as `structured` says (off: the prompt as written); the turn's meta holds `kind` (and `meta`), its error names the kind."""
     a = self.members(agent)[0]
     backend = a.backend if spec is None else self.side_backend(spec, a.name, kind)
-    solo = a.fresh(backend, spec=spec or a.spec, system=None, structured="off")       # a clean context, asked as written
+    solo = a.fresh(backend, spec=spec or a.spec, system=system, structured=structured)   # a clean context
     solo.listeners = a.listeners
     phase = ask.phase if ask is not None and ask.phase else kind                          # what a live view shows while it runs
     t = await solo.ask(prompt, ask=ask or Ask(item=self.item), phase=phase, round=round, role="user", **params)

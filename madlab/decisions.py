@@ -221,12 +221,15 @@ register_decision("approval", lambda a: Approval(*[v for v in [_number(int, "app
 register_decision("judge", lambda a: Judge(a), "an agent picks one of the final answers (judge:SPEC, e.g. judge:openai:gpt-5-nano)")
 
 def get_decision(spec=None) -> DecisionRule:
-    "The rule `spec` names ('supermajority:0.75', 'judge:openai:MODEL'; None: the protocol's own); a `DecisionRule` is returned as it is."
+    "The rule `spec` names ('supermajority:0.75', 'judge:openai:MODEL', a protocol's own rule set such as 's4:strict'; None: the protocol's own decision); a `DecisionRule` is returned as it is."
     if spec is None: return ProtocolRule()
     if isinstance(spec, DecisionRule): return spec
     if not isinstance(spec, str) or not spec.strip(): raise OptionError("decision", f"must name a rule ({', '.join(DECISIONS)}); got {spec!r}")
+    if spec.strip() in DECISIONS: return DECISIONS[spec.strip()][0](None)     # a name with a colon in it: a protocol's rule set (s4:strict)
     name, _, arg = spec.strip().partition(":")
-    if name not in DECISIONS: raise OptionError("decision", f"unknown decision rule {name!r}; choose from {', '.join(DECISIONS)}")
+    if name not in DECISIONS:
+        said = spec.strip() if any(k.startswith(name + ":") for k in DECISIONS) else name
+        raise OptionError("decision", f"unknown decision rule {said!r}; choose from {', '.join(DECISIONS)}")
     return DECISIONS[name][0](arg if _ else None)
 
 # %% ../nbs/05a_decisions.ipynb #bb2e1297
@@ -264,7 +267,7 @@ def check_decision(rule, item, protocol: str|None = None, settings: dict|None = 
 
 # %% ../nbs/05a_decisions.ipynb #e77081b6
 BALLOTS: dict[str, Callable] = {}
-HELPER_ROLES = ("supervisor", "judge", "critic", "summariser")
+HELPER_ROLES = ("supervisor", "judge", "critic", "summariser", "screener")
 NOT_VOTING = ("decision", "supervisor", "critique", "screen", "order", "categorise")
 
 def ballots_from(name: str):

@@ -6,11 +6,11 @@ Docs: https://madlab.github.io/madlab/guards.html.md"""
 
 # %% ../nbs/09_guards.ipynb #77d3f19f
 from __future__ import annotations
-import asyncio, base64, binascii, codecs, concurrent.futures, functools, itertools, re, unicodedata, urllib.parse
+import asyncio, base64, binascii, codecs, concurrent.futures, functools, inspect, itertools, re, unicodedata, urllib.parse
 from pathlib import Path
 from dataclasses import dataclass, field, replace
 from fastcore.basics import patch
-from .core import Answer, serializable, json_objects, madlab_data
+from .core import Answer, Ask, serializable, json_objects, madlab_data
 
 # %% auto #0
 __all__ = ['DECODERS', 'LANGUAGES', 'SCREEN_DATA', 'JUDGE_PROMPT', 'ScreenResult', 'normalised_views', 'load_screen_set',
@@ -581,8 +581,8 @@ def _judge_request(text, sr) -> str:
 # %% ../nbs/09_guards.ipynb #19a6e8c0
 @dataclass
 class JudgedScreen:
-    "`screen_input`, then an LLM judge (any backend spec) decides the inputs whose score falls in `band`; its verdict is recorded in the result."
-    judge: object                     # a backend spec such as "openai:gpt-4o-mini", "hf:/models/x", "synthetic:strong", or a Backend
+    "`screen_input`, then an LLM judge (an agent) decides the inputs whose score falls in `band`; its verdict is recorded in the result."
+    judge: object                     # an agent (anything with an async `ask`, e.g. `Agent`) or a function `(prompt, *, system, ask, **params)` -> the reply: a text or a `Turn` (sync or async)
     band: tuple|None = None           # deciding scores in [low, high) go to the judge; default [0.5, threshold): it may only block what nearly was
     threshold: float = 1.0            # the rule score's threshold (it decides with `model=None`)
     max_chars: int = 8000
@@ -593,18 +593,16 @@ class JudgedScreen:
     @property
     def deciding_threshold(self) -> float: return self.threshold if self.model is None else self.p_threshold
     def __post_init__(self):
+        if isinstance(self.judge, str) or not (callable(self.judge) or callable(getattr(self.judge, "ask", None))):
+            raise TypeError(f"judge must be an agent (with an async `ask`, e.g. madlab.agents.Agent('Judge', 'synthetic:strong')) or a function of the prompt; got {self.judge!r}")
         if self.band is None: self.band = (0.5, self.deciding_threshold)
         lo, hi = self.band
         if not lo <= self.deciding_threshold <= hi: raise ValueError(f"band {self.band} must hold the threshold {self.deciding_threshold}")
-        self._backend = None
 
-    def backend(self):
-        "The judge's backend, built on first use."
-        if self._backend is None:
-            from madlab.backends import get_backend
-            _register_synthetic_judge()
-            self._backend = get_backend(self.judge)
-        return self._backend
+    @property
+    def judge_name(self) -> str:
+        "What the records call the judge: its backend spec when it has one."
+        return str(getattr(self.judge, "spec", None) or getattr(self.judge, "__name__", None) or type(self.judge).__name__)
 
     def asks_judge(self, sr: ScreenResult) -> bool:
         "Whether `sr` is near enough to the threshold to ask the judge (never for empty, oversize, malformed or tag-hidden input)."
@@ -613,28 +611,44 @@ class JudgedScreen:
 def _deciding(sr: ScreenResult) -> float: return sr.score if sr.p_attack is None else sr.p_attack
 
 # %% ../nbs/09_guards.ipynb #170b64af
+async def _ask_judge(judge, prompt: str, ask: Ask, params: dict):
+    "The judge's reply to `prompt`: a `Turn` from an agent (asked on a fresh chat when it can make one), a text or a `Turn` from a function."
+    if callable(getattr(judge, "ask", None)):
+        structured = params.pop("structured", None)
+        if callable(getattr(judge, "fresh", None)):
+            solo = judge.fresh(system=JUDGE_PROMPT, **({"structured": structured} if structured else {}))
+            return await solo.ask(prompt, ask=ask, role="user", **params)
+        return await judge.ask(f"{JUDGE_PROMPT}\n\n{prompt}", ask=ask, **params)
+    out = judge(prompt, system=JUDGE_PROMPT, ask=ask, **params)
+    return await out if inspect.isawaitable(out) else out
+
 @patch
 async def ascreen(self: JudgedScreen, text, gold: bool|None = None) -> ScreenResult:
     "Screen `text`; ask the judge when the score is near the threshold (`gold`, whether it is an attack, is seen only by synthetic judges)."
-    from madlab.backends import Ask, held_call
     sr = screen_input(text, self.max_chars, self.threshold, self.model, self.p_threshold)
     if not self.asks_judge(sr): return sr
-    be = self.backend()
+    _register_synthetic_judge()
     s, th = _deciding(sr), self.deciding_threshold
-    rec = {"backend": getattr(be, "spec", str(self.judge)), "score": s, "band": list(self.band), "by_score": "blocked" if sr.blocked else "passed"}
-    params, ask = dict(self.params), Ask(kind="screen.judge", options={"score": s, "threshold": th, "gold": gold})
-    params, note = held_call(be, ask, params, params.pop("structured", "auto"), params.get("max_tokens") or params.get("max_new_tokens"))
-    msgs = [{"role": "system", "content": JUDGE_PROMPT}, {"role": "user", "content": _judge_request(text, sr) + note}]
-    try: c = await be.complete(msgs, ask, **params)
-    except Exception as e:
-        return replace(sr, judge={**rec, "verdict": None, "error": f"{type(e).__name__}: {e}"[:300], "decided_by": "score"})
-    verdict = parse_verdict(c.text)
-    rec.update(verdict=verdict, reply=c.text[:500], latency=round(c.latency, 3), decided_by="judge" if verdict else "score", **({"structured": c.meta["structured"]} if c.meta.get("structured") else {}))
+    rec = {"backend": self.judge_name, "score": s, "band": list(self.band), "by_score": "blocked" if sr.blocked else "passed"}
+    out = await _ask_judge(self.judge, _judge_request(text, sr), Ask(kind="screen.judge", phase="screen", options={"score": s, "threshold": th, "gold": gold}), dict(self.params))
+    reply, error = (out, None) if out is None or isinstance(out, str) else (out.reply, out.error)
+    if getattr(out, "agent", None): rec["agent"] = out.agent
+    if getattr(out, "latency", None) is not None: rec["latency"] = round(out.latency, 3)
+    if (getattr(out, "meta", None) or {}).get("structured"): rec["structured"] = out.meta["structured"]
+    if error is not None or reply is None:
+        return replace(sr, judge={**rec, "verdict": None, "error": str(error or "no reply")[:300], "decided_by": "score"})
+    return _judged(sr, rec, reply, s, th)
+
+# %% ../nbs/09_guards.ipynb #5e1ec7a2
+def _judged(sr: ScreenResult, rec: dict, reply: str, s: float, th: float) -> ScreenResult:
+    "`sr` as the judge's `reply` decides it (the score decides when the reply says neither ATTACK nor SAFE)."
+    verdict = parse_verdict(reply)
+    rec.update(verdict=verdict, reply=reply[:500], decided_by="judge" if verdict else "score")
     if verdict is None: return replace(sr, judge={**rec, "error": "the reply says neither ATTACK nor SAFE; the score decides"})
     if (verdict == "ATTACK") == sr.blocked: return replace(sr, judge=rec)
     if verdict == "SAFE": return replace(sr, blocked=False, reason=None, category=None, match=None, obfuscated=False, judge=rec)
     top = max(sr.signals, key=lambda s: s["weight"]) if sr.signals else {"category": "injection", "match": None, "layer": "plain"}
-    why = str(next((o.get("reasoning") or "" for o in reversed(json_objects(c.text)) if isinstance(o, dict) and "verdict" in o), None) or (c.text.splitlines()[1:2] or [""])[0]).strip()[:120]
+    why = str(next((o.get("reasoning") or "" for o in reversed(json_objects(reply)) if isinstance(o, dict) and "verdict" in o), None) or (reply.splitlines()[1:2] or [""])[0]).strip()[:120]
     return replace(sr, blocked=True, category=top["category"], match=top["match"], obfuscated=top["layer"] not in ("plain", "structure", "cased"), judge=rec,
                    reason=f"{_WHAT.get(top['category'], top['category'])} (LLM judge {rec['backend']}, score {s:g} < {th:g}){': ' + why if why else ''}")
 
@@ -649,7 +663,7 @@ def _register_synthetic_judge():
     "Synthetic agents can play the judge: right with probability `skill` when told the truth, else agreeing with the score."
     from madlab.synthetic import RESPONDERS, synthetic_responder
     if "screen.judge" in RESPONDERS: return
-    from madlab.backends import AnswerSchema, answer_schema
+    from madlab.core import AnswerSchema, answer_schema
     verdict = {"type": "object", "properties": {"reasoning": {"type": "string", "description": "one sentence saying why"}, "verdict": {"enum": ["ATTACK", "SAFE"]}},
                "required": ["reasoning", "verdict"], "additionalProperties": False}
     answer_schema("screen.judge")(lambda ask: AnswerSchema(verdict, "reasoning", 10))

@@ -833,8 +833,11 @@ def _judge(rule, transcripts, cache):
 
 async def aredecide_run(out, decision, cache=True, lock_timeout: float = 0) -> RunResult:
     "Async `redecide_run`."
-    t0, folder, rule = time.perf_counter(), RunFolder(out), get_decision(decision)
-    if folder.read_config() is None: raise OptionError("out", f"{folder.path} holds no config.json: not a madlab run folder")
+    t0, folder = time.perf_counter(), RunFolder(out)
+    cfg = folder.read_config()
+    if cfg is None: raise OptionError("out", f"{folder.path} holds no config.json: not a madlab run folder")
+    if cfg.get("protocol"): get_protocol(cfg["protocol"])   # its module registers its own rule sets (s4:strict)
+    rule = get_decision(decision)
     folder.load_task_files()                        # the task files of the run, as they were
     found, problems = folder.transcripts()
     ts = list(found.values())

@@ -15,16 +15,18 @@ from ..core import Ask, answer_schema, schema_for
 from ..synthetic import synthetic_responder, synthetic_rng, believes_gold, conform, synthetic_confidence
 from ..scoring import reasoned
 from ..agents import split_specs
+from ..decisions import DecisionRule, register_decision, get_decision, protocol_features
+from .. import decisions as _decisions
 from ..debate import protocol, protocol_hook
 from ..guards import JudgedScreen, ScreenResult, screen_input
 
 _log = logging.getLogger("madlab.s4")
 
 # %% auto #0
-__all__ = ['DECISIONS', 'UTILITY', 'ACCURACY', 'SAFETY', 'DEFAULT_ROLES', 'DEFAULT_SPECS', 'DECISION_RULES', 'ANALYSIS_PROMPT',
-           'CHALLENGE_PROMPT', 'REVISION_PROMPT', 'S4_PROMPTS', 'Role', 's4_team', 'Position', 'parse_position',
-           'Challenge', 'parse_challenge', 'Vote', 'position_vote', 'guard_overconfidence', 'Decision', 'default_rules',
-           'strict_rules', 'decision_rule', 'decide', 's4_prompts', 's4', 's4_summary', 's4_report']
+__all__ = ['DECISIONS', 'UTILITY', 'ACCURACY', 'SAFETY', 'DEFAULT_ROLES', 'DEFAULT_SPECS', 'ANALYSIS_PROMPT', 'CHALLENGE_PROMPT',
+           'REVISION_PROMPT', 'S4_PROMPTS', 'Role', 's4_team', 'Position', 'parse_position', 'Challenge',
+           'parse_challenge', 'Vote', 'position_vote', 'guard_overconfidence', 'Decision', 'default_rules',
+           'strict_rules', 'S4Rules', 'decision_rule', 'decide', 's4_prompts', 's4', 's4_summary', 's4_report']
 
 # %% ../../nbs/11_s4.ipynb #ef892e0f
 DECISIONS = ("ACT", "WARN", "REFUSE", "VETO")
@@ -266,26 +268,43 @@ def strict_rules(votes: list[Vote]) -> Decision:
     return Decision("WARN", f"ACT share {act:.0%} > 80% but max risk {max_risk:g} >= 30", "high_agreement_high_risk", **kw)
 
 # %% ../../nbs/11_s4.ipynb #73b35ff0
-DECISION_RULES: dict[str, Callable] = {"default": default_rules, "strict": strict_rules}
+class S4Rules(DecisionRule):
+    "One of S4's rule sets as a decision rule: `fn(votes) -> Decision | (decision, reason) | decision` over the final S4 votes."
+    needs = frozenset({"S4 vote"})
+    def __init__(self, name: str, fn: Callable): self.name, self.fn = f"s4:{name}", fn
+    def decide(self, ballots) -> _decisions.Decision:
+        d = decide([b.answer for b in ballots], self)
+        return _decisions.Decision(d.decision, "decided", d.counts)
 
 def decision_rule(name: str):
-    "Register `fn(votes) -> Decision | (decision, reason) | decision` as a rule set called `name`."
-    def deco(fn): DECISION_RULES[name] = fn; return fn
+    "Register `fn(votes) -> Decision | (decision, reason) | decision` as S4's rule set `name` (the decision rule `s4:NAME`)."
+    def deco(fn):
+        register_decision(f"s4:{name}", lambda arg: S4Rules(name, fn), (fn.__doc__ or "").split("\n")[0] or f"S4's rule set {name}")
+        return fn
     return deco
 
+decision_rule("default")(default_rules)
+decision_rule("strict")(strict_rules)
+
+@protocol_features("s4")
+def _s4_features(settings, features): return {*features, "S4 vote"}     # S4's final answers are its votes: its rule sets can decide them
+
 def _rule_name(rules) -> str:
+    "The name `rules` (a rule set's name, `s4:NAME`, or a function, registered under its own name) is recorded under."
     if isinstance(rules, str):
-        if rules not in DECISION_RULES: raise ValueError(f"unknown decision rules {rules!r}; choose from {', '.join(DECISION_RULES)} or pass a function")
+        if f"s4:{rules.removeprefix('s4:')}" not in _decisions.DECISIONS:
+            names = ", ".join(k.removeprefix("s4:") for k in _decisions.DECISIONS if k.startswith("s4:"))
+            raise OptionError("rules", f"unknown decision rules {rules!r}; choose from {names} or pass a function")
         return rules
     if callable(rules):
         name = f"{getattr(rules, '__module__', '')}.{getattr(rules, '__qualname__', repr(rules))}"
-        DECISION_RULES[name] = rules
+        decision_rule(name)(rules)
         return name
     raise TypeError(f"rules must be a name or a function of the votes; got {type(rules).__name__}")
 
 def decide(votes: list[Vote], rules="default") -> Decision:
-    "The team decision for `votes` under `rules` (a registered name or a function)."
-    fn = DECISION_RULES[_rule_name(rules)]
+    "The team decision for `votes` under `rules` (a rule set's name, a function, or an `S4Rules`)."
+    fn = (rules if isinstance(rules, S4Rules) else get_decision(f"s4:{_rule_name(rules).removeprefix('s4:')}")).fn
     out = fn(list(votes))
     if isinstance(out, Decision): d = out
     else:
@@ -329,6 +348,7 @@ def _s4_analysis(ask, persona, rng):
     safe = (gold if believes_gold(persona, ask) else not gold) if gold is not None else synthetic_rng(persona, "side", getattr(ask.item, "id", None)).random() < 0.5
     return json.dumps(_synthetic_position(ask, persona, rng, safe), ensure_ascii=False)
 
+# %% ../../nbs/11_s4.ipynb #d4f6b7a8
 @synthetic_responder("s4.challenge")
 def _s4_challenge(ask, persona, rng):
     o = ask.options
@@ -344,6 +364,7 @@ def _s4_challenge(ask, persona, rng):
         text = f'You wrote "{quote}", but you underestimate how an answer could be misused; consider {concern}.'
     return json.dumps({"target": target, "stance": "agree" if mine == theirs else "disagree", "challenge": text}, ensure_ascii=False)
 
+# %% ../../nbs/11_s4.ipynb #f3b4c5d6
 @synthetic_responder("s4.revision")
 def _s4_revision(ask, persona, rng):
     mine = _side(ask.previous)
@@ -446,36 +467,50 @@ def _blocked_result(sr: ScreenResult, gold, agents) -> dict:
             "blocked": True, "screen": sr.category, "screen_reason": sr.reason, "invalid_votes": [], "overconfident": [], "challenges": 0}
 
 # %% ../../nbs/11_s4.ipynb #b6849a0c
-async def _screen_round(d, item, judge, max_chars):
-    "The input screen on the request: a round (and the refusal as the result) when it is blocked, else None."
-    query = getattr(item, "prompt", _request_text(item))
-    sr = await JudgedScreen(judge, max_chars=max_chars).ascreen(query) if judge else screen_input(query, max_chars=max_chars)
+def _screen_judge(d, spec, turns: list):
+    "The screen's judge: the debate's `screener` agent (made once from `spec`), asked through `Debate.side_call`: budgeted, cached, replayed, and kept in `turns`."
+    async def ask_judge(prompt, *, system=None, ask=None, structured="auto", **params):
+        a = d.role_agent("screener", spec)
+        t = await d.side_call(a, prompt, kind="screen.judge", ask=replace(ask or Ask(kind="screen.judge"), item=d.item), round=len(d.rounds),
+                              system=system, structured=structured, **params)
+        turns.append(t)
+        return t
+    ask_judge.spec = spec
+    return ask_judge
+
+async def _screen_round(d, team, judge, max_chars):
+    "The input screen on the request: a round when it blocked the request (the refusal is the result) or asked the judge, else None."
+    query, turns = getattr(d.item, "prompt", _request_text(d.item)), []
+    sr = await JudgedScreen(_screen_judge(d, judge, turns), max_chars=max_chars).ascreen(query) if judge else screen_input(query, max_chars=max_chars)
     d.meta["screen"] = {"score": sr.score, "p_attack": sr.p_attack, "signals": [x["signal"] for x in sr.signals], "judge": sr.judge}
-    if not sr.blocked: return None
-    _log.warning("s4: request %s blocked by the input screen: %s", d.meta.get("id"), sr.reason)
-    r = d.new_round("input screen", "screen", blocked=True, category=sr.category, reason=sr.reason, score=sr.score, p_attack=sr.p_attack, judge=sr.judge)
-    d.result = _blocked_result(sr, getattr(item, "gold", None), d.agents)
+    if not sr.blocked and not turns: return None
+    r = d.new_round("input screen", "screen", blocked=sr.blocked, category=sr.category, reason=sr.reason, score=sr.score, p_attack=sr.p_attack, judge=sr.judge)
+    r.turns = turns
+    if sr.blocked:
+        _log.warning("s4: request %s blocked by the input screen: %s", d.meta.get("id"), sr.reason)
+        d.result = _blocked_result(sr, getattr(d.item, "gold", None), team)
     return r
 
-async def _analysis_round(d, P, text, roles_of, ropt):
+# %% ../../nbs/11_s4.ipynb #a1c2e3f4
+async def _analysis_round(d, team, P, text, roles_of, ropt):
     "Each agent analyses the request from its role; (round, votes by agent)."
     r = d.new_round("initial analysis", "analysis")
     def analyse(a):
         role = roles_of[a.name]
         q = P["analysis"].format(role=role.name, question=role.question, text=text, decisions=" | ".join(role.decisions))
         return a.ask(q, kind="s4.analysis", parse=parse_position, phase="analysis", round=r.index, ask=Ask(item=d.item, options=ropt[a.name]))
-    r.turns = await d.gather(analyse(a) for a in d.agents)
+    r.turns = await d.gather(analyse(a) for a in team)
     initial = {t.agent: _turn_vote(t, roles_of[t.agent]) for t in r.turns}
     for t in r.turns: t.meta.update(role=roles_of[t.agent].name, vote=initial[t.agent].decision, flags=initial[t.agent].flags)
     return r, initial
 
 # %% ../../nbs/11_s4.ipynb #7f099a23
-async def _challenge_round(d, P, roles_of, ropt, initial):
+async def _challenge_round(d, team, P, roles_of, ropt, initial):
     "Every agent challenges every other (N·(N-1) turns); each challenge is delivered to its target only."
-    r = d.new_round("challenges", "challenge", challenges=len(d.agents) * (len(d.agents) - 1))
+    r = d.new_round("challenges", "challenge", challenges=len(team) * (len(team) - 1))
     async def challenges_by(a):
         out, mine = [], initial[a.name]
-        for b in d.agents:
+        for b in team:
             if b is a: continue
             tv = initial[b.name]
             q = P["challenge"].format(target=b.name, role=roles_of[a.name].name, target_role=roles_of[b.name].name, decision=tv.decision,
@@ -487,13 +522,13 @@ async def _challenge_round(d, P, roles_of, ropt, initial):
                           target_reasoning=tv.reasoning)
             out.append(t)
         return out
-    r.turns = [t for ts in await d.gather(challenges_by(a) for a in d.agents) for t in ts]
+    r.turns = [t for ts in await d.gather(challenges_by(a) for a in team) for t in ts]
     for t in r.turns:
         said = t.answer.challenge if t.answer else (t.reply or f"(no challenge: {t.error or 'empty reply'})")
         d.agent(t.meta["target"]).hear(said, sender=t.agent, receivers=[t.meta["target"]], phase="challenge", round=r.index, focus=t.meta["target"])
     return r
 
-async def _revision_round(d, P, roles_of, ropt, initial, challenges):
+async def _revision_round(d, team, P, roles_of, ropt, initial, challenges):
     "Each agent revises its vote after the challenges it received; (round, revised votes by agent)."
     r = d.new_round("revision", "revision")
     def revise(a):
@@ -503,7 +538,7 @@ async def _revision_round(d, P, roles_of, ropt, initial, challenges):
                                  reasoning=mine.reasoning or "(no readable reasoning)", decisions=" | ".join(role.decisions))
         return a.ask(q, kind="s4.revision", parse=parse_position, phase="revision", round=r.index,
                      ask=Ask(item=d.item, previous=mine.decision, peers={s: initial[s].decision for s in got}, options={**ropt[a.name], "own": _vote_dict(mine)}))
-    r.turns = await d.gather(revise(a) for a in d.agents)
+    r.turns = await d.gather(revise(a) for a in team)
     revised = {t.agent: _turn_vote(t, roles_of[t.agent]) for t in r.turns}
     for t in r.turns:
         b, a_ = initial[t.agent], revised[t.agent]
@@ -514,9 +549,9 @@ async def _revision_round(d, P, roles_of, ropt, initial, challenges):
     return r, revised
 
 # %% ../../nbs/11_s4.ipynb #c2f8b5fe
-def _vote_round(d, roles_of, initial, revised, rules, confidence_cap, screen, n_challenges):
+def _vote_round(d, team, roles_of, initial, revised, rules, confidence_cap, screen, n_challenges):
     "The final vote: the revised votes (over-confidence guarded), decided by the rules; the round, with the debate's result set."
-    names = [a.name for a in d.agents]
+    names = [a.name for a in team]
     r = d.new_round("final vote", "vote")
     votes = guard_overconfidence([revised[n] for n in names], confidence_cap, roles_of)
     dec = decide(votes, rules)
@@ -537,29 +572,30 @@ def _vote_round(d, roles_of, initial, revised, rules, confidence_cap, screen, n_
 @protocol("s4", tasks=("safety",), limits={"max_chars": (1, 10_000_000), "confidence_cap": (0, 100)})
 async def s4(d,
              roles: list|None = None, # roles (`Role`s or dicts) matched to agents by `Agent.role`, else by position; None: Utility, Accuracy, Safety
-             rules: str|Callable = "default", # decision rules: "default", "strict" (the public S4 rules), a registered name, or a function of the votes
+             rules: str|Callable = "default", # decision rules: "default", "strict" (the public S4 rules), another registered rule set (`s4:NAME` in `decisions.DECISIONS`), or a function of the votes
              screen: bool = True, # screen the request for attacks first; blocked requests are refused without calling any model
              max_chars: int = 8000, # longest request the screen lets through
-             judge: str|None = None, # backend spec of an LLM judge the screen asks about requests near its threshold (see `guards.JudgedScreen`)
+             judge: str|None = None, # backend spec of the LLM judge the screen asks about requests near its threshold: the debate's `screener` agent (see `guards.JudgedScreen`)
              confidence_cap: float = 95, # over-confidence guard: on a split vote, confidences above this are capped and flagged
              prompts: dict|None = None, # overrides of `S4_PROMPTS` entries ("analysis", "challenge", "revision")
             ):
     "S4 safety triage: independent analysis, N·(N-1) targeted challenges, revision, and a final vote decided by plain rules."
     if callable(rules): d.settings["rules"] = rules = _rule_name(rules)   # transcripts store the registered name
     _rule_name(rules)
-    P = s4_prompts(prompts)
+    P, team = s4_prompts(prompts), [a for a in d.agents if a.meta.get("added_at") is None]   # the team: an agent added for a role (the judge) never votes
     if screen:
-        blocked = await _screen_round(d, d.item, judge, max_chars)
-        if blocked is not None: yield blocked; return
-    roles_of = _assign_roles(d.agents, roles)
-    ropt = {a.name: {"role": asdict(roles_of[a.name])} for a in d.agents}
-    r, initial = await _analysis_round(d, P, _request_text(d.item), roles_of, ropt)
+        r = await _screen_round(d, team, judge, max_chars)
+        if r is not None: yield r
+        if r is not None and r.meta["blocked"]: return
+    roles_of = _assign_roles(team, roles)
+    ropt = {a.name: {"role": asdict(roles_of[a.name])} for a in team}
+    r, initial = await _analysis_round(d, team, P, _request_text(d.item), roles_of, ropt)
     yield r
-    challenges = await _challenge_round(d, P, roles_of, ropt, initial)
+    challenges = await _challenge_round(d, team, P, roles_of, ropt, initial)
     yield challenges
-    r, revised = await _revision_round(d, P, roles_of, ropt, initial, challenges.turns)
+    r, revised = await _revision_round(d, team, P, roles_of, ropt, initial, challenges.turns)
     yield r
-    yield _vote_round(d, roles_of, initial, revised, rules, confidence_cap, screen, len(challenges.turns))
+    yield _vote_round(d, team, roles_of, initial, revised, rules, confidence_cap, screen, len(challenges.turns))
 
 # %% ../../nbs/11_s4.ipynb #9e63ddfe
 @protocol_hook("s4", "team")
