@@ -21,7 +21,6 @@ ALLOWED = {
     ("06_debate.ipynb", "67273378"): 77,
     ("07_baselines.ipynb", "c5dcfa22"): 63,
     ("11_s4.ipynb", "b78f77a9"): 65,
-    ("12_controlmad_report.ipynb", "0305334b"): 61,
     ("14_agentverse.ipynb", "913c6573"): 68,
     ("14_agentverse.ipynb", "08817ebd"): 63,
     ("22_live.ipynb", "b4a391d5"): 70,
