@@ -52,7 +52,9 @@ def figure_image(fig, format: str = "png", scale: float = 1.0) -> bytes | None:
     import warnings
     try:
         import plotly.io as pio
-        return pio.to_image(fig, format=format, scale=scale, validate=False)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="The kopts argument is ignored")     # plotly's note when kaleido's server draws
+            return pio.to_image(fig, format=format, scale=scale, validate=False)
     except Exception as e:                            # no kaleido, no browser, an old plotly: the figure stays, the image is skipped
         why = f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"
         if why not in _NO_IMAGE:
@@ -76,6 +78,14 @@ def _static_renderer():
             return out
     return StaticRenderer()
 
+def _kaleido_server(on: bool):
+    "Keep one browser open for kaleido while static figures are on (a figure then takes a fraction of a second, not a browser start)."
+    try:
+        import kaleido
+        if on: kaleido.start_sync_server(silence_warnings=True)
+        else: kaleido.stop_sync_server(silence_warnings=True)
+    except Exception: pass                            # no kaleido, or one without a server: each figure starts its own browser
+
 def static_figures(on: bool = True) -> str:
     "Show plotly figures as JSON with a PNG beside it (`on`), or as before (`False`); the renderer now in use."
     import plotly.io as pio
@@ -85,4 +95,5 @@ def static_figures(on: bool = True) -> str:
         pio.renderers.default = "madlab_static"
     elif pio.renderers.default == "madlab_static":
         pio.renderers.default = _PREVIOUS_RENDERER.pop() if _PREVIOUS_RENDERER else ""
+    _kaleido_server(on)
     return pio.renderers.default

@@ -1,17 +1,20 @@
 """Run notebooks and keep the outputs that teach: tables, text, figures (each plotly figure with a PNG beside its JSON, so it
 reads where no kernel runs: GitHub, nbconvert's HTML, the docs site), a widget as a static snapshot taken in JupyterLab,
-never a live widget's state, a machine path, a secret, a timing bar or an error. `--check` fails when a notebook of KEEP has
-no outputs or any notebook breaks a rule.
+never a live widget's state, a machine path, a secret, a progress bar or an error. So that a re-run does not churn, the
+synthetic runs are seeded, temporary folders read `<tmp>`, wall times and message timestamps read `…`, and a figure whose
+JSON did not change keeps its PNG. `--check` fails when a notebook of KEEP has no outputs or any notebook breaks a rule.
 
     python tools/keep_outputs.py                  # execute every notebook of KEEP in place, then clean them (`make outputs`)
-    python tools/keep_outputs.py nbs/11_s4.ipynb  # these notebooks (`make outputs NBS="..."`; LATER lists the protocol notebooks)
+    python tools/keep_outputs.py nbs/11_s4.ipynb  # these notebooks (`make outputs NBS="11_s4 13_critic_actor"`)
+    python tools/keep_outputs.py --later          # the protocol notebooks of LATER (`make outputs NBS=--later`)
     python tools/keep_outputs.py --images NB...   # no execution: a PNG beside each stored plotly figure that lacks one
     python tools/keep_outputs.py --check          # what tests/test_notebook_outputs.py runs
 
 Figures are drawn by kaleido, which drives Debian's /usr/bin/chromium (never a downloaded browser); snapshots by Playwright
-with the same chromium (MADLAB_CHROMIUM for another). Without them the images stored before are kept, with a warning."""
+with the same chromium (MADLAB_CHROMIUM for another). Without them the snapshots stored before are kept and a changed figure
+goes without its PNG, each with a warning (and `--check` fails on the figure)."""
 from __future__ import annotations
-import base64, json, os, re, subprocess, sys, tempfile, warnings
+import base64, json, os, re, subprocess, sys, tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -19,9 +22,13 @@ NBS = ROOT / "nbs"
 KEEP = ["index", "07_baselines", "12_controlmad_report", "20_viz", "50_controlmad_tour", "51_stepper_tour"]
 LATER = ["10_controlmad", "11_s4", "13_critic_actor", "14_agentverse", "15_cluster"]    # the other protocol notebooks, when ready
 SNAPSHOTS = {"51_stepper_tour": 4}           # notebooks whose widgets are kept as pictures: Step clicks on the first one first
-MAX_TEXT, MAX_IMAGE = 60_000, 400_000        # bytes per output: a table, a summary, a figure's JSON; a PNG
+SNAPSHOT_TEXT = "<a static snapshot of this widget, taken in JupyterLab: run the notebook for the live one>"
+MAX_TEXT, MAX_IMAGE = 60_000, 500_000        # bytes per output: a table, a summary, a figure's JSON; a PNG (base64)
 WIDGET, PLOTLY = "application/vnd.jupyter.widget-view+json", "application/vnd.plotly.v1+json"
 IMAGES = ("image/png", "image/svg+xml")
+EXPORTED = re.compile(r"\s*#\|\s*export")          # a definition's cell: it shows nothing
+VOLATILE = [(re.compile(r"\bts=\d+\.\d+"), "ts=…"),          # message timestamps in a chat history's text form
+            (re.compile(r"^(\w+: \d+ items: [^\n]*); \d+(\.\d+)? s$", re.M), r"\1; … s")]   # a run summary's wall time
 PATHS = re.compile(r"(/tmp/|/home/|/root/|/work/|/Users/|/private/var/|[A-Z]:\\\\)")
 KEYS = re.compile(r"(sk-[A-Za-z0-9_-]{20,}|hf_[A-Za-z0-9]{30,}|AKIA[0-9A-Z]{16}|AIza[0-9A-Za-z_-]{35}|gh[pousr]_[A-Za-z0-9]{36}"
                   r"|xox[abprs]-[A-Za-z0-9-]{10,}|-----BEGIN [A-Z ]*PRIVATE KEY-----)")
@@ -30,9 +37,8 @@ def notebooks(names) -> list[Path]:
     "Notebook paths from names (`20_viz`), file names or paths."
     out = []
     for n in names:
-        p = Path(n)
-        p = p if p.suffix == ".ipynb" and p.exists() else NBS / (p.stem + ".ipynb")
-        if not p.exists(): sys.exit(f"keep_outputs: no notebook {n!r} (a name such as 20_viz, or a path under nbs/)")
+        p = next((c for c in (Path(n), ROOT / n, NBS / n, NBS / f"{n}.ipynb") if c.suffix == ".ipynb" and c.is_file()), None)
+        if p is None: sys.exit(f"keep_outputs: no notebook {n!r} (a name such as 20_viz, or a path under nbs/)")
         out.append(p.resolve())
     return out
 
@@ -73,6 +79,7 @@ def _sanitize(o, tmp: str):
     "Machine paths in an output's text made neutral: the run's temporary folders read `<tmp>`, the checkout's paths relative."
     def fix(s: str) -> str:
         s = re.sub(re.escape(tmp) + r"/tmp[\w-]+", "<tmp>", s).replace(tmp, "<tmp>")
+        for rx, to in VOLATILE: s = rx.sub(to, s)
         return s.replace(str(ROOT) + "/", "").replace(str(ROOT.parent) + "/", "../")
     if o.get("output_type") == "stream": o["text"] = fix("".join(o["text"]) if isinstance(o["text"], list) else o["text"])
     for k, v in o.get("data", {}).items():
@@ -87,7 +94,7 @@ def _stored_images(path: Path) -> tuple[dict, dict]:
         for o in c.get("outputs", []):
             d = o.get("data", {})
             if PLOTLY in d and "image/png" in d: figs[json.dumps(d[PLOTLY], sort_keys=True)] = d["image/png"]
-            if o.get("metadata", {}).get("madlab") == "snapshot": snaps[c.get("id")] = o
+            if "".join(d.get("text/plain", "")).startswith(SNAPSHOT_TEXT): snaps[c.get("id")] = o
     return figs, snaps
 
 def add_figure_images(nb, stored: dict | None = None) -> tuple[int, int]:
@@ -102,9 +109,7 @@ def add_figure_images(nb, stored: dict | None = None) -> tuple[int, int]:
                 try:
                     import kaleido; kaleido.start_sync_server(silence_warnings=True); server = kaleido   # one browser for every figure
                 except Exception: server = False
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message="The kopts argument is ignored")   # plotly's note when a server draws
-                raw = figure_image(o["data"][PLOTLY])
+            raw = figure_image(o["data"][PLOTLY])
             png = base64.b64encode(raw).decode() if raw else None
         if png: o["data"]["image/png"] = png; added += 1
     if server:
@@ -128,8 +133,8 @@ def execute(path: Path, tmp: str):
             else: os.environ[k] = v
     return nb
 
-_DONE_JS = ("() => { const p = [...document.querySelectorAll('.jp-Notebook .jp-CodeCell .jp-InputPrompt')];"
-            " return p.length > 0 && p.every(e => /\\[\\d+\\]/.test(e.textContent)); }")
+_RUN_CELL_JS = ("i => { const nb = window.jupyterapp.shell.currentWidget.content; nb.activeCellIndex = i;"
+                " return window.jupyterapp.commands.execute('notebook:run-cell').then(() => true); }")
 
 def _wait(pred, timeout: float, what: str):
     import time
@@ -153,34 +158,40 @@ def snapshots(path: Path, cells: list[str], steps: int = 0) -> dict:
         with jupyter_lab(lab, Path(tmp) / "home") as (base, token), sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
             try:
-                page = browser.new_page(viewport={"width": 1100, "height": 900})
+                page = browser.new_page(viewport={"width": 1280, "height": 3200})      # tall: a whole widget in view
                 page.goto(f"{base}/lab/tree/{path.name}?token={token}", wait_until="domcontentloaded", timeout=60_000)
                 page.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=60_000)
                 _wait(lambda: page.evaluate("() => { const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;"
                       " const k = w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel;"
                       " return !!(k && k.status === 'idle'); }"), 90, "an idle kernel")
-                page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
-                _wait(lambda: page.evaluate(_DONE_JS), 300, "every cell to run")
-                if page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']:has-text('Error')").count():
-                    raise RuntimeError(f"keep_outputs: {path.name} raised an error in JupyterLab")
-                first = page.locator(".madlab-stepper").first
-                for _ in range(steps):
-                    header = first.locator(".madlab-header").inner_text()
-                    first.locator("button.madlab-step").click()
-                    _wait(lambda: first.locator(".madlab-header").inner_text() != header
-                          and not first.locator(".madlab-busy").inner_text().strip(), 60, "a round to show")
-                page.mouse.move(0, 0)
-                ids = [c.get("id") for c in nb["cells"]]
-                for cid in cells:
-                    w = page.locator(".jp-Notebook .jp-Cell").nth(ids.index(cid)).locator(".jp-OutputArea-output:has(.jupyter-widgets)").first
+                page.evaluate("() => window.jupyterapp.shell.collapseLeft()")           # the notebook's full width
+                cells_ = page.locator(".jp-Notebook .jp-Cell")
+                first = True
+                for i, c in enumerate(nb["cells"]):      # cell by cell: each widget is pictured as its own cell left it
+                    if c["cell_type"] != "code": continue
+                    page.evaluate(_RUN_CELL_JS, i)
+                    _wait(lambda: re.search(r"\[\d+\]", cells_.nth(i).locator(".jp-InputPrompt").inner_text()), 300, f"cell {i} to run")
+                    if cells_.nth(i).locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']:has-text('Error')").count():
+                        raise RuntimeError(f"keep_outputs: cell {i} of {path.name} raised an error in JupyterLab")
+                    if c.get("id") not in cells: continue
+                    w = cells_.nth(i).locator(".jp-OutputArea-output:has(.jupyter-widgets)").first
+                    w.wait_for(state="visible", timeout=60_000)
+                    for _ in range(steps if first else 0):
+                        header = w.locator(".madlab-header").inner_text()
+                        w.locator("button.madlab-step").click()
+                        _wait(lambda: w.locator(".madlab-header").inner_text() != header
+                              and not w.locator(".madlab-busy").inner_text().strip(), 60, "a round to show")
+                    first = False
+                    page.mouse.move(0, 0)
                     w.scroll_into_view_if_needed()
-                    out[cid] = base64.b64encode(w.screenshot(animations="disabled")).decode()
+                    if m := PATHS.search(w.inner_text()):        # a picture's text cannot be checked later: check it now
+                        raise RuntimeError(f"keep_outputs: the widget of cell {i} of {path.name} shows a machine path ({m.group(0)}...)")
+                    out[c.get("id")] = base64.b64encode(w.screenshot(animations="disabled")).decode()
             finally: browser.close()
     return out
 
 def _snapshot_output(png: str) -> dict:
-    return {"output_type": "display_data", "metadata": {"madlab": "snapshot"},
-            "data": {"image/png": png, "text/plain": ["<a static snapshot of this widget, taken in JupyterLab: run the notebook for the live one>"]}}
+    return {"output_type": "display_data", "metadata": {}, "data": {"image/png": png, "text/plain": [SNAPSHOT_TEXT]}}
 
 def run(path: Path):
     "Execute `path` in place and keep the outputs that follow the rules: paths made neutral, figures with PNGs, widgets as snapshots."
@@ -192,6 +203,7 @@ def run(path: Path):
         widgets, dropped = [], []
         for i, c in enumerate(nb.cells):
             if c.cell_type != "code": continue
+            if EXPORTED.match(c.source): c.outputs = []; continue
             keep = []
             for o in c.outputs:
                 if WIDGET in o.get("data", {}): widgets.append(c.get("id")); continue
@@ -205,10 +217,11 @@ def run(path: Path):
     print(f"  {path.name}: {added} figure images" + (f"; {missing} figures WITHOUT an image (no kaleido or browser)" if missing else ""))
     if path.stem in SNAPSHOTS and widgets:
         try: snaps = {k: _snapshot_output(v) for k, v in snapshots(path, widgets, SNAPSHOTS[path.stem]).items()}
-        except ImportError as e:
-            print(f"  {path.name}: no snapshot taken ({e}); the snapshots stored before are kept"); snaps = old_snaps
+        except Exception as e:                            # no playwright or chromium, or the notebook failed in JupyterLab
+            print(f"  {path.name}: WARNING: no snapshot taken ({type(e).__name__}: {e}); the snapshots stored before are kept")
+            snaps = old_snaps
         for c in nb.cells:
-            if c.get("id") in snaps: c.outputs = [snaps[c.get("id")]] + c.outputs
+            if c.get("id") in snaps: c.outputs = [nbformat.from_dict(snaps[c.get("id")])] + c.outputs
         print(f"  {path.name}: {len(snaps)} widget snapshots of {len(widgets)} widgets")
     nb.metadata.pop("widgets", None)                      # the widgets' saved state: a broken widget on GitHub, and large
     nbformat.write(nb, path)
@@ -225,7 +238,7 @@ def check(paths) -> int:
     return bad
 
 def main(argv):
-    args = [a for a in argv if not a.startswith("--")]
+    args = [a for a in argv if not a.startswith("--")] + (LATER if "--later" in argv else [])
     if "--check" in argv: sys.exit(check(notebooks(args) if args else sorted(NBS.rglob("*.ipynb"))))
     if "--images" in argv:
         import nbformat
