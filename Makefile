@@ -11,7 +11,7 @@ LOW := $(LOWEST)/.madlab-lowest
 # torch 2.13.0 has a local CPU wheel here; anywhere else fall back to PyTorch's CPU index.
 TORCH := torch==2.13.0
 
-.PHONY: demo demo-real test test-lowest export readme bench clean
+.PHONY: demo demo-real test test-lowest export outputs readme bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -63,6 +63,12 @@ test-lowest: $(LOW)
 
 export: $(DEV)
 	$(BIN)/nbdev-export && $(BIN)/nbdev-clean && $(BIN)/python tools/readme.py
+
+# Run the notebooks that keep their outputs (tools/keep_outputs.py KEEP) and store them: figures with a PNG beside them, the
+# stepper as snapshots. Other notebooks: `make outputs NBS="11_s4 13_critic_actor"`; the other protocol notebooks: `make outputs NBS=--later`.
+outputs: $(DEV)
+	$(BIN)/python tools/keep_outputs.py $(NBS)
+	$(BIN)/python tools/readme.py
 
 bench: $(DEV)
 	for f in bench/bench_*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done

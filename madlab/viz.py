@@ -10,7 +10,7 @@ import math
 import pandas as pd
 
 # %% auto #0
-__all__ = ['accuracy_table', 'accuracy_figure']
+__all__ = ['accuracy_table', 'accuracy_figure', 'figure_image', 'static_figures']
 
 # %% ../nbs/20_viz.ipynb #27efd3d2
 def _wilson(k, n, z=1.96):
@@ -43,3 +43,57 @@ def accuracy_figure(df: pd.DataFrame, by="protocol") -> "go.Figure":
                            hovertemplate="%{x}: %{y:.3f} of %{customdata[0]} items<br>%{customdata[1]} calls made, %{customdata[2]} cached, %{customdata[3]} tokens<extra></extra>"))
     fig.update_layout(title="Accuracy (95% Wilson interval)", yaxis_range=[0, 1.05], yaxis_title="accuracy", height=360)
     return fig
+
+# %% ../nbs/20_viz.ipynb #7697bfc1
+_NO_IMAGE: set = set()
+
+def figure_image(fig, format: str = "png", scale: float = 1.0) -> bytes | None:
+    "`fig` (a plotly Figure or its dict) as a static image drawn by kaleido; None, with one warning per cause, when kaleido or a browser is missing."
+    import warnings
+    try:
+        import plotly.io as pio
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="The kopts argument is ignored")     # plotly's note when kaleido's server draws
+            return pio.to_image(fig, format=format, scale=scale, validate=False)
+    except Exception as e:                            # no kaleido, no browser, an old plotly: the figure stays, the image is skipped
+        why = f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"
+        if why not in _NO_IMAGE:
+            _NO_IMAGE.add(why)
+            warnings.warn(f"no static image of the figure ({why}); install the dev extra's kaleido and Chrome or Chromium "
+                          "(apt-get install chromium) to draw one", stacklevel=2)
+        return None
+
+# %% ../nbs/20_viz.ipynb #0bf583d5
+_PREVIOUS_RENDERER: list = []
+
+def _static_renderer():
+    "A plotly renderer: the figure's JSON (drawn by JupyterLab) and, when kaleido can draw it, a PNG of it."
+    import base64
+    from plotly.io.base_renderers import MimetypeRenderer, PlotlyRenderer
+    class StaticRenderer(MimetypeRenderer):
+        def to_mimebundle(self, fig_dict):
+            out = PlotlyRenderer().to_mimebundle(fig_dict)
+            png = figure_image(fig_dict)
+            if png: out["image/png"] = base64.b64encode(png).decode()
+            return out
+    return StaticRenderer()
+
+def _kaleido_server(on: bool):
+    "Keep one browser open for kaleido while static figures are on (a figure then takes a fraction of a second, not a browser start)."
+    try:
+        import kaleido
+        if on: kaleido.start_sync_server(silence_warnings=True)
+        else: kaleido.stop_sync_server(silence_warnings=True)
+    except Exception: pass                            # no kaleido, or one without a server: each figure starts its own browser
+
+def static_figures(on: bool = True) -> str:
+    "Show plotly figures as JSON with a PNG beside it (`on`), or as before (`False`); the renderer now in use."
+    import plotly.io as pio
+    if on:
+        if pio.renderers.default != "madlab_static": _PREVIOUS_RENDERER.append(pio.renderers.default)
+        pio.renderers["madlab_static"] = _static_renderer()
+        pio.renderers.default = "madlab_static"
+    elif pio.renderers.default == "madlab_static":
+        pio.renderers.default = _PREVIOUS_RENDERER.pop() if _PREVIOUS_RENDERER else ""
+    _kaleido_server(on)
+    return pio.renderers.default

@@ -14,7 +14,6 @@ ALLOWED = {
     ("00_core.ipynb", "c7e948e8"): 62,
     ("03_scoring.ipynb", "4b49f779"): 65,
     ("07_baselines.ipynb", "c5dcfa22"): 63,
-    ("12_controlmad_report.ipynb", "0305334b"): 61,
 }
 
 def exported_cells(path: Path):

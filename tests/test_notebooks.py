@@ -11,10 +11,3 @@ def test_notebook_has_a_kernelspec_and_a_title(path):
     assert nb["metadata"].get("kernelspec", {}).get("name") == "python3", f"{path.name} has no python3 kernelspec"
     first = next(c for c in nb["cells"] if c["cell_type"] != "raw")
     assert first["cell_type"] == "markdown" and "".join(first["source"]).startswith("# "), f"{path.name} does not open with its title"
-
-def test_tours_keep_small_outputs_without_widgets_or_paths():
-    "The tours are stored with the outputs that teach (tables, text, figures), none over the size cap, no widget state, no machine path."
-    import subprocess, sys
-    root = Path(__file__).resolve().parent.parent
-    p = subprocess.run([sys.executable, str(root / "tools" / "keep_outputs.py"), "--check"], capture_output=True, text=True)
-    assert p.returncode == 0, p.stdout + p.stderr

@@ -195,6 +195,8 @@ _LOG_TEMPLATE = """<!doctype html><html><head><meta charset="utf-8"><title>{{ ti
 <details><summary>reply</summary><pre>{{ tu['reply'] }}</pre></details></div>{% endfor %}</div>{% endfor %}
 </body></html>"""
 
+
+# %% ../../nbs/12_controlmad_report.ipynb #e0feb47e
 def _scored(t) -> dict:
     "The task's score of the debate's decision (the logs say whether the team was right)."
     try: return score_result(t.item, t.result) if t.result else {}
