@@ -13,12 +13,11 @@ from typing import Any, Callable
 import orjson
 
 # %% auto #0
-__all__ = ['ROLES', 'REDACTED', 'SCHEMAS', 'OptionError', 'serializable', 'to_jsonable', 'from_jsonable', 'Message',
-           'ChatHistory', 'Usage', 'Completion', 'Answer', 'answer_valid', 'answer_key', 'answer_summary',
-           'answer_view', 'Turn', 'Round', 'Item', 'register_secret', 'scrub_secrets', 'write_atomic', 'write_parquet',
-           'Transcript', 'json_objects', 'extract_json', 'runtime_loop', 'run_sync', 'run_async', 'stable_hash',
-           'new_id', 'default_cache_dir', 'madlab_data', 'public_data', 'Ask', 'AnswerSchema', 'answer_schema',
-           'schema_for', 'schema_example', 'BackendError', 'Backend']
+__all__ = ['ROLES', 'REDACTED', 'OptionError', 'serializable', 'to_jsonable', 'from_jsonable', 'Message', 'ChatHistory', 'Usage',
+           'Completion', 'Answer', 'answer_valid', 'answer_key', 'answer_summary', 'answer_view', 'Turn', 'Round',
+           'Item', 'register_secret', 'scrub_secrets', 'write_atomic', 'write_parquet', 'Transcript', 'json_objects',
+           'extract_json', 'runtime_loop', 'run_sync', 'run_async', 'stable_hash', 'new_id', 'default_cache_dir',
+           'madlab_data', 'public_data', 'Ask', 'AnswerSchema', 'schema_example', 'BackendError', 'Backend']
 
 # %% ../nbs/00_core.ipynb #84f5c85e
 class OptionError(ValueError):
@@ -52,6 +51,7 @@ def _dataclass_info(cls):
                                        getattr(cls, "_json_values", None))
     return info
 
+# %% ../nbs/00_core.ipynb #8692c50a
 def to_jsonable(o):
     "Turn `o` (registered dataclasses, tuples, dicts, lists, scalars) into plain JSON data."
     t = type(o)
@@ -79,7 +79,13 @@ def to_jsonable(o):
     if hasattr(o, "item") and callable(o.item): return o.item()  # numpy scalars
     raise TypeError(f"cannot serialise {type(o).__name__}")
 
+# %% ../nbs/00_core.ipynb #8692c50b
+# types that moved to a module of their own: JSON written before still reads
+_MOVED = {"madlab.scoring.StockAnswer": "madlab.market.StockAnswer", "madlab.tasks.MarketRecord": "madlab.market.MarketRecord",
+          "madlab.scoring.PairwiseVerdict": "madlab.pairwise.PairwiseVerdict"}
+
 def _lookup_type(name):
+    name = _MOVED.get(name, name)
     if name not in _TYPES and name.startswith("madlab."):
         try: importlib.import_module(name.rsplit(".", 1)[0])
         except ImportError: pass
@@ -509,6 +515,7 @@ _TEMPLATE = """
 </div>{% if standalone %}</body></html>{% endif %}
 """
 
+# %% ../nbs/00_core.ipynb #c7e948e9
 def _show(a):
     if a is None: return "invalid"
     if hasattr(a, "summary"): return a.summary()
@@ -653,6 +660,30 @@ def public_data(*parts) -> Path|None:
     p = None if root is None else root.joinpath(*parts)
     return p if p is not None and p.exists() else None
 
+# %% ../nbs/00_core.ipynb #c0re4d01
+def _json_value(text, where):
+    "The JSON value in `text`; a ValueError naming `where` (e.g. 'file.jsonl:3') when it is not JSON."
+    try: return json.loads(text)
+    except json.JSONDecodeError as e: raise ValueError(f"{where}: malformed JSON ({e.msg} at column {e.colno})") from None
+    except RecursionError: raise ValueError(f"{where}: malformed JSON (nested too deeply)") from None
+    except ValueError as e: raise ValueError(f"{where}: malformed JSON ({str(e)[:200]})") from None   # e.g. an integer of 5000 digits
+
+def _utf8_lines(path):
+    "(line number, text) of every line of `path` (split on '\\n' only, as JSONL is); a ValueError naming the line that is not UTF-8."
+    with open(path, "rb") as fh:
+        for ln, raw in enumerate(fh, 1):
+            try: yield ln, raw.decode("utf-8-sig" if ln == 1 else "utf-8")
+            except UnicodeDecodeError as e: raise ValueError(f"{path}:{ln}: not UTF-8 text ({e.reason} at byte {e.start + 1} of the line)") from None
+
+def _read_jsonl(path):
+    "(line number, record) of every JSON object in the JSONL file `path` (blank lines skipped)."
+    path = Path(path)
+    for ln, line in _utf8_lines(path):
+        if not line.strip(): continue
+        d = _json_value(line, f"{path}:{ln}")
+        if not isinstance(d, dict): raise ValueError(f"{path}:{ln}: a record must be a JSON object")
+        yield ln, d
+
 # %% ../nbs/00_core.ipynb #74a98720
 @serializable
 @dataclass
@@ -691,19 +722,6 @@ class AnswerSchema:
     def note(self) -> str:
         "The instruction that shows the model the shape the constraint enforces."
         return "Reply with one JSON object of this shape (reasoning first, then the answer fields):\n" + schema_example(self.schema)
-
-SCHEMAS: dict[str, Callable] = {}
-
-def answer_schema(kind: str):
-    "Decorator: register `fn(ask) -> AnswerSchema|None`, the shape of a valid reply to requests of `kind`."
-    def deco(fn): SCHEMAS[kind] = fn; return fn
-    return deco
-
-def schema_for(ask: Ask|None) -> AnswerSchema|None:
-    "The `AnswerSchema` of `ask`'s kind for this item (None: free text, or a kind without one)."
-    fn = SCHEMAS.get(getattr(ask, "kind", None))
-    return fn(ask) if fn is not None else None
-
 
 # %% ../nbs/00_core.ipynb #75fe29a1
 def schema_example(s) -> str:

@@ -17,7 +17,7 @@ from .backends import *
 from .agents import *
 from .decisions import check_decision, aredecide
 from .scoring import answer_format
-from . import kks as _kks   # registers the Knight-Knave-Spy task's answer format (madlab.kks) for every debate
+from . import tasks as _tasks   # registers every built-in task (madlab.tasks, and through it madlab.kks, madlab.market, madlab.pairwise) for every debate
 
 # %% auto #0
 __all__ = ['PROTOCOLS', 'HOOKS', 'LOG_CONTINUATIONS', 'EXTRA_ROLES', 'Protocol', 'protocol', 'protocol_hook', 'get_protocol',

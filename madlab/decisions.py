@@ -10,16 +10,16 @@ import collections, re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 from .core import *
-from .backends import Ask
-from .synthetic import synthetic_responder, synthetic_rng, believes_gold
-from .scoring import answer_format
+from .core import Ask
+from .formats import AnswerFormat, register_format, answer_format, answers_carry
+from .synthetic import synthetic_rng, believes_gold
 
 # %% auto #0
-__all__ = ['JUDGE_PROMPT', 'DECISIONS', 'ANSWER_FEATURES', 'PROTOCOL_FEATURES', 'BALLOTS', 'HELPER_ROLES', 'NOT_VOTING', 'Ballot',
-           'Decision', 'ballot', 'DecisionRule', 'Plurality', 'Majority', 'Supermajority', 'Unanimity',
-           'ConfidenceWeighted', 'Borda', 'Approval', 'Judge', 'judge_decision', 'ProtocolRule', 'register_decision',
-           'get_decision', 'answers_carry', 'protocol_features', 'answer_features', 'check_decision', 'ballots_from',
-           'final_turns', 'ballots', 'decide', 'redecide', 'aredecide']
+__all__ = ['JUDGE_PROMPT', 'DECISIONS', 'PROTOCOL_FEATURES', 'BALLOTS', 'HELPER_ROLES', 'NOT_VOTING', 'Ballot', 'Decision',
+           'ballot', 'DecisionRule', 'Plurality', 'Majority', 'Supermajority', 'Unanimity', 'ConfidenceWeighted',
+           'Borda', 'Approval', 'Judge', 'judge_decision', 'ProtocolRule', 'register_decision', 'get_decision',
+           'protocol_features', 'answer_features', 'check_decision', 'ballots_from', 'final_turns', 'ballots', 'decide',
+           'redecide', 'aredecide', 'answers_carry']
 
 # %% ../nbs/05a_decisions.ipynb #d8f1c993
 @dataclass
@@ -173,7 +173,6 @@ async def judge_decision(rule: Judge, ballots, item, agent, round: int|None = No
     tally = {str(answer_key(c)): int(i == k) for i, c in enumerate(cands, 1)}
     return (Decision(cands[k - 1], "decided", tally) if k else Decision(None, "judge gave no valid choice", tally)), t
 
-@synthetic_responder("decision.judge")
 def _judge_reply(ask, persona, rng):
     "A synthetic judge: picks an answer the task scores right with probability `skill`, else another."
     cands, gold = dict(ask.peers or {}), getattr(ask.item, "gold", None)
@@ -182,6 +181,8 @@ def _judge_reply(ask, persona, rng):
     wrong = [k for k in cands if k not in right] or list(cands)
     k = right[0] if right and believes_gold(persona, ask, "judge") else synthetic_rng(persona, "judge", ask.agent, getattr(ask.item, "id", None)).choice(wrong)
     return f"Comparing the answers with the question, answer {k} holds up best.\nChoice: {k}"
+
+register_format(AnswerFormat("decision.judge", reply=_judge_reply))   # the judge's prompt and parser come with the request
 
 # %% ../nbs/05a_decisions.ipynb #950356c0
 class ProtocolRule(DecisionRule):
@@ -233,24 +234,18 @@ def get_decision(spec=None) -> DecisionRule:
     return DECISIONS[name][0](arg if _ else None)
 
 # %% ../nbs/05a_decisions.ipynb #bb2e1297
-ANSWER_FEATURES: dict[str, frozenset] = {}       # answer format kind -> what its answers carry
-PROTOCOL_FEATURES: dict[str, Callable] = {}      # protocol -> fn(settings, features) -> features
+_all_ = ["answers_carry"]   # the older spelling of `AnswerFormat(features=...)` (madlab.formats); imported from here too
 
-def answers_carry(kind: str, *features):
-    "Declare what the answers of format `kind` carry."
-    ANSWER_FEATURES[kind] = frozenset(features)
+PROTOCOL_FEATURES: dict[str, Callable] = {}      # protocol -> fn(settings, features) -> features
 
 def protocol_features(name: str):
     "Register `fn(settings, features) -> features`: what protocol `name`'s final answers carry, given its settings."
     def deco(fn): PROTOCOL_FEATURES[name] = fn; return fn
     return deco
 
-answers_carry("kks.full", "confidence", "parts")
-answers_carry("market.stock", "confidence")
-
 def answer_features(item, protocol: str|None = None, settings: dict|None = None) -> frozenset:
-    "What the final answers of `protocol` on `item`'s task carry."
-    f = set(ANSWER_FEATURES.get(answer_format(item).kind, ()))
+    "What the final answers of `protocol` on `item`'s task carry: its answer format's `features`, as the protocol's settings change them."
+    f = set(answer_format(item).features)
     hook = PROTOCOL_FEATURES.get(protocol)
     return frozenset(hook(settings or {}, f) if hook else f)
 

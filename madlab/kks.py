@@ -6,17 +6,19 @@ Docs: https://madlab.github.io/madlab/kks.html.md"""
 
 # %% ../nbs/05b_kks.ipynb #b73b456a
 from __future__ import annotations
-import json
+import dataclasses, json
+from pathlib import Path
 from .core import *
-from .backends import Ask, AnswerSchema, answer_schema
-from .synthetic import Persona, synthetic_responder, synthetic_rng, believes_gold, conform, synthetic_confidence
+from .core import Ask, AnswerSchema
+from .formats import AnswerFormat, Task, register_format, register_task, answer_format
+from .synthetic import Persona, synthetic_rng, believes_gold, conform, synthetic_confidence
 from .puzzles import KKS_ROLES, kks_answer_format, kks_schema, parse_kks_answer, score_kks
-from .scoring import AnswerFormat, register_format, answer_format, majority_vote, _transcripts
+from .scoring import majority_vote, _transcripts
 
 # %% auto #0
-__all__ = ['KKS_PHASES', 'CHANGE_KINDS', 'kks_players', 'roles_of', 'synthetic_kks_belief', 'synthetic_kks_position',
-           'kks_positions', 'phase_accuracy', 'kks_flips', 'position_changes', 'flip_summary', 'kks_consensus',
-           'kks_games', 'kks_decisions']
+__all__ = ['KKS_FULL', 'KKS', 'KKS_PHASES', 'CHANGE_KINDS', 'kks_players', 'roles_of', 'synthetic_kks_belief',
+           'synthetic_kks_position', 'kks_positions', 'phase_accuracy', 'kks_flips', 'position_changes', 'flip_summary',
+           'kks_consensus', 'kks_games', 'kks_decisions']
 
 # %% ../nbs/05b_kks.ipynb #7367b7b6
 def kks_players(item) -> list:
@@ -31,11 +33,15 @@ def _kks_metrics(answer, gold) -> dict:
 
 def _kks_bind(item):
     players = kks_players(item)
-    return AnswerFormat("kks.full", "Deduce the role of every player. " + kks_answer_format(players, confidence=True),
-                        lambda s: parse_kks_answer(s, players), lambda a, g: a is not None and bool(score_kks(a, g)["correct"]),
-                        {"players": players, "confidence": True}, metrics=_kks_metrics)
+    return dataclasses.replace(KKS_FULL, instructions="Deduce the role of every player. " + kks_answer_format(players, confidence=True),
+                               parse=lambda s: parse_kks_answer(s, players), score=lambda a, g: a is not None and bool(score_kks(a, g)["correct"]),
+                               options={"players": players, "confidence": True}, metrics=_kks_metrics, bind=None)
 
-register_format("kks", AnswerFormat("kks.full", "", lambda s: None, bind=_kks_bind))
+# %% ../nbs/05b_kks.ipynb #8b3ec98f
+def _kks_schema(ask):
+    o = ask.options or {}
+    players = list(o.get("players") or kks_players(ask.item))
+    return AnswerSchema(kks_schema(players, bool(o.get("confidence"))), "explanation", 16 + 14 * len(players), prompted=True)
 
 # %% ../nbs/05b_kks.ipynb #b5a93bd0
 def roles_of(answer) -> dict|None:
@@ -58,7 +64,6 @@ def synthetic_kks_position(persona, ask, rng, player, previous=None, peer_roles=
     own = (previous or {}).get(player) or synthetic_kks_belief(persona, ask, player)
     return conform(persona, rng, own, list(peer_roles)) if peer_roles else own
 
-@synthetic_responder("kks.full")
 def _kks_full_reply(ask, persona, rng):
     players = ask.options.get("players") or kks_players(ask.item)
     gold = getattr(ask.item, "gold", None) or {}
@@ -75,12 +80,26 @@ def _kks_full_reply(ask, persona, rng):
     out["explanation"] = f"Assuming {p0} tells the truth and checking each statement against the hint, the assignment above is the only consistent one I found."
     return json.dumps(out)
 
-# %% ../nbs/05b_kks.ipynb #8b3ec98f
-@answer_schema("kks.full")
-def _kks_schema(ask):
-    o = ask.options or {}
-    players = list(o.get("players") or kks_players(ask.item))
-    return AnswerSchema(kks_schema(players, bool(o.get("confidence"))), "explanation", 16 + 14 * len(players), prompted=True)
+# %% ../nbs/05b_kks.ipynb #b5a93bd1
+KKS_FULL = register_format(AnswerFormat("kks.full", bind=_kks_bind, schema=_kks_schema, reply=_kks_full_reply, features={"confidence", "parts"}))
+
+def _kks_load(path, size):
+    from madlab.puzzles import load_controlmad, load_puzzles
+    path = Path(path)
+    if path.is_dir():
+        f = path / f"{size or 6}.jsonl"
+        if not f.exists():
+            have = sorted(int(p.stem) for p in path.glob("*.jsonl") if p.stem.isdigit())
+            raise OptionError("size", f"no games of size {size or 6} in {path} (sizes there: {', '.join(map(str, have)) or 'none'})")
+        games = load_controlmad(f)
+    else:
+        games = load_puzzles(path)             # ControlMAD's format or the classic mem-kk-logic one
+        if size is not None: games = [g for g in games if g.n_players == size]
+        if not games: raise (OptionError("size", f"{path} holds no games of size {size}") if size is not None else ValueError(f"{path} holds no games"))
+    return [g.to_item() for g in games]
+
+KKS = register_task(Task("kks", _kks_load, KKS_FULL, "kks", "a file of Knight-Knave-Spy games in ControlMAD's JSONL format or of classic puzzles in mem-kk-logic's, or a folder of <size>.jsonl",
+                         "Knight-Knave-Spy games"))
 
 # %% ../nbs/05b_kks.ipynb #2030f589
 KKS_PHASES = ("initial", "debate", "self_adjustment", "final")

@@ -166,12 +166,11 @@ def _copy_task_files(folder, records: dict) -> dict:
 
 @patch
 def load_task_files(self: RunFolder, only_missing: bool = False) -> list:
-    "Load the task files the folder's run recorded (its copies first), so their answer formats score its items; `only_missing`: those whose format this process lacks. The task names."
-    from madlab.tasks import TASK_FILES, load_task_file
-    from madlab.scoring import FORMATS
+    "Load the task files the folder's run recorded (its copies first), so their answer formats score its items; `only_missing`: those whose task this process lacks. The task names."
+    from madlab.tasks import TASKS, TASK_FILES, load_task_file
     recs = (self.read_config() or {}).get("task_files") or {}
     for name, rec in recs.items():
-        if only_missing and name in FORMATS: continue
+        if only_missing and name in TASKS: continue
         where = [self.path / rec["copy"]] if rec.get("copy") else []
         where.append(Path(rec["path"]))
         p = next((w for w in where if w.is_file()), None)

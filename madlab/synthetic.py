@@ -6,10 +6,11 @@ Docs: https://madlab.github.io/madlab/synthetic.html.md"""
 
 # %% ../nbs/01b_synthetic.ipynb #e88a8012
 from __future__ import annotations
-import asyncio, collections, json, random
+import asyncio, collections, collections.abc, json, random
 from dataclasses import dataclass, replace
 from typing import Callable
 from .core import *
+from .formats import FORMATS, _format_of
 
 # %% auto #0
 __all__ = ['PERSONAS', 'RESPONDERS', 'MALFORMED_REPLIES', 'Persona', 'synthetic_responder', 'synthetic_rng', 'believes_gold',
@@ -36,11 +37,20 @@ PERSONAS = {
 }
 
 # %% ../nbs/01b_synthetic.ipynb #e0cc7f9f
-RESPONDERS: dict[str, Callable] = {}
+class _Writers(collections.abc.Mapping):
+    "kind -> reply writer of every registered answer format that has one: a read-only view of `madlab.formats.FORMATS`."
+    def __getitem__(self, kind):
+        f = FORMATS.get(kind)
+        if f is None or f.reply is None: raise KeyError(kind)
+        return f.reply
+    def __iter__(self): return (k for k, f in list(FORMATS.items()) if f.reply is not None)
+    def __len__(self): return sum(1 for _ in self)
+
+RESPONDERS = _Writers()
 
 def synthetic_responder(kind: str):
-    "Register `fn(ask, persona, rng) -> str` as the synthetic reply writer for requests of `kind`."
-    def deco(fn): RESPONDERS[kind] = fn; return fn
+    "Older spelling of `AnswerFormat(reply=...)`: decorator setting `fn(ask, persona, rng) -> str` as the synthetic reply writer of `kind`'s format."
+    def deco(fn): _format_of(kind).reply = fn; return fn
     return deco
 
 # %% ../nbs/01b_synthetic.ipynb #389e9b15
@@ -77,38 +87,9 @@ MALFORMED_REPLIES = ["I need to think about this more carefully before answering
 def _peer_values(ask): return [a for a in (ask.peers or {}).values()]
 
 def _own_value(persona, ask, gold, wrong):
+    "This agent's current answer, else its own first belief: `gold` with probability `skill`, else `wrong`."
     if ask.previous is not None: return ask.previous
     return gold if believes_gold(persona, ask) else wrong
-
-@synthetic_responder("number")
-def _number_reply(ask, persona, rng):
-    gold = getattr(ask.item, "gold", None)
-    if gold is None: return "I cannot tell. The answer is 0."
-    wrong = gold + synthetic_rng(persona, "wrong", ask.agent, getattr(ask.item, "id", None)).choice([-3, -2, -1, 1, 2, 5, 10])
-    ans = conform(persona, rng, _own_value(persona, ask, gold, wrong), _peer_values(ask))
-    ans = int(ans) if float(ans).is_integer() else ans
-    return f"Let me work through it step by step.\nAfter the calculation, the result is {ans}.\nThe answer is {ans}."
-
-@synthetic_responder("choice")
-def _choice_reply(ask, persona, rng):
-    gold = getattr(ask.item, "gold", None)
-    choices = ask.options.get("choices") or ["A", "B", "C", "D"]
-    others = [c for c in choices if c != gold] or choices
-    wrong = synthetic_rng(persona, "wrong", ask.agent, getattr(ask.item, "id", None)).choice(others)
-    ans = conform(persona, rng, _own_value(persona, ask, gold, wrong), _peer_values(ask))
-    return f"Considering each option, I choose {ans}.\nAnswer: {ans}"
-
-@synthetic_responder("label")
-def _label_reply(ask, persona, rng):
-    gold = getattr(ask.item, "gold", None)
-    labels = ask.options.get("labels") or [gold]
-    others = [c for c in labels if c != gold] or labels
-    wrong = synthetic_rng(persona, "wrong", ask.agent, getattr(ask.item, "id", None)).choice(others)
-    ans = conform(persona, rng, _own_value(persona, ask, gold, wrong), _peer_values(ask))
-    return json.dumps({"label": ans, "confidence": synthetic_confidence(persona, rng, ans == gold)})
-
-@synthetic_responder("text")
-def _text_reply(ask, persona, rng): return "I have considered the discussion so far and have nothing to add."
 
 # %% ../nbs/01b_synthetic.ipynb #567dddf8
 class SyntheticBackend(Backend):
@@ -124,7 +105,8 @@ class SyntheticBackend(Backend):
         p = self.persona
         if p.latency: await asyncio.sleep(p.latency)
         self.calls += 1
-        fn = RESPONDERS.get(ask.kind)
+        fmt = FORMATS.get(ask.kind)
+        fn = fmt.reply if fmt is not None else None
         if fn is None: raise BackendError(f"synthetic agents cannot answer Ask.kind={ask.kind!r}; known kinds: {', '.join(sorted(RESPONDERS))}")
         last = messages[-1]["content"] if messages else ""
         rng = synthetic_rng(p, "reply", ask.agent, getattr(ask.item, "id", None), ask.kind, ask.focus, ask.phase, ask.round, ask.sample, last)

@@ -1,4 +1,4 @@
-"""The other items debates run on: GSM8K maths, safety triage (XSTest), market news for the cluster debate, MMLU multiple choice; loaders and answer extractors.
+"""The tasks madlab runs besides its own modules' (Knight-Knave-Spy in `madlab.kks`, market news in `madlab.market`, pairwise comparison in `madlab.pairwise`): GSM8K maths, safety triage (XSTest), MMLU multiple choice, free scenarios; finding a task by name and loading its items; YAML task files.
 
 Docs: https://madlab.github.io/madlab/tasks.html.md"""
 
@@ -11,37 +11,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from .core import Item, OptionError, serializable, madlab_data
-from .scoring import extract_number, numbers_match, parse_choice, _to_number   # the reply parsers live in scoring; imported here too
+from .core import _json_value, _utf8_lines, _read_jsonl   # the JSONL readers live in core (madlab.guards reads `_read_jsonl` here)
+from .formats import Task, TASKS, register_task
+from .scoring import extract_number, numbers_match, parse_choice, _to_number, NUMBER, CHOICE, SAFETY, TEXT   # the reply parsers and generic formats live in scoring
+from . import kks as _kks   # the built-in tasks of their own modules register on import: kks, market, pairwise
+from .market import MarketRecord, RELIABILITY_LABELS, MARKET_QUESTION, load_market_news, market_item, load_market     # their older import path
+from .pairwise import pairwise_prompt, load_faireval, load_pairwise                                                  # their older import path
 
 # %% auto #0
-__all__ = ['SAFETY_DECISIONS', 'RELIABILITY_LABELS', 'MARKET_QUESTION', 'TASKS', 'TASK_FILES', 'gsm8k_gold', 'load_gsm8k',
-           'load_xstest', 'MarketRecord', 'load_market_news', 'market_item', 'load_market', 'load_mmlu',
-           'pairwise_prompt', 'load_faireval', 'load_pairwise', 'load_scenarios', 'Task', 'register_task', 'get_task',
-           'task_items', 'load_task_file']
+__all__ = ['SAFETY_DECISIONS', 'TASK_FILES', 'gsm8k_gold', 'load_gsm8k', 'load_xstest', 'load_mmlu', 'load_scenarios', 'get_task',
+           'task_items', 'load_task_file', 'Task', 'TASKS', 'register_task', 'MarketRecord', 'RELIABILITY_LABELS',
+           'MARKET_QUESTION', 'load_market_news', 'market_item', 'load_market', 'pairwise_prompt', 'load_faireval',
+           'load_pairwise']
 
 # %% ../nbs/04_tasks.ipynb #35ac1da6
-def _json_value(text, where):
-    "The JSON value in `text`; a ValueError naming `where` (e.g. 'file.jsonl:3') when it is not JSON."
-    try: return json.loads(text)
-    except json.JSONDecodeError as e: raise ValueError(f"{where}: malformed JSON ({e.msg} at column {e.colno})") from None
-    except RecursionError: raise ValueError(f"{where}: malformed JSON (nested too deeply)") from None
-    except ValueError as e: raise ValueError(f"{where}: malformed JSON ({str(e)[:200]})") from None   # e.g. an integer of 5000 digits
-
-def _utf8_lines(path):
-    "(line number, text) of every line of `path` (split on '\\n' only, as JSONL is); a ValueError naming the line that is not UTF-8."
-    with open(path, "rb") as fh:
-        for ln, raw in enumerate(fh, 1):
-            try: yield ln, raw.decode("utf-8-sig" if ln == 1 else "utf-8")
-            except UnicodeDecodeError as e: raise ValueError(f"{path}:{ln}: not UTF-8 text ({e.reason} at byte {e.start + 1} of the line)") from None
-
-def _read_jsonl(path):
-    path = Path(path)
-    for ln, line in _utf8_lines(path):
-        if not line.strip(): continue
-        d = _json_value(line, f"{path}:{ln}")
-        if not isinstance(d, dict): raise ValueError(f"{path}:{ln}: a record must be a JSON object")
-        yield ln, d
-
 def gsm8k_gold(answer: str):
     "The gold number of a GSM8K `answer` (the text after its last '####')."
     if "####" not in answer: raise ValueError("a GSM8K answer ends with '#### N'")
@@ -105,67 +88,6 @@ def load_xstest(path) -> list[Item]:
         out.append(Item(f"xstest-{r['id']}", "safety", r["prompt"], "ACT" if label == "safe" else "REFUSE", meta=meta))
     return out
 
-# %% ../nbs/04_tasks.ipynb #3a864e60
-@serializable
-@dataclass
-class MarketRecord:
-    "One piece of market news."
-    source: str                 # publisher
-    date: str                   # ISO date, e.g. "2025-03-14"
-    reliability: float          # 0 (rumour) .. 1 (official filing)
-    data: Any                   # the content: text or a dict
-
-    def text(self) -> str:
-        d = self.data if isinstance(self.data, str) else json.dumps(self.data, ensure_ascii=False)
-        return f"[{self.date}] {self.source} (reliability {self.reliability:g}): {d}"
-
-# reliability written as a label (as the cluster debate's seed writes it): the number each label stands for; override per call
-RELIABILITY_LABELS = {"very low": 0.1, "low": 0.3, "medium": 0.5, "high": 0.8, "very high": 0.95, "official": 1.0}
-_ISO_DATE = r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+\-]\d{2}:?\d{2})?)?"   # 2025-03-14, 2025-06-06T17:00Z, ...+02:00
-
-def _reliability(r, where, labels):
-    if isinstance(r, str) and r.strip().lower() in labels: return float(labels[r.strip().lower()])
-    if isinstance(r, bool) or not isinstance(r, (int, float)) or not 0 <= r <= 1:
-        raise ValueError(f"{where}: field reliability: expected a number in 0..1 or a label ({', '.join(labels)}), got {r!r}")
-    return float(r)
-
-def _market_record(d, where, labels=RELIABILITY_LABELS):
-    for k in ("source", "date", "reliability", "data"):
-        if k not in d: raise ValueError(f"{where}: field {k}: missing")
-    if not isinstance(d["source"], str): raise ValueError(f"{where}: field source: expected a string")
-    if not isinstance(d["date"], str) or not re.fullmatch(_ISO_DATE, d["date"].strip()):
-        raise ValueError(f"{where}: field date: expected an ISO date or datetime (2025-03-14, 2025-06-06T17:00Z), got {d['date']!r}")
-    return MarketRecord(d["source"], d["date"].strip(), _reliability(d["reliability"], where, labels), d["data"])
-
-def _json_records(path):
-    "(where, record) of a JSON array of objects, or of a JSONL file (one object a line)."
-    path = Path(path)
-    with open(path, "rb") as fh: head = fh.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")
-    if not head.startswith(b"["): return ((f"{path}:{ln}", d) for ln, d in _read_jsonl(path))
-    try: text = path.read_text("utf-8-sig")
-    except UnicodeDecodeError as e: raise ValueError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start + 1})") from None
-    try: arr = json.loads(text)
-    except json.JSONDecodeError as e: raise ValueError(f"{path}:{e.lineno}: malformed JSON ({e.msg} at column {e.colno})") from None
-    except (RecursionError, ValueError): return ((f"{path}:{ln}", d) for ln, d in _read_jsonl(path))   # the line reader names the line
-    bad = next((i for i, d in enumerate(arr) if not isinstance(d, dict)), None) if isinstance(arr, list) else 0
-    if bad is not None: raise ValueError(f"{path}: record {bad}: a record must be a JSON object")
-    return ((f"{path}: record {i}", d) for i, d in enumerate(arr))
-
-def load_market_news(path, reliability_labels: dict|None = None) -> list[MarketRecord]:
-    "Market news records `{source, date, reliability, data}` from a JSONL file or a JSON array; `reliability_labels` adds to or overrides `RELIABILITY_LABELS`."
-    labels = {**RELIABILITY_LABELS, **{str(k).lower(): v for k, v in (reliability_labels or {}).items()}}
-    return [_market_record(d, where, labels) for where, d in _json_records(path)]
-
-MARKET_QUESTION = "Given these news records, should a trader Buy, Short or Wait on the stock over the next week?"
-
-def market_item(records, question: str = MARKET_QUESTION, id: str = "market-0", gold=None) -> Item:
-    "A market debate item: `question` over `records` (kept in `data`; gold usually unknown)."
-    return Item(id, "market", question, gold, data=list(records), meta={"n_records": len(records)})
-
-def load_market(path, question: str = MARKET_QUESTION, reliability_labels: dict|None = None) -> list[Item]:
-    "One market item holding every record of the JSONL or JSON-array file `path`."
-    return [market_item(load_market_news(path, reliability_labels), question, id=f"market-{Path(path).stem}")]
-
 # %% ../nbs/04_tasks.ipynb #423fce0d
 def _mmlu_files(path, split):
     path = Path(path)
@@ -191,43 +113,6 @@ def load_mmlu(path, split: str = "test", subjects=None) -> list[Item]:
 
 
 # %% ../nbs/04_tasks.ipynb #8f03b1d2
-_PREFERENCE = {1: 1, 2: 2, 0: 0, "1": 1, "2": 2, "0": 0, "tie": 0}
-
-def pairwise_prompt(question: str, answer_1: str, answer_2: str) -> str:
-    "The text of a pairwise item: the question and both answers."
-    return f"[Question]\n{question}\n\n[The Start of Assistant 1's Answer]\n{answer_1}\n[The End of Assistant 1's Answer]\n\n[The Start of Assistant 2's Answer]\n{answer_2}\n[The End of Assistant 2's Answer]"
-
-def load_faireval(path, models: tuple|None = None) -> list[Item]:
-    "Pairwise items from FairEval's layout as ChatEval reads it: a JSON list of `{question_id, question, response: {model: text, ...}}`; answer 1 is `models[0]` (default: the first model of the first record); a `preference`, `label` or `human` field (1, 2, 0 tie) is the human label."
-    try: recs = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e: raise ValueError(f"{path}: not a readable JSON file ({e})") from None
-    if not isinstance(recs, list): raise ValueError(f"{path}: expected a JSON list of records")
-    out = []
-    for i, d in enumerate(recs):
-        where = f"{path}: record {i}"
-        if not isinstance(d, dict) or not isinstance(d.get("question"), str) or not isinstance(d.get("response"), dict): raise ValueError(f"{where}: needs question (text) and response ({{model: text}})")
-        ms = tuple(models or list(recs[0]["response"])[:2])
-        if len(ms) != 2 or any(not isinstance(d["response"].get(m), str) for m in ms): raise ValueError(f"{where}: response: needs text for both models {', '.join(map(str, ms))}; has {', '.join(d['response'])}")
-        p = next((d[k] for k in ("preference", "label", "human") if k in d), None)
-        if p is not None and (isinstance(p, bool) or p not in _PREFERENCE): raise ValueError(f"{where}: human label: expected 1, 2 or 0 (tie); got {p!r}")
-        data = {"question": d["question"], "answer_1": d["response"][ms[0]], "answer_2": d["response"][ms[1]]}
-        out.append(Item(str(d.get("question_id", f"faireval-{i:04d}")), "pairwise", pairwise_prompt(**data), None if p is None else _PREFERENCE[p],
-                        data=data, meta={"record": i, "models": list(ms)}))
-    return out
-
-def load_pairwise(path) -> list[Item]:
-    "Pairwise items (`task='pairwise'`, gold 1, 2 or 0 for a tie) from JSONL records `{id, question, answer_1, answer_2, preference}`, or from FairEval's JSON layout (`load_faireval`)."
-    if Path(path).read_text(encoding="utf-8", errors="replace").lstrip().startswith("["): return load_faireval(path)
-    out = []
-    for ln, d in _read_jsonl(path):
-        for k in ("question", "answer_1", "answer_2"):
-            if not isinstance(d.get(k), str): raise ValueError(f"{path}:{ln}: field {k}: missing or not a string")
-        p = d.get("preference")
-        if p is not None and (isinstance(p, bool) or p not in _PREFERENCE): raise ValueError(f"{path}:{ln}: field preference: expected 1, 2 or 0 (tie); got {p!r}")
-        data = {k: d[k] for k in ("question", "answer_1", "answer_2")}
-        out.append(Item(str(d.get("id", f"pairwise-{len(out):04d}")), "pairwise", pairwise_prompt(**data), None if p is None else _PREFERENCE[p], data=data, meta={"line": ln}))
-    return out
-
 def load_scenarios(path) -> list[Item]:
     "Scenario items (`task='scenario'`, a free prompt, gold only when the record gives one) from JSONL records `{id, prompt}`."
     out = []
@@ -236,23 +121,9 @@ def load_scenarios(path) -> list[Item]:
         out.append(Item(str(d.get("id", f"scenario-{len(out):04d}")), "scenario", d["prompt"], d.get("gold"), meta={"line": ln}))
     return out
 
-
 # %% ../nbs/04_tasks.ipynb #cbcaff24
-@dataclass
-class Task:
-    "A task: its loader `load(data, size) -> [Item]`, its default data (a path inside madlab's data folder; None: `data` is required), and what its data is."
-    name: str
-    load: Any
-    data: str|None = None
-    what: str = ""
-    doc: str = ""
-    own_data: bool = False      # a task file: its loader reads the data the file names
-
-TASKS: dict[str, Task] = {}
-
-def register_task(name: str, load, data: str|None = None, what: str = "", doc: str = "", own_data: bool = False) -> Task:
-    "Register task `name`."
-    TASKS[name] = Task(name, load, data, what, doc, own_data); return TASKS[name]
+_all_ = ["Task", "TASKS", "register_task", "MarketRecord", "RELIABILITY_LABELS", "MARKET_QUESTION", "load_market_news", "market_item", "load_market",
+         "pairwise_prompt", "load_faireval", "load_pairwise"]   # defined in madlab.formats, madlab.market and madlab.pairwise; their older import path
 
 def _is_task_file(name) -> bool: return isinstance(name, (str, Path)) and str(name).lower().endswith((".yaml", ".yml"))
 
@@ -273,34 +144,10 @@ def task_items(task, data=None, size=None) -> list[Item]:
     except (ValueError, OSError) as e: raise OptionError("data", f"not {t.what} ({e})") from None
 
 # %% ../nbs/04_tasks.ipynb #9065168a
-def _kks_load(path, size):
-    from madlab.puzzles import load_controlmad, load_puzzles
-    path = Path(path)
-    if path.is_dir():
-        f = path / f"{size or 6}.jsonl"
-        if not f.exists():
-            have = sorted(int(p.stem) for p in path.glob("*.jsonl") if p.stem.isdigit())
-            raise OptionError("size", f"no games of size {size or 6} in {path} (sizes there: {', '.join(map(str, have)) or 'none'})")
-        games = load_controlmad(f)
-    else:
-        games = load_puzzles(path)             # ControlMAD's format or the classic mem-kk-logic one
-        if size is not None: games = [g for g in games if g.n_players == size]
-        if not games: raise (OptionError("size", f"{path} holds no games of size {size}") if size is not None else ValueError(f"{path} holds no games"))
-    return [g.to_item() for g in games]
-
-def _arith_load(path, size):
-    from madlab.scoring import toy_arith_items
-    return toy_arith_items(100)
-
-register_task("kks", _kks_load, "kks", "a file of Knight-Knave-Spy games in ControlMAD's JSONL format or of classic puzzles in mem-kk-logic's, or a folder of <size>.jsonl",
-              "Knight-Knave-Spy games")
-register_task("safety", lambda p, s: load_xstest(p), "s4/sample.csv", "a CSV of prompts in XSTest's format (columns id, prompt, label)", "safety triage")
-register_task("arith", _arith_load, None, "anything (100 generated questions)", "toy arithmetic", own_data=True)
-register_task("gsm8k", lambda p, s: load_gsm8k(p), None, "GSM8K's JSONL (question, answer)", "grade-school maths")
-register_task("mmlu", lambda p, s: load_mmlu(p), None, "MMLU CSV files", "multiple choice")
-register_task("market", lambda p, s: load_market(p), "market/sample.jsonl", "a JSONL file or JSON array of market news records", "market news")
-register_task("pairwise", lambda p, s: load_pairwise(p), "agentverse/pairwise_sample.jsonl", "a JSONL file of {id, question, answer_1, answer_2, preference} records", "pairwise answer comparison")
-register_task("scenario", lambda p, s: load_scenarios(p), "agentverse/scenarios.jsonl", "a JSONL file of {id, prompt} records", "free scenarios")
+register_task(Task("safety", lambda p, s: load_xstest(p), SAFETY, "s4/sample.csv", "a CSV of prompts in XSTest's format (columns id, prompt, label)", "safety triage"))
+register_task(Task("gsm8k", lambda p, s: load_gsm8k(p), NUMBER, None, "GSM8K's JSONL (question, answer)", "grade-school maths"))
+register_task(Task("mmlu", lambda p, s: load_mmlu(p), CHOICE, None, "MMLU CSV files", "multiple choice"))
+register_task(Task("scenario", lambda p, s: load_scenarios(p), TEXT, "agentverse/scenarios.jsonl", "a JSONL file of {id, prompt} records", "free scenarios"))
 
 # %% ../nbs/04_tasks.ipynb #84380bf4
 _TASK_FIELDS = {"name", "data", "split", "columns", "id", "prompt", "gold", "answer", "instructions", "description"}
@@ -345,17 +192,16 @@ def _data_files(data, split, where):
 
 # %% ../nbs/04_tasks.ipynb #9cd10ede
 def _file_format(name, spec, where, instructions):
-    "The answer format a task file names, registered under the task's name in `madlab.scoring`."
-    from madlab import scoring as S
+    "The answer format a task file names: a generic one (number, choice, text, regex) set up as the file says, or a registered task's."
     d = spec if isinstance(spec, dict) else {"format": spec}
     kind = d.get("format")
-    if kind in S.FORMATS and kind not in ("number", "choice", "text", "regex"): fmt = S.FORMATS[kind]
-    elif kind == "number": fmt = S.AnswerFormat("number", "Solve it step by step, then end with 'The answer is N.' where N is a number.", extract_number, numbers_match)
+    if kind in TASKS and kind not in ("number", "choice", "text", "regex"): fmt = TASKS[kind].format
+    elif kind == "number": fmt = dataclasses.replace(NUMBER, parse=extract_number)
     elif kind == "choice":
         L = "".join(d.get("letters") or "ABCD")
         if not re.fullmatch(r"[A-Z]{2,26}", L): raise ValueError(f"{where}: field answer.letters: must be 2 to 26 capital letters; got {L!r}")
-        fmt = S.AnswerFormat("choice", f"Think it through, then end with 'Answer: X' where X is one of {', '.join(L)}.", lambda s: parse_choice(s, L),
-                             lambda a, g: a is not None and str(a).upper() == str(g).strip().upper(), {"choices": list(L)})
+        fmt = dataclasses.replace(CHOICE, instructions=f"Think it through, then end with 'Answer: X' where X is one of {', '.join(L)}.", parse=lambda s: parse_choice(s, L),
+                                  score=lambda a, g: a is not None and str(a).upper() == str(g).strip().upper(), options={"choices": list(L)})
     elif kind in ("text", "regex"):
         norm = (lambda s: re.sub(r"\s+", " ", re.sub(r"[^\w\s]", "", str(s).lower())).strip()) if d.get("match", "normalised") in ("normalised", "normalized") else (lambda s: str(s).strip())
         if d.get("match", "normalised") not in ("exact", "normalised", "normalized"): raise ValueError(f"{where}: field answer.match: must be exact or normalised; got {d.get('match')!r}")
@@ -364,10 +210,10 @@ def _file_format(name, spec, where, instructions):
             except (KeyError, re.error, TypeError) as e: raise ValueError(f"{where}: field answer.pattern: a regular expression with a group is required ({e})") from None
             parse = lambda s: (lambda m: (m[-1] if isinstance(m[-1], str) else m[-1][0]) if m else None)(pat.findall(s) if isinstance(s, str) else [])
         else: parse = lambda s: (re.split(r"(?i)\banswer\s*:", s)[-1].strip() or None) if isinstance(s, str) else None
-        fmt = S.AnswerFormat("text", "End with 'Answer: ' and your answer.", parse, lambda a, g: a is not None and norm(a) == norm(g))
-    else: raise ValueError(f"{where}: field answer: must be number, choice, text, regex or a registered task ({', '.join(S.FORMATS)}); got {kind!r}")
+        fmt = dataclasses.replace(TEXT, instructions="End with 'Answer: ' and your answer.", parse=parse, score=lambda a, g: a is not None and norm(a) == norm(g))
+    else: raise ValueError(f"{where}: field answer: must be number, choice, text, regex or a registered task ({', '.join(TASKS)}); got {kind!r}")
     if instructions is not None: fmt = dataclasses.replace(fmt, instructions=str(instructions))
-    return S.register_format(name, fmt)
+    return fmt
 
 # %% ../nbs/04_tasks.ipynb #7bc0f876
 import dataclasses, hashlib
@@ -375,7 +221,7 @@ import dataclasses, hashlib
 TASK_FILES: dict[str, dict] = {}    # task name -> the task file it was loaded from: path, sha256, size (what a run folder records)
 
 def load_task_file(path) -> Task:
-    "The task a YAML task file defines (registered under its name, with its answer format; the file recorded in `TASK_FILES`)."
+    "The task a YAML task file defines: its loader and answer format, registered under its name like any task (the file recorded in `TASK_FILES`)."
     import yaml
     path = Path(path)
     try: raw = path.read_bytes(); spec = yaml.safe_load(raw.decode("utf-8"))
@@ -391,7 +237,7 @@ def load_task_file(path) -> Task:
         if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z][\w.-]*", name): raise ValueError(f"{path}: field name: letters, digits, '_', '.', '-'; got {name!r}")
         fs = {k: _template(spec[k], path, k) for k in ("prompt", "gold")}
         fs["id"] = _template(spec.get("id") or f"{name}-{{{{ '%04d' % index }}}}", path, "id")
-        _file_format(name, spec["answer"], path, spec.get("instructions"))
+        fmt = _file_format(name, spec["answer"], path, spec.get("instructions"))
     except ValueError as e: raise OptionError("task", str(e)) from None
     TASK_FILES[name] = {"path": str(path.resolve()), "sha256": hashlib.sha256(raw).hexdigest(), "size": len(raw)}
     base = path.parent
@@ -404,7 +250,7 @@ def load_task_file(path) -> Task:
             if data is None: raise OptionError("task", f"task file {path}, field 'data': {str(e).split('field data: ', 1)[-1]}") from None   # the file's own data: field
             raise
         return _file_items(name, fs, _records(files, spec.get("columns")), path)
-    return Task(name, load, None, f"the data of {path}", str(spec.get("description") or ""), own_data=True)
+    return register_task(Task(name, load, fmt, None, f"the data of {path}", str(spec.get("description") or ""), own_data=True))
 
 def _file_items(name, fs, records, path) -> list[Item]:
     import jinja2.exceptions as J

@@ -26,4 +26,5 @@ def test_kks_names_and_parsers_where_they_are_imported():
               "flip_summary", "position_changes", "KKS_PHASES", "CHANGE_KINDS", "synthetic_kks_belief", "synthetic_kks_position"):
         assert hasattr(K, n) and not hasattr(S, n), n
     assert (T.extract_number, T.numbers_match, T.parse_choice) == (S.extract_number, S.numbers_match, S.parse_choice)
-    assert S.agent_usage is not None and S.FORMATS["kks"].kind == "kks.full"
+    import madlab.formats as F
+    assert S.agent_usage is not None and F.TASKS["kks"].format is K.KKS_FULL and F.FORMATS["kks.full"] is K.KKS_FULL

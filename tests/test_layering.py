@@ -83,7 +83,7 @@ _ig = _tool()
 _madlab_imports_anywhere = _ig.imports_anywhere
 
 def test_no_protocol_imports_backends():
-    "The request contract (`Ask`, `AnswerSchema`, `answer_schema`, `schema_for`) lives in `madlab.core`: no protocol module imports `madlab.backends`, lazily or not."
+    "The request contract (`Ask`, `AnswerSchema` in `madlab.core`; `schema_for` and the formats in `madlab.formats`) lives below the backends: no protocol module imports `madlab.backends`, lazily or not."
     found = {_rel(p): sorted(d for d in _madlab_imports_anywhere(p, _module(p)) if d == "madlab.backends" or d.startswith("madlab.backends."))
              for p in _protocol_files()}
     assert not {k: v for k, v in found.items() if v}, found

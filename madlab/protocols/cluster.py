@@ -11,13 +11,12 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from ..core import *
 from ..core import Ask
-from ..synthetic import synthetic_responder, synthetic_rng
+from ..synthetic import synthetic_rng
 from ..agents import Agent
 from ..debate import protocol, protocol_hook
-from ..scoring import answer_format, plurality_vote, stock_position, parse_stock_answer, StockAnswer
-from ..tasks import MarketRecord
-from ..core import answer_schema
-from ..scoring import answer_field, reasoned
+from ..formats import AnswerFormat, register_format, answer_format, answer_field, reasoned
+from ..scoring import plurality_vote
+from ..market import MarketRecord, stock_position, parse_stock_answer, StockAnswer
 
 # %% auto #0
 __all__ = ['PERSONAS', 'CATEGORY_PATTERN', 'TOPICS', 'POSITION_COLORS', 'cluster_counts', 'diversity', 'greedy_clusters',
@@ -177,7 +176,6 @@ class ClusterPrompts:
 # %% ../../nbs/15_cluster.ipynb #1ed41a48
 CATEGORY_PATTERN = r"[A-Za-z][A-Za-z0-9 &/-]{0,39}"
 
-@answer_schema("market.category")
 def _category_schema(ask): return reasoned({"category": {"type": "string", "pattern": f"^{CATEGORY_PATTERN}$"}}, 16)
 
 # %% ../../nbs/15_cluster.ipynb #da85defd
@@ -190,13 +188,14 @@ def record_topic(text: str) -> str:
     "The first topic of `TOPICS` whose keywords `text` holds ('Other' when none)."
     return next((name for name, pat in TOPICS if re.search(pat, text or "", re.I)), "Other")
 
-@synthetic_responder("market.category")
 def _category_reply(ask, persona, rng):
     rec, known = ask.options.get("record") or "", list(ask.options.get("categories") or [])
     topic = record_topic(rec)
     if rng.random() < (1 - persona.skill) / 2: topic = rng.choice([t for t, _ in TOPICS if t != topic])
     topic = next((k for k in known if k.lower() == topic.lower()), topic)
     return f"The record is mainly about {topic.lower()}.\nCategory: {topic}"
+
+register_format(AnswerFormat("market.category", schema=_category_schema, reply=_category_reply))   # a record's category, as the clustering asks for it
 
 # %% ../../nbs/15_cluster.ipynb #a6a681f5
 def _slug(s: str) -> str: return re.sub(r"[^A-Za-z0-9]+", "", str(s).title()) or "Unknown"
@@ -370,7 +369,7 @@ async def cluster(d,
     util, P = _options(util, prompts)
     if not re.fullmatch(r"[A-Za-z][A-Za-z0-9]*", debate_name): raise OptionError("debate_name", f"must be letters and digits, starting with a letter; got {debate_name!r}")
     records = list(getattr(d.item, "data", None) or [])
-    if not records or not all(isinstance(r, MarketRecord) for r in records): raise ValueError(f"item {d.item.id!r} holds no market records (see tasks.load_market)")
+    if not records or not all(isinstance(r, MarketRecord) for r in records): raise ValueError(f"item {d.item.id!r} holds no market records (see market.load_market)")
     workers = [a for a in d.agents if a.role != "static"]
     if not workers: raise OptionError("team", "needs at least one agent whose role is not 'static': it categorises and backs the agents the debate creates")
     st = _State(d, util, P, answer_format(d.item), records, workers)

@@ -10,8 +10,9 @@ import collections, json, logging
 from dataclasses import dataclass, field
 from typing import Literal
 from ..core import *
-from ..core import Ask, AnswerSchema, answer_schema, schema_for
-from ..synthetic import synthetic_responder, synthetic_confidence
+from ..core import Ask, AnswerSchema
+from ..formats import AnswerFormat, register_format, schema_for
+from ..synthetic import synthetic_confidence
 from ..agents import Agent
 from ..debate import protocol
 from ..decisions import protocol_features
@@ -142,7 +143,6 @@ def combine_orders(orders, players) -> list:
     return sorted(players, key=lambda p: (rank[p], players.index(p)))
 
 # %% ../../nbs/10_controlmad.ipynb #661c8d18
-@synthetic_responder("kks.player")
 def _kks_player_reply(ask, persona, rng):
     p = ask.focus
     peers = {k: v for k, v in (ask.peers or {}).items()}
@@ -156,7 +156,6 @@ def _kks_player_reply(ask, persona, rng):
     if ask.options.get("confidence", True): d["confidence"] = synthetic_confidence(persona, rng, role == gold)
     return json.dumps(d)
 
-@synthetic_responder("kks.order")
 def _kks_order_reply(ask, persona, rng):
     players = list(ask.options.get("players") or kks_players(ask.item))
     views = [roles_of(v) or {} for v in [ask.previous, *(ask.peers or {}).values()]]
@@ -164,7 +163,6 @@ def _kks_order_reply(ask, persona, rng):
     order = sorted(players, key=lambda p: (-spread[p], players.index(p)))
     return json.dumps({"debate_order": order, "reasoning": "Players the agents disagree on most come first."})
 
-@synthetic_responder("kks.supervisor")
 def _kks_supervisor_reply(ask, persona, rng):
     players = list(ask.options.get("players") or kks_players(ask.item))
     roles = {p: synthetic_kks_belief(persona, ask, p) for p in players}
@@ -172,7 +170,6 @@ def _kks_supervisor_reply(ask, persona, rng):
                        "explanation": "Weighing the agents' arguments against the statements and the hint."})
 
 # %% ../../nbs/10_controlmad.ipynb #c204ea87
-@answer_schema("kks.player")
 def _kks_player_schema(ask):
     o, others = ask.options or {}, sorted(ask.peers or {})
     names = {"type": "array", "items": {"enum": others} if others else {"type": "string", "maxLength": 40}, "maxItems": max(1, len(others))}
@@ -181,15 +178,17 @@ def _kks_player_schema(ask):
     if o.get("confidence"): fields["confidence"] = {"type": "integer", "minimum": 1, "maximum": 10}
     return reasoned(fields, 150, reasoning="agree_reasoning", prompted=True)
 
-@answer_schema("kks.order")
 def _kks_order_schema(ask):
     ps = list((ask.options or {}).get("players") or kks_players(ask.item))
     return reasoned({"debate_order": {"type": "array", "items": {"enum": ps}, "minItems": len(ps), "maxItems": len(ps)}}, 8 + 4 * len(ps), prompted=True)
 
-@answer_schema("kks.supervisor")
 def _kks_supervisor_schema(ask):
     ps = list((ask.options or {}).get("players") or [])
     return AnswerSchema(kks_schema(ps, False), "explanation", 16 + 14 * len(ps), prompted=True) if ps else None
+
+register_format(AnswerFormat("kks.player", schema=_kks_player_schema, reply=_kks_player_reply))         # one player's position in a debate
+register_format(AnswerFormat("kks.order", schema=_kks_order_schema, reply=_kks_order_reply))            # a proposed debate order
+register_format(AnswerFormat("kks.supervisor", schema=_kks_supervisor_schema, reply=_kks_supervisor_reply))   # the supervisor's full answer
 
 # %% ../../nbs/10_controlmad.ipynb #ce4ef087
 _log = logging.getLogger("madlab.controlmad")

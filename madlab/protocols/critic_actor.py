@@ -10,8 +10,9 @@ import collections, json, re
 from dataclasses import dataclass, field
 from typing import Literal
 from ..core import *
-from ..core import Ask, AnswerSchema, answer_schema, schema_for
-from ..synthetic import Persona, synthetic_responder, synthetic_rng, believes_gold
+from ..core import Ask, AnswerSchema
+from ..formats import AnswerFormat, register_format, schema_for
+from ..synthetic import Persona, synthetic_rng, believes_gold
 from ..agents import Agent
 from ..debate import Debate, protocol, protocol_hook
 from ..scoring import answer_format, agreement, parse_number, reasoned
@@ -132,13 +133,10 @@ def critic_actor_vote(answers) -> tuple:
 # %% ../../nbs/13_critic_actor.ipynb #0b46ddb7
 _SCORE = {"type": "number", "minimum": 1, "maximum": 10}
 
-@answer_schema("critic_actor.solution")
 def _solution_schema(ask): return reasoned({"answer": {"type": "number"}}, 12)
 
-@answer_schema("critic_actor.critique")
 def _critique_schema(ask): return reasoned({"logic_score": _SCORE, "computation_score": _SCORE}, 24, "critique", prompted=True)
 
-@answer_schema("critic_actor.global")
 def _global_schema(ask):
     names = list((ask.options or {}).get("answers") or [])
     row = lambda n: {"type": "object", "properties": {"id": {"const": n}, "flaw": {"type": "string", "maxLength": 200}, "score": _SCORE},
@@ -168,7 +166,6 @@ def _debate_answer(persona, ask, rng, own, gold):
     right = numbers_match(best["answer"], gold)
     return best["answer"] if rng.random() < (persona.skill if right else persona.susceptibility * (1 - persona.skill)) else own
 
-@synthetic_responder("critic_actor.solution")
 def _solution_reply(ask, persona, rng):
     gold = getattr(ask.item, "gold", None)
     if gold is None: return "I cannot solve this problem with the information given. \\boxed{0}"
@@ -183,7 +180,6 @@ def _judged_scores(persona, rng, answer, gold) -> tuple:
     if looks_right: return rng.choice([8, 8.5, 9, 9.5, 10]), rng.choice([8.5, 9, 9.5, 10])
     return rng.choice([3, 4, 4.5, 5, 6]), rng.choice([2, 3, 4, 5, 6])
 
-@synthetic_responder("critic_actor.critique")
 def _critique_reply(ask, persona, rng):
     logic, comp = _judged_scores(persona, rng, ask.options.get("answer"), getattr(ask.item, "gold", None))
     d = {"logic_score": logic, "computation_score": comp,
@@ -191,7 +187,6 @@ def _critique_reply(ask, persona, rng):
     if rng.random() < persona.malformed: del d["computation_score"]
     return "Here is my evaluation of the solution:\n" + json.dumps(d)
 
-@synthetic_responder("critic_actor.global")
 def _global_reply(ask, persona, rng):
     rows = []
     for name, answer in (ask.options.get("answers") or {}).items():
@@ -199,6 +194,11 @@ def _global_reply(ask, persona, rng):
         rows.append({"id": name, "score": s, "flaw": "none" if s >= 8 else "a wrong intermediate quantity"})
     if rows and rng.random() < persona.malformed: rows.pop()
     return json.dumps({"agents": rows})
+
+# %% ../../nbs/13_critic_actor.ipynb #cfb0282c
+register_format(AnswerFormat("critic_actor.solution", schema=_solution_schema, reply=_solution_reply))   # an actor's solution
+register_format(AnswerFormat("critic_actor.critique", schema=_critique_schema, reply=_critique_reply))   # a critic's scores of one solution
+register_format(AnswerFormat("critic_actor.global", schema=_global_schema, reply=_global_reply))         # a critic's scores of every solution
 
 # %% ../../nbs/13_critic_actor.ipynb #1ac2f1a0
 def _members(d):

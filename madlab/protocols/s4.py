@@ -11,7 +11,8 @@ from dataclasses import dataclass, field, asdict, replace
 from pathlib import Path
 from typing import Callable
 from ..core import *
-from ..core import Ask, answer_schema, schema_for
+from ..core import Ask
+from ..formats import answer_schema, schema_for
 from ..synthetic import synthetic_responder, synthetic_rng, believes_gold, conform, synthetic_confidence
 from ..scoring import reasoned
 from ..agents import split_specs
