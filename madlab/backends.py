@@ -11,15 +11,15 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 from fastcore.basics import patch
 from .core import *
-from .formats import schema_for, answer_schema
+from .formats import schema_for
 
 # %% auto #0
 __all__ = ['ADAPTIVE_START', 'DOWN_PROBE_CAP', 'PRESETS', 'RETRY_AFTER_MAX', 'END_OF_TURN_TOKENS', 'AUTO_BATCH_CAP',
            'BACKEND_PROVIDERS', 'ENTRY_POINT_GROUP', 'ENDPOINT_OPTIONS', 'HF_OPTIONS', 'ReplayMiss', 'held_call',
            'EndpointLimit', 'EndpointDown', 'CircuitBreaker', 'response_format', 'OpenAIBackend', 'HFBackend',
            'CachedBackend', 'ReplayBackend', 'register_backend', 'backend_provider', 'unregister_backend',
-           'backend_kinds', 'get_backend', 'Ask', 'AnswerSchema', 'answer_schema', 'schema_for', 'schema_example',
-           'Backend', 'BackendError']
+           'backend_kinds', 'get_backend', 'Ask', 'AnswerSchema', 'schema_for', 'schema_example', 'Backend',
+           'BackendError']
 
 # %% ../nbs/01_backends.ipynb #03b54978
 class ReplayMiss(BackendError):
@@ -30,7 +30,7 @@ from .core import _estimate_tokens   # the estimate `Backend.count_tokens` makes
 def _prompt_tokens(messages): return sum(_estimate_tokens(m.get("content") or "") + 4 for m in messages)
 
 # %% ../nbs/01_backends.ipynb #3e887c12
-_all_ = ['Ask', 'AnswerSchema', 'answer_schema', 'schema_for', 'schema_example', 'Backend', 'BackendError']   # the request contract lives in `madlab.core` and `madlab.formats`; old imports keep working
+_all_ = ['Ask', 'AnswerSchema', 'schema_for', 'schema_example', 'Backend', 'BackendError']   # the request contract lives in `madlab.core` and `madlab.formats`; old imports keep working
 
 def held_call(backend, ask: Ask|None, params: dict, mode: str = "auto", max_tokens: int|None = None) -> tuple[dict, str]:
     "`params` with the reply's schema (capped to `max_tokens`) where `backend` can hold a reply to one and `mode` is not off, and the prompt note that shows it."

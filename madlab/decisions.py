@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 from .core import *
 from .core import Ask
-from .formats import AnswerFormat, register_format, answer_format, answers_carry
+from .formats import AnswerFormat, register_format, answer_format
 from .synthetic import synthetic_rng, believes_gold
 
 # %% auto #0
@@ -19,7 +19,7 @@ __all__ = ['JUDGE_PROMPT', 'DECISIONS', 'PROTOCOL_FEATURES', 'BALLOTS', 'HELPER_
            'ballot', 'DecisionRule', 'Plurality', 'Majority', 'Supermajority', 'Unanimity', 'ConfidenceWeighted',
            'Borda', 'Approval', 'Judge', 'judge_decision', 'ProtocolRule', 'register_decision', 'get_decision',
            'protocol_features', 'answer_features', 'check_decision', 'ballots_from', 'final_turns', 'ballots', 'decide',
-           'redecide', 'aredecide', 'answers_carry']
+           'redecide', 'aredecide']
 
 # %% ../nbs/05a_decisions.ipynb #d8f1c993
 @dataclass
@@ -234,8 +234,6 @@ def get_decision(spec=None) -> DecisionRule:
     return DECISIONS[name][0](arg if _ else None)
 
 # %% ../nbs/05a_decisions.ipynb #bb2e1297
-_all_ = ["answers_carry"]   # the older spelling of `AnswerFormat(features=...)` (madlab.formats); imported from here too
-
 PROTOCOL_FEATURES: dict[str, Callable] = {}      # protocol -> fn(settings, features) -> features
 
 def protocol_features(name: str):

@@ -12,8 +12,8 @@ from typing import Any, Callable
 from .core import *
 
 # %% auto #0
-__all__ = ['FORMATS', 'TASKS', 'AnswerFormat', 'register_format', 'get_format', 'schema_for', 'answer_schema', 'answers_carry',
-           'reasoned', 'answer_field', 'Task', 'register_task', 'answer_format']
+__all__ = ['FORMATS', 'TASKS', 'AnswerFormat', 'register_format', 'get_format', 'schema_for', 'reasoned', 'answer_field', 'Task',
+           'register_task', 'answer_format']
 
 # %% ../nbs/00a_formats.ipynb #4b99a18f
 def _unparsed(text): return None
@@ -54,20 +54,6 @@ def schema_for(ask: Ask|None) -> AnswerSchema|None:
     "The `AnswerSchema` of `ask`'s kind for this request (None: free text, or a kind without one)."
     fmt = FORMATS.get(getattr(ask, "kind", None))
     return fmt.schema(ask) if fmt is not None and fmt.schema is not None else None
-
-# %% ../nbs/00a_formats.ipynb #5b04f540
-def _format_of(kind: str) -> AnswerFormat:
-    "The registered format of `kind`, a bare one registered first when there is none."
-    return FORMATS[kind] if kind in FORMATS else register_format(AnswerFormat(kind))
-
-def answer_schema(kind: str):
-    "Older spelling of `AnswerFormat(schema=...)`: decorator setting `fn(ask) -> AnswerSchema|None` as the schema of `kind`'s format."
-    def deco(fn): _format_of(kind).schema = fn; return fn
-    return deco
-
-def answers_carry(kind: str, *features):
-    "Older spelling of `AnswerFormat(features=...)`: declare what the answers of format `kind` carry."
-    _format_of(kind).features = frozenset(features)
 
 # %% ../nbs/00a_formats.ipynb #715b9697
 def reasoned(fields: dict, answer_tokens: int = 16, reasoning: str = "reasoning", prompted: bool = False) -> AnswerSchema:

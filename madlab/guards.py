@@ -661,15 +661,15 @@ def __call__(self: JudgedScreen, text) -> ScreenResult:
 
 def _register_synthetic_judge():
     "Synthetic agents can play the judge: right with probability `skill` when told the truth, else agreeing with the score."
-    from madlab.synthetic import RESPONDERS, synthetic_responder
-    if "screen.judge" in RESPONDERS: return
-    from madlab.core import AnswerSchema, answer_schema
+    from madlab.core import AnswerSchema
+    from madlab.formats import FORMATS, AnswerFormat, register_format
+    if "screen.judge" in FORMATS: return
     verdict = {"type": "object", "properties": {"reasoning": {"type": "string", "description": "one sentence saying why"}, "verdict": {"enum": ["ATTACK", "SAFE"]}},
                "required": ["reasoning", "verdict"], "additionalProperties": False}
-    answer_schema("screen.judge")(lambda ask: AnswerSchema(verdict, "reasoning", 10))
-    @synthetic_responder("screen.judge")
     def _judge_reply(ask, persona, rng):
         o = ask.options
         truth = o.get("gold") if o.get("gold") is not None else o.get("score", 0) >= o.get("threshold", 1)
         says = truth if rng.random() < persona.skill else not truth
         return ("ATTACK\nIt tries to steer the assistant." if says else "SAFE\nIt reads as an ordinary request.")
+    register_format(AnswerFormat("screen.judge", schema=lambda ask: AnswerSchema(verdict, "reasoning", 10), reply=_judge_reply))
+

@@ -10,11 +10,11 @@ import asyncio, collections, collections.abc, json, random
 from dataclasses import dataclass, replace
 from typing import Callable
 from .core import *
-from .formats import FORMATS, _format_of
+from .formats import FORMATS
 
 # %% auto #0
-__all__ = ['PERSONAS', 'RESPONDERS', 'MALFORMED_REPLIES', 'Persona', 'synthetic_responder', 'synthetic_rng', 'believes_gold',
-           'conform', 'synthetic_confidence', 'SyntheticBackend', 'synthetic_backend']
+__all__ = ['PERSONAS', 'MALFORMED_REPLIES', 'Persona', 'synthetic_rng', 'believes_gold', 'conform', 'synthetic_confidence',
+           'SyntheticBackend', 'synthetic_backend']
 
 # %% ../nbs/01b_synthetic.ipynb #adb67f30
 @serializable
@@ -35,23 +35,6 @@ PERSONAS = {
     "weak":   Persona(skill=0.55, susceptibility=0.5, malformed=0.05),
     "random": Persona(skill=0.0, susceptibility=0.0, calibration=0.0),
 }
-
-# %% ../nbs/01b_synthetic.ipynb #e0cc7f9f
-class _Writers(collections.abc.Mapping):
-    "kind -> reply writer of every registered answer format that has one: a read-only view of `madlab.formats.FORMATS`."
-    def __getitem__(self, kind):
-        f = FORMATS.get(kind)
-        if f is None or f.reply is None: raise KeyError(kind)
-        return f.reply
-    def __iter__(self): return (k for k, f in list(FORMATS.items()) if f.reply is not None)
-    def __len__(self): return sum(1 for _ in self)
-
-RESPONDERS = _Writers()
-
-def synthetic_responder(kind: str):
-    "Older spelling of `AnswerFormat(reply=...)`: decorator setting `fn(ask, persona, rng) -> str` as the synthetic reply writer of `kind`'s format."
-    def deco(fn): _format_of(kind).reply = fn; return fn
-    return deco
 
 # %% ../nbs/01b_synthetic.ipynb #389e9b15
 def synthetic_rng(persona: Persona, *keys) -> random.Random:
@@ -107,7 +90,7 @@ class SyntheticBackend(Backend):
         self.calls += 1
         fmt = FORMATS.get(ask.kind)
         fn = fmt.reply if fmt is not None else None
-        if fn is None: raise BackendError(f"synthetic agents cannot answer Ask.kind={ask.kind!r}; known kinds: {', '.join(sorted(RESPONDERS))}")
+        if fn is None: raise BackendError(f"synthetic agents cannot answer Ask.kind={ask.kind!r}; known kinds: {', '.join(sorted(k for k, f in FORMATS.items() if f.reply))}")
         last = messages[-1]["content"] if messages else ""
         rng = synthetic_rng(p, "reply", ask.agent, getattr(ask.item, "id", None), ask.kind, ask.focus, ask.phase, ask.round, ask.sample, last)
         text = rng.choice(MALFORMED_REPLIES) if rng.random() < p.malformed else fn(ask, p, rng)

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Callable
 from ..core import *
 from ..core import Ask
-from ..formats import answer_schema, schema_for
-from ..synthetic import synthetic_responder, synthetic_rng, believes_gold, conform, synthetic_confidence
+from ..formats import AnswerFormat, register_format, schema_for
+from ..synthetic import synthetic_rng, believes_gold, conform, synthetic_confidence
 from ..scoring import reasoned
 from ..agents import split_specs
 from ..decisions import DecisionRule, register_decision, get_decision, protocol_features
@@ -343,14 +343,12 @@ def _synthetic_position(ask, persona, rng, safe: bool) -> dict:
     reason = _REASONS.get((role.name, safe)) or _REASONS[("Accuracy", safe)]
     return {"decision": role.decide(conf, risk), "confidence": conf, "risk": risk, "reasoning": f'The request ("{quote}"): {reason}'}
 
-@synthetic_responder("s4.analysis")
 def _s4_analysis(ask, persona, rng):
     gold = _gold_side(ask)
     safe = (gold if believes_gold(persona, ask) else not gold) if gold is not None else synthetic_rng(persona, "side", getattr(ask.item, "id", None)).random() < 0.5
     return json.dumps(_synthetic_position(ask, persona, rng, safe), ensure_ascii=False)
 
 # %% ../../nbs/11_s4.ipynb #d4f6b7a8
-@synthetic_responder("s4.challenge")
 def _s4_challenge(ask, persona, rng):
     o = ask.options
     target, mine, theirs = o.get("target"), _side(ask.previous), _side((ask.peers or {}).get(o.get("target")))
@@ -366,7 +364,6 @@ def _s4_challenge(ask, persona, rng):
     return json.dumps({"target": target, "stance": "agree" if mine == theirs else "disagree", "challenge": text}, ensure_ascii=False)
 
 # %% ../../nbs/11_s4.ipynb #f3b4c5d6
-@synthetic_responder("s4.revision")
 def _s4_revision(ask, persona, rng):
     mine = _side(ask.previous)
     mine = True if mine is None else mine
@@ -429,15 +426,17 @@ def _s4_vote(ask) -> dict:
     pct = {"type": "number", "minimum": 0, "maximum": 100}
     return {"decision": {"enum": list(role.get("decisions") or DECISIONS)}, "confidence": pct, "risk": pct}
 
-@answer_schema("s4.analysis")
 def _s4_analysis_schema(ask): return reasoned(_s4_vote(ask), 30, prompted=True)
 
-@answer_schema("s4.challenge")
 def _s4_challenge_schema(ask):
     return reasoned({"target": {"const": (ask.options or {}).get("target") or ask.focus}, "stance": {"enum": ["disagree", "agree"]}}, 20, "challenge", prompted=True)
 
-@answer_schema("s4.revision")
 def _s4_revision_schema(ask): return reasoned({"why": {"type": "string", "maxLength": 300}, "changed": {"type": "boolean"}, **_s4_vote(ask)}, 130, prompted=True)
+
+for _k, _reply, _schema in (("analysis", _s4_analysis, _s4_analysis_schema), ("challenge", _s4_challenge, _s4_challenge_schema),
+                            ("revision", _s4_revision, _s4_revision_schema)):
+    register_format(AnswerFormat(f"s4.{_k}", schema=_schema, reply=_reply))   # S4's request kinds: what a synthetic agent writes, the schema a model is held to
+
 
 # %% ../../nbs/11_s4.ipynb #7409107b
 def _assign_roles(agents, roles) -> dict:

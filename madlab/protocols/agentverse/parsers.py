@@ -7,7 +7,7 @@ Docs: https://madlab.github.io/madlab/agentverse_parsers.html.md"""
 # %% ../../../nbs/14c_agentverse_parsers.ipynb #08a8d1da
 from __future__ import annotations
 import re
-from ...synthetic import synthetic_responder
+from ...formats import AnswerFormat, register_format
 from .rules import _short
 
 # %% auto #0
@@ -82,7 +82,6 @@ def _parse_reply(name, text, agent):
     return {"content": "Keep doing last action ..." if name == "alice_home" else ""}, True
 
 # %% ../../../nbs/14c_agentverse_parsers.ipynb #22573a5c
-@synthetic_responder("agentverse.action")
 def _action_reply(ask, persona, rng):
     "A synthetic classroom or prisoner's-dilemma reply: professors speak, call on students or start group work; students listen, raise hands or speak."
     o = ask.options
@@ -114,7 +113,6 @@ def _tool_file_reply(parser, leads, others, rng):
     else: return thought + rng.choice(["Action: Listen\nAction Input: None", "Action: RaiseHand\nAction Input: None", "Action: Speak\nAction Input: Why attention?"])
     return f"{thought}Action: Speak\nAction Input: {line}"
 
-@synthetic_responder("agentverse.alice")
 def _alice_reply(ask, persona, rng):
     others = [n for n in ask.options.get("names", []) if n != ask.options.get("me")]
     x = rng.random()
@@ -122,5 +120,8 @@ def _alice_reply(ask, persona, rng):
     if x < 0.8: return 'Thought: Time to work.\nAction: act("Make coffee", target=None)'
     return "Thought: Nothing to do.\nAction: do_nothing()"
 
-@synthetic_responder("agentverse.rating")
 def _rating_reply(ask, persona, rng): return str(rng.randint(1, 10))
+
+for _kind, _reply in (("agentverse.action", _action_reply), ("agentverse.alice", _alice_reply), ("agentverse.rating", _rating_reply)):
+    register_format(AnswerFormat(_kind, reply=_reply))   # AgentVerse's request kinds: free text, read by the output parsers
+
