@@ -30,6 +30,8 @@ def _asking(d, fmt, prev=None):
     return lambda a: Ask(item=d.item, options=fmt.options, previous=(prev or {}).get(a.name),
                          peers={b: v for b, v in (prev or {}).items() if b != a.name})
 
+
+# %% ../../nbs/07_baselines.ipynb #f7a5c312
 @protocol("single")
 async def single(d):
     "The first agent answers alone."
@@ -39,6 +41,8 @@ async def single(d):
     _finish(d, r.turns)
     yield r
 
+
+# %% ../../nbs/07_baselines.ipynb #94f7d255
 @protocol("self_consistency", limits={"samples": (1, 100)})
 async def self_consistency(d,
                            samples: int = 1, # independent answers per agent
@@ -57,6 +61,8 @@ async def self_consistency(d,
     _finish(d, r.turns)
     yield r
 
+
+# %% ../../nbs/07_baselines.ipynb #24c4abb1
 DU_UPDATE = ("These are the answers of the other agents:\n{others}\n\nUsing their reasoning as additional advice, "
              "can you give an updated answer? Examine your own solution and theirs step by step. {instructions}")
 
@@ -78,6 +84,7 @@ async def du(d,
                               phase="debate", round=r.index, ask=_asking(d, fmt, {t.agent: t.answer for t in prev_turns}))
         yield r
     _finish(d, r.turns, majority_vote if vote == "majority" else plurality_vote)
+
 
 # %% ../../nbs/07_baselines.ipynb #d91a8eba
 @ballots_from("du")
