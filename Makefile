@@ -65,7 +65,7 @@ export: $(DEV)
 	$(BIN)/nbdev-export && $(BIN)/nbdev-clean && $(BIN)/python tools/readme.py
 
 # Run the notebooks that keep their outputs (tools/keep_outputs.py KEEP) and store them: figures with a PNG beside them, the
-# stepper as snapshots. Other notebooks: `make outputs NBS="11_s4 13_critic_actor"`; the other protocol notebooks: `make outputs NBS=--later`.
+# stepper as snapshots. Other notebooks: `make outputs NBS="01_backends 23_runs"`.
 outputs: $(DEV)
 	$(BIN)/python tools/keep_outputs.py $(NBS)
 	$(BIN)/python tools/readme.py

@@ -562,14 +562,13 @@ def _team_members(proto, team, opts: dict, hook: bool = True) -> list:
         team = h(team, options=opts) if "options" in inspect.signature(h).parameters else h(team)
     return list(team) if team is not None else list(DEFAULT_TEAM)
 
-def _majority_error(items, members, A, n, seed, cache, concurrency):
-    "The items a `MajorityErrorFilter(A)` keeps, the first `n` of them; the note the run folder keeps; a line saying what was kept."
-    f = A if isinstance(A, ItemFilter) else MajorityErrorFilter(A)
+def _filtered(items, members, f, n, seed, cache, concurrency):
+    "The items the `ItemFilter` `f` keeps, the first `n` of them; the note the run folder keeps; a line saying what was kept."
     try: kept = f.select(items, members, seed=seed, cache=cache, concurrency=concurrency or 8)
     except OptionError as e: raise OptionError(f.option, e.message) from None
     except ValueError as e: raise OptionError(f.option, str(e)) from None
     said = f.said(kept, items)
-    if not kept: raise OptionError(f.option, f"no item among the {len(items)} selected where a {f.agents}-agent plurality is wrong")
+    if not kept: raise OptionError(f.option, f"no item among the {len(items)} selected " + (f"where a {f.agents}-agent plurality is wrong" if isinstance(f, MajorityErrorFilter) else f"is kept by {f!r}"))
     kept = kept[:n] if n is not None else kept
     return kept, f.note(kept, items), said
 
@@ -601,11 +600,11 @@ class RunPlan:
 
 # %% ../nbs/08_run.ipynb #29fbd016
 def resolve_run(protocol, task: str|None = None, data=None, items=None, team=None, decision=None, *, size: int|None = None, n: int|None = None,
-                majority_error: int|None = None, seed: int = 0, out=None, name: str|None = None, folder=None, concurrency: int|None = None,
+                majority_error: int|None = None, item_filter: ItemFilter|None = None, seed: int = 0, out=None, name: str|None = None, folder=None, concurrency: int|None = None,
                 cache=True, resume: bool = True, progress: bool = False, budget: Budget|None = None, on_error: str = "fail", screen: Callable|None = None,
                 max_tokens: int|None = None, temperature: float|None = None, structured: str|None = None, lock_timeout: float = 0,
                 notes: dict|None = None, desc: str|None = None, _team_hook: bool = True, **options) -> RunPlan:
-    "Assemble a run of `protocol` once, for `run_experiment` and `madlab run` alike: the protocol's task and team hooks, its default task and items, the team, the options and the decision rule checked, the run's name. `items`: task items, or 1-based positions in `task`'s items (default: all; 1-20 for kks); `team`: specs, members or a team file (default: the protocol's team); the run goes into `out/<name>` (`folder`: that folder itself). Endpoint settings (`max_concurrency`, `timeout`, `max_retries`, `give_up_after`) apply to every backend of the team."
+    "Assemble a run of `protocol` once, for `run_experiment` and `madlab run` alike: the protocol's task and team hooks, its default task and items, the team, the options and the decision rule checked, the run's name. `items`: task items, or 1-based positions in `task`'s items (default: all; 1-20 for kks); `team`: specs, members or a team file (default: the protocol's team); `item_filter`: an `ItemFilter` choosing which items run (`majority_error=A` is `MajorityErrorFilter(A)`); the run goes into `out/<name>` (`folder`: that folder itself). Endpoint settings (`max_concurrency`, `timeout`, `max_retries`, `give_up_after`) apply to every backend of the team."
     proto = get_protocol(protocol)
     if concurrency is not None and (not isinstance(concurrency, int) or isinstance(concurrency, bool) or not 1 <= concurrency <= 10_000): raise OptionError("concurrency", f"must be an integer in 1..10000; got {concurrency!r}")
     if not isinstance(seed, int) or isinstance(seed, bool): raise OptionError("seed", f"must be an integer; got {seed!r}")
@@ -618,7 +617,7 @@ def resolve_run(protocol, task: str|None = None, data=None, items=None, team=Non
         task, data, own = _config_task(proto, options, task, data)
         task = task or default_task(proto)
         pos = items if items is not None else (list(range(1, 21)) if task == "kks" and n is None else None)
-        m = None if majority_error else n
+        m = None if majority_error or item_filter is not None else n
         items = _pick(own, pos, m, "the config") if own else load_items(task, data, size, pos, m)
         notes = {"data": str(data) if data else None, "task": task, **({"items_from": "config"} if own else {}), **notes}
         if own: said.append(f"items: {', '.join(it.id for it in items)}, built from the config (its prompts take no task item): no gold, not scored")
@@ -632,8 +631,11 @@ def resolve_run(protocol, task: str|None = None, data=None, items=None, team=Non
     rule = get_decision(decision)
     try: check_api_keys(agents, [rule.backend if rule.judge else None, options.get("supervisor")])   # before any call and any folder
     except OptionError as e: raise _usage(e.option, e.message) from None
-    if majority_error:
-        items, notes["majority_error"], line = _majority_error(items, members, majority_error, n, seed, cache, concurrency); said.append(line)
+    if majority_error and item_filter is not None: raise OptionError("item_filter", "give item_filter or majority_error (a MajorityErrorFilter's agents), not both")
+    f = item_filter if item_filter is not None else (MajorityErrorFilter(majority_error) if majority_error else None)
+    if f is not None:
+        if not isinstance(f, ItemFilter): raise OptionError("item_filter", f"must be an ItemFilter (e.g. MajorityErrorFilter(3)); got {type(f).__name__}")
+        items, notes[f.option], line = _filtered(items, members, f, n, seed, cache, concurrency); said.append(line)
     settings = proto.validate(options)
     items = _check_items(proto, items)
     for it in items: check_decision(rule, it, proto.name, settings)       # what the rule needs, before any call

@@ -61,3 +61,23 @@ def test_a_plan_runs_as_it_is():
     from madlab.core import OptionError
     plan = resolve_run("du", n=1, cache=False)
     with pytest.raises(OptionError, match="run as it is"): run_experiment(plan, rounds=2)
+
+def test_any_item_filter_chooses_the_items(tmp_path):
+    "An `ItemFilter` of one's own is an option of `resolve_run`: it picks the items, the run folder notes what it kept; `majority_error=A` is one such filter."
+    from madlab.core import OptionError
+    from madlab.run import ItemFilter, MajorityErrorFilter
+    class EvenIds(ItemFilter):
+        option = "even_ids"
+        def select(self, items, team, **kw): return [it for i, it in enumerate(items) if i % 2 == 0]
+    plan = resolve_run("du", task="arith", n=6, item_filter=EvenIds(), folder=tmp_path / "run", rounds=0)
+    every = load_items("arith", None, None, None, None)
+    assert [it.id for it in plan.items] == [it.id for it in every[0::2][:6]]       # `n` counts the kept items
+    assert plan.notes["even_ids"]["kept"] == 6 and plan.notes["even_ids"]["of"] == len(every)
+    res = run_experiment(plan)
+    assert len(res.df) == 6 and (tmp_path / "run" / "config.json").read_text().count("even_ids") == 1
+    with pytest.raises(OptionError, match="item_filter"): resolve_run("du", task="arith", n=4, item_filter=EvenIds(), majority_error=3)
+    with pytest.raises(OptionError, match="item_filter"): resolve_run("du", task="arith", n=4, item_filter="wrong ones")
+    class NoneKept(ItemFilter):
+        def select(self, items, team, **kw): return []
+    with pytest.raises(OptionError, match="is kept by"): resolve_run("du", task="arith", n=4, item_filter=NoneKept())
+    assert isinstance(MajorityErrorFilter(3), ItemFilter)

@@ -6,7 +6,6 @@ JSON did not change keeps its PNG. `--check` fails when a notebook of KEEP has n
 
     python tools/keep_outputs.py                  # execute every notebook of KEEP in place, then clean them (`make outputs`)
     python tools/keep_outputs.py nbs/11_s4.ipynb  # these notebooks (`make outputs NBS="11_s4 13_critic_actor"`)
-    python tools/keep_outputs.py --later          # the protocol notebooks of LATER (`make outputs NBS=--later`)
     python tools/keep_outputs.py --images NB...   # no execution: a PNG beside each stored plotly figure that lacks one
     python tools/keep_outputs.py --check          # what tests/test_notebook_outputs.py runs
 
@@ -19,8 +18,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 NBS = ROOT / "nbs"
-KEEP = ["index", "07_baselines", "12_controlmad_report", "20_viz", "50_controlmad_tour", "51_stepper_tour"]
-LATER = ["10_controlmad", "11_s4", "13_critic_actor", "14_agentverse", "15_cluster"]    # the other protocol notebooks, when ready
+KEEP = ["index", "07_baselines", "10_controlmad", "11_s4", "12_controlmad_report", "13_critic_actor", "14_agentverse", "15_cluster", "20_viz",
+        "50_controlmad_tour", "51_stepper_tour"]   # the index, every protocol notebook, the report, the plots and the tours
 SNAPSHOTS = {"51_stepper_tour": 4}           # notebooks whose widgets are kept as pictures: Step clicks on the first one first
 SNAPSHOT_TEXT = "<a static snapshot of this widget, taken in JupyterLab: run the notebook for the live one>"
 MAX_TEXT, MAX_IMAGE = 60_000, 500_000        # bytes per output: a table, a summary, a figure's JSON; a PNG (base64)
@@ -238,7 +237,7 @@ def check(paths) -> int:
     return bad
 
 def main(argv):
-    args = [a for a in argv if not a.startswith("--")] + (LATER if "--later" in argv else [])
+    args = [a for a in argv if not a.startswith("--")]
     if "--check" in argv: sys.exit(check(notebooks(args) if args else sorted(NBS.rglob("*.ipynb"))))
     if "--images" in argv:
         import nbformat
