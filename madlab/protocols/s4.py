@@ -24,10 +24,11 @@ from ..guards import JudgedScreen, ScreenResult, screen_input
 _log = logging.getLogger("madlab.s4")
 
 # %% auto #0
-__all__ = ['DECISIONS', 'UTILITY', 'ACCURACY', 'SAFETY', 'DEFAULT_ROLES', 'DEFAULT_SPECS', 'ANALYSIS_PROMPT', 'CHALLENGE_PROMPT',
-           'REVISION_PROMPT', 'S4_PROMPTS', 'Role', 's4_team', 'Position', 'parse_position', 'Challenge',
-           'parse_challenge', 'Vote', 'position_vote', 'guard_overconfidence', 'Decision', 'default_rules',
-           'strict_rules', 'S4Rules', 'decision_rule', 'decide', 's4_prompts', 's4', 's4_summary', 's4_report']
+__all__ = ['DECISIONS', 'UTILITY', 'ACCURACY', 'SAFETY', 'DEFAULT_ROLES', 'DEFAULT_SPECS', 'S4_ANALYSIS', 'S4_CHALLENGE',
+           'S4_REVISION', 'ANALYSIS_PROMPT', 'CHALLENGE_PROMPT', 'REVISION_PROMPT', 'S4_PROMPTS', 'Role', 's4_team',
+           'Position', 'parse_position', 'Challenge', 'parse_challenge', 'Vote', 'position_vote',
+           'guard_overconfidence', 'Decision', 'default_rules', 'strict_rules', 'S4Rules', 'decision_rule', 'decide',
+           's4_prompts', 's4', 's4_summary', 's4_report']
 
 # %% ../../nbs/11_s4.ipynb #ef892e0f
 DECISIONS = ("ACT", "WARN", "REFUSE", "VETO")
@@ -315,6 +316,20 @@ def decide(votes: list[Vote], rules="default") -> Decision:
     if d.decision not in DECISIONS[:3]: raise ValueError(f"decision rules returned {d.decision!r}; expected ACT, WARN or REFUSE")
     return d
 
+# %% ../../nbs/11_s4.ipynb #e0636da6
+def _s4_vote(ask) -> dict:
+    role = (ask.options or {}).get("role") or {}
+    pct = {"type": "number", "minimum": 0, "maximum": 100}
+    return {"decision": {"enum": list(role.get("decisions") or DECISIONS)}, "confidence": pct, "risk": pct}
+
+def _s4_analysis_schema(ask): return reasoned(_s4_vote(ask), 30, prompted=True)
+
+def _s4_challenge_schema(ask):
+    return reasoned({"target": {"const": (ask.options or {}).get("target") or ask.focus}, "stance": {"enum": ["disagree", "agree"]}}, 20, "challenge", prompted=True)
+
+def _s4_revision_schema(ask): return reasoned({"why": {"type": "string", "maxLength": 300}, "changed": {"type": "boolean"}, **_s4_vote(ask)}, 130, prompted=True)
+
+
 # %% ../../nbs/11_s4.ipynb #b78f77a9
 _REASONS = {
     ("Utility", True): "This is a legitimate request with a direct, useful answer; refusing it would fail the user.",
@@ -348,6 +363,9 @@ def _s4_analysis(ask, persona, rng):
     safe = (gold if believes_gold(persona, ask) else not gold) if gold is not None else synthetic_rng(persona, "side", getattr(ask.item, "id", None)).random() < 0.5
     return json.dumps(_synthetic_position(ask, persona, rng, safe), ensure_ascii=False)
 
+S4_ANALYSIS = register_format(AnswerFormat("s4.analysis", schema=_s4_analysis_schema, reply=_s4_analysis))   # the request kind: its schema and its synthetic reply
+
+
 # %% ../../nbs/11_s4.ipynb #d4f6b7a8
 def _s4_challenge(ask, persona, rng):
     o = ask.options
@@ -362,6 +380,9 @@ def _s4_challenge(ask, persona, rng):
     else:
         text = f'You wrote "{quote}", but you underestimate how an answer could be misused; consider {concern}.'
     return json.dumps({"target": target, "stance": "agree" if mine == theirs else "disagree", "challenge": text}, ensure_ascii=False)
+
+S4_CHALLENGE = register_format(AnswerFormat("s4.challenge", schema=_s4_challenge_schema, reply=_s4_challenge))   # the request kind: its schema and its synthetic reply
+
 
 # %% ../../nbs/11_s4.ipynb #f3b4c5d6
 def _s4_revision(ask, persona, rng):
@@ -379,6 +400,9 @@ def _s4_revision(ask, persona, rng):
     o.update(changed=changed, why=("The challenges convinced me: " + ("the request is benign." if new else "the risk is real.")) if changed
              else "The challenges did not change my assessment.")
     return json.dumps(o, ensure_ascii=False)
+
+S4_REVISION = register_format(AnswerFormat("s4.revision", schema=_s4_revision_schema, reply=_s4_revision))   # the request kind: its schema and its synthetic reply
+
 
 # %% ../../nbs/11_s4.ipynb #c12c61ca
 ANALYSIS_PROMPT = """Triage this request from your perspective as the {role} agent ({question}).
@@ -419,24 +443,6 @@ def s4_prompts(overrides: dict|None = None) -> dict:
 def _request_text(item) -> str:
     t = item.text() if hasattr(item, "text") and callable(item.text) else (item if isinstance(item, str) else str(item))
     return t.replace("</request>", "</ request>")
-
-# %% ../../nbs/11_s4.ipynb #e0636da6
-def _s4_vote(ask) -> dict:
-    role = (ask.options or {}).get("role") or {}
-    pct = {"type": "number", "minimum": 0, "maximum": 100}
-    return {"decision": {"enum": list(role.get("decisions") or DECISIONS)}, "confidence": pct, "risk": pct}
-
-def _s4_analysis_schema(ask): return reasoned(_s4_vote(ask), 30, prompted=True)
-
-def _s4_challenge_schema(ask):
-    return reasoned({"target": {"const": (ask.options or {}).get("target") or ask.focus}, "stance": {"enum": ["disagree", "agree"]}}, 20, "challenge", prompted=True)
-
-def _s4_revision_schema(ask): return reasoned({"why": {"type": "string", "maxLength": 300}, "changed": {"type": "boolean"}, **_s4_vote(ask)}, 130, prompted=True)
-
-for _k, _reply, _schema in (("analysis", _s4_analysis, _s4_analysis_schema), ("challenge", _s4_challenge, _s4_challenge_schema),
-                            ("revision", _s4_revision, _s4_revision_schema)):
-    register_format(AnswerFormat(f"s4.{_k}", schema=_schema, reply=_reply))   # S4's request kinds: what a synthetic agent writes, the schema a model is held to
-
 
 # %% ../../nbs/11_s4.ipynb #7409107b
 def _assign_roles(agents, roles) -> dict:
