@@ -28,7 +28,11 @@ def answer_rounds(t: Transcript) -> list:
         last = {}
         for tu in r.turns:
             if roles.get(tu.agent) not in HELPER_ROLES: last[tu.agent] = tu
-        if last: out.append((r, list(last.values())))
+        if not last: continue
+        prev = out[-1][0] if out else None
+        if r.meta.get("restart") and prev is not None and (prev.phase, prev.meta.get("depth")) == (r.phase, r.meta.get("depth")):
+            out[-1] = (r, list(last.values()))                   # a restarted attempt (critic-actor) replaces the one it abandoned
+        else: out.append((r, list(last.values())))
     return out
 
 # %% ../nbs/05c_dynamics.ipynb #67145488
