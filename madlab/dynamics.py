@@ -19,16 +19,25 @@ __all__ = ['POSITION_COLUMNS', 'TRANSITIONS', 'ITEM_COLUMNS', 'TRANSITION_COLUMN
            'by_agent', 'influence', 'oracle', 'figure', 'svg']
 
 # %% ../nbs/05c_dynamics.ipynb #8bd8c056
+_NO_POSITION = object()
+
+def _stated(a):
+    "The answer `a` states, as it is compared and scored: `a` itself, or the `decision` of a record that is no `Answer` (an S4 position or vote); `_NO_POSITION` for a record that answers nothing (an S4 challenge)."
+    if a is None or isinstance(a, (Answer, dict, list, tuple, str, int, float, bool)): return a
+    d = getattr(a, "decision", None)
+    return _NO_POSITION if d is None else d
+
 def answer_rounds(t: Transcript) -> list:
-    "(round, [turns]) for each answer round of `t`, in order: rounds of a voting phase, each debater's last turn in it (helper roles left out)."
+    "(round, [turns]) for each answer round of `t`, in order: rounds of a voting phase, each debater's last turn in it that states an answer (helper roles left out)."
     roles = {a.get("name"): a.get("role") for a in t.team}
     out = []
     for r in t.rounds:
         if r.phase in NOT_VOTING: continue
         last = {}
         for tu in r.turns:
-            if roles.get(tu.agent) not in HELPER_ROLES: last[tu.agent] = tu
-        if not last: continue
+            if roles.get(tu.agent) in HELPER_ROLES or (tu.error is None and _stated(tu.answer) is _NO_POSITION): continue
+            last[tu.agent] = tu
+        if not any(tu.error is None for tu in last.values()): continue
         prev = out[-1][0] if out else None
         if r.meta.get("restart") and prev is not None and (prev.phase, prev.meta.get("depth")) == (r.phase, r.meta.get("depth")):
             out[-1] = (r, list(last.values()))                   # a restarted attempt (critic-actor) replaces the one it abandoned
@@ -72,10 +81,11 @@ def _positions_of(t: Transcript) -> list:
             focus = r.meta.get("focus") or tu.focus                 # a round on one player: an unreadable answer is about that player
             if tu.error is not None:
                 rows.append({**at, "agent": tu.agent, "part": str(focus or "answer"), "value": None, "summary": "failed", "valid": False, "failed": True, "correct": None}); continue
-            units = _units(tu.answer)
+            a = _stated(tu.answer)
+            units = _units(a)
             for part, v in ({str(focus): None} if focus and units == {"answer": None} else units).items():
-                rows.append({**at, "agent": tu.agent, "part": part, "value": v, "summary": str(v) if part != "answer" else answer_summary(tu.answer) if v is not None else "invalid",
-                             "valid": v is not None, "failed": False, "correct": right(part, v, tu.answer)})
+                rows.append({**at, "agent": tu.agent, "part": part, "value": v, "summary": str(v) if part != "answer" else answer_summary(a) if v is not None else "invalid",
+                             "valid": v is not None, "failed": False, "correct": right(part, v, a)})
     return rows
 
 def _frame(rows: list, columns: list) -> pd.DataFrame:
@@ -283,9 +293,9 @@ Dynamics.svg = svg
 # %% ../nbs/05c_dynamics.ipynb #d0705748
 def _summary(self: Dynamics) -> str:
     o, c = self.oracle(), self.transitions
-    conf = f"{int(c.conformed.sum())} of {int(c.conform_chance.sum())} conformity chances taken" if len(c) else "no transitions"
+    moves = f"{len(c)} transitions · {int(c.conformed.sum())} of {int(c.conform_chance.sum())} conformity chances taken" if len(c) else "no transitions"
     gap = f"oracle gap on {o['oracle gap']} of {o['items']} scored items" if o["items"] else "no scored decisions"
-    return f"{len(self.items)} debates · {len(c)} transitions · {conf} · {gap}"
+    return f"{len(self.items)} debates · {moves} · {gap}"
 
 def _repr_html_(self: Dynamics) -> str:
     r = self.by_round()
