@@ -111,3 +111,15 @@ def test_controlmad_games_are_read_player_by_player(tmp_path, monkeypatch):
     assert all(right[i] == r for i, r in zip(d.items.item_id, d.items.decided_right))
     assert len(d.transitions) > 0 and set(d.transitions.kind) <= {"incorrect→correct", "correct→incorrect", "kept correct", "kept incorrect",
                                                                   "changed, still incorrect", "invalid", "failed"}
+
+@pytest.mark.parametrize("protocol", ["du", "self_consistency", "single", "s4", "agentverse", "controlmad", "cluster"])
+def test_every_protocol_reads_and_scores_its_decision_as_the_run(tmp_path, monkeypatch, protocol):
+    "Each protocol's default synthetic run: positions only of debaters, the decision scored as the run's table scores it, and every table renders."
+    monkeypatch.setenv("MADLAB_CACHE", str(tmp_path / "cache"))
+    run = open_run(_run(tmp_path, protocol, protocol, "--n", "3"))
+    d = run.debate_dynamics()
+    helpers = {a["name"] for iid in run.df.item_id.astype(str) for a in run.transcript(iid).team if a.get("role") in ("supervisor", "judge", "critic", "summariser")}
+    assert len(d.positions) and not helpers & set(d.positions.agent)
+    right = {str(i): (None if c is None or c != c else bool(c)) for i, c in zip(run.df.item_id, run.df.correct)} if "correct" in run.df else {}
+    assert {i: right.get(i) for i in d.items.item_id} == dict(zip(d.items.item_id, d.items.decided_right))
+    assert "<table" in d._repr_html_() and d.svg().startswith("<svg") and len(run.dynamics()) == len(run.df)
