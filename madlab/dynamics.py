@@ -295,7 +295,8 @@ def _summary(self: Dynamics) -> str:
     o, c = self.oracle(), self.transitions
     moves = f"{len(c)} transitions · {int(c.conformed.sum())} of {int(c.conform_chance.sum())} conformity chances taken" if len(c) else "no transitions"
     gap = f"oracle gap on {o['oracle gap']} of {o['items']} scored items" if o["items"] else "no scored decisions"
-    return f"{len(self.items)} debates · {moves} · {gap}"
+    n = len(self.items)
+    return f"{n} debate{'' if n == 1 else 's'} · {moves} · {gap}"
 
 def _repr_html_(self: Dynamics) -> str:
     r = self.by_round()
