@@ -7,16 +7,16 @@ Docs: https://madlab.github.io/madlab/dynamics.html.md"""
 # %% ../nbs/05c_dynamics.ipynb #4e7dd514
 from __future__ import annotations
 import collections, html, itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 import pandas as pd
+from fastcore.basics import patch
 from .core import Answer, Transcript, answer_key, answer_summary
 from .scoring import answer_format, score_result
 from .decisions import HELPER_ROLES, NOT_VOTING
 
 # %% auto #0
 __all__ = ['POSITION_COLUMNS', 'TRANSITIONS', 'ITEM_COLUMNS', 'TRANSITION_COLUMNS', 'INFLUENCE_COLUMNS', 'TRANSITION_COLOURS',
-           'answer_rounds', 'debate_positions', 'transition_kind', 'Dynamics', 'debate_dynamics', 'by_round',
-           'by_agent', 'influence', 'oracle', 'figure', 'svg']
+           'answer_rounds', 'debate_positions', 'transition_kind', 'Dynamics', 'debate_dynamics']
 
 # %% ../nbs/05c_dynamics.ipynb #8bd8c056
 _NO_POSITION = object()
@@ -205,17 +205,18 @@ def _counts(tr: pd.DataFrame, by) -> pd.DataFrame:
     out.columns.name = None
     return out
 
+@patch
 def by_round(self: Dynamics, by="step") -> pd.DataFrame:
     "Per answer round (or per `by` columns of `transitions`): each kind of transition, conformity chances, conformed and the rate."
     return _counts(self.transitions, by)
 
+@patch
 def by_agent(self: Dynamics) -> pd.DataFrame:
     "Per agent: each kind of transition, conformity chances, conformed and the rate."
     return _counts(self.transitions, "agent")
 
-Dynamics.by_round, Dynamics.by_agent = by_round, by_agent
-
 # %% ../nbs/05c_dynamics.ipynb #11c00671
+@patch
 def influence(self: Dynamics, matrix: bool = False) -> pd.DataFrame:
     "Per agent (`source`): chances others had to move to its previous answer, how many did (`moves`), and the rate; `matrix`: rates by mover (rows) and source."
     c = self.chances
@@ -225,6 +226,7 @@ def influence(self: Dynamics, matrix: bool = False) -> pd.DataFrame:
     g["influence"] = g.moves / g.chances.where(g.chances > 0)
     return g.sort_values("influence", ascending=False)
 
+@patch
 def oracle(self: Dynamics) -> dict:
     "Over the items with gold and a decision: how many, how many decided right, how many had a right answer stated (`oracle right`) and the oracle gap (count and share of items)."
     s = self.items[self.items.oracle_gap.notna()]
@@ -233,20 +235,20 @@ def oracle(self: Dynamics) -> dict:
     return {"items": n, "decided right": int(s.decided_right.astype(bool).sum()), "oracle right": int(s.oracle_right.astype(bool).sum()),
             "oracle gap": gap, "oracle gap share": gap / n if n else float("nan")}
 
-Dynamics.influence, Dynamics.oracle = influence, oracle
-
 # %% ../nbs/05c_dynamics.ipynb #d89c44f8
 TRANSITION_COLOURS = {"incorrect→correct": "#2ca02c", "correct→incorrect": "#d62728", "kept correct": "#98df8a", "kept incorrect": "#ff9896",
                       "changed, still incorrect": "#ff7f0e", "kept": "#aec7e8", "changed": "#1f77b4", "invalid": "#c7c7c7", "failed": "#7f7f7f"}
 
+@patch
 def _round_counts(self: Dynamics):
     t = self.by_round()
     return t, [k for k in TRANSITIONS if k in t.columns]
 
+@patch
 def figure(self: Dynamics, title: str|None = None) -> "go.Figure":
     "Stacked bars of the transitions into each answer round, by kind, and the conformity rate (dotted, right axis)."
     from plotly.subplots import make_subplots
-    t, kinds = _round_counts(self)
+    t, kinds = self._round_counts()
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     for k in kinds:
         fig.add_bar(x=t.index, y=t[k], name=k, marker_color=TRANSITION_COLOURS[k], hovertemplate=f"round %{{x}}: %{{y}} {k}<extra></extra>")
@@ -258,12 +260,11 @@ def figure(self: Dynamics, title: str|None = None) -> "go.Figure":
     fig.update_yaxes(title_text="conformity", range=[0, 1.05], secondary_y=True, showgrid=False)
     return fig
 
-Dynamics.figure = figure
-
 # %% ../nbs/05c_dynamics.ipynb #a812eafb
+@patch
 def svg(self: Dynamics, width: int = 560, height: int = 260) -> str:
     "The bars of `figure()` as a static SVG image (no scripts), for notebooks read where plotly does not run."
-    t, kinds = _round_counts(self)
+    t, kinds = self._round_counts()
     e = html.escape
     left, bottom, legend = 46, 34, 170
     pw, ph = width - left - legend, height - bottom - 16
@@ -288,9 +289,8 @@ def svg(self: Dynamics, width: int = 560, height: int = 260) -> str:
                    f'<text x="{width - legend + 25}" y="{29 + 16 * j}">{e(k)}</text>')
     return "".join(out) + "</svg>"
 
-Dynamics.svg = svg
-
 # %% ../nbs/05c_dynamics.ipynb #d0705748
+@patch
 def _summary(self: Dynamics) -> str:
     o, c = self.oracle(), self.transitions
     moves = f"{len(c)} transitions · {int(c.conformed.sum())} of {int(c.conform_chance.sum())} conformity chances taken" if len(c) else "no transitions"
@@ -298,12 +298,12 @@ def _summary(self: Dynamics) -> str:
     n = len(self.items)
     return f"{n} debate{'' if n == 1 else 's'} · {moves} · {gap}"
 
+@patch
 def _repr_html_(self: Dynamics) -> str:
     r = self.by_round()
-    return (f"<div class='madlab-dynamics'><b>Debate dynamics</b>: {html.escape(_summary(self))}"
+    return (f"<div class='madlab-dynamics'><b>Debate dynamics</b>: {html.escape(self._summary())}"
             f"<br><i>per answer round</i>{r.to_html(float_format=lambda x: f'{x:.3f}')}"
             f"<i>influence (others moving to the agent's previous answer)</i>{self.influence().to_html(float_format=lambda x: f'{x:.3f}')}</div>")
 
-def __repr__(self: Dynamics) -> str: return f"Dynamics({_summary(self)})"
-
-Dynamics._repr_html_, Dynamics.__repr__ = _repr_html_, __repr__
+@patch
+def __repr__(self: Dynamics) -> str: return f"Dynamics({self._summary()})"
