@@ -12,6 +12,7 @@ import ipywidgets as W
 import pandas as pd
 from fastcore.basics import patch
 from .core import OptionError, Transcript, answer_view
+from .dynamics import Dynamics, debate_dynamics
 from .run import RunFolder, RunResult, debate_row
 from .widgets import DebateStepper, _changed, _text
 
@@ -53,7 +54,7 @@ class OpenRun:
         self.path = self.folder.path
         cfg = self.folder.read_config()
         if cfg is None: raise OptionError("path", f"{self.path} holds no config.json: not a madlab run folder")   # deleted meanwhile
-        self.config, self.df, self._dyn = cfg, _results(self.folder), None
+        self.config, self.df, self._dyn, self._dynamics = cfg, _results(self.folder), None, None
 
     @property
     def name(self) -> str: return self.path.name
@@ -145,16 +146,27 @@ def _dynamics(t: Transcript) -> dict:
     disagree = sorted(p for p in parts if len({ps[p][-1] for ps in seq.values() if p in ps}) > 1)
     return {"item_id": str(t.meta.get("id")), "flipped": bool(flipped), "flipped_agents": flipped, "disagreeing": bool(disagree), "disagree_on": disagree}
 
+def _read_dynamics(run: OpenRun) -> None:
+    "Read the run's transcripts once: its `Dynamics`, and the per-item table of `dynamics()`."
+    found, _ = run.folder.transcripts()
+    run._dynamics = debate_dynamics(found)
+    base = pd.DataFrame([_dynamics(t) for t in found.values()], columns=["item_id", "flipped", "flipped_agents", "disagreeing", "disagree_on"])
+    run._dyn = base.merge(run._dynamics.items.drop(columns="protocol"), on="item_id", how="left")
+
 @patch
 def dynamics(self: OpenRun) -> pd.DataFrame:
-    "Per item: `flipped` (and who), `disagreeing` (and on what), read from the transcripts once."
-    if self._dyn is None:
-        found, _ = self.folder.transcripts()
-        self._dyn = pd.DataFrame([_dynamics(t) for t in found.values()], columns=["item_id", "flipped", "flipped_agents", "disagreeing", "disagree_on"])
+    "Per item: `flipped` (and who), `disagreeing` (and on what), then `madlab.dynamics`' counts (`ITEM_COLUMNS`: transitions, conformity, oracle gap), read from the transcripts once."
+    if self._dyn is None: _read_dynamics(self)
     return self._dyn
 
+@patch
+def debate_dynamics(self: OpenRun) -> Dynamics:
+    "The run's `madlab.dynamics.Dynamics`: transitions per answer round and agent, conformity, influence, the oracle gap and `figure()`."
+    if self._dynamics is None: _read_dynamics(self)
+    return self._dynamics
+
 # %% ../nbs/23_runs.ipynb #84800a72
-FILTERS = ("all", "wrong", "invalid", "failed", "flipped", "disagreeing")
+FILTERS = ("all", "wrong", "invalid", "failed", "flipped", "disagreeing", "oracle_gap")
 
 @patch
 def filter(self: OpenRun, kind: str = "all") -> pd.DataFrame:
@@ -164,9 +176,9 @@ def filter(self: OpenRun, kind: str = "all") -> pd.DataFrame:
     if kind == "wrong": return df[df.correct.eq(False) | (df.status.eq("done") & df.correct.isna() & df.gold.notna())] if "correct" in df else df.iloc[:0]
     if kind == "invalid": return df[df.invalid.fillna(0) > 0]
     if kind == "failed": return df[df.status.eq("failed")]
-    if kind in ("flipped", "disagreeing"):
+    if kind in ("flipped", "disagreeing", "oracle_gap"):
         d = self.dynamics()
-        return df[df.item_id.astype(str).isin(d.item_id[d[kind]])]
+        return df[df.item_id.astype(str).isin(d.item_id[d[kind].eq(True)])]
     raise OptionError("kind", f"must be one of {', '.join(FILTERS)}; got {kind!r}")
 
 # %% ../nbs/23_runs.ipynb #40cfb053
