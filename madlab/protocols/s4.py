@@ -115,8 +115,8 @@ def _bool(v):
 
 @serializable
 @dataclass
-class Position:
-    "An agent's parsed analysis or revision."
+class Position(Answer):
+    "An agent's parsed analysis or revision; two positions are the same answer when their decisions are."
     decision: str|None = None
     confidence: float|None = None
     risk: float|None = None
@@ -125,6 +125,9 @@ class Position:
     why: str|None = None           # revisions: why it changed (or kept) it
     before: str|None = None        # revisions: the agent's round-1 vote (set by the protocol, for logs)
 
+    def vote_key(self): return "REFUSE" if self.decision == "VETO" else self.decision   # a veto is a refusal to a counting rule
+    @property
+    def valid(self) -> bool: return self.decision is not None
     def summary(self) -> str:
         s = f"{self.decision or '?'} (confidence {_fmt(self.confidence)}, risk {_fmt(self.risk)})"
         if self.before: s = f"before: {self.before} → after: {s}"
@@ -171,8 +174,8 @@ def parse_challenge(text: str) -> Challenge|None:
 # %% ../../nbs/11_s4.ipynb #f59ce6df
 @serializable
 @dataclass
-class Vote:
-    "One agent's vote in an S4 decision."
+class Vote(Answer):
+    "One agent's vote in an S4 decision; votes compare by their decision."
     agent: str
     decision: str                  # ACT, WARN, REFUSE or VETO
     confidence: float = 0.0
@@ -182,6 +185,7 @@ class Vote:
     stated: str|None = None        # the decision the agent wrote, when it differs from `decision`
     flags: list = field(default_factory=list)   # what the guards did: unparseable, over-confident, ...
 
+    def vote_key(self): return "REFUSE" if self.decision == "VETO" else self.decision   # a veto is a refusal to a counting rule
     def summary(self) -> str:
         s = f"{self.decision} (confidence {self.confidence:g}, risk {self.risk:g})"
         if self.stated and self.stated != self.decision: s += f" · wrote {self.stated}"
