@@ -188,10 +188,10 @@ def cost_lines(df, specs, prices: Prices) -> list[str]:
     "The summary's lines about cost, from the results table `df` (its `cost`, `cached_cost`, `compute_seconds` columns) and the team's `specs`."
     L, col = [], lambda c: _sum(df[c]) if c in df else None
     cost, cached, hits = col("cost"), col("cached_cost"), int(df.cached_calls.fillna(0).sum()) if "cached_calls" in df else 0
-    if cost is not None:
-        L.append(f"cost: {usd(cost)} at the prices of {Path(prices.path).name if prices.path else 'the table given'}"
-                 + (f"; {hits} replies from madlab's cache cost nothing now (they would have cost {usd(cached)})" if hits and cached else ""))
     missing = unpriced(specs, prices)
+    if cost is not None:
+        L.append(f"cost: {usd(cost)}{' (the priced models)' if missing else ''} at the prices of {Path(prices.path).name if prices.path else 'the table given'}"
+                 + (f"; {hits} replies from madlab's cache cost nothing now (at these prices they would have cost {usd(cached)})" if hits and cached else ""))
     if missing: L.append(f"no price for {', '.join(missing)}: tokens only (give a price table with --prices FILE)")
     secs = col("compute_seconds")
     if secs is not None: L.append(f"compute: {secs:.2f} s of generate on in-process models ({', '.join(sorted({str(s).split(',', 1)[0] for s in specs if _kind(s) in LOCAL_KINDS}))})")
