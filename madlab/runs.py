@@ -141,7 +141,9 @@ def transcript(self: OpenRun, item) -> Transcript: return Transcript.from_json(s
 def stepper(self: OpenRun, item, live: bool = True, round: int|None = None) -> DebateStepper:
     "The stepper on one debate of the run, at its last round (positions, decision and result shown) or at `round` (0: before the first); forks continue on the recorded backends when `live`."
     t = self.transcript(item)
-    return DebateStepper(t, live=live, round=len(t.rounds) if round is None else round)
+    s = DebateStepper(t, live=live, round=len(t.rounds) if round is None else round)
+    s.prices = self.prices                          # its branches priced at the run's table
+    return s
 
 # %% ../nbs/23_runs.ipynb #c1feb610
 _NOT_DEBATERS = ("supervisor", "judge", "critic")
