@@ -12,7 +12,7 @@ import ipywidgets as W
 import pandas as pd
 from fastcore.basics import patch
 from .core import OptionError, Transcript, answer_view
-from .run import RunFolder, RunResult, debate_row, _run_prices, _with_costs, _team_specs
+from .run import RunFolder, RunResult, debate_row, _run_prices, _with_costs
 from .cost import cost_table, usd
 from .widgets import DebateStepper, _changed, _text
 
@@ -75,7 +75,7 @@ def open_run(path, prices=None) -> OpenRun:
 def info(self: OpenRun) -> dict:
     "One line about the run: protocol, task, items, accuracy, calls, tokens, cost (US dollars at its price table; None: no price), date and folder."
     df, cfg = self.df, self.config
-    cost = df.cost.dropna() if "cost" in df else df.iloc[:0, :0]
+    cost = df.cost.dropna() if "cost" in df else pd.Series([], dtype=float)
     scored = df[df.correct.notna()] if "correct" in df else df.iloc[:0]
     tokens = int(df.prompt_tokens.fillna(0).sum() + df.completion_tokens.fillna(0).sum()) if "prompt_tokens" in df else 0
     return {"run": self.name, "protocol": cfg.get("protocol"), "task": cfg.get("task") or ",".join(cfg.get("tasks") or []), "items": len(df),
