@@ -135,3 +135,19 @@ def test_hf_runs_report_compute_seconds(tiny_model_dir, tmp_path):
     line = next(l for l in res.summary().splitlines() if l.startswith("compute:"))
     assert f"hf:{tiny_model_dir}" in line and "no price" not in res.summary()
     assert open_run(tmp_path / "hf").df.compute_seconds.sum() == pytest.approx(df.compute_seconds.sum())
+
+def test_prices_from_python_price_the_run(tmp_path):
+    "`prices=` of `run_experiment` (a path or a `Prices`) is the table of the cost column, recorded in config.json: here one that prices a synthetic agent."
+    from madlab.cost import Prices, Price
+    from madlab.run import run_experiment
+    from madlab.scoring import toy_arith_items
+    import madlab.protocols.baselines  # noqa: F401
+    table = Prices([Price("synthetic", "strong", 2.0, None, 4.0, "a test", "2026-01")])
+    res = run_experiment("single", toy_arith_items(3), ["synthetic:strong"], out=tmp_path / "r", cache=False, progress=False, prices=table)
+    df = res.df
+    want = (df.prompt_tokens * 2.0 + df.completion_tokens * 4.0) / 1e6
+    assert list(df.cost) == pytest.approx(list(want)) and (want > 0).all()
+    assert json.loads((tmp_path / "r" / "config.json").read_text())["prices"]["rows"][0]["model"] == "strong"
+    assert open_run(tmp_path / "r").df.cost.sum() == pytest.approx(want.sum())        # re-opened at the table it recorded
+    with pytest.raises(ValueError, match="prices: .*none.csv: cannot read"):
+        run_experiment("single", toy_arith_items(1), ["synthetic:strong"], prices=tmp_path / "none.csv")
