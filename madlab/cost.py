@@ -6,7 +6,7 @@ Docs: https://madlab.github.io/madlab/cost.html.md"""
 
 # %% ../nbs/03a_cost.ipynb #6914855a
 from __future__ import annotations
-import csv, hashlib, html, io, math, re
+import csv, hashlib, html, math, re
 from dataclasses import dataclass, asdict
 from pathlib import Path
 from .core import Usage, madlab_data
