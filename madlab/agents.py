@@ -139,6 +139,7 @@ async def ask(self: Agent, prompt: str|None, *, kind="text", parse: Callable|Non
     turn.reply, turn.usage, turn.latency, turn.cached = c.text, c.usage, c.latency, c.cached
     if c.meta.get("structured"): turn.meta["structured"] = c.meta["structured"]     # how the reply was held to its schema
     if c.meta.get("prefill_tokens") is not None and not c.cached: turn.meta["prefill_tokens"] = c.meta["prefill_tokens"]   # the prompt tokens computed (the rest reused)
+    if c.meta.get("compute_seconds") is not None and not c.cached: turn.meta["compute_seconds"] = c.meta["compute_seconds"]   # an in-process model's share of its batch's generate time
     self.history.add("assistant", c.text, sender=self.name, receivers=receivers, phase=phase, round=round, focus=focus)
     if parse is not None:
         try: turn.answer = parse(c.text)

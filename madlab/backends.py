@@ -470,6 +470,14 @@ def structured(self: OpenAIBackend) -> str|None:
     "'requested': a `schema=` param goes to the server as `response_format`; None once its endpoint refused that (then prompts ask in prose, as before)."
     return None if self._ep is not None and self._ep.schema_refused else "requested"
 
+# %% ../nbs/01_backends.ipynb #6bfae38a
+def _usage(u: dict) -> Usage:
+    "The `Usage` of an OpenAI-compatible reply's `usage`: prompt and completion tokens, and the prompt tokens the provider served from its prompt cache (`prompt_tokens_details.cached_tokens`, where it says)."
+    details = u.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    num = lambda v: v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else 0
+    return Usage(num(u.get("prompt_tokens")), num(u.get("completion_tokens")), 1, min(num(cached), num(u.get("prompt_tokens"))))
+
 # %% ../nbs/01_backends.ipynb #b6ef2abf
 @patch
 async def complete(self: OpenAIBackend, messages, ctx=None, **params) -> Completion:
@@ -517,7 +525,7 @@ async def complete(self: OpenAIBackend, messages, ctx=None, **params) -> Complet
     text = ch["message"].get("content")
     text = text if isinstance(text, str) else ""
     u = r.get("usage")
-    usage = Usage(u.get("prompt_tokens") or 0, u.get("completion_tokens") or 0, 1) if isinstance(u, dict) else Usage(_prompt_tokens(messages), _estimate_tokens(text), 1)
+    usage = _usage(u) if isinstance(u, dict) else Usage(_prompt_tokens(messages), _estimate_tokens(text), 1)
     meta = {"finish_reason": ch.get("finish_reason"), **({} if isinstance(u, dict) else {"usage_estimated": True}), **({"structured": held} if held else {})}
     return Completion(text, usage, time.perf_counter() - t0, model=self.spec, meta=meta)
 
@@ -1026,7 +1034,7 @@ def _share_prefixes(self: HFBackend, rows) -> list[int]:
 @patch
 def _generate(self: HFBackend, reqs: list[_HFRequest]):
     import torch
-    tok, model = self.tokenizer, self.model
+    t0, tok, model = time.perf_counter(), self.tokenizer, self.model
     rows = [torch.tensor(tok(self._prompt(r.messages), add_special_tokens=False)["input_ids"], dtype=torch.long) for r in reqs]
     shared = self._share_prefixes(rows) if self._prefix is not None and len(rows) > 1 else [0] * len(rows)
     ids, mask, cache, cs = self._layout(rows)
@@ -1054,7 +1062,8 @@ def _generate(self: HFBackend, reqs: list[_HFRequest]):
             if s and s in text: text = text[: text.index(s)]
         res.append((text, len(rows[i]), len(ids_i) if cut is None else cut, held.outcome(i) if held is not None else None, computed[i]))
     self._keep(out, ids, mask, replies)
-    return res
+    share = (time.perf_counter() - t0) / len(reqs)      # the batch's compute time, shared among its rows
+    return [(*r, share) for r in res]
 
 # %% ../nbs/01_backends.ipynb #edb0acba
 @patch
@@ -1137,9 +1146,9 @@ async def complete(self: HFBackend, messages, ctx=None, **params) -> Completion:
     t0 = time.perf_counter()
     self._queue.append(req)
     if self._worker is None: self._worker = asyncio.ensure_future(self._run_worker())
-    text, n_prompt, n_new, held, computed = await req.future
+    text, n_prompt, n_new, held, computed, seconds = await req.future
     return Completion(text, Usage(n_prompt, n_new, 1), time.perf_counter() - t0, model=self.spec,
-                      meta={"prefill_tokens": computed, **({"structured": held} if held else {})})
+                      meta={"prefill_tokens": computed, "compute_seconds": round(seconds, 6), **({"structured": held} if held else {})})
 
 # %% ../nbs/01_backends.ipynb #b06acb5d
 import functools, logging

@@ -208,6 +208,8 @@ def _common_params(proto):
         O(["--max-tokens"], type=click.IntRange(1, 1_000_000), default=None, help="Max completion tokens per call, for every agent"),
         O(["--temperature"], type=click.FloatRange(0, 2), default=None, callback=_finite_cb, help="Sampling temperature in 0..2, for every agent"),
         O(["--cache/--no-cache"], default=True, show_default=True, help="Use the on-disk response cache ($MADLAB_CACHE)"),
+        O(["--prices"], metavar="FILE", type=click.Path(dir_okay=False), default=None,
+          help="A price table (CSV: provider,model,input,cached_input,output,source,date; US dollars per million tokens) for the cost column  [default: madlab's data/prices.csv]"),
         O(["--resume/--no-resume"], default=True, show_default=True, help="Skip items already finished in the run folder"),
         O(["--progress/--no-progress"], default=None, help="Show a progress bar  [default: when stderr is a terminal]"),
         O(["--dry-run"], is_flag=True, help="Print the assembled run (items, team, options, decision rule, folder) and stop: no debate, no run folder"),
@@ -251,7 +253,8 @@ def _run_protocol(proto, kw):
     try: plan = resolve_run(proto, task=kw["task"] if given else None, data=kw["data"], items=kw["items"], decision=kw["decision"],
                             team=Path(kw["team_file"]) if kw["team_file"] else kw["agents"], size=kw["size"], n=kw["n"], majority_error=kw.get("majority_error"),
                             seed=kw["seed"], out=kw["out"], name=kw["name"], concurrency=kw["concurrency"], cache=kw["cache"], resume=kw["resume"],
-                            progress=progress, max_tokens=kw["max_tokens"], temperature=kw["temperature"], structured=kw.get("structured"), **endpoint, **opts)
+                            progress=progress, max_tokens=kw["max_tokens"], temperature=kw["temperature"], structured=kw.get("structured"), prices=kw.get("prices"),
+                            **endpoint, **opts)
     except OptionError as e: raise _option_error(e) from None
     except ValueError as e: raise click.ClickException(str(e)) from None
     for line in plan.messages: click.echo(line, err=True)
@@ -306,7 +309,8 @@ def protocols_cmd():
 @click.option("--compare", is_flag=True, help="Print every rule that fits the run side by side: accuracy with a 95% bootstrap interval, how often each changes the decision")
 @click.option("--cache/--no-cache", default=True, show_default=True, help="A judge's calls go through the response cache ($MADLAB_CACHE)")
 @click.option("--allow-fewer-scores", is_flag=True, help="Write the re-scored table even when fewer of its rows are scored than before (otherwise that is refused, nothing written)")
-def rescore_cmd(run_dir, decision, compare, cache, allow_fewer_scores):
+@click.option("--prices", metavar="FILE", type=click.Path(dir_okay=False), default=None, help="Re-price the cost column at this price table (CSV)  [default: the one the run recorded]")
+def rescore_cmd(run_dir, decision, compare, cache, allow_fewer_scores, prices):
     "Re-score a finished run from its transcripts (no backend calls) and rewrite its results table and report; or re-decide it with another rule. RUN_DIR is the run's folder, or the --out folder holding it."
     from madlab.run import rescore
     try:
@@ -315,7 +319,7 @@ def rescore_cmd(run_dir, decision, compare, cache, allow_fewer_scores):
             import pandas as pd
             with pd.option_context("display.width", 200, "display.max_columns", 20): click.echo(open_run(run_dir).decisions().to_string(index=False))
             return
-        res = rescore(run_dir, decision=decision, cache=cache, allow_fewer_scores=allow_fewer_scores)
+        res = rescore(run_dir, decision=decision, cache=cache, allow_fewer_scores=allow_fewer_scores, prices=prices)
     except OptionError as e: raise click.BadParameter(e.message, param_hint="RUN_DIR" if e.option in ("out", "path") else f"'{e.flag}'") from None
     except ValueError as e: raise click.ClickException(str(e)) from None
     click.echo(res.summary())

@@ -173,9 +173,11 @@ class Usage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     calls: int = 0
+    cached_prompt_tokens: int = 0      # of the prompt tokens, those the provider served from its own prompt cache (priced lower)
     @property
     def total_tokens(self): return self.prompt_tokens + self.completion_tokens
-    def __add__(self, o): return Usage(self.prompt_tokens + o.prompt_tokens, self.completion_tokens + o.completion_tokens, self.calls + o.calls)
+    def __add__(self, o): return Usage(self.prompt_tokens + o.prompt_tokens, self.completion_tokens + o.completion_tokens, self.calls + o.calls,
+                                       self.cached_prompt_tokens + getattr(o, "cached_prompt_tokens", 0))
 
 @serializable
 @dataclass

@@ -20,6 +20,7 @@ from .agents import *
 from .scoring import answer_format, score_result
 from .debate import *
 from .decisions import get_decision, check_decision, aredecide
+from .cost import Prices, load_prices, item_cost, cost_lines, cost_table
 
 # %% auto #0
 __all__ = ['MAX_GAMES_AT_ONCE', 'debate_row', 'safe_name', 'transcript_text', 'chat_histories', 'item_outputs',
@@ -222,6 +223,8 @@ class RunResult:
     report: str|None = None                    # the protocol report's text
     endpoints: list = field(default_factory=list)   # per endpoint that was unreachable or made calls wait: how long, how many
     made: dict|None = None                     # what this command did: calls made, answered from the cache (None: a run read back)
+    prices: Prices|None = None                 # the price table the `cost` column was computed with
+    specs: list = field(default_factory=list)  # the team's backend specs (the summary names those without a price)
 
     @property
     def usage(self) -> Usage: return sum((t.usage for t in self.transcripts.values()), Usage())
@@ -250,6 +253,7 @@ class RunResult:
         if held: L.append("structured replies: " + ", ".join(f"{n} {k}" for k, n in held.items()) + f" (of {sum(1 for t in self._turns())} replies)")
         pf = self.prefill()
         if pf["prompt_tokens"]: L.append(f"prefill: {pf['computed']:,} of {pf['prompt_tokens']:,} prompt tokens computed ({pf['computed'] / pf['prompt_tokens']:.2f}); the rest reused from the model's key/value cache")
+        if self.prices is not None: L += cost_lines(df, self.specs, self.prices)
         if self.stopped: L.append(f"stopped early: {self.stopped}")
         if self.interrupted: L.append("interrupted: the table holds the debates that finished; run the same command again to resume")
         L += [f"problem: {p}" for p in self.problems]
@@ -603,8 +607,8 @@ def resolve_run(protocol, task: str|None = None, data=None, items=None, team=Non
                 majority_error: int|None = None, item_filter: ItemFilter|None = None, seed: int = 0, out=None, name: str|None = None, folder=None, concurrency: int|None = None,
                 cache=True, resume: bool = True, progress: bool = False, budget: Budget|None = None, on_error: str = "fail", screen: Callable|None = None,
                 max_tokens: int|None = None, temperature: float|None = None, structured: str|None = None, lock_timeout: float = 0,
-                notes: dict|None = None, desc: str|None = None, _team_hook: bool = True, **options) -> RunPlan:
-    "Assemble a run of `protocol` once, for `run_experiment` and `madlab run` alike: the protocol's task and team hooks, its default task and items, the team, the options and the decision rule checked, the run's name. `items`: task items, or 1-based positions in `task`'s items (default: all; 1-20 for kks); `team`: specs, members or a team file (default: the protocol's team); `item_filter`: an `ItemFilter` choosing which items run (`majority_error=A` is `MajorityErrorFilter(A)`); the run goes into `out/<name>` (`folder`: that folder itself). Endpoint settings (`max_concurrency`, `timeout`, `max_retries`, `give_up_after`) apply to every backend of the team."
+                notes: dict|None = None, desc: str|None = None, prices=None, _team_hook: bool = True, **options) -> RunPlan:
+    "Assemble a run of `protocol` once, for `run_experiment` and `madlab run` alike: the protocol's task and team hooks, its default task and items, the team, the options and the decision rule checked, the run's name. `items`: task items, or 1-based positions in `task`'s items (default: all; 1-20 for kks); `team`: specs, members or a team file (default: the protocol's team); `item_filter`: an `ItemFilter` choosing which items run (`majority_error=A` is `MajorityErrorFilter(A)`); the run goes into `out/<name>` (`folder`: that folder itself); `prices`: the price table of its `cost` column (a CSV path; default madlab's `data/prices.csv`). Endpoint settings (`max_concurrency`, `timeout`, `max_retries`, `give_up_after`) apply to every backend of the team."
     proto = get_protocol(protocol)
     if concurrency is not None and (not isinstance(concurrency, int) or isinstance(concurrency, bool) or not 1 <= concurrency <= 10_000): raise OptionError("concurrency", f"must be an integer in 1..10000; got {concurrency!r}")
     if not isinstance(seed, int) or isinstance(seed, bool): raise OptionError("seed", f"must be an integer; got {seed!r}")
@@ -612,6 +616,8 @@ def resolve_run(protocol, task: str|None = None, data=None, items=None, team=Non
     endpoint = {k: options.pop(k) for k in ("max_concurrency", "timeout", "max_retries", "give_up_after") if k in options and k not in proto.options}
     endpoint = {k: v for k, v in endpoint.items() if v is not None}
     params, notes, said = _params(max_tokens, temperature), dict(notes or {}), []
+    try: prices = load_prices(prices)                   # a bad table is refused before anything runs
+    except (ValueError, TypeError) as e: raise OptionError("prices", str(e)) from None
     items = None if items is None else list(items)      # a generator of items, a range of positions
     if items is None or (len(items) and all(isinstance(i, int) and not isinstance(i, bool) for i in items)):      # the task's items
         task, data, own = _config_task(proto, options, task, data)
@@ -644,7 +650,7 @@ def resolve_run(protocol, task: str|None = None, data=None, items=None, team=Non
         if not rule.protocol: name += "_decision-" + re.sub(r"[^A-Za-z0-9.+-]+", "-", rule.spec)
     where = folder if folder is not None else Path(out) / name if out is not None else None    # a folder as given: a path or a URL
     run = dict(concurrency=concurrency, resume=resume, progress=progress, budget=budget, on_error=on_error, screen=screen, lock_timeout=lock_timeout,
-               desc=desc, max_tokens=max_tokens, temperature=temperature)
+               desc=desc, max_tokens=max_tokens, temperature=temperature, prices=prices)
     return RunPlan(proto, items, agents, settings, rule, name, where, seed, notes, said, run)
 
 # %% ../nbs/08_run.ipynb #b20b3ffa
@@ -686,16 +692,40 @@ async def arun_experiment(protocol, items=None, team=None, out=None, *, _stop: _
                 bar.update()
         try: await _drain([asyncio.ensure_future(one(iid, it)) for iid, it in todo], stop, status)
         finally: bar.close()
-        return _finish_run(proto, config.get("items", ids), transcripts, rows, folder, agents, status, problems, t0)
+        return _finish_run(proto, config.get("items", ids), transcripts, rows, folder, agents, status, problems, t0, prices=x.get("prices"))
     except asyncio.CancelledError:
         status["interrupted"] = True
-        return _finish_run(proto, config.get("items", ids), transcripts, rows, folder, agents, status, problems, t0)
+        return _finish_run(proto, config.get("items", ids), transcripts, rows, folder, agents, status, problems, t0, prices=x.get("prices"))
     finally:
         if lock is not None: lock.release()
 
+# %% ../nbs/08_run.ipynb #9d00f4f1
+def _run_prices(folder, prices=None) -> Prices:
+    "The price table of a run's cost column: `prices` when given, else the one the folder's config.json records, else madlab's own."
+    if prices is None and folder is not None: prices = (folder.read_config() or {}).get("prices")
+    try: return load_prices(prices)
+    except (ValueError, TypeError) as e: raise OptionError("prices", str(e)) from None
+
+def _with_costs(df: pd.DataFrame, order: list, ts: dict, prices: Prices) -> pd.DataFrame:
+    "The results table with each debate's `cost`, `cached_cost` (and `compute_seconds` for in-process models) at `prices`, from its recorded tokens."
+    if not len(df): return df
+    costs = [item_cost(ts[i], prices) if i in ts else {} for i in order]
+    for c in dict.fromkeys(["cost", "cached_cost", *(k for x in costs for k in x)]): df[c] = [x.get(c) for x in costs]
+    return df
+
+def _team_specs(ts: dict, agents) -> list:
+    "The backend specs of a run's team (and of any agent its transcripts name)."
+    return sorted({str(a.get("spec")) for t in ts.values() for a in (t.team or []) if isinstance(a, dict) and a.get("spec")} | {a.spec for a in agents})
+
+@patch
+def costs(self: RunResult, by=("agent",)) -> pd.DataFrame:
+    "Calls, tokens, `cost` (US dollars; None: no price), `cached_cost` (what replies from madlab's cache would have cost) and `compute_seconds` summed `by` agent (with its spec), `item_id`, `phase`, or `()` for the run."
+    return cost_table(self.transcripts, self.prices, by)
+
 # %% ../nbs/08_run.ipynb #49f94d58
-def _finish_run(proto, ids, transcripts, rows, folder, agents, status, problems, t0, resumed: dict|None = None, min_scored: int|None = None) -> RunResult:
-    "The results table of everything finished (in the folder, when there is one; `ids` gives the order), written with the protocol's report. Rows of this run are reused, transcripts in memory are not read again; a table with fewer than `min_scored` scored rows is refused (nothing written)."
+def _finish_run(proto, ids, transcripts, rows, folder, agents, status, problems, t0, resumed: dict|None = None, min_scored: int|None = None,
+                prices=None) -> RunResult:
+    "The results table of everything finished (in the folder, when there is one; `ids` gives the order), written with the protocol's report. Rows of this run are reused, transcripts in memory are not read again; a table with fewer than `min_scored` scored rows is refused (nothing written). Its cost columns are at `prices` (default: the table the folder's config.json records, else madlab's), which config.json then records."
     found, bad = folder.transcripts(known=transcripts) if folder is not None else (dict(transcripts), [])
     problems = problems + bad
     every = {i: {**(rows[i] if i in rows else debate_row(t)), "resumed": resumed.get(i, False) if resumed is not None else i not in rows} for i, t in found.items()}
@@ -705,13 +735,17 @@ def _finish_run(proto, ids, transcripts, rows, folder, agents, status, problems,
     ts = {i: found[i] for i in order if i in found}
     for c in ("calls", "cached_calls", "prompt_tokens", "completion_tokens", "invalid", "errors"):
         if c in df: df[c] = df[c].fillna(0).astype(int)
+    prices = _run_prices(folder, prices)
+    df = _with_costs(df, order, ts, prices)
     if min_scored is not None: _check_scores(df, min_scored, folder)
     res = RunResult(df, ts, status["reason"], _cache_stats(agents), str(folder.path) if folder else None, status["failed"], status["interrupted"], problems,
                     time.perf_counter() - t0, endpoints=_endpoint_health(agents),
-                    made={"calls": sum(int(r.get("calls") or 0) for r in rows.values()), "cached": sum(int(r.get("cached_calls") or 0) for r in rows.values())})
-    if folder is not None and res.endpoints:        # config.json keeps how the endpoints fared
+                    made={"calls": sum(int(r.get("calls") or 0) for r in rows.values()), "cached": sum(int(r.get("cached_calls") or 0) for r in rows.values())},
+                    prices=prices, specs=_team_specs(ts, agents))
+    if folder is not None:                          # config.json keeps how the endpoints fared and the price table of the cost column
         cfg = folder.read_config() or {}
-        write_atomic(folder.config_path, json.dumps(to_jsonable({**cfg, "endpoints": res.endpoints}), indent=1, ensure_ascii=True))
+        new = {**cfg, **({"endpoints": res.endpoints} if res.endpoints else {}), "prices": prices.record()}
+        if new != cfg: write_atomic(folder.config_path, json.dumps(to_jsonable(new), indent=1, ensure_ascii=True))
     hook = proto.hooks.get("report")
     if hook is not None and len(df):
         try: res.report = hook(res, folder.path if folder else None)
@@ -794,8 +828,8 @@ class MajorityErrorFilter(ItemFilter):
     def said(self, kept, items) -> str: return f"majority-error subset: {len(kept)} of {len(items)} items, where a plurality of {self.agents} independent answers is wrong"
 
 # %% ../nbs/08_run.ipynb #7a617fc8
-def rescore(out, lock_timeout: float = 0, decision=None, cache=True, allow_fewer_scores: bool = False) -> RunResult:
-    "Re-score the run folder `out` from its transcripts (zero backend calls) and rewrite its results table, report and summary (never with fewer scored rows than it had, unless `allow_fewer_scores`); with `decision`, re-decide with that rule into a table beside it instead (see `redecide_run`)."
+def rescore(out, lock_timeout: float = 0, decision=None, cache=True, allow_fewer_scores: bool = False, prices=None) -> RunResult:
+    "Re-score the run folder `out` from its transcripts (zero backend calls) and rewrite its results table, report and summary (never with fewer scored rows than it had, unless `allow_fewer_scores`); with `decision`, re-decide with that rule into a table beside it instead (see `redecide_run`); with `prices`, re-price its cost column at that table."
     if decision is not None: return redecide_run(out, decision, cache=cache, lock_timeout=lock_timeout)
     folder = RunFolder(out)
     if not folder.path.is_dir(): raise OptionError("out", f"{folder.path} is not a folder")
@@ -816,7 +850,7 @@ def rescore(out, lock_timeout: float = 0, decision=None, cache=True, allow_fewer
             scored = int(old.correct.notna().sum()) if "correct" in old else 0
         except Exception: pass                      # no table yet (or an unreadable one): every row counts as not resumed
         return _finish_run(proto, list(cfg.get("items") or []), {}, {}, folder, [], {"reason": None, "failed": 0, "interrupted": False}, [], time.perf_counter(),
-                           resumed=resumed, min_scored=None if allow_fewer_scores else scored)
+                           resumed=resumed, min_scored=None if allow_fewer_scores else scored, prices=prices)
     finally: lock.release()
 
 # %% ../nbs/08_run.ipynb #8aa83892

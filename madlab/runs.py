@@ -13,7 +13,8 @@ import pandas as pd
 from fastcore.basics import patch
 from .core import OptionError, Transcript, answer_view
 from .dynamics import Dynamics, debate_dynamics
-from .run import RunFolder, RunResult, debate_row
+from .run import RunFolder, RunResult, debate_row, _run_prices, _with_costs
+from .cost import cost_table, usd
 from .widgets import DebateStepper, _changed, _text
 
 # %% auto #0
@@ -48,35 +49,42 @@ def _results(folder: RunFolder) -> pd.DataFrame:
         return pd.DataFrame([debate_row(t) for t in found.values()])
 
 class OpenRun:
-    "A finished run folder, read without re-running anything: results table `df`, `config`, `summary()`; transcripts read when asked."
-    def __init__(self, path):
+    "A finished run folder, read without re-running anything: results table `df`, `config`, `summary()`; transcripts read when asked. `prices`: re-price its `cost` column at that table (default: the one the run recorded)."
+    def __init__(self, path, prices=None):
         self.folder = RunFolder(locate_run(path))
         self.path = self.folder.path
         cfg = self.folder.read_config()
         if cfg is None: raise OptionError("path", f"{self.path} holds no config.json: not a madlab run folder")   # deleted meanwhile
         self.config, self.df, self._dyn, self._dynamics = cfg, _results(self.folder), None, None
+        self.prices = _run_prices(self.folder, prices)
+        if prices is not None or ("cost" not in self.df and len(self.df)):     # re-priced (or priced, for a run older than the cost column) from its recorded tokens
+            self.df = _with_costs(self.df.copy(), [str(i) for i in self.df.item_id], self.folder.transcripts()[0], self.prices)
 
     @property
     def name(self) -> str: return self.path.name
-    def summary(self) -> str: return RunResult(df=self.df, out=str(self.path)).summary()
+    def summary(self) -> str:
+        specs = sorted({str(a.get("spec")) for a in self.config.get("team") or [] if isinstance(a, dict) and a.get("spec")})
+        return RunResult(df=self.df, out=str(self.path), prices=self.prices, specs=specs).summary()
     def __repr__(self): return f"OpenRun({self.summary().splitlines()[0]})"
 
-def open_run(path) -> OpenRun:
-    "Open the run folder `path` (what `madlab run` printed after 'outputs:', or the `--out` folder that holds it)."
-    return OpenRun(path)
+def open_run(path, prices=None) -> OpenRun:
+    "Open the run folder `path` (what `madlab run` printed after 'outputs:', or the `--out` folder that holds it); `prices` (a CSV path) re-prices its cost at that table."
+    return OpenRun(path, prices)
 
 # %% ../nbs/23_runs.ipynb #e2425ff1
 @patch
 def info(self: OpenRun) -> dict:
-    "One line about the run: protocol, task, items, accuracy, calls, tokens, date and folder."
+    "One line about the run: protocol, task, items, accuracy, calls, tokens, cost (US dollars at its price table; None: no price), date and folder."
     df, cfg = self.df, self.config
+    cost = df.cost.dropna() if "cost" in df else pd.Series([], dtype=float)
     scored = df[df.correct.notna()] if "correct" in df else df.iloc[:0]
     tokens = int(df.prompt_tokens.fillna(0).sum() + df.completion_tokens.fillna(0).sum()) if "prompt_tokens" in df else 0
     return {"run": self.name, "protocol": cfg.get("protocol"), "task": cfg.get("task") or ",".join(cfg.get("tasks") or []), "items": len(df),
             "accuracy": round(float(scored.correct.astype(bool).mean()), 3) if len(scored) else None,
-            "calls": int(df.calls.sum()) if "calls" in df else 0, "tokens": tokens, "date": str(cfg.get("started") or "")[:16].replace("T", " ")}
+            "calls": int(df.calls.sum()) if "calls" in df else 0, "tokens": tokens, "cost": round(float(cost.sum()), 10) if len(cost) else None,
+            "date": str(cfg.get("started") or "")[:16].replace("T", " ")}
 
-_COLS = ["item_id", "status", "answer", "gold", "correct", "invalid", "rounds", "calls", "error"]
+_COLS = ["item_id", "status", "answer", "gold", "correct", "invalid", "rounds", "calls", "cost", "error"]
 _COUNTS = ("items", "calls", "tokens", "invalid", "rounds")
 
 def _plain(v) -> str:
@@ -89,6 +97,7 @@ def _figure(key: str, v) -> str:
     "A run's figure, written one way everywhere: accuracy with three decimals (as `madlab run` prints it), counts with thousands separators, '-' when missing."
     if v is None or (isinstance(v, float) and pd.isna(v)): return "-"
     if key == "accuracy": return f"{float(v):.3f}"
+    if key == "cost": return usd(float(v))
     if key in _COUNTS and not isinstance(v, bool):
         try: return f"{int(v):,}"
         except (TypeError, ValueError): return str(v)
@@ -97,7 +106,7 @@ def _figure(key: str, v) -> str:
 def _table(df: pd.DataFrame, **kw) -> str:
     "The key columns of a results frame as an HTML table (escaped by pandas), counts with thousands separators."
     cols = [c for c in _COLS if c in df]
-    return df[cols].apply(lambda s: s.map(lambda v: "" if _plain(v) == "" else _figure(s.name, v) if s.name in _COUNTS else _plain(v))).to_html(index=False, **kw)
+    return df[cols].apply(lambda s: s.map(lambda v: "" if _plain(v) == "" else _figure(s.name, v) if s.name in (*_COUNTS, "cost") else _plain(v))).to_html(index=False, **kw)
 
 def _info_html(i: dict) -> str:
     "A run's line (`OpenRun.info()`), its figures written by `_figure`."
@@ -107,6 +116,13 @@ def _info_html(i: dict) -> str:
 def _repr_html_(self: OpenRun):
     i = self.info()
     return f"<div class='madlab-run'><b>{html.escape(i['run'])}</b><br>{_info_html(i)}</div>" + _table(self.df)
+
+# %% ../nbs/23_runs.ipynb #5ba77b61
+@patch
+def costs(self: OpenRun, by=("agent",)) -> pd.DataFrame:
+    "Calls, tokens, `cost`, `cached_cost` and `compute_seconds` of the run at its price table, summed `by` agent (with its spec), `item_id`, `phase`, or `()` for the run (`madlab.cost.cost_table`)."
+    found, _ = self.folder.transcripts()
+    return cost_table(found, self.prices, by)
 
 # %% ../nbs/23_runs.ipynb #60fbbe0f
 @patch
@@ -126,7 +142,9 @@ def transcript(self: OpenRun, item) -> Transcript: return Transcript.from_json(s
 def stepper(self: OpenRun, item, live: bool = True, round: int|None = None) -> DebateStepper:
     "The stepper on one debate of the run, at its last round (positions, decision and result shown) or at `round` (0: before the first); forks continue on the recorded backends when `live`."
     t = self.transcript(item)
-    return DebateStepper(t, live=live, round=len(t.rounds) if round is None else round)
+    s = DebateStepper(t, live=live, round=len(t.rounds) if round is None else round)
+    s.prices = self.prices                          # its branches priced at the run's table
+    return s
 
 # %% ../nbs/23_runs.ipynb #c1feb610
 _NOT_DEBATERS = ("supervisor", "judge", "critic")
@@ -280,7 +298,7 @@ def find_runs(folder, depth: int = 3) -> pd.DataFrame:
             except (OptionError, ValueError, OSError): continue
             rows.append({**r.info(), "parent": os.path.relpath(cfg.parent.parent, folder), "path": str(cfg.parent)}); settings.append(_settings(r.config))
     for r, d in zip(rows, _differing(settings, [r["protocol"] for r in rows])): r["differs"] = d
-    df = pd.DataFrame(rows, columns=["run", "protocol", "task", "items", "accuracy", "calls", "tokens", "date", "parent", "differs", "path"])
+    df = pd.DataFrame(rows, columns=["run", "protocol", "task", "items", "accuracy", "calls", "tokens", "cost", "date", "parent", "differs", "path"])
     return df.sort_values("date", ascending=False, kind="stable").reset_index(drop=True)
 
 # %% ../nbs/23_runs.ipynb #09df7a68
@@ -307,6 +325,7 @@ class RunBrowser(W.VBox):
         "date · protocol · task · figures · the settings that set it apart · where it is (its folder under the one browsed)."
         where = r.run if r.parent in (".", "..") or r.parent.startswith(".." + os.sep) else f"{Path(r.parent).as_posix()}/{r.run}"
         figs = f"{_figure('items', r.items)} items · accuracy {_figure('accuracy', r.accuracy)} · {_figure('calls', r.calls)} calls · {_figure('tokens', r.tokens)} tokens"
+        if r.cost is not None and not pd.isna(r.cost): figs += f" · {_figure('cost', r.cost)}"
         return f"{r.date} · {r.protocol} · {r.task} · {figs} · " + (f"{r.differs} · " if r.differs else "") + where
 
 # %% ../nbs/23_runs.ipynb #b75245d9

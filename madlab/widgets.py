@@ -731,6 +731,17 @@ def fork(self: DebateStepper, round: int, agent: str|None = None, reply: str|Non
     "Blocking `afork`."
     return self._sync(self.afork(round, agent=agent, reply=reply, turn=turn, model=model))
 
+# %% ../nbs/21_widgets.ipynb #c1ac2417
+from .cost import load_prices, item_cost
+
+@patch
+def _branch_cost(self: DebateStepper, b) -> float|None:
+    "What branch `b`'s calls cost in US dollars at the stepper's price table (`prices`: madlab's own unless set; `OpenRun.stepper` gives the run's); None where no model of it has a price. Replayed rounds cost nothing."
+    t = b.debate.transcript if b.debate is not None else b.transcript
+    if t is None: return None
+    if getattr(self, "prices", None) is None: self.prices = load_prices()
+    return item_cost(t, self.prices)["cost"]
+
 # %% ../nbs/21_widgets.ipynb #69486094
 def _changed(a, b) -> str|None:
     "Which parts (players, items) of answer `a` differ from `b`, as 'part: b→a'; the whole answers when they have no parts."
@@ -753,7 +764,7 @@ def compare(self: DebateStepper) -> pd.DataFrame:
                      "answer": _text(ans) if ans is not None else None, "correct": res.get("correct"),
                      "changed": _changed(ans, _result_answer(parent.result or {})) if parent is not None and b.done and parent.done else None,
                      "calls": sum(t.usage.calls for t in turns if not t.cached), "cached_calls": sum(bool(t.cached) for t in turns),
-                     "tokens": sum(t.usage.total_tokens for t in turns)})
+                     "tokens": sum(t.usage.total_tokens for t in turns), "cost": self._branch_cost(b)})
     df = pd.DataFrame(rows)
     df["fork_round"] = df["fork_round"].astype("Int64")        # a round number, not a float; empty for main
     return df

@@ -27,7 +27,8 @@ request at a time (a server without continuous batching: the rest queue). `answe
 `ServerProcess(port, latency, reply)` runs it in its own process, to be killed and started again on the same port.
 
 `route(request) -> behaviour | None` picks a behaviour per request (e.g. by prompt text) before the schedule does;
-`reply` is a string or `fn(request) -> str`; `latency` adds a fixed delay to every answer (benches).
+`reply` is a string or `fn(request) -> str`; `cached_tokens` (an int, or `fn(prompt_tokens) -> int`) is reported as the provider's cached prompt
+tokens (`usage.prompt_tokens_details.cached_tokens`); `latency` adds a fixed delay to every answer (benches).
 `hits` counts requests, `log` keeps (time, behaviour, request) for each; `GET /v1/stats` gives `hits` and `answered` (for a
 server run in its own process).
 
@@ -46,7 +47,8 @@ class FakeOpenAIServer:
     "A scripted OpenAI-compatible HTTP/1.1 server (asyncio, in its own thread); see the module docs."
     def __init__(self, schedule=(), default="ok", reply="The answer is 42.", latency: float = 0.0, route=None,
                  host="127.0.0.1", port: int = 0, model="fake-model", faults: dict|None = None, fault_rate: float = 0.0, seed: int = 0,
-                 serial: bool = False):
+                 serial: bool = False, cached_tokens=0):
+        self.cached_tokens = cached_tokens          # usage.prompt_tokens_details.cached_tokens: an int, or fn(prompt_tokens) -> int
         self.schedule, self.default, self.reply, self.latency, self.route = deque(schedule), default, reply, latency, route
         self.faults, self.fault_rate, self._rng, self.serial = dict(faults or {}), fault_rate, random.Random(seed), serial
         self.answered, self.injected, self._serial_lock, self._conns = 0, {}, None, set()
@@ -73,10 +75,12 @@ class FakeOpenAIServer:
         text = self.reply(req) if callable(self.reply) else self.reply
         prompt = " ".join(str(m.get("content", "")) for m in req.get("messages", []))
         pt, ct = max(1, len(prompt.split())), max(1, len(text.split()))
+        cached = self.cached_tokens(pt) if callable(self.cached_tokens) else self.cached_tokens
+        usage = {"prompt_tokens": pt, "completion_tokens": ct, "total_tokens": pt + ct, **({"prompt_tokens_details": {"cached_tokens": cached}} if cached else {})}
         return {"id": f"chatcmpl-{uuid.uuid4().hex[:12]}", "object": "chat.completion", "created": int(time.time()),
                 "model": req.get("model", self.model),
                 "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}],
-                "usage": {"prompt_tokens": pt, "completion_tokens": ct, "total_tokens": pt + ct}}
+                "usage": usage}
 
     @staticmethod
     def _response(code, body, ctype="application/json", headers=()) -> bytes:
