@@ -50,7 +50,7 @@ def test_real_model_notebook_is_stored_clean():
 @pytest.mark.parametrize("output, fault", [
     ({"output_type": "display_data", "data": {ko.PLOTLY: {"data": []}}}, "without a static image"),
     ({"output_type": "display_data", "data": {ko.WIDGET: {"model_id": "x"}, "text/plain": "W"}}, "a widget output"),
-    ({"output_type": "stream", "name": "stdout", "text": "outputs: " + "/wo" + "rk/madlab/results\n"}, "a machine path (/work/"),   # (spelt in pieces: the source holds no machine path)
+    ({"output_type": "stream", "name": "stdout", "text": "outputs: " + "/wo" + "rk/madlab/results\n"}, "a machine path (/" + "work/"),   # (spelt in pieces: the source holds no machine path)
     ({"output_type": "stream", "name": "stderr", "text": "see /home/me/x.py:3\n"}, "a machine path (/home/"),
     ({"output_type": "execute_result", "data": {"text/plain": "key sk-" + "a1B2" * 8}}, "something like a secret (sk-a1B"),
     ({"output_type": "execute_result", "data": {"text/plain": "hf_" + "x" * 34}}, "something like a secret"),
