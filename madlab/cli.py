@@ -1,4 +1,4 @@
-"""The `madlab` command: `madlab run PROTOCOL` for every protocol, `madlab protocols`, `madlab rescore` and papermill sweeps, from a shell.
+"""The `madlab` command: `madlab run PROTOCOL` for every protocol, `madlab protocols`, `madlab rescore`, `madlab baseline` (a baseline at a run's budget) and papermill sweeps, from a shell.
 
 Docs: https://madlab.github.io/madlab/cli.html.md"""
 
@@ -14,7 +14,8 @@ from .agents import split_specs
 
 # %% auto #0
 __all__ = ['parse_items', 'main', 'run', 'parse_games', 'load_items', 'protocol_command', 'protocols_cmd', 'rescore_cmd',
-           'parse_sweep_params', 'sweep_cmd', 'import_cmd', 'models_cmd', 'models_list', 'models_get', 'console']
+           'baseline_cmd', 'parse_sweep_params', 'sweep_cmd', 'import_cmd', 'models_cmd', 'models_list', 'models_get',
+           'console']
 
 # %% ../nbs/40_cli.ipynb #5ed24ad8
 class _Protocols(click.Group):
@@ -326,6 +327,32 @@ def rescore_cmd(run_dir, decision, compare, cache, allow_fewer_scores, prices):
     if decision is not None:
         from madlab.run import decision_table_name
         click.echo(f"table: {Path(run_dir) / decision_table_name(decision)}.parquet (and .csv)")
+
+# %% ../nbs/40_cli.ipynb #b0a5e1c1
+@main.command("baseline")
+@click.argument("run_dir", type=click.Path(exists=True, file_okay=False), callback=_run_dir_cb)
+@click.option("--method", type=click.Choice(["self_consistency", "single"]), default="self_consistency", show_default=True,
+              help="The baseline: self-consistency (independent answers, plurality vote) or a single agent")
+@click.option("--match", type=click.Choice(["tokens", "calls", "cost"]), default="tokens", show_default=True,
+              help="The budget per item self-consistency's samples match, within 10 %")
+@click.option("--out", default=None, type=click.Path(file_okay=False), help="Where the baseline runs go  [default: beside the run]")
+@click.option("--pilot", type=click.IntRange(min=1), default=3, show_default=True, help="Items of the pilot that estimates one sample's budget")
+@click.option("--concurrency", type=click.IntRange(1, 10_000), default=None, help="Items run at once  [default: as many as the endpoints take]")
+@click.option("--cache/--no-cache", default=True, show_default=True, help="Calls go through the response cache ($MADLAB_CACHE)")
+def baseline_cmd(run_dir, method, match, out, pilot, concurrency, cache):
+    "Run a baseline on a finished run's items with its models, at the debate's budget, into RUN-baseline-METHOD-MATCH beside it; print each baseline's budget ratio and the runs side by side (accuracy with 95% bootstrap intervals, tokens per item, Pareto frontier, McNemar test against the debate)."
+    from madlab.budget import run_baseline, vs_budget
+    from madlab.runs import open_run
+    try:
+        run = open_run(run_dir)
+        found = run_baseline(run, method, match, out, pilot=pilot, concurrency=concurrency, cache=cache)
+    except OptionError as e: raise click.BadParameter(e.message, param_hint="RUN_DIR" if e.option in ("out", "path", "run") else f"'{e.flag}'") from None
+    except ValueError as e: raise click.ClickException(str(e)) from None
+    for b in found:
+        click.echo(repr(b) + ("" if b.within or method == "single" else "  (outside 10 % after one adjustment)"))
+        click.echo(f"outputs: {b.run.path}")
+    import pandas as pd
+    with pd.option_context("display.width", 200, "display.max_columns", 20, "display.precision", 3): click.echo(repr(vs_budget(run, *found)))
 
 # %% ../nbs/40_cli.ipynb #1306a1ed
 _P_HELP = ("-p, --param NAME VALUE...", "A notebook parameter and the values to sweep; repeatable, e.g. -p depth 1 2 3 -p size 4 6")
