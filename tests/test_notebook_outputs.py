@@ -12,7 +12,9 @@ ko = importlib.util.module_from_spec(_spec); _spec.loader.exec_module(ko)
 
 def _nb(path): return json.loads(path.read_text(encoding="utf-8"))
 def _outputs(nb): return [o for c in nb["cells"] for o in c.get("outputs", [])]
-PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"/tmp/sk-" * 40).decode()       # an image's base64 is not searched as text
+def _abs(*parts) -> str: return "/" + "/".join(parts)    # a sample machine path, built so this file holds none
+
+PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + (_abs("tmp", "sk-")).encode() * 40).decode()       # an image's base64 is not searched as text
 
 def test_the_stored_notebooks_follow_the_rules():
     "What `make test` checks: KEEP's notebooks have outputs; no output in any notebook breaks a rule."
@@ -50,8 +52,8 @@ def test_real_model_notebook_is_stored_clean():
 @pytest.mark.parametrize("output, fault", [
     ({"output_type": "display_data", "data": {ko.PLOTLY: {"data": []}}}, "without a static image"),
     ({"output_type": "display_data", "data": {ko.WIDGET: {"model_id": "x"}, "text/plain": "W"}}, "a widget output"),
-    ({"output_type": "stream", "name": "stdout", "text": "outputs: " + "/wo" + "rk/madlab/results\n"}, "a machine path (/" + "work/"),   # (spelt in pieces: the source holds no machine path)
-    ({"output_type": "stream", "name": "stderr", "text": "see /home/me/x.py:3\n"}, "a machine path (/home/"),
+    ({"output_type": "stream", "name": "stdout", "text": f"outputs: {_abs('work', 'madlab', 'results')}\n"}, f"a machine path ({_abs('work', '')}"),
+    ({"output_type": "stream", "name": "stderr", "text": f"see {_abs('home', 'me', 'x.py')}:3\n"}, f"a machine path ({_abs('home', '')}"),
     ({"output_type": "execute_result", "data": {"text/plain": "key sk-" + "a1B2" * 8}}, "something like a secret (sk-a1B"),
     ({"output_type": "execute_result", "data": {"text/plain": "hf_" + "x" * 34}}, "something like a secret"),
     ({"output_type": "execute_result", "data": {"text/plain": "x" * (ko.MAX_TEXT + 1)}}, "bytes of text"),
