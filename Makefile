@@ -23,7 +23,7 @@ $(CORE): pyproject.toml | $(BIN)/python
 
 $(DEV): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q $(TORCH) || $(BIN)/pip install -q $(TORCH) --index-url https://download.pytorch.org/whl/cpu
-	$(BIN)/pip install -q -e ".[dev]"
+	$(BIN)/pip install -q -c tools/dev-constraints.txt -e ".[dev]"
 	touch $(CORE) $(HF) $@
 
 $(HF): pyproject.toml | $(BIN)/python
