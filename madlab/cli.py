@@ -306,6 +306,7 @@ def protocols_cmd():
         click.echo(f"{name}: {p.doc}" + (f"  [tasks: {', '.join(p.tasks)}]" if p.tasks else ""))
         for k, v in p.options.items():
             click.echo(f"    {_flag(k)} (default {v!r}): {_option_doc(p, k)}")
+        if p.axes: click.echo(f"    honours {', '.join(_flag(k) for k in p.axes)}")
 
 # %% ../nbs/40_cli.ipynb #75c2850b
 @main.command("rescore")

@@ -173,6 +173,7 @@ class Protocol:
             v = AXES[k](v)                                             # normalised; None: the default, not recorded
             if v is None: continue
             if k not in self.axes:
+                _load_protocol_modules()                                   # every protocol, to name those that can
                 can = sorted(n for n, p in PROTOCOLS.items() if k in p.axes and not n.startswith("_"))
                 raise OptionError(k, f"protocol {self.name!r} cannot honour {k} {v if isinstance(v, str) else '(a file)'!s} (its agents do not see their peers' answers "
                                      f"through the debate's routing, round by round); protocols that can: {', '.join(can) or 'none loaded'}")

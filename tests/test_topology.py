@@ -129,3 +129,13 @@ def test_cli_runs_with_topology_and_stop(tmp_path):
     assert r.exit_code == 0, r.output
     assert "stop on consensus:" in r.output
     assert "topology-star" in next(tmp_path.iterdir()).name
+
+def test_protocols_command_says_which_honour_the_axes():
+    r = invoke("protocols")
+    assert r.exit_code == 0
+    lines = r.output.splitlines()
+    i = next(k for k, l in enumerate(lines) if l.startswith("du:"))
+    j = next((k for k in range(i + 1, len(lines)) if not lines[k].startswith(" ")), len(lines))
+    assert "    honours --topology, --stop-on" in lines[i:j]
+    s = next(k for k, l in enumerate(lines) if l.startswith("single:"))
+    assert not any("honours" in l for l in lines[s:s + 3])
