@@ -652,6 +652,8 @@ def resolve_run(protocol, task: str|None = None, data=None, items=None, team=Non
         if not isinstance(f, ItemFilter): raise OptionError("item_filter", f"must be an ItemFilter (e.g. MajorityErrorFilter(3)); got {type(f).__name__}")
         items, notes[f.option], line = _filtered(items, members, f, n, seed, cache, concurrency); said.append(line)
     settings = proto.validate(options)
+    if settings.get("topology") is not None:          # a graph that names no debater, a random:K too large for the team: before any folder
+        topology_neighbours(settings["topology"], [a.name for a in agents if a.role not in EXTRA_ROLES], seed)
     items = _check_items(proto, items)
     for it in items: check_decision(rule, it, proto.name, settings)       # what the rule needs, before any call
     if name is None:

@@ -139,3 +139,9 @@ def test_protocols_command_says_which_honour_the_axes():
     assert "    honours --topology, --stop-on" in lines[i:j]
     s = next(k for k, l in enumerate(lines) if l.startswith("single:"))
     assert not any("honours" in l for l in lines[s:s + 3])
+
+def test_a_graph_that_does_not_fit_the_team_is_refused_before_the_run(tmp_path):
+    g = tmp_path / "g.csv"; g.write_text("A,B,C\n0,1,0\n0,0,1\n1,0,0\n")
+    r = invoke("run", "du", "--agents", "synthetic:strong,synthetic:weak,synthetic:medium", "--n", "1", "--out", str(tmp_path / "out"), "--topology", str(g), "--dry-run")
+    assert r.exit_code == 2 and "--topology" in r.output and "names no debater: 'A', 'B', 'C'" in r.output, r.output
+    assert not (tmp_path / "out").exists()
