@@ -205,6 +205,10 @@ def _common_params(proto):
           help="Hold replies to their answer's JSON schema: auto where the backend can (hf: while decoding, openai: asks the server), on (refuse a backend that cannot), off (the format in the prompt only)  [default: auto, or the team file's]"),
         O(["--decision"], metavar="RULE", default=None, callback=_decision_cb,
           help="How the team decides: protocol, plurality, majority, supermajority:Q, unanimity, confidence, borda, approval:K, judge:SPEC, or a protocol's own rule set (s4:default, s4:strict)  [default: protocol, the protocol's own rule]"),
+        O(["--topology"], metavar="full|ring|star|random:K|FILE", default=None,
+          help="Who sees whose answers, in round-based debates that route them (du): full, ring, star (the first agent is the hub), random:K (K peers each, drawn from --seed), or FILE: an adjacency list (JSON/YAML mapping agent -> agents it sees) or 0/1 matrix (JSON/YAML/CSV)  [default: full]"),
+        O(["--stop-on"], metavar="consensus[:Q]", default=None,
+          help="End a round-based debate (du) once at least a fraction Q of its agents agree (default Q 1: all); the summary says the rounds and tokens it saved  [default: run every round]"),
         O(["--seed"], type=int, default=0, show_default=True, help="Seed of the debates"),
         O(["--max-tokens"], type=click.IntRange(1, 1_000_000), default=None, help="Max completion tokens per call, for every agent"),
         O(["--temperature"], type=click.FloatRange(0, 2), default=None, callback=_finite_cb, help="Sampling temperature in 0..2, for every agent"),
@@ -247,6 +251,7 @@ def _run_protocol(proto, kw):
     from madlab.run import resolve_run, run_experiment
     opts = {k: kw.pop(k) for k in list(kw) if k in proto.options}
     opts = {k: v for k, v in opts.items() if not (v is None and proto.options[k] is None)}
+    opts.update({k: kw.pop(k) for k in ("topology", "stop_on") if k in kw and k not in proto.options and kw[k] is not None})   # debate-wide settings
     if kw["agents"] and kw["team_file"]: raise click.UsageError("give either --agents or --team, not both")
     given = click.get_current_context().get_parameter_source("task") is not click.core.ParameterSource.DEFAULT
     endpoint = {k: kw[k] for k in ("max_concurrency", "timeout", "max_retries", "give_up_after") if kw.get(k) is not None}
@@ -301,6 +306,7 @@ def protocols_cmd():
         click.echo(f"{name}: {p.doc}" + (f"  [tasks: {', '.join(p.tasks)}]" if p.tasks else ""))
         for k, v in p.options.items():
             click.echo(f"    {_flag(k)} (default {v!r}): {_option_doc(p, k)}")
+        if p.axes: click.echo(f"    honours {', '.join(_flag(k) for k in p.axes)}")
 
 # %% ../nbs/40_cli.ipynb #75c2850b
 @main.command("rescore")

@@ -15,9 +15,10 @@ import orjson
 # %% auto #0
 __all__ = ['ROLES', 'REDACTED', 'OptionError', 'serializable', 'to_jsonable', 'from_jsonable', 'Message', 'ChatHistory', 'Usage',
            'Completion', 'Answer', 'answer_valid', 'answer_key', 'answer_summary', 'answer_view', 'Turn', 'Round',
-           'Item', 'register_secret', 'scrub_secrets', 'write_atomic', 'write_parquet', 'Transcript', 'json_objects',
-           'extract_json', 'runtime_loop', 'run_sync', 'run_async', 'stable_hash', 'new_id', 'default_cache_dir',
-           'madlab_data', 'public_data', 'Ask', 'AnswerSchema', 'schema_example', 'BackendError', 'Backend']
+           'Item', 'register_secret', 'scrub_secrets', 'write_atomic', 'write_parquet', 'Transcript', 'topology_svg',
+           'json_objects', 'extract_json', 'runtime_loop', 'run_sync', 'run_async', 'stable_hash', 'new_id',
+           'default_cache_dir', 'madlab_data', 'public_data', 'Ask', 'AnswerSchema', 'schema_example', 'BackendError',
+           'Backend']
 
 # %% ../nbs/00_core.ipynb #84f5c85e
 class OptionError(ValueError):
@@ -480,6 +481,28 @@ class Transcript:
         return page
     def _repr_html_(self): return _render_transcript_html(self, standalone=False)
 
+# %% ../nbs/00_core.ipynb #412f9916
+def topology_svg(neighbours: dict, size: int = 220, title: str|None = None) -> str:
+    "An inline SVG of who sees whom: `neighbours` maps each agent to the agents whose answers it sees; agents on a circle, an arrow from B to A when A sees B, a plain line when both see each other."
+    import html as _h, math as _m
+    names = list(neighbours)
+    n, c, r = len(names), size / 2, size / 2 - 34
+    pos = {a: (c + r * _m.cos(2 * _m.pi * k / max(n, 1) - _m.pi / 2), c + r * _m.sin(2 * _m.pi * k / max(n, 1) - _m.pi / 2)) for k, a in enumerate(names)}
+    seen = {(a, b) for a, bs in neighbours.items() for b in bs if b in pos and b != a}       # (a, b): a sees b
+    lines = []
+    for a, b in sorted(seen):
+        if (b, a) in seen and b < a: continue                                               # a mutual edge: drawn once
+        (x1, y1), (x2, y2) = pos[b], pos[a]
+        d = max(_m.hypot(x2 - x1, y2 - y1), 1e-9); ux, uy = (x2 - x1) / d, (y2 - y1) / d
+        arrow = "" if (b, a) in seen else ' marker-end="url(#madlab-arrow)"'
+        lines.append(f'<line x1="{x1 + 9 * ux:.1f}" y1="{y1 + 9 * uy:.1f}" x2="{x2 - 11 * ux:.1f}" y2="{y2 - 11 * uy:.1f}" stroke="#889" stroke-width="1.4"{arrow}/>')
+    nodes = [f'<circle cx="{x:.1f}" cy="{y:.1f}" r="8" fill="#4c78a8"/><text x="{x:.1f}" y="{y + (20 if y >= c else -13):.1f}" font-size="10" text-anchor="middle">{_h.escape(str(a))}</text>'
+             for a, (x, y) in pos.items()]
+    head = f"<title>{_h.escape(title)}</title>" if title else ""
+    return (f'<svg class="madlab-topology" xmlns="http://www.w3.org/2000/svg" width="{size}" height="{size}" viewBox="0 0 {size} {size}">{head}'
+            '<defs><marker id="madlab-arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="6" markerHeight="6" orient="auto-start-reverse">'
+            '<path d="M0,0 L10,5 L0,10 z" fill="#889"/></marker></defs>' + "".join(lines) + "".join(nodes) + "</svg>")
+
 # %% ../nbs/00_core.ipynb #c7e948e8
 _CSS = """
 body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}
@@ -504,6 +527,7 @@ _TEMPLATE = """
 {% if status %} · status <b>{{ status }}</b>{% endif %}</div>
 <div class="meta">team: {% for a in t.team %}<b>{{ a.name }}</b> ({{ a.spec }}){% if not loop.last %}, {% endif %}{% endfor %}</div>
 {% if settings %}<div class="meta">settings: {{ settings }}</div>{% endif %}
+{% if graph %}<details open><summary>topology: {{ topology_name }} (who sees whom)</summary>{{ graph }}</details>{% endif %}
 {% if item_text %}<details><summary>item</summary><pre>{{ item_text }}</pre></details>{% endif %}
 {% for r in t.rounds %}<div class="round"><b>round {{ r.index + 1 }} · {{ r.name }}</b> <span class="tag">{{ r.phase }}</span>
 {% for k, v in r.meta.items() %}<span class="tag">{{ k }}={{ v }}</span>{% endfor %}
@@ -540,7 +564,12 @@ def _render_transcript_html(t, title=None, standalone=True):
     item = t.item
     item_text = item.text() if hasattr(item, "text") and callable(item.text) else (json.dumps(to_jsonable(item), indent=1, ensure_ascii=False) if item is not None else "")
     res = json.dumps(to_jsonable(t.result), indent=1, ensure_ascii=False) if t.result else ""
-    return _page(_TEMPLATE).render(t=t, standalone=standalone, css=_CSS, usage=t.usage,
+    topo = (t.meta or {}).get("topology") if isinstance(t.meta, dict) else None
+    graph = None
+    if isinstance(topo, dict) and isinstance(topo.get("neighbours"), dict):
+        import markupsafe
+        graph = markupsafe.Markup(topology_svg(topo["neighbours"]))       # built from escaped names
+    return _page(_TEMPLATE).render(graph=graph, topology_name=(topo or {}).get("spec") if graph else "", t=t, standalone=standalone, css=_CSS, usage=t.usage,
         title=title or f"{t.protocol} debate {t.meta.get('id', '')}", settings=json.dumps(to_jsonable(t.settings)) if t.settings else "",
         status=t.meta.get("status"), item_text=item_text, result=res, show=_show, klass=_turn_class)
 

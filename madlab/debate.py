@@ -6,7 +6,7 @@ Docs: https://madlab.github.io/madlab/debate.html.md"""
 
 # %% ../nbs/06_debate.ipynb #cb4f60c4
 from __future__ import annotations
-import asyncio, collections, inspect, math, random, time, traceback, types, typing
+import asyncio, collections, inspect, math, random, re, time, traceback, types, typing
 from dataclasses import dataclass, field, replace
 from typing import Callable, Literal
 from fastcore.basics import patch
@@ -16,12 +16,108 @@ from .core import *
 from .backends import *
 from .agents import *
 from .decisions import check_decision, aredecide
-from .scoring import answer_format
+from .scoring import answer_format, agreement
 from . import tasks as _tasks   # registers every built-in task (madlab.tasks, and through it madlab.kks, madlab.market, madlab.pairwise) for every debate
 
 # %% auto #0
-__all__ = ['PROTOCOLS', 'HOOKS', 'LOG_CONTINUATIONS', 'EXTRA_ROLES', 'Protocol', 'protocol', 'protocol_hook', 'get_protocol',
-           'Debate', 'fork', 'afork', 'from_transcript', 'register_log_continuation', 'continue_log', 'comparable']
+__all__ = ['AXES', 'PROTOCOLS', 'HOOKS', 'LOG_CONTINUATIONS', 'EXTRA_ROLES', 'parse_topology', 'topology_neighbours',
+           'parse_stop_on', 'Protocol', 'protocol', 'protocol_hook', 'get_protocol', 'Debate', 'fork', 'afork',
+           'from_transcript', 'register_log_continuation', 'continue_log', 'comparable']
+
+# %% ../nbs/06_debate.ipynb #d983544a
+_TOPOLOGY_FORMS = "full, ring, star, random:K (K >= 1 peers per agent) or FILE (an adjacency list or 0/1 matrix: .json, .yaml/.yml or .csv)"
+
+def _adjacency(data, where: str):
+    "An adjacency read from a file or given in Python: a mapping agent -> [agents it sees], or a square 0/1 matrix (list of lists); checked for shape."
+    if isinstance(data, dict):
+        bad = [k for k, v in data.items() if not isinstance(k, str) or not isinstance(v, (list, tuple)) or not all(isinstance(x, str) for x in v)]
+        if bad or not data: raise OptionError("topology", f"{where}: a mapping must give every agent a list of the agents it sees (names); got {bad[:1] or 'an empty mapping'}")
+        return {k: list(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)) and data and all(isinstance(r, (list, tuple)) for r in data):
+        n = len(data)
+        if any(len(r) != n for r in data) or not all(isinstance(x, int) and x in (0, 1) for r in data for x in r):
+            raise OptionError("topology", f"{where}: a matrix must be square (one row and one column per debater) and hold 0s and 1s")
+        return [[int(x) for x in r] for r in data]
+    raise OptionError("topology", f"{where}: must hold a mapping (agent -> agents it sees) or a 0/1 matrix; got {type(data).__name__}")
+
+def _topology_file(path: str):
+    "The adjacency a topology FILE holds (JSON, YAML or CSV)."
+    import csv, io, json as _json
+    from pathlib import Path
+    p = Path(path)
+    try: text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e: raise OptionError("topology", f"{path}: not a readable file ({e})") from None
+    try:
+        if p.suffix.lower() == ".csv":
+            rows = [[c.strip() for c in r] for r in csv.reader(io.StringIO(text)) if any(c.strip() for c in r)]
+            if rows and not all(c.lstrip("-").isdigit() for c in rows[0]):       # a header of names
+                names, body = rows[0], rows[1:]
+                if len(body) != len(names) or any(len(r) != len(names) or not all(c in ("0", "1") for c in r) for r in body):
+                    raise OptionError("topology", f"{path}: under its header of {len(names)} names, a CSV needs {len(names)} rows of {len(names)} 0s and 1s")
+                return {a: [b for b, c in zip(names, r) if c == "1" and b != a] for a, r in zip(names, body)}
+            return _adjacency([[int(c) for c in r] for r in rows], path)
+        if p.suffix.lower() in (".yaml", ".yml"):
+            import yaml
+            data = yaml.safe_load(text)
+        elif p.suffix.lower() == ".json": data = _json.loads(text)
+        else: raise OptionError("topology", f"{path}: a topology file must end in .json, .yaml, .yml or .csv")
+    except (ValueError, ImportError) as e:
+        if isinstance(e, OptionError): raise
+        raise OptionError("topology", f"{path}: not readable as {p.suffix[1:].upper()} ({str(e).splitlines()[0][:200]})") from None
+    except Exception as e:
+        if type(e).__module__.startswith("yaml"): raise OptionError("topology", f"{path}: not readable as YAML ({str(e).splitlines()[0][:200]})") from None
+        raise
+    return _adjacency(data, path)
+
+def parse_topology(value):
+    "A topology setting, normalised: None for `full` (the default), `'ring'`, `'star'`, `'random:K'`, or the adjacency a FILE (or a mapping / matrix given in Python) holds."
+    if value is None: return None
+    if isinstance(value, (dict, list, tuple)): return _adjacency(value, "topology")
+    if not isinstance(value, str) or not value.strip(): raise OptionError("topology", f"must be {_TOPOLOGY_FORMS}; got {value!r}")
+    v = value.strip()
+    if v.lower() in ("full", "ring", "star"): return None if v.lower() == "full" else v.lower()
+    m = re.fullmatch(r"random:(\d+)", v, re.I)
+    if m:
+        if int(m.group(1)) < 1: raise OptionError("topology", f"random:K needs K >= 1 (peers each agent sees); got {v!r}")
+        return f"random:{int(m.group(1))}"
+    from pathlib import Path
+    if v.lower().startswith("random") or not Path(v).is_file(): raise OptionError("topology", f"must be {_TOPOLOGY_FORMS}; got {v!r}" + ("" if v.lower().startswith("random") or v.lower() in ("full", "ring", "star") else " (no such file)"))
+    return _topology_file(v)
+
+# %% ../nbs/06_debate.ipynb #e045098c
+def topology_neighbours(topology, names: list, seed: int = 0) -> dict|None:
+    "Who each of the debaters `names` (in team order) sees under a normalised `topology` (see `parse_topology`): name -> the names whose answers it sees; None for `full`."
+    if topology is None: return None
+    n = len(names)
+    if topology == "ring": return {a: list(dict.fromkeys(b for b in (names[i - 1], names[(i + 1) % n]) if b != a)) for i, a in enumerate(names)}
+    if topology == "star": return {a: ([b for b in names if b != a] if i == 0 else [names[0]]) for i, a in enumerate(names)}
+    if isinstance(topology, str) and topology.startswith("random:"):
+        k = int(topology.split(":")[1])
+        if k > n - 1: raise OptionError("topology", f"{topology} needs K <= {n - 1}: the team has {n} debaters")
+        rng = random.Random(f"topology:{seed}")                          # the debate's seed: a replay draws the same graph
+        return {a: sorted(rng.sample([b for b in names if b != a], k), key=names.index) for a in names}
+    if isinstance(topology, list):
+        if len(topology) != n: raise OptionError("topology", f"the matrix has {len(topology)} rows; the team has {n} debaters ({', '.join(names)})")
+        return {a: [b for j, b in enumerate(names) if topology[i][j] and j != i] for i, a in enumerate(names)}
+    if isinstance(topology, dict):
+        unknown = sorted({x for k, v in topology.items() for x in [k, *v]} - set(names))
+        if unknown: raise OptionError("topology", f"names no debater: {', '.join(map(repr, unknown))}; the debaters: {', '.join(names)}")
+        missing = [a for a in names if a not in topology]
+        if missing: raise OptionError("topology", f"gives no neighbours for {', '.join(missing)}: name every debater (an empty list: it sees no one)")
+        return {a: [b for b in topology[a] if b != a] for a in names}
+    raise OptionError("topology", f"must be {_TOPOLOGY_FORMS}; got {topology!r}")
+
+# %% ../nbs/06_debate.ipynb #1f0ee10d
+def parse_stop_on(value) -> str|None:
+    "A stop rule, normalised: None (run every round), `'consensus'` (all agree) or `'consensus:Q'` (at least a fraction Q in (0, 1] agree)."
+    if value is None: return None
+    v = value.strip().lower() if isinstance(value, str) else value
+    m = re.fullmatch(r"consensus(?::([0-9]*\.?[0-9]+))?", v) if isinstance(v, str) else None
+    q = float(m.group(1)) if m and m.group(1) else 1.0
+    if not m or not 0 < q <= 1: raise OptionError("stop_on", f"must be consensus or consensus:Q (Q, the fraction of agents that must agree, in (0, 1]; default 1 = all); got {value!r}")
+    return "consensus" if q == 1 else f"consensus:{q:g}"
+
+AXES = {"topology": parse_topology, "stop_on": parse_stop_on}     # a debate-wide setting -> its parser (None: the default, not recorded)
 
 # %% ../nbs/06_debate.ipynb #a8ec8595
 def _type_name(tp) -> str:
@@ -55,6 +151,7 @@ class Protocol:
     tasks: tuple|None = None                       # tasks it runs on (None: any task with an answer format)
     limits: dict = field(default_factory=dict)     # option -> (lowest, highest) allowed
     hooks: dict = field(default_factory=dict)      # "team", "report", "log_html", "log_text", "row" -> function (see `run`)
+    axes: tuple = ()                               # the debate-wide settings it honours besides its options: "topology", "stop_on" (see `AXES`)
 
     def check_option(self, k, v):
         "Raise `OptionError` unless `v` is an allowed value of option `k`."
@@ -66,10 +163,21 @@ class Protocol:
 
     def validate(self, opts: dict) -> dict:
         "All options with defaults filled in; an unknown option or a bad value is an `OptionError`."
+        axes = {k: opts[k] for k in AXES if k in opts and k not in self.options}     # the debate-wide settings (a topology, a stop rule)
+        opts = {k: v for k, v in opts.items() if k not in axes}
         bad = [k for k in opts if k not in self.options]
         if bad: raise OptionError(bad[0], f"unknown option for protocol {self.name!r}; valid options: {', '.join(self.options) or '(none)'}")
         for k, v in opts.items(): self.check_option(k, v)
         settings = {**self.options, **opts}
+        for k, v in axes.items():
+            v = AXES[k](v)                                             # normalised; None: the default, not recorded
+            if v is None: continue
+            if k not in self.axes:
+                _load_protocol_modules()                                   # every protocol, to name those that can
+                can = sorted(n for n, p in PROTOCOLS.items() if k in p.axes and not n.startswith("_"))
+                raise OptionError(k, f"protocol {self.name!r} cannot honour {k} {v if isinstance(v, str) else '(a file)'!s} (its agents do not see their peers' answers "
+                                     f"through the debate's routing, round by round); protocols that can: {', '.join(can) or 'none loaded'}")
+            settings[k] = v
         if "check" in self.hooks: self.hooks["check"](settings)     # the protocol's own checks (a rule name, a hook to import), before any call
         return settings
 
@@ -89,8 +197,8 @@ PROTOCOLS: dict[str, Protocol] = {}
 _PENDING_HOOKS: dict[str, dict] = {}
 
 # %% ../nbs/06_debate.ipynb #ee082d53
-def protocol(name: str, tasks=None, limits: dict|None = None):
-    "Register an async-generator protocol under `name`, running on `tasks` (None: any task with an answer format), numbers within `limits`."
+def protocol(name: str, tasks=None, limits: dict|None = None, axes=()):
+    "Register an async-generator protocol under `name`, running on `tasks` (None: any task with an answer format), numbers within `limits`, honouring the debate-wide settings `axes` (\"topology\", \"stop_on\": see `AXES`)."
     def deco(fn):
         if not inspect.isasyncgenfunction(fn): raise TypeError(f"protocol {name!r} must be an async generator function (async def ... yield)")
         sig = list(inspect.signature(fn).parameters.values())[1:]
@@ -101,7 +209,8 @@ def protocol(name: str, tasks=None, limits: dict|None = None):
         except Exception: hints = {}
         old = PROTOCOLS.get(name)
         PROTOCOLS[name] = Protocol(name, fn, {p.name: p.default for p in sig}, {p.name: docs.get(p.name) for p in sig}, (inspect.getdoc(fn) or "").split("\n")[0],
-                                   {p.name: hints[p.name] for p in sig if p.name in hints}, tuple(tasks) if tasks is not None else None, dict(limits or {}))
+                                   {p.name: hints[p.name] for p in sig if p.name in hints}, tuple(tasks) if tasks is not None else None, dict(limits or {}),
+                                   axes=tuple(axes))
         if old is not None: PROTOCOLS[name].hooks.update(old.hooks)   # defined again (a re-run cell, a reload): its report and logs stay registered
         PROTOCOLS[name].hooks.update(_PENDING_HOOKS.pop(name, {}))   # hooks registered before the protocol was
         fn.protocol_name = name
@@ -161,7 +270,12 @@ class Debate:
         self.listeners: list[Callable] = []
         for a in self.agents: a.listeners.append(self._emit)
         self.meta = {"id": id or getattr(item, "id", None) or new_id(), "status": "new", "madlab": madlab.__version__}
-        self._gen, self.done, self._decided = None, False, False
+        self.topology = None                     # who sees whom (None: everyone sees everyone)
+        if self.settings.get("topology") is not None:
+            self.topology = topology_neighbours(self.settings["topology"], [a.name for a in self.agents if a.role not in EXTRA_ROLES], seed)
+            spec = self.settings["topology"]
+            self.meta["topology"] = {"spec": spec if isinstance(spec, str) else "file", "neighbours": self.topology}
+        self._gen, self.done, self._decided, self._stop = None, False, False, None
 
     @property
     def transcript(self) -> Transcript:
@@ -218,7 +332,7 @@ def members(self: Debate, agents=None) -> list[Agent]:
 async def _next(self: Debate):
     if self._gen is None:
         self.meta.update(status="running", started=time.time())
-        self._gen = self.protocol.fn(self, **self.settings)
+        self._gen = self.protocol.fn(self, **{k: v for k, v in self.settings.items() if k not in AXES or k in self.protocol.options})
     try: return await self._gen.__anext__()
     except StopAsyncIteration:
         if self._decided: raise
@@ -248,6 +362,7 @@ async def astep(self: Debate) -> Round|None:
     try: r = await run_async(self._next())
     except StopAsyncIteration:
         self.done = True
+        if self._stop: self._record_stop()       # what a `stop_on` rule saved
         self.meta.update(status="done", finished=time.time())
         self._emit("done", debate=self)
         return None
@@ -301,15 +416,25 @@ def _repr_html_(self: Debate): return self.transcript._repr_html_()
 # %% ../nbs/06_debate.ipynb #a785b423
 @patch
 async def ask(self: Debate, agents, prompt, *, ask=None, **kw) -> list[Turn]:
-    "Ask `agents` (names or `Agent`s; None: everyone) `prompt` concurrently; `prompt` and `ask` may be functions of the agent."
+    "Ask `agents` (names or `Agent`s; None: everyone) `prompt` concurrently; `prompt` and `ask` may be functions of the agent (under a topology, the peers' answers in an agent's `Ask` are its neighbours' only)."
     def one(a):
-        return a.ask(prompt(a) if callable(prompt) else prompt, ask=ask(a) if callable(ask) else ask, **kw)
+        k = ask(a) if callable(ask) else ask
+        if self.topology is not None and k is not None and k.peers and a.name in self.topology:    # only its neighbours' answers
+            k = replace(k, peers={b: v for b, v in k.peers.items() if b not in self.topology or b in self.topology[a.name]})
+        return a.ask(prompt(a) if callable(prompt) else prompt, ask=k, **kw)
     return await self.gather(one(a) for a in self.members(agents))
+
+# %% ../nbs/06_debate.ipynb #49e13bb0
+@patch
+def sees(self: Debate, agent: str, other: str) -> bool:
+    "Whether `agent` sees `other`'s answers under the debate's topology (always, for an agent outside it: a judge, an agent added later)."
+    g = self.topology
+    return g is None or agent not in g or other not in g or other in g[agent]
 
 # %% ../nbs/06_debate.ipynb #0beb6fb3
 @patch
 def deliver(self: Debate, turns, to="others", *, text=None, among=None, **kw) -> int:
-    "Show each turn's reply (or `text(turn)`; None skips it) to `to`: 'others', 'self', names, or a function of the turn. The number of messages delivered."
+    "Show each turn's reply (or `text(turn)`; None skips it) to `to`: 'others', 'self', names, or a function of the turn; under a topology a debater hears only its neighbours' turns. The number of messages delivered."
     pool, n = self.members(among), 0
     for t in turns:
         msg = text(t) if text is not None else (t.reply if t.reply is not None else f"(no reply: {t.error or 'empty'})")
@@ -319,7 +444,7 @@ def deliver(self: Debate, turns, to="others", *, text=None, among=None, **kw) ->
         elif callable(to): names = list(to(t) or [])
         else: names = [to] if isinstance(to, str) else list(to)
         for a in pool:
-            if a.name in names and a.name != t.agent:
+            if a.name in names and a.name != t.agent and self.sees(a.name, t.agent):
                 a.hear(msg, sender=t.agent, receivers=names, **kw); n += 1
     return n
 
@@ -584,3 +709,27 @@ async def side_call(self: Debate, agent, prompt: str, *, kind: str, ask: Ask|Non
     t.meta = {"kind": kind, **(meta or {}), **t.meta}
     if t.error is not None and not t.error.startswith(f"{kind}: "): t.error = f"{kind}: {t.error}"
     return t
+
+# %% ../nbs/06_debate.ipynb #5f561a9d
+@patch
+def stop_now(self: Debate, turns, planned: int) -> bool:
+    "Whether the debate's `stop_on` rule ends it after the round whose turns are `turns` (at least a fraction Q of them give the same valid answer); `planned`: the rounds the protocol would run in all. A protocol honouring `stop_on` asks after each round but the last."
+    self._stop = self._stop or {}
+    self._stop["planned"] = planned
+    spec = self.settings.get("stop_on")
+    if not spec or not turns: return False
+    q = float(spec.split(":")[1]) if ":" in spec else 1.0
+    share = agreement([t.answer if t.error is None else None for t in turns])
+    if share + 1e-9 < q: return False
+    self._stop.update(stopped=len(self.rounds), agreement=round(share, 4))
+    return True
+
+@patch
+def _record_stop(self: Debate):
+    "Once the protocol ends under a `stop_on` rule: the result's `stopped_after` (rounds run), `rounds_saved` (planned rounds not run) and `tokens_saved` (their estimate: the mean tokens of a round run, times the rounds not run)."
+    if not self.settings.get("stop_on") or not self._stop or not isinstance(self.result, dict): return
+    ran = [r for r in self.rounds if r.phase != "decision"]
+    n = self._stop.get("stopped", len(ran))
+    saved = max(self._stop["planned"] - n, 0)
+    per_round = sum(r.usage.total_tokens for r in ran[:n]) / n if n else 0
+    self.result.update(stopped_after=n, rounds_saved=saved, tokens_saved=round(per_round * saved))

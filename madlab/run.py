@@ -207,6 +207,14 @@ def lock(self: RunFolder, timeout: float = 0):
         raise OptionError("out", f"{self.path} is in use by another madlab run (lock file {self.path / '.lock'}); wait for it to finish or choose another output folder") from None
     return lk
 
+# %% ../nbs/08_run.ipynb #a2f3222f
+def _stop_line(df: pd.DataFrame) -> str:
+    "The summary's line on a `stop_on` rule: how many debates ended early, the rounds not run and the tokens that saved (each debate's estimate: its mean tokens per round run × its rounds not run)."
+    s = df[df.rounds_saved.notna()]
+    early, rounds, tokens = int((s.rounds_saved > 0).sum()), int(s.rounds_saved.sum()), int(s.tokens_saved.fillna(0).sum())
+    return (f"stop on consensus: {early} of {len(s)} debates ended early; {rounds} round{'s' * (rounds != 1)} not run, ≈{tokens:,} tokens saved "
+            "(estimate: each debate's mean tokens per round run × its rounds not run)")
+
 # %% ../nbs/08_run.ipynb #3ebc30cf
 @dataclass
 class RunResult:
@@ -255,6 +263,7 @@ class RunResult:
         if pf["prompt_tokens"]: L.append(f"prefill: {pf['computed']:,} of {pf['prompt_tokens']:,} prompt tokens computed ({pf['computed'] / pf['prompt_tokens']:.2f}); the rest reused from the model's key/value cache")
         if self.prices is not None: L += cost_lines(df, self.specs, self.prices)
         if self.stopped: L.append(f"stopped early: {self.stopped}")
+        if "rounds_saved" in df and df.rounds_saved.notna().any(): L.append(_stop_line(df))
         if self.interrupted: L.append("interrupted: the table holds the debates that finished; run the same command again to resume")
         L += [f"problem: {p}" for p in self.problems]
         if self.out: L.append(f"outputs: {self.out}")
@@ -643,6 +652,8 @@ def resolve_run(protocol, task: str|None = None, data=None, items=None, team=Non
         if not isinstance(f, ItemFilter): raise OptionError("item_filter", f"must be an ItemFilter (e.g. MajorityErrorFilter(3)); got {type(f).__name__}")
         items, notes[f.option], line = _filtered(items, members, f, n, seed, cache, concurrency); said.append(line)
     settings = proto.validate(options)
+    if settings.get("topology") is not None:          # a graph that names no debater, a random:K too large for the team: before any folder
+        topology_neighbours(settings["topology"], [a.name for a in agents if a.role not in EXTRA_ROLES], seed)
     items = _check_items(proto, items)
     for it in items: check_decision(rule, it, proto.name, settings)       # what the rule needs, before any call
     if name is None:

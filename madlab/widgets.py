@@ -401,6 +401,9 @@ def _item_html(self: DebateStepper):
     text = it.text() if hasattr(it, "text") and callable(it.text) else _text(it)
     gold = getattr(it, "gold", None)
     g = f"<details><summary>gold answer</summary><pre style='white-space:pre-wrap'>{_E(_text(gold))}</pre></details>" if gold is not None else " · no gold answer: not scored"
+    topo = (src.meta or {}).get("topology")         # who sees whom, drawn when the debate has a topology
+    if isinstance(topo, dict) and isinstance(topo.get("neighbours"), dict):
+        g += f"<details open><summary>topology: {_E(str(topo.get('spec')))} (who sees whom)</summary>{topology_svg(topo['neighbours'], size=180)}</details>"
     return (f"<div><b>{_E(src.protocol if isinstance(src, Transcript) else src.protocol.name)}</b> on item "
             f"<code>{_E(str(getattr(it, 'id', '')))}</code><details><summary>item</summary><pre style='white-space:pre-wrap'>{_E(text)}</pre></details>{g}</div>")
 

@@ -66,17 +66,18 @@ async def self_consistency(d,
 DU_UPDATE = ("These are the answers of the other agents:\n{others}\n\nUsing their reasoning as additional advice, "
              "can you give an updated answer? Examine your own solution and theirs step by step. {instructions}")
 
-@protocol("du", limits={"rounds": (0, 20)})
+@protocol("du", limits={"rounds": (0, 20)}, axes=("topology", "stop_on"))
 async def du(d,
              rounds: int = 2, # debate rounds after the independent answers
              vote: Literal["plurality", "majority"] = "plurality", # "plurality" or "majority" (strict: more than half)
             ):
-    "Du et al. (2023): agents answer, then for `rounds` rounds each sees all others' latest replies and updates; a vote decides."
+    "Du et al. (2023): agents answer, then for `rounds` rounds each sees all others' latest replies (its neighbours' under a `topology`) and updates; a vote decides (`stop_on`: ends once enough agree)."
     fmt = answer_format(d.item)
     r = d.new_round("independent answers", "initial")
     r.turns = await d.ask(None, _question(d.item, fmt), kind=fmt.kind, parse=fmt.parse, phase="initial", round=r.index, ask=_asking(d, fmt))
     yield r
     for k in range(1, rounds + 1):
+        if d.stop_now(r.turns, rounds + 1): break       # `stop_on`: enough agents agree already
         prev_turns = r.turns
         r = d.new_round(f"debate round {k}", "debate", depth=k)
         d.deliver(prev_turns, "others", phase="debate", round=r.index)
