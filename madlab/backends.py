@@ -62,6 +62,7 @@ class EndpointLimit:
         self._paused_until = 0.0          # loop time before which no call starts (Retry-After)
         self._conn_errors = collections.deque()
         self._timer = None
+        self._on_free = []                # callbacks told when a slot may have come free (the replica sets this endpoint is in)
 
     @property
     def cap(self) -> int: return max(self.floor, int(self.limit))
@@ -114,6 +115,7 @@ def _wake(self: EndpointLimit):
         if fut.done(): continue
         self.in_flight += 1
         fut.set_result(None)
+    for cb in self._on_free: cb()
 
 # %% ../nbs/01_backends.ipynb #ec684c36
 @patch
@@ -373,30 +375,80 @@ def _load(ep) -> float:
 
 
 # %% ../nbs/01_backends.ipynb #efeb1d3c
-async def _pick(eps: list, what: str) -> tuple:
-    "(replica, probe) for one attempt: a down replica whose probe is due, as its probe; else the least loaded up replica; all down: wait for a probe."
-    waited = None
+class _Replicas:
+    "The replicas of one model on one event loop: a call waits here (first come, first served) for a free slot on the least loaded up replica."
+    def __init__(self, eps: list):
+        self.eps, self._waiters = eps, collections.deque()
+        for e in eps: e.limit._on_free.append(self._kick)
+    def __repr__(self): return f"_Replicas({[e.url for e in self.eps]}, waiting={len(self._waiters)})"
+
+    def _kick(self):
+        "A slot may be free: wake the first call waiting."
+        while self._waiters:
+            f = self._waiters.popleft()
+            if not f.done(): f.set_result(None); return
+
+    def _room(self, now: float):
+        "The least loaded up replica with a free slot (`now`: loop time), or None."
+        free = [e for e in self.eps if not e.breaker.open and not e.limit._waiters and e.limit.in_flight < e.limit.cap and now >= e.limit._paused_until]
+        return min(free, key=_load) if free else None
+
+    async def _wait(self, front: bool, delay: float|None):
+        "Queue for a slot (at the front: woken before, and found none) until a slot frees or `delay` s pass (a probe or a pause is due)."
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        (self._waiters.appendleft if front else self._waiters.append)(fut)
+        def due():
+            if fut.done(): return
+            fut.set_result(None)
+            try: self._waiters.remove(fut)
+            except ValueError: pass
+        h = loop.call_later(max(0.005, delay), due) if delay is not None else None
+        try: await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled(): self._kick()       # woken, then cancelled: the wake-up goes to the next call
+            else:
+                try: self._waiters.remove(fut)
+                except ValueError: pass
+            raise
+        finally:
+            if h is not None: h.cancel()
+
+
+# %% ../nbs/01_backends.ipynb #d4a470f0
+@patch
+async def pick(self: _Replicas, what: str) -> tuple:
+    "(replica, probe) for one attempt: a down replica whose probe is due, as its probe; else a free slot on the least loaded up replica; all down: wait for a probe."
+    loop, waited, front = asyncio.get_running_loop(), None, False
     while True:
         now = time.monotonic()
-        for e in eps:
+        for e in self.eps:
             br = e.breaker
             if br.open and not br._probing and now >= br.next_probe: br._probing = True; return e, True
-        up = [e for e in eps if not e.breaker.open]
-        if up: return min(up, key=_load), False
-        if all(now - e.breaker.last_answer >= e.breaker.give_up_after for e in eps):
-            for e in eps: e.breaker.gave_up = True; e.breaker._confirm()
+        up = [e for e in self.eps if not e.breaker.open]
+        if up:
+            e = self._room(loop.time()) if front or not self._waiters else None
+            if e is not None:
+                if self._waiters: self._kick()               # it may have been one of several slots freed at once
+                return e, False
+            lt = loop.time()
+            delays = [e.breaker.next_probe - now for e in self.eps if e.breaker.open and not e.breaker._probing] + [e.limit._paused_until - lt for e in up if e.limit._paused_until > lt]
+            await self._wait(front, min(delays) if delays else None); front = True
+            continue
+        if all(now - e.breaker.last_answer >= e.breaker.give_up_after for e in self.eps):
+            for e in self.eps: e.breaker.gave_up = True; e.breaker._confirm()
             raise EndpointDown(f"every replica of {what} has answered nothing for its give-up time ("
-                               + "; ".join(f"{e.url}: {e.breaker.reason}" for e in eps) + "). Check that the servers are up and reachable, then run again: finished items are kept")
-        if waited is None:                           # counted once, on the replica it waits for
-            waited = min(eps, key=lambda e: e.breaker.next_probe).breaker
+                               + "; ".join(f"{e.url}: {e.breaker.reason}" for e in self.eps) + "). Check that the servers are up and reachable, then run again: finished items are kept")
+        if waited is None:                               # every replica down: counted once, on the replica whose probe it waits for
+            waited = min(self.eps, key=lambda e: e.breaker.next_probe).breaker
             if waited.confirmed: waited.calls_waited += 1
             else: waited._waited_now += 1
         evs = []
-        for e in eps:
+        for e in self.eps:
             if e.breaker._changed is None: e.breaker._changed = asyncio.Event()
             evs.append(asyncio.ensure_future(e.breaker._changed.wait()))
-        due = [e.breaker.next_probe for e in eps if not e.breaker._probing]
-        until = min(due + [max(e.breaker.last_answer + e.breaker.give_up_after for e in eps), now + max(e.breaker.cooldown for e in eps)])
+        due = [e.breaker.next_probe for e in self.eps if not e.breaker._probing]
+        until = min(due + [max(e.breaker.last_answer + e.breaker.give_up_after for e in self.eps), now + max(e.breaker.cooldown for e in self.eps)])
         try: await asyncio.wait(evs, timeout=max(0.005, until - now), return_when=asyncio.FIRST_COMPLETED)
         finally:
             for f in evs: f.cancel()
@@ -462,7 +514,7 @@ class OpenAIBackend(Backend):
     def identity(self) -> str: return f"{self.spec}@{self.base_url or 'https://api.openai.com/v1'}"
     @property
     def capacity(self) -> int: return sum(n or ADAPTIVE_START for n in self._limits())
-    def _limits(self) -> list: return self._pins or [self.max_concurrency] * len(self._urls)
+    def _limits(self) -> list: return [self.max_concurrency if p is None else p for p in (self._pins or [None] * len(self._urls))]
 
     @classmethod
     async def close_clients(cls):
@@ -525,6 +577,10 @@ def _endpoint(self: OpenAIBackend) -> _Endpoint:
         if ep is None: ep = per_loop[url] = _Endpoint(url or "https://api.openai.com/v1", n, self.breaker_after, self.breaker_cooldown, self.give_up_after)
         elif n is not None: ep.limit.pin(n)
         eps.append(ep)
+    if len(eps) > 1:
+        k = ("replicas", *self._urls)
+        self._set = per_loop.get(k)
+        if self._set is None or self._set.eps != eps: self._set = per_loop[k] = _Replicas(eps)
     self._eps, self._ep, self._ep_loop = eps, eps[0], loop
     return eps[0]
 
@@ -751,7 +807,7 @@ async def _attempt(self: OpenAIBackend, ep: _Endpoint, body: bytes) -> dict:
     "One attempt under the endpoint's breaker and limit; it tells both how it went. One that finds the endpoint down waits for it and goes again, not counted."
     br, many = ep.breaker, len(self._eps or ()) > 1
     while True:
-        if many: ep, probe = await _pick(self._eps, self.spec); br = ep.breaker    # replicas: the least loaded up one, or a probe
+        if many: ep, probe = await self._set.pick(self.spec); br = ep.breaker    # replicas: a slot on the least loaded up one, or a probe
         else: probe = await br.admit()              # while the endpoint looks down: wait for its probe, holding no slot
         try: epoch = await ep.limit.acquire()
         except BaseException:
