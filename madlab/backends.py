@@ -497,7 +497,7 @@ class OpenAIBackend(Backend):
         p = PRESETS[preset]
         self.model, self.preset, self.defaults = model, preset, defaults
         self.base_url = base_url or (os.environ.get("OPENAI_BASE_URL") if preset == "openai" else None) or p["base_url"]
-        self._urls, self._pins, self._eps = _replica_urls(self.base_url), None, None   # the replicas, their own limits where set
+        self._urls, self._pins, self._eps, self._set = _replica_urls(self.base_url), None, None, None   # the replicas, their own limits where set
         self._api_key = api_key or (os.environ.get(p["key_env"]) if p["key_env"] else None) or os.environ.get("OPENAI_API_KEY") or "not-needed"
         if self._api_key != "not-needed": register_secret(self._api_key)     # scrubbed from every text madlab records
         self._missing = (f"{preset}:{model}: no API key and no server: set {p['key_env']} (or pass api_key=...), or point base_url (or OPENAI_BASE_URL) "
