@@ -93,3 +93,18 @@ def test_bad_replica_options_name_the_field():
         OpenAIBackend("m", preset="vllm", base_url="http://a/v1|http://a/v1")
     with pytest.raises(ValueError, match="endpoints must be a list"):
         OpenAIBackend("m", preset="vllm").configure(endpoints={"url": "http://a/v1"})
+
+def test_madlab_run_spreads_a_team_over_replicas_from_the_shell(fake_server, tmp_path, monkeypatch):
+    from click.testing import CliRunner
+    from madlab.cli import main
+    srvs = [fake_server(reply="I cannot decide.") for _ in range(2)]
+    spec = f"vllm:m,base_url={srvs[0].url}|{srvs[1].url}"
+    monkeypatch.setenv("MADLAB_CACHE", str(tmp_path / "cache"))
+    r = CliRunner().invoke(main, ["run", "controlmad", "--size", "4", "--games", "1-6", "--depth", "0", "--no-self-adjustment", "--agents",
+                                  ",".join([spec] * 3), "--max-concurrency", "3", "--out", str(tmp_path / "out"), "--no-cache", "--no-progress"])
+    assert r.exit_code in (0, 1), r.output
+    assert f"endpoint {srvs[0].url}|{srvs[1].url}: 2 replicas" in r.output, r.output
+    cfg = json.loads(next((tmp_path / "out").glob("*/config.json")).read_text())
+    (e,) = cfg["endpoints"]
+    assert [x["limit"] for x in e["replicas"]] == [3, 3] and all(s.answered > 0 for s in srvs)
+    assert sum(x["calls"] for x in e["replicas"]) == sum(s.answered for s in srvs) == sum(s.hits for s in srvs)
