@@ -14,7 +14,7 @@ it (no concurrency flag: the defaults are what is measured).
 
 Targets on a 2-core machine: ratio <= 1.15 at L = 1.0 s, N = 100; ratio <= 2 at L = 0.2 s, N = 60; CPU/call < 2 ms.
 
-Run: .venv/bin/python bench/bench_controlmad_throughput.py [--games 20 60 100] [--latency 0.2 1.0] [--profile FILE]"""
+Run: .venv/bin/python bench/bench_controlmad_throughput.py [--games 20 60 100] [--latency 0.2 1.0] [--profile FILE] [--preset openai|vllm]"""
 from __future__ import annotations
 import argparse, json, os, signal, socket, subprocess, sys, tempfile, time, urllib.request
 from pathlib import Path
@@ -82,7 +82,7 @@ class MockServer:
         except ProcessLookupError: pass
         self.p.wait(10)
 
-def run_games(srv: MockServer, n: int, out: Path, profile: str|None = None, extra=(), latency: float = 0) -> dict:
+def run_games(srv: MockServer, n: int, out: Path, profile: str|None = None, extra=(), latency: float = 0, preset: str = "openai") -> dict:
     "One `madlab run controlmad` over the first n 5-player games; the server's figures and the command's CPU."
     srv.reset()
     cpu_file = out / f"cpu-{n}.json"
@@ -90,7 +90,7 @@ def run_games(srv: MockServer, n: int, out: Path, profile: str|None = None, extr
     if profile: env["BENCH_PROFILE"] = profile
     for k in ("MADLAB_MAX_CONCURRENCY",): env.pop(k, None)          # the defaults are what is measured
     cmd = [sys.executable, "-c", _WRAPPER, "run", "controlmad", "--data", str(DATA), "--size", "5", "--n", str(n),
-           "--agents", "openai:mock-model,openai:mock-model,openai:mock-model", "--no-confidence", "--no-cache",
+           "--agents", ",".join([f"{preset}:mock-model" + ("" if preset == "openai" else f",base_url={srv.root}/v1")] * 3), "--no-confidence", "--no-cache",
            "--no-progress", "--out", str(out), "--name", f"L{latency}-n{n}", *extra]   # a fresh run folder each time (no resume)
     t0 = time.perf_counter()
     p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
@@ -110,6 +110,8 @@ def main(argv=None):
     ap.add_argument("--games", type=int, nargs="+", default=[20, 60, 100])
     ap.add_argument("--latency", type=float, nargs="+", default=[0.2, 1.0])
     ap.add_argument("--profile", default=None, help="save a yappi profile (pstat) of the largest run at each latency to FILE.L.pstat")
+    ap.add_argument("--preset", default="openai", choices=["openai", "vllm"],
+                    help="the agents' preset: openai (OPENAI_BASE_URL: nothing says the server takes a schema, so each endpoint's first call holds the others) or vllm (it does: no hold)")
     ap.add_argument("--extra", nargs=argparse.REMAINDER, default=[], help="more options for `madlab run controlmad` (the rest of the line)")
     a = ap.parse_args(argv)
     if not SERVER.exists(): sys.exit(f"needs {SERVER} (set MADLAB_SHARED)")
@@ -124,7 +126,7 @@ def main(argv=None):
                 for n in a.games:
                     prof = f"{a.profile}.{L}.pstat" if a.profile and n == max(a.games) else None
                     c0 = _child_cpu()
-                    r = run_games(srv, n, Path(tmp), prof, a.extra, L)
+                    r = run_games(srv, n, Path(tmp), prof, a.extra, L, a.preset)
                     cpu = _child_cpu() - c0
                     s = r["stats"]
                     calls, span = s["total_requests"], s["active_span_s"]

@@ -182,7 +182,7 @@ def split_specs(s: str) -> list[str]:
     return [x.strip() for x in re.split(r";|,(?=\s*[A-Za-z][\w-]*:)", s) if x.strip()]
 
 # %% ../nbs/02_agents.ipynb #1450f1ef
-TEAM_ENDPOINT_FIELDS = ("max_concurrency", "timeout", "max_retries")   # per member, or for every member at the top of a team file
+TEAM_ENDPOINT_FIELDS = ("max_concurrency", "timeout", "max_retries", "endpoints")   # per member, or for every member at the top of a team file
 
 def make_team(members, budget: Budget|None = None) -> list[Agent]:
     "Agents from specs (`str`, or one comma-separated string), dicts (`name`, `spec`, `system`, `params`, `role`) or `Agent`s, with unique names."
@@ -223,7 +223,7 @@ def default_team(budget=None) -> list[Agent]:
 
 # %% ../nbs/02_agents.ipynb #a9ea702f
 def load_team(path) -> list[Agent]:
-    "A team from a YAML or JSON file: a list of members (see `make_team`), or `{agents: [...]}` with optional `max_concurrency`, `timeout`, `max_retries`, `structured` for every member."
+    "A team from a YAML or JSON file: a list of members (see `make_team`), or `{agents: [...]}` with optional `max_concurrency`, `timeout`, `max_retries`, `endpoints`, `structured` for every member."
     import yaml
     from pathlib import Path
     data = yaml.safe_load(Path(path).read_text())

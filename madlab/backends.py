@@ -56,12 +56,13 @@ class EndpointLimit:
         self.pinned = limit is not None
         self.limit = float(limit if self.pinned else start)
         self.ceiling, self.floor = self.limit, floor
-        self.in_flight = self.max_in_flight = self.cuts = 0
+        self.in_flight = self.max_in_flight = self.cuts = self.waited = 0   # waited: calls that queued for a slot
         self._waiters = collections.deque()
         self._epoch = 0                   # bumped by each cut: only a call started after the last cut can cut again
         self._paused_until = 0.0          # loop time before which no call starts (Retry-After)
         self._conn_errors = collections.deque()
         self._timer = None
+        self._on_free = []                # callbacks told when a slot may have come free (the replica sets this endpoint is in)
 
     @property
     def cap(self) -> int: return max(self.floor, int(self.limit))
@@ -80,7 +81,7 @@ async def acquire(self: EndpointLimit) -> int:
     loop = asyncio.get_running_loop()
     if self._waiters or self.in_flight >= self.cap or loop.time() < self._paused_until:
         fut = loop.create_future()
-        self._waiters.append(fut)
+        self._waiters.append(fut); self.waited += 1
         self._wake()
         try: await fut                                   # `_wake` takes the slot for us before it sets the result
         except asyncio.CancelledError:
@@ -114,6 +115,7 @@ def _wake(self: EndpointLimit):
         if fut.done(): continue
         self.in_flight += 1
         fut.set_result(None)
+    for cb in self._on_free: cb()
 
 # %% ../nbs/01_backends.ipynb #ec684c36
 @patch
@@ -264,12 +266,17 @@ def unreachable(self: CircuitBreaker, what: str, seen: int, started: float, prob
 
 # %% ../nbs/01_backends.ipynb #5390250c
 PRESETS = {
-    "openai": dict(base_url=None, key_env="OPENAI_API_KEY"),
-    "gemini": dict(base_url="https://generativelanguage.googleapis.com/v1beta/openai/", key_env="GEMINI_API_KEY"),
-    "qwen":   dict(base_url="https://dashscope-intl.aliyuncs.com/compatible-mode/v1", key_env="DASHSCOPE_API_KEY"),
-    "ollama": dict(base_url="http://localhost:11434/v1", key_env=None),
-    "vllm":   dict(base_url="http://localhost:8000/v1", key_env=None),
+    "openai": dict(base_url=None, key_env="OPENAI_API_KEY", schema="hosted"),
+    "gemini": dict(base_url="https://generativelanguage.googleapis.com/v1beta/openai/", key_env="GEMINI_API_KEY", schema="hosted"),
+    "qwen":   dict(base_url="https://dashscope-intl.aliyuncs.com/compatible-mode/v1", key_env="DASHSCOPE_API_KEY", schema="hosted"),
+    "ollama": dict(base_url="http://localhost:11434/v1", key_env=None, schema=None),
+    "vllm":   dict(base_url="http://localhost:8000/v1", key_env=None, schema="server"),
 }
+
+def _takes_schema(preset: str, base_url) -> bool:
+    "Whether `preset` says the server at `base_url` takes `response_format`: a vLLM server anywhere, a hosted API at its own URL only."
+    p = PRESETS.get(preset) or {}
+    return p.get("schema") == "server" or (p.get("schema") == "hosted" and base_url == p["base_url"])
 
 # %% ../nbs/01_backends.ipynb #0e20570d
 class _Malformed(Exception): pass
@@ -333,6 +340,8 @@ class _Endpoint:
     "What the calls to one endpoint share on one event loop: the in-flight limit and the circuit breaker."
     def __init__(self, url: str, limit: int|None, breaker_after: int, cooldown: float, give_up_after: float = 300.0):
         self.url, self.limit, self.breaker = url, EndpointLimit(limit), CircuitBreaker(url, breaker_after, cooldown, give_up_after)
+        self.post_url = (url or "https://api.openai.com/v1").rstrip("/") + "/chat/completions"
+        self.calls = self.attempts = self.rerouted = 0   # answers, attempts, calls that found it down and went to another replica
         self.absurd_retry_after = 0              # 429s whose Retry-After was too long to honour (each backed off on its own)
         self.schema_refused: str|None = None     # why the server refused `response_format` (then it is never sent again)
         self.schema_ok, self._schema_probe, self._schema_asked = False, None, False   # it took one; the call finding out; whether one did
@@ -350,6 +359,100 @@ class _Endpoint:
         f, self._schema_probe = self._schema_probe, None
         if f is not None and not f.done(): f.set_result(None)
     def __repr__(self): return f"_Endpoint({self.url!r}, {self.limit!r}, {self.breaker!r})"
+
+# %% ../nbs/01_backends.ipynb #299e9a59
+def _replica_urls(base_url) -> list:
+    "The replica URLs of `base_url` (`URL1|URL2|...`; None: the preset's default); a ValueError names an empty or repeated one."
+    if base_url is None: return [None]
+    urls = [u.strip() for u in str(base_url).split("|")]
+    if not all(urls): raise ValueError(f"base_url: an empty replica URL in {base_url!r}; separate the replicas' URLs with |")
+    if len(set(urls)) != len(urls): raise ValueError(f"base_url: a replica URL appears twice in {base_url!r}")
+    return urls
+
+def _load(ep) -> float:
+    "How full a replica is: its calls in flight and queued over its limit."
+    return (ep.limit.in_flight + len(ep.limit._waiters)) / ep.limit.cap
+
+
+# %% ../nbs/01_backends.ipynb #efeb1d3c
+class _Replicas:
+    "The replicas of one model on one event loop: a call waits here (first come, first served) for a free slot on the least loaded up replica."
+    def __init__(self, eps: list):
+        self.eps, self._waiters = eps, collections.deque()
+        for e in eps: e.limit._on_free.append(self._kick)
+    def __repr__(self): return f"_Replicas({[e.url for e in self.eps]}, waiting={len(self._waiters)})"
+
+    def _kick(self):
+        "A slot may be free: wake the first call waiting."
+        while self._waiters:
+            f = self._waiters.popleft()
+            if not f.done(): f.set_result(None); return
+
+    def _room(self, now: float):
+        "The least loaded up replica with a free slot (`now`: loop time), or None."
+        free = [e for e in self.eps if not e.breaker.open and not e.limit._waiters and e.limit.in_flight < e.limit.cap and now >= e.limit._paused_until]
+        return min(free, key=_load) if free else None
+
+    async def _wait(self, front: bool, delay: float|None):
+        "Queue for a slot (at the front: woken before, and found none) until a slot frees or `delay` s pass (a probe or a pause is due)."
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        (self._waiters.appendleft if front else self._waiters.append)(fut)
+        def due():
+            if fut.done(): return
+            fut.set_result(None)
+            try: self._waiters.remove(fut)
+            except ValueError: pass
+        h = loop.call_later(max(0.005, delay), due) if delay is not None else None
+        try: await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled(): self._kick()       # woken, then cancelled: the wake-up goes to the next call
+            else:
+                try: self._waiters.remove(fut)
+                except ValueError: pass
+            raise
+        finally:
+            if h is not None: h.cancel()
+
+
+# %% ../nbs/01_backends.ipynb #d4a470f0
+@patch
+async def pick(self: _Replicas, what: str) -> tuple:
+    "(replica, probe) for one attempt: a down replica whose probe is due, as its probe; else a free slot on the least loaded up replica; all down: wait for a probe."
+    loop, waited, front = asyncio.get_running_loop(), None, False
+    while True:
+        now = time.monotonic()
+        for e in self.eps:
+            br = e.breaker
+            if br.open and not br._probing and now >= br.next_probe: br._probing = True; return e, True
+        up = [e for e in self.eps if not e.breaker.open]
+        if up:
+            e = self._room(loop.time()) if front or not self._waiters else None
+            if e is not None:
+                if self._waiters: self._kick()               # it may have been one of several slots freed at once
+                return e, False
+            lt = loop.time()
+            delays = [e.breaker.next_probe - now for e in self.eps if e.breaker.open and not e.breaker._probing] + [e.limit._paused_until - lt for e in up if e.limit._paused_until > lt]
+            await self._wait(front, min(delays) if delays else None); front = True
+            continue
+        if all(now - e.breaker.last_answer >= e.breaker.give_up_after for e in self.eps):
+            for e in self.eps: e.breaker.gave_up = True; e.breaker._confirm()
+            raise EndpointDown(f"every replica of {what} has answered nothing for its give-up time ("
+                               + "; ".join(f"{e.url}: {e.breaker.reason}" for e in self.eps) + "). Check that the servers are up and reachable, then run again: finished items are kept")
+        if waited is None:                               # every replica down: counted once, on the replica whose probe it waits for
+            waited = min(self.eps, key=lambda e: e.breaker.next_probe).breaker
+            if waited.confirmed: waited.calls_waited += 1
+            else: waited._waited_now += 1
+        evs = []
+        for e in self.eps:
+            if e.breaker._changed is None: e.breaker._changed = asyncio.Event()
+            evs.append(asyncio.ensure_future(e.breaker._changed.wait()))
+        due = [e.breaker.next_probe for e in self.eps if not e.breaker._probing]
+        until = min(due + [max(e.breaker.last_answer + e.breaker.give_up_after for e in self.eps), now + max(e.breaker.cooldown for e in self.eps)])
+        try: await asyncio.wait(evs, timeout=max(0.005, until - now), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for f in evs: f.cancel()
+
 
 # %% ../nbs/01_backends.ipynb #c29abc5c
 def _strict_subset(s):
@@ -394,6 +497,7 @@ class OpenAIBackend(Backend):
         p = PRESETS[preset]
         self.model, self.preset, self.defaults = model, preset, defaults
         self.base_url = base_url or (os.environ.get("OPENAI_BASE_URL") if preset == "openai" else None) or p["base_url"]
+        self._urls, self._pins, self._eps, self._set = _replica_urls(self.base_url), None, None, None   # the replicas, their own limits where set
         self._api_key = api_key or (os.environ.get(p["key_env"]) if p["key_env"] else None) or os.environ.get("OPENAI_API_KEY") or "not-needed"
         if self._api_key != "not-needed": register_secret(self._api_key)     # scrubbed from every text madlab records
         self._missing = (f"{preset}:{model}: no API key and no server: set {p['key_env']} (or pass api_key=...), or point base_url (or OPENAI_BASE_URL) "
@@ -409,12 +513,8 @@ class OpenAIBackend(Backend):
     @property
     def identity(self) -> str: return f"{self.spec}@{self.base_url or 'https://api.openai.com/v1'}"
     @property
-    def capacity(self) -> int: return self.max_concurrency or ADAPTIVE_START
-
-
-
-
-
+    def capacity(self) -> int: return sum(n or ADAPTIVE_START for n in self._limits())
+    def _limits(self) -> list: return [self.max_concurrency if p is None else p for p in (self._pins or [None] * len(self._urls))]
 
     @classmethod
     async def close_clients(cls):
@@ -427,42 +527,75 @@ class OpenAIBackend(Backend):
 # %% ../nbs/01_backends.ipynb #fb9c0fbf
 @patch
 def configure(self: OpenAIBackend, **opts):
-    "Set `max_concurrency` (an int pins the endpoint's limit; 'auto' adapts), `max_retries`, `timeout`, `max_wait`, `breaker_after`, `give_up_after`."
+    "Set `max_concurrency` (an int pins each replica's limit, `N1|N2|...` one each; 'auto' adapts), `max_retries`, `timeout`, `max_wait`, `breaker_after`, `give_up_after`, `endpoints`."
     kinds = {"max_concurrency": (int, 1, False, True), "max_retries": (int, 0, False, False), "timeout": (float, 0, True, False),
              "max_wait": (float, 0, False, False), "breaker_after": (int, 1, False, False), "give_up_after": (float, 0, True, False)}
+    opts = dict(opts)
+    mc = opts.get("max_concurrency")
+    if isinstance(mc, str) and "|" in mc:                # one limit per replica
+        pins = [_number("max_concurrency", x.strip(), *kinds["max_concurrency"]) for x in mc.split("|")]
+        if len(pins) != len(self._urls): raise ValueError(f"max_concurrency: {len(pins)} limits for {len(self._urls)} replica URL(s) in base_url; give one limit, or one per replica")
+        self._pins, opts["max_concurrency"] = pins, self.max_concurrency
     for k, v in opts.items():
-        if k not in kinds: raise ValueError(f"unknown endpoint option {k!r}; allowed: {', '.join(kinds)}")
+        if k == "endpoints": self._set_endpoints(v); continue
+        if k not in kinds: raise ValueError(f"unknown endpoint option {k!r}; allowed: {', '.join(kinds)}, endpoints")
         if v is None and k != "max_concurrency": continue
         setattr(self, k, _number(k, v, *kinds[k]))
-    if self.max_concurrency is not None and self._ep is not None: self._ep.limit.pin(self.max_concurrency)
-    if self._ep is not None: self._ep.breaker.give_up_after = self.give_up_after
+    for ep, n in zip(self._eps or [], self._limits()):
+        if n is not None: ep.limit.pin(n)
+        ep.breaker.give_up_after = self.give_up_after
     self._wire = None
     return self
 
 @patch
+def _set_endpoints(self: OpenAIBackend, v):
+    "The replicas from `endpoints`: URLs (a list, or one string `URL1|URL2`) or `{url, max_concurrency}` dicts; a ValueError names the field."
+    items = v.split("|") if isinstance(v, str) else v
+    if not isinstance(items, (list, tuple)) or not items: raise ValueError(f"endpoints must be a list of URLs or of {{url, max_concurrency}}; got {v!r}")
+    urls, pins = [], []
+    for x in items:
+        u = (x.get("url") or x.get("base_url")) if isinstance(x, dict) else x
+        if not isinstance(u, str) or (isinstance(x, dict) and set(x) - {"url", "base_url", "max_concurrency"}):
+            raise ValueError(f"endpoints: each replica is a URL or {{url, max_concurrency}}; got {x!r}")
+        urls.append(u.strip())
+        pins.append(_number("max_concurrency", x.get("max_concurrency"), int, 1, auto=True) if isinstance(x, dict) else None)
+    self._urls = _replica_urls("|".join(urls))
+    self.base_url, self._pins = "|".join(self._urls), (pins if any(p is not None for p in pins) else None)
+    self._ep = self._eps = self._wire = self._missing = None     # a server of one's own: no key needed
+
+
+# %% ../nbs/01_backends.ipynb #be35d267
+@patch
 def _endpoint(self: OpenAIBackend) -> _Endpoint:
-    "This endpoint's shared limit and breaker on the running loop."
+    "The first replica's shared limit and breaker on the running loop (it holds what the server said of the schema); `_eps`: every replica's."
     loop = asyncio.get_running_loop()
     if self._ep is not None and self._ep_loop is loop: return self._ep
     per_loop = self._endpoints.setdefault(loop, weakref.WeakValueDictionary())
-    ep = per_loop.get(self.base_url)
-    if ep is None: ep = per_loop[self.base_url] = _Endpoint(self.base_url or "https://api.openai.com/v1", self.max_concurrency, self.breaker_after,
-                                                            self.breaker_cooldown, self.give_up_after)
-    elif self.max_concurrency is not None: ep.limit.pin(self.max_concurrency)
-    self._ep, self._ep_loop = ep, loop
-    return ep
+    eps = []
+    for url, n in zip(self._urls, self._limits()):
+        ep = per_loop.get(url)
+        if ep is None: ep = per_loop[url] = _Endpoint(url or "https://api.openai.com/v1", n, self.breaker_after, self.breaker_cooldown, self.give_up_after)
+        elif n is not None: ep.limit.pin(n)
+        eps.append(ep)
+    if len(eps) > 1:
+        k = ("replicas", *self._urls)
+        self._set = per_loop.get(k)
+        if self._set is None or self._set.eps != eps: self._set = per_loop[k] = _Replicas(eps)
+    self._eps, self._ep, self._ep_loop = eps, eps[0], loop
+    return eps[0]
 
 @patch
 def _get_client(self: OpenAIBackend):
     # One client per endpoint and event loop, shared by every backend that talks to it and kept until the loop goes:
     # it gives the request headers and turns error answers into the `openai` exceptions.
     per_loop = self._clients.setdefault(asyncio.get_running_loop(), {})
-    k = (self.base_url, stable_hash(self._api_key)[:16], self.timeout)
+    k = (self._urls[0], stable_hash(self._api_key)[:16], self.timeout)
     if k not in per_loop:
         import openai
-        per_loop[k] = openai.AsyncOpenAI(base_url=self.base_url, api_key=self._api_key, max_retries=0, timeout=self.timeout)
+        per_loop[k] = openai.AsyncOpenAI(base_url=self._urls[0], api_key=self._api_key, max_retries=0, timeout=self.timeout)
     self._client = per_loop[k]
     return self._client
+
 
 # %% ../nbs/01_backends.ipynb #d64ff807
 @patch(as_prop=True)
@@ -497,7 +630,8 @@ async def complete(self: OpenAIBackend, messages, ctx=None, **params) -> Complet
     ep, t0 = self._endpoint(), time.perf_counter()
     held, probe = None, False
     if schema is not None and "response_format" not in params:
-        probe = await ep.schema_turn()                  # the first call finds out whether the server takes a schema; the rest wait for it
+        if not _takes_schema(self.preset, self.base_url):
+            probe = await ep.schema_turn()              # the first call finds out whether the server takes a schema; the rest wait for it
         if ep.schema_refused is None: params["response_format"], held = response_format(self.preset, schema), "requested"
         else: held = "refused"
     body = _json_body({"model": self.model, "messages": messages, **params, **extra_body})   # once, for every attempt
@@ -545,16 +679,28 @@ def _refuses_schema(e) -> bool:
     return bool(re.search(r"response_format|json_schema|guided|structured output", _err_text(e), re.I))
 
 # %% ../nbs/01_backends.ipynb #3514c2de
-@patch
-def health(self: OpenAIBackend) -> dict|None:
-    "The endpoint's record on the loop it last ran on: seconds unreachable (an open breaker), outages, calls that waited, whether it gave up, Retry-Afters not honoured."
-    if self._ep is None: return None
-    br = self._ep.breaker
+def _replica_record(ep) -> dict:
+    "One endpoint's record: calls answered, attempts, outages and seconds down, calls that waited for it, queued for a slot, or went to another replica."
+    br = ep.breaker
     now_down = br.open and br.confirmed                  # an opening on one dropped connection is not an outage until confirmed
     down = br.outage_seconds + (time.monotonic() - br.opened_at if now_down else 0.0)
-    return {"endpoint": self._ep.url, "unreachable_seconds": round(down, 1), "outages": br.outages + now_down,
-            "calls_waited": br.calls_waited + (br._waited_now if br.open and br.confirmed else 0), "gave_up": br.gave_up,
-            **({"absurd_retry_after": self._ep.absurd_retry_after} if self._ep.absurd_retry_after else {}), **({"structured": f"refused: {self._ep.schema_refused}"} if self._ep.schema_refused else {})}
+    return {"url": ep.url, "calls": ep.calls, "attempts": ep.attempts, "outages": br.outages + now_down, "unreachable_seconds": round(down, 1),
+            "calls_waited": br.calls_waited + (br._waited_now if now_down else 0), "queued": ep.limit.waited, "rerouted": ep.rerouted,
+            "limit": ep.limit.cap, "max_in_flight": ep.limit.max_in_flight, "gave_up": br.gave_up}
+
+@patch
+def health(self: OpenAIBackend) -> dict|None:
+    "The endpoint's record on the loop it last ran on: seconds unreachable (an open breaker), outages, calls that waited, whether it gave up, Retry-Afters not honoured; `replicas`: each replica's."
+    if self._ep is None: return None
+    extra = {**({"absurd_retry_after": sum(e.absurd_retry_after for e in self._eps)} if any(e.absurd_retry_after for e in self._eps) else {}),
+             **({"structured": f"refused: {self._ep.schema_refused}"} if self._ep.schema_refused else {})}
+    if len(self._eps) > 1:                               # replicas: the set is down only while all are; each has its record
+        reps = [_replica_record(e) for e in self._eps]
+        return {"endpoint": self.base_url, "unreachable_seconds": 0.0, "outages": 0, "calls_waited": sum(r["calls_waited"] for r in reps),
+                "gave_up": all(r["gave_up"] for r in reps), "replicas": reps, **extra}
+    r = _replica_record(self._ep)
+    return {"endpoint": self._ep.url, **{k: r[k] for k in ("unreachable_seconds", "outages", "calls_waited", "gave_up")}, **extra}
+
 
 # %% ../nbs/01_backends.ipynb #39f649c6
 @patch
@@ -626,10 +772,11 @@ def _no_connection(e) -> bool:
 
 # %% ../nbs/01_backends.ipynb #1b888233
 @patch
-async def _post(self: OpenAIBackend, body: bytes) -> dict:
-    "One HTTP attempt: the decoded answer, or the exception the `openai` client raises for the same failure."
+async def _post(self: OpenAIBackend, body: bytes, url: str|None = None) -> dict:
+    "One HTTP attempt (to `url`, a replica's, or this backend's): the decoded answer, or the exception the `openai` client raises for the same failure."
     import aiohttp, orjson
-    _, url, headers, timeout = self._wire_for()
+    _, own, headers, timeout = self._wire_for()
+    url = url or own
     try:
         async with _session().post(url, data=body, headers=headers, timeout=timeout) as resp:
             status, raw = resp.status, await resp.read()
@@ -658,21 +805,23 @@ async def _post(self: OpenAIBackend, body: bytes) -> dict:
 @patch
 async def _attempt(self: OpenAIBackend, ep: _Endpoint, body: bytes) -> dict:
     "One attempt under the endpoint's breaker and limit; it tells both how it went. One that finds the endpoint down waits for it and goes again, not counted."
-    br = ep.breaker
+    br, many = ep.breaker, len(self._eps or ()) > 1
     while True:
-        probe = await br.admit()                    # while the endpoint looks down: wait for its probe, holding no slot
+        if many: ep, probe = await self._set.pick(self.spec); br = ep.breaker    # replicas: a slot on the least loaded up one, or a probe
+        else: probe = await br.admit()              # while the endpoint looks down: wait for its probe, holding no slot
         try: epoch = await ep.limit.acquire()
         except BaseException:
             if probe: br.abandon_probe()
             raise
         try:
-            self.attempts += 1
+            self.attempts += 1; ep.attempts += 1
             seen, started = br.answers, time.monotonic()
-            r = await self._post(body)
+            r = await self._post(body, ep.post_url)
         except _sdk("APIConnectionError") as e:    # refused, dropped, timed out: no answer
             what = f"APITimeoutError: no answer within {self.timeout:g} s" if isinstance(e, _sdk("APITimeoutError")) else _err_text(e)
             if getattr(e, "no_connection", False):
-                if br.unreachable(what, seen, started, probe): continue   # down, nothing answered since: wait for it
+                if br.unreachable(what, seen, started, probe):            # down, nothing answered since: wait for it (or go to another replica)
+                    ep.rerouted += many; continue
             else: br.failed(what)
             ep.limit.connection_failed(epoch)       # timeouts and drops in a burst bring the limit down, as 429s do
             e.endpoint_busy = br.answers != seen    # it answered other calls meanwhile: up, but busy
@@ -680,7 +829,7 @@ async def _attempt(self: OpenAIBackend, ep: _Endpoint, body: bytes) -> dict:
         except _sdk("RateLimitError") as e:
             br.answered(); ep.limit.overloaded(epoch, min(_honoured_retry_after(e, ep) or 0.0, self.max_wait)); raise
         except (*_sdk("APIStatusError"), _Malformed): br.answered(); raise
-        else: br.answered(); ep.limit.succeeded(); return r
+        else: br.answered(); ep.limit.succeeded(); ep.calls += 1; return r
         finally:
             ep.limit.release()
             if probe: br.abandon_probe()            # cancelled before its outcome was recorded: another call may probe

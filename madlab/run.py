@@ -254,6 +254,7 @@ class RunResult:
         for e in self.endpoints:
             if e.get("structured"): L.append(f"endpoint {e['endpoint']}: {e['structured']}; its replies were asked for in prose only (the format in the prompt)")
             if e.get("absurd_retry_after"): L.append(f"endpoint {e['endpoint']}: sent {e['absurd_retry_after']} Retry-After over 60 s; not honoured: each of those calls backed off on its own")
+            if e.get("replicas"): L += _replica_lines(e); continue
             if not (e["outages"] or e["calls_waited"] or e["gave_up"]): continue
             L.append(f"endpoint {e['endpoint']}: unreachable for {e['unreachable_seconds']:g} s ({e['outages']} outage{'s' if e['outages'] != 1 else ''}); "
                      f"{e['calls_waited']} call{'s' if e['calls_waited'] != 1 else ''} waited for it" + ("; it answered nothing for too long: its calls failed" if e["gave_up"] else ""))
@@ -328,11 +329,11 @@ def _cache_stats(agents):
     return {"hits": h, "misses": m} if seen else {}
 
 def _endpoint_health(agents) -> list:
-    "The endpoints of the team that were unreachable or made calls wait (one entry per endpoint)."
+    "The endpoints of the team that were unreachable or made calls wait, and every model served by replicas (one entry per endpoint)."
     out = {}
     for a in agents:
         h = a.backend.health() if hasattr(a.backend, "health") else None
-        if h and (h["outages"] or h["calls_waited"] or h["gave_up"] or h.get("structured") or h.get("absurd_retry_after")): out.setdefault(h["endpoint"], h)
+        if h and (h.get("replicas") or h["outages"] or h["calls_waited"] or h["gave_up"] or h.get("structured") or h.get("absurd_retry_after")): out.setdefault(h["endpoint"], h)
     return list(out.values())
 
 def _order(ids, known):
@@ -352,6 +353,19 @@ def _screened(proto, item, agents, settings, seed, sr) -> Transcript:
     return Transcript(proto.name, item, [a.info() for a in agents], {**settings, "seed": seed}, [r], {}, 
                       {"answer": refusal, "blocked": True, "screen": sr.category, "screen_reason": sr.reason},
                       {"id": str(item.id), "status": "done", "started": now, "finished": now, "madlab": madlab.__version__})
+
+# %% ../nbs/08_run.ipynb #51ca7096
+def _replica_lines(e) -> list:
+    "The summary lines of a model served by replicas: per replica its calls, limit, outages, and the calls that went to the others or waited."
+    s = lambda n, w: f"{n} {w}{'s' if n != 1 else ''}"
+    L = [f"endpoint {e['endpoint']}: {len(e['replicas'])} replicas" + ("; every one answered nothing for too long: its calls failed" if e["gave_up"] else "")]
+    for r in e["replicas"]:
+        t = f"  replica {r['url']}: {s(r['calls'], 'call')} (limit {r['limit']}, at most {r['max_in_flight']} in flight, {r['queued']} queued for a slot)"
+        if r["outages"] or r["rerouted"]: t += f"; unreachable for {r['unreachable_seconds']:g} s ({s(r['outages'], 'outage')}), {s(r['rerouted'], 'call')} went to the others"
+        if r["calls_waited"]: t += f"; {s(r['calls_waited'], 'call')} waited for it (every replica down)"
+        L.append(t)
+    return L
+
 
 # %% ../nbs/08_run.ipynb #d060316b
 MAX_GAMES_AT_ONCE = 256   # debates at once when no backend of the team has a limit

@@ -33,9 +33,10 @@ def test_structured_off_sends_no_schema(fake_server, tmp_path):
     assert res.df.status.tolist() == ["done"] * 2 and _schemas(srv.log) == [None, None]
 
 def test_a_server_refusing_the_schema_costs_one_call_per_endpoint(fake_server, tmp_path):
+    # an `openai:` preset pointed at a server of one's own: nothing says it takes the schema, so its first call holds the others
     srv = fake_server(reply="The answer is 42.", route=lambda req: "refuse_schema" if "response_format" in req else None, latency=0.05)
     items = toy_arith_items(12)
-    team = [f"vllm:m,base_url={srv.url}"] * 3
+    team = [f"openai:m,base_url={srv.url}"] * 3
     res = run_experiment("du", items, team, tmp_path / "run", rounds=2, cache=False, concurrency=12)
     assert res.df.status.tolist() == ["done"] * 12
     assert sum(f is not None for f in _schemas(srv.log)) == 1           # one refusal, then every call of the run asks in prose
@@ -45,6 +46,18 @@ def test_a_server_refusing_the_schema_costs_one_call_per_endpoint(fake_server, t
     cfg = json.loads((tmp_path / "run" / "config.json").read_text())
     assert [e["structured"].startswith("refused: ") and "response_format" in e["structured"] for e in cfg["endpoints"]] == [True]
     assert res.summary().count("its replies were asked for in prose only") == 1
+
+@pytest.mark.parametrize("spec,holds", [("vllm", False), ("openai", True)])
+def test_the_first_call_holds_the_others_only_where_the_preset_does_not_say_the_server_takes_the_schema(fake_server, spec, holds):
+    srv = fake_server(reply=NUMBER, latency=0.5)
+    b = get_backend(f"{spec}:m,base_url={srv.url}")
+    sch = {"type": "object", "properties": {"answer": {"type": "integer"}}, "required": ["answer"]}
+    async def calls(): return await asyncio.gather(*(b.complete([{"role": "user", "content": f"q{i}"}], schema=sch) for i in range(4)))
+    run_sync(calls())
+    arrivals = [t for t, _, _ in srv.log]
+    assert len(arrivals) == 4 and all(f is not None for f in _schemas(srv.log))
+    # held: the other calls go out once the first is answered (0.5 s later); not held: all four go out at once
+    assert (arrivals[1] - arrivals[0] >= 0.5) == holds, arrivals
 
 def test_structured_on_refuses_a_backend_that_cannot(tmp_path):
     from madlab.core import OptionError
