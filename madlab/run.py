@@ -19,7 +19,7 @@ from .backends import *
 from .agents import *
 from .scoring import answer_format, score_result
 from .debate import *
-from .decisions import get_decision, check_decision, aredecide
+from .decisions import get_decision, check_decision, check_logprobs, aredecide
 from .cost import Prices, load_prices, item_cost, cost_lines, cost_table
 
 # %% auto #0
@@ -635,7 +635,9 @@ def resolve_run(protocol, task: str|None = None, data=None, items=None, team=Non
     for a in agents: a.params.update(params)
     with_cache(agents, cache)
     rule = get_decision(decision)
-    try: check_api_keys(agents, [rule.backend if rule.judge else None, options.get("supervisor")])   # before any call and any folder
+    try:
+        check_api_keys(agents, [rule.backend if rule.judge else None, options.get("supervisor")])   # before any call and any folder
+        check_logprobs(rule, agents)                                    # confidence:logprob: backends that give log-probabilities, asked for them
     except OptionError as e: raise _usage(e.option, e.message) from None
     if majority_error and item_filter is not None: raise OptionError("item_filter", "give item_filter or majority_error (a MajorityErrorFilter's agents), not both")
     f = item_filter if item_filter is not None else (MajorityErrorFilter(majority_error) if majority_error else None)
