@@ -330,19 +330,23 @@ async def aredecide(t: Transcript, rule, agent=None, round: int|None = None):
 
 # %% ../nbs/05a_decisions.ipynb #fa11ad02
 def trajectories(t: Transcript) -> dict[str, list]:
-    """Each voting agent's turns, one per voting round in order (its last turn of a round), ending with its final turn: what a trajectory rule reads."""
-    finals = final_turns(t)
+    """Each voting agent's turns, one per voting round in order (its last turn of a round), ending with its final turn: what a trajectory rule reads.
+    Turns in rounds that are not votes (a judge's decision, critiques) and the turns of helpers are left out."""
+    roles = {a.get("name"): a.get("role") for a in t.team}
+    aside = {id(tu) for r in t.rounds if r.phase in NOT_VOTING for tu in r.turns}
+    finals = [tu for tu in final_turns(t) if roles.get(tu.agent) not in HELPER_ROLES]
     paths = {tu.agent: [] for tu in finals}
     for r in t.rounds:
         if r.phase in NOT_VOTING: continue
         for name, tu in r.by_agent().items():
             if name in paths: paths[name].append(tu)
     for tu in finals:
+        if id(tu) in aside: continue                  # a final turn outside the votes: the agent's last voting turn stands
         seq = paths[tu.agent]
         at = next((i for i, x in enumerate(seq) if x is tu), None)
         if at is None: seq.append(tu)                 # a final answer a protocol keeps outside its rounds
         else: del seq[at + 1:]
-    return paths
+    return {a: p for a, p in paths.items() if p}
 
 def _turn_answer(tu): return tu.answer if tu.error is None and answer_valid(tu.answer) else None
 

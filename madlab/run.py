@@ -635,10 +635,9 @@ def resolve_run(protocol, task: str|None = None, data=None, items=None, team=Non
     for a in agents: a.params.update(params)
     with_cache(agents, cache)
     rule = get_decision(decision)
-    try:
-        check_api_keys(agents, [rule.backend if rule.judge else None, options.get("supervisor")])   # before any call and any folder
-        check_logprobs(rule, agents)                                    # confidence:logprob: backends that give log-probabilities, asked for them
+    try: check_api_keys(agents, [rule.backend if rule.judge else None, options.get("supervisor")])   # before any call and any folder
     except OptionError as e: raise _usage(e.option, e.message) from None
+    check_logprobs(rule, agents)                    # confidence:logprob: backends that give log-probabilities (a bad --decision), asked for them
     if majority_error and item_filter is not None: raise OptionError("item_filter", "give item_filter or majority_error (a MajorityErrorFilter's agents), not both")
     f = item_filter if item_filter is not None else (MajorityErrorFilter(majority_error) if majority_error else None)
     if f is not None:
