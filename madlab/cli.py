@@ -204,7 +204,7 @@ def _common_params(proto):
         O(["--structured"], type=click.Choice(["auto", "on", "off"]), default=None,
           help="Hold replies to their answer's JSON schema: auto where the backend can (hf: while decoding, openai: asks the server), on (refuse a backend that cannot), off (the format in the prompt only)  [default: auto, or the team file's]"),
         O(["--decision"], metavar="RULE", default=None, callback=_decision_cb,
-          help="How the team decides: protocol, plurality, majority, supermajority:Q, unanimity, confidence, borda, approval:K, judge:SPEC, or a protocol's own rule set (s4:default, s4:strict)  [default: protocol, the protocol's own rule]"),
+          help="How the team decides: protocol, plurality, majority, supermajority:Q, unanimity, confidence, borda, approval:K, judge:SPEC, freemad[:W1,W2,W3,W4] (Free-MAD's score over every round), confidence:logprob (votes weighed by the replies' token log-probabilities), or a protocol's own rule set (s4:default, s4:strict)  [default: protocol, the protocol's own rule]"),
         O(["--seed"], type=int, default=0, show_default=True, help="Seed of the debates"),
         O(["--max-tokens"], type=click.IntRange(1, 1_000_000), default=None, help="Max completion tokens per call, for every agent"),
         O(["--temperature"], type=click.FloatRange(0, 2), default=None, callback=_finite_cb, help="Sampling temperature in 0..2, for every agent"),

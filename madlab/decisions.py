@@ -1,4 +1,4 @@
-"""Decision rules: how a team's final answers become one decision (plurality, strict majority, supermajority, unanimity, approval, Borda, confidence-weighted, a judge, or the protocol's own rule), in one registry, for any protocol whose agents vote.
+"""Decision rules: how a team's final answers become one decision (plurality, strict majority, supermajority, unanimity, approval, Borda, confidence-weighted, a judge, Free-MAD's score over every round, votes weighed by token log-probabilities, or the protocol's own rule), in one registry, for any protocol whose agents vote.
 
 Docs: https://madlab.github.io/madlab/decisions.html.md"""
 
