@@ -283,7 +283,17 @@ def final_turns(t: Transcript) -> list:
 
 def ballots(t: Transcript) -> list[Ballot]:
     "One ballot per final turn of `t`."
-    return [ballot(tu.agent, tu.answer if tu.error is None else None, logprob=(tu.meta or {}).get("logprob")) for tu in final_turns(t)]
+    return [ballot(tu.agent, tu.answer if tu.error is None else None, logprob=_logprob(t, tu)) for tu in final_turns(t)]
+
+def _logprob(t: Transcript, tu):
+    "The mean token log-probability of the reply behind `tu`: its own, else (a vote the protocol derived without a call) that of the agent's latest turn with the same answer that has one."
+    if "logprob" in (tu.meta or {}): return tu.meta["logprob"]
+    k = answer_key(tu.answer) if tu.error is None else None
+    if k is None: return None
+    earlier = [x for r in t.rounds for x in r.turns if x.agent == tu.agent and x is not tu and "logprob" in (x.meta or {}) and x.error is None]
+    return next((x.meta["logprob"] for x in reversed(earlier) if _same_kind(x.answer, tu.answer) and answer_key(x.answer) == k), None)
+
+def _same_kind(a, b) -> bool: return isinstance(a, Answer) == isinstance(b, Answer)   # a position and a vote compare; a critique of a peer does not
 
 def _parts(a):
     if isinstance(a, Answer) and a.parts(): return a.parts()
@@ -331,15 +341,16 @@ async def aredecide(t: Transcript, rule, agent=None, round: int|None = None):
 # %% ../nbs/05a_decisions.ipynb #fa11ad02
 def trajectories(t: Transcript) -> dict[str, list]:
     """Each voting agent's turns, one per voting round in order (its last turn of a round), ending with its final turn: what a trajectory rule reads.
-    Turns in rounds that are not votes (a judge's decision, critiques) and the turns of helpers are left out."""
+    Turns in rounds that are not votes (a judge's decision, critiques), answers of another kind than the final one and the turns of helpers are left out."""
     roles = {a.get("name"): a.get("role") for a in t.team}
     aside = {id(tu) for r in t.rounds if r.phase in NOT_VOTING for tu in r.turns}
     finals = [tu for tu in final_turns(t) if roles.get(tu.agent) not in HELPER_ROLES]
     paths = {tu.agent: [] for tu in finals}
+    last = {tu.agent: tu for tu in finals}
     for r in t.rounds:
         if r.phase in NOT_VOTING: continue
-        for name, tu in r.by_agent().items():
-            if name in paths: paths[name].append(tu)
+        for name, tu in r.by_agent().items():       # an answer of another kind (a critique of a peer) is no step of the trajectory
+            if name in paths and (tu is last[name] or tu.error is not None or _same_kind(tu.answer, last[name].answer)): paths[name].append(tu)
     for tu in finals:
         if id(tu) in aside: continue                  # a final turn outside the votes: the agent's last voting turn stands
         seq = paths[tu.agent]
