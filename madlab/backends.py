@@ -1133,7 +1133,8 @@ AUTO_BATCH_CAP = {"cuda": 1024, "cpu": 64}   # the most rows `max_batch=None` pu
 @patch
 def _batch_limit(self: HFBackend, reqs) -> int:
     """Rows per `generate`: `max_batch` when given; else as many as half the device's free memory holds, each row needing its
-    key/value cache for its prompt and reply and a few copies of the vocabulary's logits (at least 1, at most `AUTO_BATCH_CAP`)."""
+    key/value cache for its prompt and reply and a few copies of the vocabulary's logits, and every step's logits when log-probabilities are asked
+    (at least 1, at most `AUTO_BATCH_CAP`)."""
     if self.max_batch: return self.max_batch
     cfg, dev = self.model.config, self.model.device
     cfg = getattr(cfg, "get_text_config", lambda: cfg)()
@@ -1142,6 +1143,7 @@ def _batch_limit(self: HFBackend, reqs) -> int:
     per_token = 2 * cfg.num_hidden_layers * (getattr(cfg, "num_key_value_heads", None) or heads) * head_dim * self.model.dtype.itemsize
     tokens = max(_estimate_tokens(" ".join(str(m.get("content") or "") for m in r.messages)) + r.max_new_tokens for r in reqs)
     per_row = tokens * per_token + 4 * cfg.vocab_size * 4
+    if any(r.logprobs for r in reqs): per_row += max(r.max_new_tokens for r in reqs) * cfg.vocab_size * 4   # the logits of every step, kept for the log-probabilities
     cap = AUTO_BATCH_CAP.get(dev.type, AUTO_BATCH_CAP["cpu"])
     self.batch_limit = max(1, min(cap, int(_free_memory(dev) / 2 // per_row)))
     return self.batch_limit

@@ -180,3 +180,14 @@ def test_synthetic_runs_simulate_logprobs_and_rescore_reads_them(tmp_path, monke
     assert r.exit_code == 0, r.output
     df = pd.read_parquet(tmp_path / "lp" / "results.decision-confidence-logprob.parquet").set_index("item_id")
     assert _answers(df, df.index) == _answers(res.df.set_index("item_id"), df.index)
+
+def test_hf_batches_fewer_rows_when_it_keeps_every_steps_logits(tiny_model_dir, monkeypatch):
+    import madlab.backends as mb
+    b = HFBackend(tiny_model_dir, max_new_tokens=64)
+    run_sync(b.complete(Q, greedy=True, max_new_tokens=1))
+    msgs = [{"role": "user", "content": "Question?"}]
+    plain = [mb._HFRequest(msgs, 64, False, 0, 1, []) for _ in range(4)]
+    asked = [mb._HFRequest(msgs, 64, False, 0, 1, [], logprobs=True) for _ in range(4)]
+    vocab = b.model.config.vocab_size
+    monkeypatch.setattr(mb, "_free_memory", lambda device: 2 * 40 * 64 * vocab * 4)    # room for 40 rows' kept logits, and little else
+    assert b._batch_limit(plain) == mb.AUTO_BATCH_CAP["cpu"] and 1 <= b._batch_limit(asked) < 40
