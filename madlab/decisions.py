@@ -19,7 +19,8 @@ __all__ = ['JUDGE_PROMPT', 'DECISIONS', 'PROTOCOL_FEATURES', 'BALLOTS', 'HELPER_
            'Decision', 'ballot', 'DecisionRule', 'Plurality', 'Majority', 'Supermajority', 'Unanimity',
            'ConfidenceWeighted', 'Borda', 'Approval', 'Judge', 'judge_decision', 'ProtocolRule', 'register_decision',
            'get_decision', 'protocol_features', 'answer_features', 'check_decision', 'ballots_from', 'final_turns',
-           'ballots', 'decide', 'redecide', 'aredecide', 'trajectories', 'FreeMAD', 'LogprobWeighted', 'check_logprobs']
+           'ballots', 'decide', 'redecide', 'aredecide', 'trajectories', 'FreeMAD', 'LogprobWeighted', 'check_logprobs',
+           'check_logprobs_recorded']
 
 # %% ../nbs/05a_decisions.ipynb #d8f1c993
 @dataclass
@@ -433,3 +434,11 @@ def check_logprobs(rule, agents) -> None:
     for a in voters: a.params["logprobs"] = True
 
 register_decision("confidence:logprob", _no_arg(LogprobWeighted), "the largest sum of exp(mean token log-probability) of the replies (hf:, openai:, vllm:, synthetic: backends)")
+
+def check_logprobs_recorded(rule, transcripts) -> None:
+    "Before re-deciding finished debates: an `OptionError` when `rule` weighs by log-probabilities and none of their final answers recorded one (a run made without them)."
+    rule = get_decision(rule)
+    if "logprobs" not in rule.needs_backend: return
+    if not any(b.logprob is not None for t in transcripts for b in ballots(t)):
+        raise OptionError("decision", f"rule {rule.spec!r} weighs answers by their token log-probabilities, which these debates did not record: "
+                                      "run them again with --decision confidence:logprob (hf:, openai:, vllm: or synthetic: backends)")

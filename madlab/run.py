@@ -19,7 +19,7 @@ from .backends import *
 from .agents import *
 from .scoring import answer_format, score_result
 from .debate import *
-from .decisions import get_decision, check_decision, check_logprobs, aredecide
+from .decisions import get_decision, check_decision, check_logprobs, check_logprobs_recorded, aredecide
 from .cost import Prices, load_prices, item_cost, cost_lines, cost_table
 
 # %% auto #0
@@ -878,6 +878,7 @@ async def aredecide_run(out, decision, cache=True, lock_timeout: float = 0) -> R
     found, problems = folder.transcripts()
     ts = list(found.values())
     for t in ts[:1]: check_decision(rule, t.item, t.protocol, {k: v for k, v in t.settings.items() if k not in ("seed", "decision")})
+    check_logprobs_recorded(rule, ts)               # confidence:logprob on a run that recorded none: said, not a column of "no decision"
     judge = _judge(rule, ts, cache)
     async def one(t):
         res, turn = await aredecide(t, rule, judge)

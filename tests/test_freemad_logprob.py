@@ -191,3 +191,10 @@ def test_hf_batches_fewer_rows_when_it_keeps_every_steps_logits(tiny_model_dir, 
     vocab = b.model.config.vocab_size
     monkeypatch.setattr(mb, "_free_memory", lambda device: 2 * 40 * 64 * vocab * 4)    # room for 40 rows' kept logits, and little else
     assert b._batch_limit(plain) == mb.AUTO_BATCH_CAP["cpu"] and 1 <= b._batch_limit(asked) < 40
+
+def test_rescore_by_logprob_of_a_run_that_recorded_none_is_refused(tmp_path, monkeypatch):
+    run_experiment("du", toy_arith_items(3), TEAM, tmp_path / "du", rounds=1, cache=False)
+    _no_calls(monkeypatch)
+    r = invoke("rescore", tmp_path / "du", "--decision", "confidence:logprob")
+    assert r.exit_code == 2 and "did not record" in r.output and "Traceback" not in r.output, r.output
+    assert not (tmp_path / "du" / "results.decision-confidence-logprob.parquet").exists()
