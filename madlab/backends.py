@@ -864,6 +864,7 @@ class _SchemaMask:
             if m is not None and m.is_error(): raise ValueError(f"schema not supported: {m.get_error()[:200]}")
         self.broken = [False] * len(schemas)
         self.mask = llguidance.torch.allocate_token_bitmask(len(schemas), tokenizer.vocab_size)
+        self.keep_logits = False       # True: mask a copy of the scores, so the step's raw logits stay as the model gave them
 
     @classmethod
     def for_requests(cls, backend, reqs, n_in: int, eos=()):
@@ -886,6 +887,7 @@ class _SchemaMask:
             else: rows.append((m, i))
         if len(rows) > 1: self.torch.fill_next_token_bitmask_par(_llg_executor(), rows, self.mask)   # every held row's mask at once, on all cores
         elif rows: self.torch.fill_next_token_bitmask(*rows[0][:1], self.mask, rows[0][1])           # one row: no threads to wake
+        if self.keep_logits: scores = scores.clone()           # generate keeps this very tensor as the step's raw logits (log-probabilities read them)
         self.torch.apply_token_bitmask_inplace(scores, self.mask.to(scores.device))
         return scores
 
@@ -1070,7 +1072,9 @@ def _generate(self: HFBackend, reqs: list[_HFRequest]):
     n_in = ids.shape[1]
     held = _SchemaMask.for_requests(self, reqs, n_in, [*gen["eos_token_id"], *(e for r in reqs for e in r.eos)])
     if held is not None: gen["logits_processor"] = [held]
-    if any(r.logprobs for r in reqs): gen["output_logits"] = True      # the model's own logits at each step, before any processor
+    if any(r.logprobs for r in reqs):
+        gen["output_logits"] = True                                    # the model's own logits at each step, before any processor
+        if held is not None: held.keep_logits = True                   # which the schema's mask must leave as they are
     with torch.inference_mode(): out = model.generate(**enc, **gen)
     self.generate_calls += 1; self.batch_sizes.append(len(reqs))
     computed = [len(r) - c + s for r, c, s in zip(rows, cs, shared)]

@@ -198,3 +198,13 @@ def test_rescore_by_logprob_of_a_run_that_recorded_none_is_refused(tmp_path, mon
     r = invoke("rescore", tmp_path / "du", "--decision", "confidence:logprob")
     assert r.exit_code == 2 and "did not record" in r.output and "Traceback" not in r.output, r.output
     assert not (tmp_path / "du" / "results.decision-confidence-logprob.parquet").exists()
+
+def test_a_debate_of_hf_agents_weighs_by_their_logprobs(tiny_model_dir):
+    b = HFBackend(tiny_model_dir, max_new_tokens=6)
+    team = [Agent(f"A{i}", b.spec, backend=b, params={"greedy": True}) for i in range(2)]
+    d = Debate("du", Item("q", "arith", "What is 1 + 2 * 3?", gold=7), team, rounds=1, decision="confidence:logprob")
+    t = d.run()
+    lps = [tu.meta.get("logprob") for r in t.rounds for tu in r.turns]
+    assert len(lps) == 4 and all(isinstance(x, float) and x < 0 for x in lps)   # under the raw logits: a token the schema forced is no certainty
+    assert {tu.meta.get("structured") for r in t.rounds for tu in r.turns} <= {"enforced", "broken"}   # the replies were held to a schema
+    assert t.result["decision_rule"] == "confidence:logprob"
