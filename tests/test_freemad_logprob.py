@@ -208,3 +208,12 @@ def test_a_debate_of_hf_agents_weighs_by_their_logprobs(tiny_model_dir):
     assert len(lps) == 4 and all(isinstance(x, float) and x < 0 for x in lps)   # under the raw logits: a token the schema forced is no certainty
     assert {tu.meta.get("structured") for r in t.rounds for tu in r.turns} <= {"enforced", "broken"}   # the replies were held to a schema
     assert t.result["decision_rule"] == "confidence:logprob"
+
+@pytest.mark.parametrize("rule", ["freemad", "confidence:logprob"])
+def test_replay_and_fork_keep_the_rule(rule):
+    t = Debate("du", toy_arith_items(3)[2], TEAM, rounds=2, decision=rule).run()
+    d = Debate.from_transcript(t)                                  # replayed without a call: the recorded log-probabilities come back
+    assert d.done and (d.result["answer"], d.result["decision_tally"]) == (t.result["answer"], t.result["decision_tally"])
+    t2 = Debate.from_transcript(t, live=True).fork(2).run()
+    assert t2.result["decision_rule"] == rule
+    if rule == "confidence:logprob": assert all(isinstance(tu.meta.get("logprob"), float) for tu in t2.rounds[-1].turns)
