@@ -140,6 +140,7 @@ async def ask(self: Agent, prompt: str|None, *, kind="text", parse: Callable|Non
     if c.meta.get("structured"): turn.meta["structured"] = c.meta["structured"]     # how the reply was held to its schema
     if c.meta.get("prefill_tokens") is not None and not c.cached: turn.meta["prefill_tokens"] = c.meta["prefill_tokens"]   # the prompt tokens computed (the rest reused)
     if c.meta.get("compute_seconds") is not None and not c.cached: turn.meta["compute_seconds"] = c.meta["compute_seconds"]   # an in-process model's share of its batch's generate time
+    if "logprob" in c.meta: turn.meta["logprob"] = c.meta["logprob"]      # the mean log-probability of the reply's tokens (asked with logprobs=True)
     self.history.add("assistant", c.text, sender=self.name, receivers=receivers, phase=phase, round=round, focus=focus)
     if parse is not None:
         try: turn.answer = parse(c.text)

@@ -266,11 +266,11 @@ def unreachable(self: CircuitBreaker, what: str, seen: int, started: float, prob
 
 # %% ../nbs/01_backends.ipynb #5390250c
 PRESETS = {
-    "openai": dict(base_url=None, key_env="OPENAI_API_KEY", schema="hosted"),
+    "openai": dict(base_url=None, key_env="OPENAI_API_KEY", schema="hosted", logprobs=True),
     "gemini": dict(base_url="https://generativelanguage.googleapis.com/v1beta/openai/", key_env="GEMINI_API_KEY", schema="hosted"),
     "qwen":   dict(base_url="https://dashscope-intl.aliyuncs.com/compatible-mode/v1", key_env="DASHSCOPE_API_KEY", schema="hosted"),
     "ollama": dict(base_url="http://localhost:11434/v1", key_env=None, schema=None),
-    "vllm":   dict(base_url="http://localhost:8000/v1", key_env=None, schema="server"),
+    "vllm":   dict(base_url="http://localhost:8000/v1", key_env=None, schema="server", logprobs=True),
 }
 
 def _takes_schema(preset: str, base_url) -> bool:
@@ -503,6 +503,7 @@ class OpenAIBackend(Backend):
         self._missing = (f"{preset}:{model}: no API key and no server: set {p['key_env']} (or pass api_key=...), or point base_url (or OPENAI_BASE_URL) "
                          "at an OpenAI-compatible server (vLLM, Ollama, `transformers serve`)") if self._api_key == "not-needed" and p["key_env"] and self.base_url == p["base_url"] else None
         self.spec, self.breaker_cooldown = f"{preset}:{model}", breaker_cooldown
+        self.logprobs = bool(p.get("logprobs"))      # the presets whose servers give token log-probabilities (OpenAI's, vLLM's)
         self._client, self._wire, self._ep, self.calls, self.attempts = None, None, None, 0, 0
         self.max_concurrency = None
         self.configure(max_concurrency=max_concurrency if max_concurrency is not None else _env_max_concurrency(),
@@ -611,6 +612,15 @@ def _usage(u: dict) -> Usage:
     num = lambda v: v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else 0
     return Usage(num(u.get("prompt_tokens")), num(u.get("completion_tokens")), 1, min(num(cached), num(u.get("prompt_tokens"))))
 
+# %% ../nbs/01_backends.ipynb #f1a2b3c4
+def _mean_logprob(spec: str, choice: dict) -> float|None:
+    "The mean log-probability of a chat reply's tokens (`choices[0].logprobs.content`; None for an empty reply); a `BackendError` when the server gave none though asked."
+    lp = choice.get("logprobs")
+    toks = lp.get("content") if isinstance(lp, dict) else None
+    if not isinstance(toks, list): raise BackendError(f"{spec}: the server gave no token log-probabilities though asked (logprobs=True); it cannot serve confidence:logprob")
+    vals = [t["logprob"] for t in toks if isinstance(t, dict) and isinstance(t.get("logprob"), (int, float)) and not isinstance(t.get("logprob"), bool)]
+    return round(sum(vals) / len(vals), 6) if vals else None
+
 # %% ../nbs/01_backends.ipynb #b6ef2abf
 @patch
 async def complete(self: OpenAIBackend, messages, ctx=None, **params) -> Completion:
@@ -661,6 +671,7 @@ async def complete(self: OpenAIBackend, messages, ctx=None, **params) -> Complet
     u = r.get("usage")
     usage = _usage(u) if isinstance(u, dict) else Usage(_prompt_tokens(messages), _estimate_tokens(text), 1)
     meta = {"finish_reason": ch.get("finish_reason"), **({} if isinstance(u, dict) else {"usage_estimated": True}), **({"structured": held} if held else {})}
+    if params.get("logprobs"): meta["logprob"] = _mean_logprob(self.spec, ch)
     return Completion(text, usage, time.perf_counter() - t0, model=self.spec, meta=meta)
 
 # %% ../nbs/01_backends.ipynb #5828900e
@@ -894,6 +905,7 @@ class _HFRequest:
     future: Any = None
     eos: list = field(default_factory=list)   # extra end-of-sequence token ids for this request
     schema: dict|None = None                  # the JSON schema the reply is held to while it decodes (None: free text)
+    logprobs: bool = False                    # True: the reply's mean token log-probability is computed
 
 # %% ../nbs/01_backends.ipynb #8b3de730
 END_OF_TURN_TOKENS = ("<|eot_id|>", "<|im_end|>", "<end_of_turn>", "<|end|>")
@@ -942,7 +954,7 @@ class HFBackend(Backend):
         self.path, self.device_map, self.dtype, self.max_batch, self.batch_window = path, device_map, dtype, max_batch, batch_window
         self.kv_cache_mb, self.threads = kv_cache_mb, threads or _usable_cores()
         self.defaults = {"max_new_tokens": max_new_tokens, **defaults}
-        self.spec = f"hf:{path}"
+        self.spec, self.logprobs = f"hf:{path}", True
         self.model = self.tokenizer = None
         self.generate_calls = self.requests = self.prompt_tokens = self.prefill_tokens = 0
         self._prefix, self.prefix_off = None, None
@@ -1001,6 +1013,7 @@ class _SchemaMask:
             if m is not None and m.is_error(): raise ValueError(f"schema not supported: {m.get_error()[:200]}")
         self.broken = [False] * len(schemas)
         self.mask = llguidance.torch.allocate_token_bitmask(len(schemas), tokenizer.vocab_size)
+        self.keep_logits = False       # True: mask a copy of the scores, so the step's raw logits stay as the model gave them
 
     @classmethod
     def for_requests(cls, backend, reqs, n_in: int, eos=()):
@@ -1023,6 +1036,7 @@ class _SchemaMask:
             else: rows.append((m, i))
         if len(rows) > 1: self.torch.fill_next_token_bitmask_par(_llg_executor(), rows, self.mask)   # every held row's mask at once, on all cores
         elif rows: self.torch.fill_next_token_bitmask(*rows[0][:1], self.mask, rows[0][1])           # one row: no threads to wake
+        if self.keep_logits: scores = scores.clone()           # generate keeps this very tensor as the step's raw logits (log-probabilities read them)
         self.torch.apply_token_bitmask_inplace(scores, self.mask.to(scores.device))
         return scores
 
@@ -1179,6 +1193,16 @@ def _share_prefixes(self: HFBackend, rows) -> list[int]:
     return done
 
 
+# %% ../nbs/01_backends.ipynb #f1a2b3d1
+def _reply_logprob(out, row: int, n_in: int, n: int) -> float|None:
+    """The mean log-probability, under the model's own logits (`out.logits`, before any sampling warper or schema mask), of the first `n`
+    tokens row `row` generated: the reply without its end token (None for an empty reply)."""
+    import torch
+    if n <= 0 or not getattr(out, "logits", None): return None
+    seq = out.sequences[row, n_in:n_in + n]
+    lps = [torch.log_softmax(out.logits[j][row].float(), -1)[seq[j]].item() for j in range(min(n, len(out.logits)))]
+    return round(sum(lps) / len(lps), 6)
+
 # %% ../nbs/01_backends.ipynb #5eac2212
 @patch
 def _generate(self: HFBackend, reqs: list[_HFRequest]):
@@ -1197,6 +1221,9 @@ def _generate(self: HFBackend, reqs: list[_HFRequest]):
     n_in = ids.shape[1]
     held = _SchemaMask.for_requests(self, reqs, n_in, [*gen["eos_token_id"], *(e for r in reqs for e in r.eos)])
     if held is not None: gen["logits_processor"] = [held]
+    if any(r.logprobs for r in reqs):
+        gen["output_logits"] = True                                    # the model's own logits at each step, before any processor
+        if held is not None: held.keep_logits = True                   # which the schema's mask must leave as they are
     with torch.inference_mode(): out = model.generate(**enc, **gen)
     self.generate_calls += 1; self.batch_sizes.append(len(reqs))
     computed = [len(r) - c + s for r, c, s in zip(rows, cs, shared)]
@@ -1209,7 +1236,9 @@ def _generate(self: HFBackend, reqs: list[_HFRequest]):
         text = tok.decode(ids_i if cut is None else ids_i[:cut], skip_special_tokens=True)
         for s in r.stop:
             if s and s in text: text = text[: text.index(s)]
-        res.append((text, len(rows[i]), len(ids_i) if cut is None else cut, held.outcome(i) if held is not None else None, computed[i]))
+        n_reply = len(ids_i) if cut is None else cut
+        lp = _reply_logprob(out, i, n_in, n_reply) if r.logprobs else None
+        res.append((text, len(rows[i]), n_reply, held.outcome(i) if held is not None else None, computed[i], lp))
     self._keep(out, ids, mask, replies)
     share = (time.perf_counter() - t0) / len(reqs)      # the batch's compute time, shared among its rows
     return [(*r, share) for r in res]
@@ -1257,7 +1286,8 @@ AUTO_BATCH_CAP = {"cuda": 1024, "cpu": 64}   # the most rows `max_batch=None` pu
 @patch
 def _batch_limit(self: HFBackend, reqs) -> int:
     """Rows per `generate`: `max_batch` when given; else as many as half the device's free memory holds, each row needing its
-    key/value cache for its prompt and reply and a few copies of the vocabulary's logits (at least 1, at most `AUTO_BATCH_CAP`)."""
+    key/value cache for its prompt and reply and a few copies of the vocabulary's logits, and every step's logits when log-probabilities are asked
+    (at least 1, at most `AUTO_BATCH_CAP`)."""
     if self.max_batch: return self.max_batch
     cfg, dev = self.model.config, self.model.device
     cfg = getattr(cfg, "get_text_config", lambda: cfg)()
@@ -1266,6 +1296,7 @@ def _batch_limit(self: HFBackend, reqs) -> int:
     per_token = 2 * cfg.num_hidden_layers * (getattr(cfg, "num_key_value_heads", None) or heads) * head_dim * self.model.dtype.itemsize
     tokens = max(_estimate_tokens(" ".join(str(m.get("content") or "") for m in r.messages)) + r.max_new_tokens for r in reqs)
     per_row = tokens * per_token + 4 * cfg.vocab_size * 4
+    if any(r.logprobs for r in reqs): per_row += max(r.max_new_tokens for r in reqs) * cfg.vocab_size * 4   # the logits of every step, kept for the log-probabilities
     cap = AUTO_BATCH_CAP.get(dev.type, AUTO_BATCH_CAP["cpu"])
     self.batch_limit = max(1, min(cap, int(_free_memory(dev) / 2 // per_row)))
     return self.batch_limit
@@ -1290,14 +1321,15 @@ async def complete(self: HFBackend, messages, ctx=None, **params) -> Completion:
     n_new = params.get("max_new_tokens") or params.get("max_tokens") or self.defaults.get("max_new_tokens") or self.defaults.get("max_tokens") or 512
     req = _HFRequest(messages, int(n_new), not greedy,
                      float(p.get("temperature", 1.0)), float(p.get("top_p", 1.0)), list(stop), asyncio.get_running_loop().create_future(), [int(x) for x in eos],
-                     p.get("schema") if self.structured else None)
+                     p.get("schema") if self.structured else None, bool(p.get("logprobs")))
     self.requests += 1
     t0 = time.perf_counter()
     self._queue.append(req)
     if self._worker is None: self._worker = asyncio.ensure_future(self._run_worker())
-    text, n_prompt, n_new, held, computed, seconds = await req.future
+    text, n_prompt, n_new, held, computed, lp, seconds = await req.future
     return Completion(text, Usage(n_prompt, n_new, 1), time.perf_counter() - t0, model=self.spec,
-                      meta={"prefill_tokens": computed, "compute_seconds": round(seconds, 6), **({"structured": held} if held else {})})
+                      meta={"prefill_tokens": computed, "compute_seconds": round(seconds, 6), **({"structured": held} if held else {}),
+                            **({"logprob": lp} if req.logprobs else {})})
 
 # %% ../nbs/01_backends.ipynb #b06acb5d
 import functools, logging
@@ -1383,6 +1415,8 @@ class CachedBackend(Backend):
     def count_tokens(self, text: str) -> int: return self.inner.count_tokens(text)
     @property
     def structured(self): return self.inner.structured
+    @property
+    def logprobs(self): return getattr(self.inner, "logprobs", False)
     def __repr__(self): return f"CachedBackend({self.inner!r}, hits={self.hits}, misses={self.misses}, evicted={self.evicted})"
 
 # %% ../nbs/01_backends.ipynb #5ce8413d
@@ -1397,6 +1431,7 @@ class ReplayBackend(Backend):
         self.replayed = 0
         held = any((t.meta or {}).get("structured") for q in self._script.values() for t in q)
         self.structured = "replayed" if held else getattr(fallback, "structured", None)   # asked as recorded, so the prompts match
+        self.logprobs = any("logprob" in (t.meta or {}) for q in self._script.values() for t in q) or getattr(fallback, "logprobs", False)
 
     async def complete(self, messages, ctx=None, **params) -> Completion:
         q = self._script.get(stable_hash(self.agent or (ctx.agent if ctx else None), messages))
@@ -1404,7 +1439,8 @@ class ReplayBackend(Backend):
             t = q.popleft(); self.replayed += 1
             if t.error is not None: raise BackendError(t.error)
             held = (t.meta or {}).get("structured")
-            return Completion(t.reply or "", t.usage, 0.0, cached=True, meta={"replayed": True, **({"structured": held} if held else {})})
+            lp = {"logprob": t.meta["logprob"]} if "logprob" in (t.meta or {}) else {}
+            return Completion(t.reply or "", t.usage, 0.0, cached=True, meta={"replayed": True, **({"structured": held} if held else {}), **lp})
         if self.fallback is None: raise ReplayMiss(f"no recorded reply for {ctx.agent if ctx else '?'} at this point: the debate left the transcript")
         return await self.fallback.complete(messages, ctx, **params)
 

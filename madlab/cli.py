@@ -204,7 +204,7 @@ def _common_params(proto):
         O(["--structured"], type=click.Choice(["auto", "on", "off"]), default=None,
           help="Hold replies to their answer's JSON schema: auto where the backend can (hf: while decoding, openai: asks the server), on (refuse a backend that cannot), off (the format in the prompt only)  [default: auto, or the team file's]"),
         O(["--decision"], metavar="RULE", default=None, callback=_decision_cb,
-          help="How the team decides: protocol, plurality, majority, supermajority:Q, unanimity, confidence, borda, approval:K, judge:SPEC, or a protocol's own rule set (s4:default, s4:strict)  [default: protocol, the protocol's own rule]"),
+          help="How the team decides: protocol, plurality, majority, supermajority:Q, unanimity, confidence, borda, approval:K, judge:SPEC, freemad[:W1,W2,W3,W4] (Free-MAD's score over every round), confidence:logprob (votes weighed by the replies' token log-probabilities), or a protocol's own rule set (s4:default, s4:strict)  [default: protocol, the protocol's own rule]"),
         O(["--topology"], metavar="full|ring|star|random:K|FILE", default=None,
           help="Who sees whose answers, in round-based debates that route them (du): full, ring, star (the first agent is the hub), random:K (K peers each, drawn from --seed), or FILE: an adjacency list (JSON/YAML mapping agent -> agents it sees) or 0/1 matrix (JSON/YAML/CSV)  [default: full]"),
         O(["--stop-on"], metavar="consensus[:Q]", default=None,

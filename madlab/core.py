@@ -189,7 +189,7 @@ class Completion:
     latency: float = 0.0
     cached: bool = False
     model: str|None = None
-    meta: dict = field(default_factory=dict)
+    meta: dict = field(default_factory=dict)    # what the backend adds: "logprob" (the mean log-probability of the reply's tokens, when asked and given), ...
 
 # %% ../nbs/00_core.ipynb #be5c193f
 class Answer:
@@ -782,6 +782,7 @@ class Backend:
     spec: str = "?"
     synthetic: bool = False
     structured: str|None = None   # how a `schema=` param holds the reply: 'enforced' while decoding, 'requested' of a server, None: ignored
+    logprobs: bool = False        # True: asked with `logprobs=True`, its completions carry meta["logprob"], the mean log-probability of the reply's tokens
     async def complete(self, messages: list[dict], ctx: Ask|None = None, **params) -> Completion: raise NotImplementedError
     def cache_key_extra(self, ctx: Ask|None): "Extra data that decides the reply besides messages and params."; return None
     @property

@@ -15,7 +15,7 @@ import madlab
 from .core import *
 from .backends import *
 from .agents import *
-from .decisions import check_decision, aredecide
+from .decisions import check_decision, check_logprobs, aredecide
 from .scoring import answer_format, agreement
 from . import tasks as _tasks   # registers every built-in task (madlab.tasks, and through it madlab.kks, madlab.market, madlab.pairwise) for every debate
 
@@ -265,6 +265,7 @@ class Debate:
         self.budget = budget
         self.agents = make_team(list(team) if team is not None else list(DEFAULT_TEAM), budget)
         with_cache(self.agents, cache)
+        check_logprobs(self.decision, self.agents)            # a rule that weighs by log-probabilities: every voter's backend gives them, before any call
         self.rounds: list[Round] = []
         self.result: dict = {}
         self.listeners: list[Callable] = []

@@ -1,4 +1,4 @@
-"""Decision rules: how a team's final answers become one decision (plurality, strict majority, supermajority, unanimity, approval, Borda, confidence-weighted, a judge, or the protocol's own rule), in one registry, for any protocol whose agents vote.
+"""Decision rules: how a team's final answers become one decision (plurality, strict majority, supermajority, unanimity, approval, Borda, confidence-weighted, a judge, Free-MAD's score over every round, votes weighed by token log-probabilities, or the protocol's own rule), in one registry, for any protocol whose agents vote.
 
 Docs: https://madlab.github.io/madlab/decisions.html.md"""
 
@@ -6,7 +6,7 @@ Docs: https://madlab.github.io/madlab/decisions.html.md"""
 
 # %% ../nbs/05a_decisions.ipynb #b938bf96
 from __future__ import annotations
-import collections, re
+import collections, math, re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 from .core import *
@@ -15,11 +15,12 @@ from .formats import AnswerFormat, register_format, answer_format
 from .synthetic import synthetic_rng, believes_gold
 
 # %% auto #0
-__all__ = ['JUDGE_PROMPT', 'DECISIONS', 'PROTOCOL_FEATURES', 'BALLOTS', 'HELPER_ROLES', 'NOT_VOTING', 'Ballot', 'Decision',
-           'ballot', 'DecisionRule', 'Plurality', 'Majority', 'Supermajority', 'Unanimity', 'ConfidenceWeighted',
-           'Borda', 'Approval', 'Judge', 'judge_decision', 'ProtocolRule', 'register_decision', 'get_decision',
-           'protocol_features', 'answer_features', 'check_decision', 'ballots_from', 'final_turns', 'ballots', 'decide',
-           'redecide', 'aredecide']
+__all__ = ['JUDGE_PROMPT', 'DECISIONS', 'PROTOCOL_FEATURES', 'BALLOTS', 'HELPER_ROLES', 'NOT_VOTING', 'FREEMAD_WEIGHTS', 'Ballot',
+           'Decision', 'ballot', 'DecisionRule', 'Plurality', 'Majority', 'Supermajority', 'Unanimity',
+           'ConfidenceWeighted', 'Borda', 'Approval', 'Judge', 'judge_decision', 'ProtocolRule', 'register_decision',
+           'get_decision', 'protocol_features', 'answer_features', 'check_decision', 'ballots_from', 'final_turns',
+           'ballots', 'decide', 'redecide', 'aredecide', 'trajectories', 'FreeMAD', 'LogprobWeighted', 'check_logprobs',
+           'check_logprobs_recorded']
 
 # %% ../nbs/05a_decisions.ipynb #d8f1c993
 @dataclass
@@ -29,6 +30,7 @@ class Ballot:
     answer: Any = None
     confidence: float|None = None
     ranking: list|None = None
+    logprob: float|None = None      # the mean token log-probability of the reply, where the backend gave it
     @property
     def key(self): return answer_key(self.answer)
 
@@ -41,12 +43,12 @@ class Decision:
     @property
     def decided(self) -> bool: return self.answer is not None
 
-def ballot(agent, answer, confidence=None, ranking=None) -> Ballot:
+def ballot(agent, answer, confidence=None, ranking=None, logprob=None) -> Ballot:
     "A ballot for `answer`; the confidence and ranking are read from the answer when not given."
     conf = confidence if confidence is not None else getattr(answer, "confidence", None)
     rank = ranking if ranking is not None else getattr(answer, "ranking", None)
     return Ballot(agent, answer if answer_valid(answer) else None, float(conf) if isinstance(conf, (int, float)) and not isinstance(conf, bool) else None,
-                  list(rank) if rank else None)
+                  list(rank) if rank else None, float(logprob) if isinstance(logprob, (int, float)) and not isinstance(logprob, bool) else None)
 
 # %% ../nbs/05a_decisions.ipynb #a0477cf0
 class DecisionRule:
@@ -55,6 +57,8 @@ class DecisionRule:
     needs: frozenset = frozenset()
     judge: bool = False                         # True: the rule asks an agent (see `Judge`)
     protocol: bool = False                      # True: the protocol's own decision is kept
+    trajectory: bool = False                    # True: the rule reads every round (`decide_transcript`), not only the final ballots
+    needs_backend: frozenset = frozenset()      # what the voters' backends must give (`logprobs`), checked before any call
     @property
     def spec(self) -> str: return self.name
     def decide(self, ballots: list[Ballot]) -> Decision: raise NotImplementedError
@@ -280,7 +284,17 @@ def final_turns(t: Transcript) -> list:
 
 def ballots(t: Transcript) -> list[Ballot]:
     "One ballot per final turn of `t`."
-    return [ballot(tu.agent, tu.answer if tu.error is None else None) for tu in final_turns(t)]
+    return [ballot(tu.agent, tu.answer if tu.error is None else None, logprob=_logprob(t, tu)) for tu in final_turns(t)]
+
+def _logprob(t: Transcript, tu):
+    "The mean token log-probability of the reply behind `tu`: its own, else (a vote the protocol derived without a call) that of the agent's latest turn with the same answer that has one."
+    if "logprob" in (tu.meta or {}): return tu.meta["logprob"]
+    k = answer_key(tu.answer) if tu.error is None else None
+    if k is None: return None
+    earlier = [x for r in t.rounds for x in r.turns if x.agent == tu.agent and x is not tu and "logprob" in (x.meta or {}) and x.error is None]
+    return next((x.meta["logprob"] for x in reversed(earlier) if _same_kind(x.answer, tu.answer) and answer_key(x.answer) == k), None)
+
+def _same_kind(a, b) -> bool: return isinstance(a, Answer) == isinstance(b, Answer)   # a position and a vote compare; a critique of a peer does not
 
 def _parts(a):
     if isinstance(a, Answer) and a.parts(): return a.parts()
@@ -293,7 +307,11 @@ def decide(rule, bs: list[Ballot]) -> Decision:
     parted = [_parts(b.answer) for b in bs]
     if not any(p is not None for p in parted): return rule.decide(bs)
     keys = list(dict.fromkeys(k for p in parted if p for k in p))
-    ds = {k: rule.decide([Ballot(b.agent, (p or {}).get(k), b.confidence) for b, p in zip(bs, parted)]) for k in keys}
+    ds = {k: rule.decide([Ballot(b.agent, (p or {}).get(k), b.confidence, logprob=b.logprob) for b, p in zip(bs, parted)]) for k in keys}
+    return _combine(ds)
+
+def _combine(ds: dict) -> Decision:
+    "One decision from the decisions per part: the parts decided, and the reason of the first part left open."
     open_ = [k for k, d in ds.items() if not d.decided]
     reason = "decided" if not open_ else f"{ds[open_[0]].reason} on {', '.join(map(str, open_))}"
     return Decision({k: d.answer for k, d in ds.items()} if len(open_) < len(ds) else None, reason, {str(k): d.tally for k, d in ds.items()})
@@ -311,7 +329,8 @@ def redecide(t: Transcript, rule) -> dict:
     rule = get_decision(rule)
     if rule.protocol: return {**(t.result or {}), "decision_rule": (t.result or {}).get("decision_rule", "protocol")}
     if rule.judge and len(rule.candidates(ballots(t))) > 1: raise ValueError("a judge rule needs an agent: use `aredecide`")
-    return _with(t.result, rule, decide(rule, ballots(t)) if _voted(t) else None)
+    if not _voted(t): return _with(t.result, rule, None)
+    return _with(t.result, rule, rule.decide_transcript(t) if rule.trajectory else decide(rule, ballots(t)))
 
 async def aredecide(t: Transcript, rule, agent=None, round: int|None = None):
     "The result of `t` decided by `rule`, and the judge's turn (None for counting rules, or when no call was needed)."
@@ -319,3 +338,107 @@ async def aredecide(t: Transcript, rule, agent=None, round: int|None = None):
     if not rule.judge or not _voted(t): return redecide(t, rule), None
     d, turn = await judge_decision(rule, ballots(t), t.item, agent, round)
     return _with(t.result, rule, d), turn
+
+# %% ../nbs/05a_decisions.ipynb #fa11ad02
+def trajectories(t: Transcript) -> dict[str, list]:
+    """Each voting agent's turns, one per voting round in order (its last turn of a round), ending with its final turn: what a trajectory rule reads.
+    Turns in rounds that are not votes (a judge's decision, critiques), answers of another kind than the final one and the turns of helpers are left out."""
+    roles = {a.get("name"): a.get("role") for a in t.team}
+    aside = {id(tu) for r in t.rounds if r.phase in NOT_VOTING for tu in r.turns}
+    finals = [tu for tu in final_turns(t) if roles.get(tu.agent) not in HELPER_ROLES]
+    paths = {tu.agent: [] for tu in finals}
+    last = {tu.agent: tu for tu in finals}
+    for r in t.rounds:
+        if r.phase in NOT_VOTING: continue
+        for name, tu in r.by_agent().items():       # an answer of another kind (a critique of a peer) is no step of the trajectory
+            if name in paths and (tu is last[name] or tu.error is not None or _same_kind(tu.answer, last[name].answer)): paths[name].append(tu)
+    for tu in finals:
+        if id(tu) in aside: continue                  # a final turn outside the votes: the agent's last voting turn stands
+        seq = paths[tu.agent]
+        at = next((i for i, x in enumerate(seq) if x is tu), None)
+        if at is None: seq.append(tu)                 # a final answer a protocol keeps outside its rounds
+        else: del seq[at + 1:]
+    return {a: p for a, p in paths.items() if p}
+
+def _turn_answer(tu): return tu.answer if tu.error is None and answer_valid(tu.answer) else None
+
+# %% ../nbs/05a_decisions.ipynb #fa11ad03
+FREEMAD_WEIGHTS = (20.0, 25.0, 30.0, 20.0)     # Free-MAD's (initial, change penalty, change bonus, keep)
+
+class FreeMAD(DecisionRule):
+    "Free-MAD's trajectory score (arXiv 2509.11035): every answer of every round, weighted by `weights` (initial, change penalty, change bonus, keep) and 1/(k+1)."
+    name, trajectory = "freemad", True
+    def __init__(self, weights=FREEMAD_WEIGHTS):
+        w = tuple(weights)
+        if len(w) != 4 or any(isinstance(x, bool) or not isinstance(x, (int, float)) or x < 0 for x in w):
+            raise OptionError("decision", f"freemad takes four weights >= 0 (initial, change penalty, change bonus, keep), e.g. freemad:20,25,30,20; got {weights!r}")
+        self.weights = tuple(float(x) for x in w)
+    @property
+    def spec(self): return self.name if self.weights == FREEMAD_WEIGHTS else f"freemad:{','.join(f'{x:g}' for x in self.weights)}"
+    def scores(self, paths: list[list]) -> tuple[collections.Counter, dict]:
+        "The score of each answer key over `paths` (each agent's answers by round, None: unreadable), and the first answer with each key."
+        w1, w2, w3, w4 = self.weights
+        S, first = collections.Counter(), {}
+        for path in paths:
+            prev = None
+            for k, a in enumerate(path):
+                key = answer_key(a)
+                if key is None: continue
+                first.setdefault(key, a); f = 1 / (k + 1)
+                if prev is None: S[key] += w1 * f
+                elif key != prev: S[prev] -= w2 * f; S[key] += w3 * f
+                else: S[key] += w4 * f
+                prev = key
+        return S, first
+    def decide_paths(self, paths: list[list]) -> Decision:
+        "The decision over answer trajectories, part by part when the answers have parts."
+        parted = [[_parts(a) for a in p] for p in paths]
+        if not any(x is not None for p in parted for x in p): return self._top(paths)
+        keys = list(dict.fromkeys(k for p in parted for x in p if x for k in x))
+        return _combine({k: self._top([[(x or {}).get(k) for x in p] for p in parted]) for k in keys})
+    def _top(self, paths):
+        S, first = self.scores(paths)
+        d = _top(S, first, len(paths))
+        return Decision(d.answer, d.reason, {k: round(v, 6) for k, v in d.tally.items()})
+    def decide(self, ballots): return self.decide_paths([[b.answer] for b in ballots])     # final answers alone: a one-round trajectory
+    def decide_transcript(self, t: Transcript) -> Decision: return self.decide_paths([[_turn_answer(tu) for tu in p] for p in trajectories(t).values()])
+
+# %% ../nbs/05a_decisions.ipynb #fa11ad07
+def _freemad(arg):
+    if arg is None: return FreeMAD()
+    try: w = [float(x) for x in arg.split(",")]
+    except ValueError: raise OptionError("decision", f"freemad:{arg}: the weights are four numbers, e.g. freemad:20,25,30,20") from None
+    return FreeMAD(w)
+
+register_decision("freemad", _freemad, "Free-MAD's score over every round's answers (freemad:W1,W2,W3,W4; default 20,25,30,20)")
+
+# %% ../nbs/05a_decisions.ipynb #fa11ad10
+class LogprobWeighted(DecisionRule):
+    "The answer with the largest sum of exp(mean token log-probability) of its replies (a ballot without one weighs 0)."
+    name, needs_backend = "confidence:logprob", frozenset({"logprobs"})
+    def decide(self, ballots):
+        if not any(b.logprob is not None for b in ballots if b.key is not None): return Decision(None, "no log-probabilities recorded", {})
+        d = _top(*_tally(ballots, lambda b: math.exp(b.logprob) if b.logprob is not None else 0.0), len(ballots))
+        return Decision(d.answer, d.reason, {k: round(v, 6) for k, v in d.tally.items()})
+
+def _gives_logprobs(backend) -> bool: return bool(getattr(backend, "logprobs", False))
+
+def check_logprobs(rule, agents) -> None:
+    "Before any call: an `OptionError` naming the voters whose backends cannot give token log-probabilities when `rule` needs them; else each voter is asked for them (`logprobs=True`)."
+    rule = get_decision(rule)
+    if "logprobs" not in rule.needs_backend: return
+    voters = [a for a in agents if getattr(a, "role", None) not in HELPER_ROLES]
+    cannot = [f"{a.name} ({a.backend.spec})" for a in voters if not _gives_logprobs(a.backend)]
+    if cannot: raise OptionError("decision", f"rule {rule.spec!r} needs token log-probabilities, which these agents' backends cannot give: {', '.join(cannot)}; "
+                                             "use hf:, openai:, vllm: or synthetic: backends")
+    for a in voters: a.params["logprobs"] = True
+
+register_decision("confidence:logprob", _no_arg(LogprobWeighted), "the largest sum of exp(mean token log-probability) of the replies (hf:, openai:, vllm:, synthetic: backends)")
+
+def check_logprobs_recorded(rule, transcripts) -> None:
+    "Before re-deciding finished debates: an `OptionError` when `rule` weighs by log-probabilities and none of their final answers recorded one (a run made without them)."
+    rule = get_decision(rule)
+    if "logprobs" not in rule.needs_backend: return
+    if not any(b.logprob is not None for t in transcripts for b in ballots(t)):
+        raise OptionError("decision", f"rule {rule.spec!r} weighs answers by their token log-probabilities, which these debates did not record: "
+                                      "run them again with --decision confidence:logprob (hf:, openai:, vllm: or synthetic: backends)")

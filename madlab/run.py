@@ -19,7 +19,7 @@ from .backends import *
 from .agents import *
 from .scoring import answer_format, score_result
 from .debate import *
-from .decisions import get_decision, check_decision, aredecide
+from .decisions import get_decision, check_decision, check_logprobs, check_logprobs_recorded, aredecide
 from .cost import Prices, load_prices, item_cost, cost_lines, cost_table
 
 # %% auto #0
@@ -660,6 +660,7 @@ def resolve_run(protocol, task: str|None = None, data=None, items=None, team=Non
     rule = get_decision(decision)
     try: check_api_keys(agents, [rule.backend if rule.judge else None, options.get("supervisor")])   # before any call and any folder
     except OptionError as e: raise _usage(e.option, e.message) from None
+    check_logprobs(rule, agents)                    # confidence:logprob: backends that give log-probabilities (a bad --decision), asked for them
     if majority_error and item_filter is not None: raise OptionError("item_filter", "give item_filter or majority_error (a MajorityErrorFilter's agents), not both")
     f = item_filter if item_filter is not None else (MajorityErrorFilter(majority_error) if majority_error else None)
     if f is not None:
@@ -902,6 +903,7 @@ async def aredecide_run(out, decision, cache=True, lock_timeout: float = 0) -> R
     found, problems = folder.transcripts()
     ts = list(found.values())
     for t in ts[:1]: check_decision(rule, t.item, t.protocol, {k: v for k, v in t.settings.items() if k not in ("seed", "decision")})
+    check_logprobs_recorded(rule, ts)               # confidence:logprob on a run that recorded none: said, not a column of "no decision"
     judge = _judge(rule, ts, cache)
     async def one(t):
         res, turn = await aredecide(t, rule, judge)

@@ -226,7 +226,7 @@ def compare_runs(a, b, names: tuple = ("a", "b")) -> pd.DataFrame:
     return m[first + [c for c in m.columns if c not in first]]
 
 # %% ../nbs/23_runs.ipynb #e937f96f
-DEFAULT_RULES = ("protocol", "plurality", "majority", "supermajority:0.75", "unanimity", "confidence", "borda", "approval:2")
+DEFAULT_RULES = ("protocol", "plurality", "majority", "supermajority:0.75", "unanimity", "confidence", "borda", "approval:2", "freemad")
 
 def _boot(x, n_boot, rng):
     "The 2.5 and 97.5 percentiles of the mean of `x` over `n_boot` resamples."

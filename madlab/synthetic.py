@@ -6,11 +6,11 @@ Docs: https://madlab.github.io/madlab/synthetic.html.md"""
 
 # %% ../nbs/01b_synthetic.ipynb #e88a8012
 from __future__ import annotations
-import asyncio, collections, collections.abc, json, random
+import asyncio, collections, collections.abc, json, math, random
 from dataclasses import dataclass, replace
 from typing import Callable
 from .core import *
-from .formats import FORMATS
+from .formats import FORMATS, answer_format
 
 # %% auto #0
 __all__ = ['PERSONAS', 'MALFORMED_REPLIES', 'Persona', 'synthetic_rng', 'believes_gold', 'conform', 'synthetic_confidence',
@@ -74,10 +74,25 @@ def _own_value(persona, ask, gold, wrong):
     if ask.previous is not None: return ask.previous
     return gold if believes_gold(persona, ask) else wrong
 
+# %% ../nbs/01b_synthetic.ipynb #e7a1c0d5
+def _synthetic_logprob(persona: Persona, ask: Ask, text: str, rng: random.Random) -> float:
+    """A simulated mean token log-probability: the log of a probability that tracks whether the reply is right as much as `calibration`
+    says (as `synthetic_confidence` does), so synthetic runs can use `confidence:logprob`; an unreadable reply gets log 0.2."""
+    try:
+        fmt = answer_format(ask.item)
+        a = fmt.parse(text)
+        gold = getattr(ask.item, "gold", None)
+        right = a is not None and gold is not None and bool(fmt.score(a, gold))
+    except Exception: a, right = None, False
+    if a is None: return round(math.log(0.2), 6)
+    q = persona.calibration * (0.85 if right else 0.45) + (1 - persona.calibration) * 0.65 + rng.gauss(0, 0.08)
+    return round(math.log(min(0.99, max(0.01, q))), 6)
+
 # %% ../nbs/01b_synthetic.ipynb #567dddf8
 class SyntheticBackend(Backend):
     "Offline, seeded synthetic agent (see `Persona`)."
     synthetic = True
+    logprobs = True           # simulated: see `_synthetic_logprob`
     def __init__(self, persona: Persona|None = None, spec="synthetic:"):
         self.persona, self.spec, self.calls = persona or Persona(), spec, 0
 
@@ -95,7 +110,8 @@ class SyntheticBackend(Backend):
         rng = synthetic_rng(p, "reply", ask.agent, getattr(ask.item, "id", None), ask.kind, ask.focus, ask.phase, ask.round, ask.sample, last)
         text = rng.choice(MALFORMED_REPLIES) if rng.random() < p.malformed else fn(ask, p, rng)
         usage = Usage(sum(self.count_tokens(m.get("content") or "") + 4 for m in messages), self.count_tokens(text), 1)
-        return Completion(text, usage, latency=p.latency, model=self.spec, meta={"synthetic": True})
+        lp = {"logprob": _synthetic_logprob(p, ask, text, rng)} if params.get("logprobs") else {}
+        return Completion(text, usage, latency=p.latency, model=self.spec, meta={"synthetic": True, **lp})
 
 # %% ../nbs/01b_synthetic.ipynb #08afb629
 def _parse_kv(s: str) -> dict:

@@ -28,7 +28,9 @@ request at a time (a server without continuous batching: the rest queue). `answe
 
 `route(request) -> behaviour | None` picks a behaviour per request (e.g. by prompt text) before the schedule does;
 `reply` is a string or `fn(request) -> str`; `cached_tokens` (an int, or `fn(prompt_tokens) -> int`) is reported as the provider's cached prompt
-tokens (`usage.prompt_tokens_details.cached_tokens`); `latency` adds a fixed delay to every answer (benches).
+tokens (`usage.prompt_tokens_details.cached_tokens`); `latency` adds a fixed delay to every answer (benches). A request with
+`logprobs: true` gets `choices[0].logprobs.content` (one token per word, log-probability -len(word)/10; `logprobs=fn(text) -> [(token, logprob)]`
+sets them, `logprobs=False` sends none, as a server without them).
 `hits` counts requests, `log` keeps (time, behaviour, request) for each; `GET /v1/stats` gives `hits` and `answered` (for a
 server run in its own process).
 
@@ -47,8 +49,9 @@ class FakeOpenAIServer:
     "A scripted OpenAI-compatible HTTP/1.1 server (asyncio, in its own thread); see the module docs."
     def __init__(self, schedule=(), default="ok", reply="The answer is 42.", latency: float = 0.0, route=None,
                  host="127.0.0.1", port: int = 0, model="fake-model", faults: dict|None = None, fault_rate: float = 0.0, seed: int = 0,
-                 serial: bool = False, cached_tokens=0):
+                 serial: bool = False, cached_tokens=0, logprobs=True):
         self.cached_tokens = cached_tokens          # usage.prompt_tokens_details.cached_tokens: an int, or fn(prompt_tokens) -> int
+        self.logprobs = logprobs                    # asked with logprobs=True: False sends none; True one per word (-len/10); fn(text) -> [(token, logprob)]
         self.schedule, self.default, self.reply, self.latency, self.route = deque(schedule), default, reply, latency, route
         self.faults, self.fault_rate, self._rng, self.serial = dict(faults or {}), fault_rate, random.Random(seed), serial
         self.answered, self.injected, self._serial_lock, self._conns = 0, {}, None, set()
@@ -79,8 +82,14 @@ class FakeOpenAIServer:
         usage = {"prompt_tokens": pt, "completion_tokens": ct, "total_tokens": pt + ct, **({"prompt_tokens_details": {"cached_tokens": cached}} if cached else {})}
         return {"id": f"chatcmpl-{uuid.uuid4().hex[:12]}", "object": "chat.completion", "created": int(time.time()),
                 "model": req.get("model", self.model),
-                "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}],
+                "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}, **self._logprobs(req, text)}],
                 "usage": usage}
+
+    def _logprobs(self, req, text) -> dict:
+        "The `logprobs` of a choice, when the request asks and the server gives them (OpenAI's shape: `content`, one entry per token)."
+        if not req.get("logprobs") or not self.logprobs: return {}
+        toks = self.logprobs(text) if callable(self.logprobs) else [(w, -len(w) / 10) for w in text.split()]
+        return {"logprobs": {"content": [{"token": t, "logprob": lp, "bytes": list(t.encode()), "top_logprobs": []} for t, lp in toks]}}
 
     @staticmethod
     def _response(code, body, ctype="application/json", headers=()) -> bytes:

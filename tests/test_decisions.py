@@ -85,7 +85,7 @@ def test_comparison_on_a_du_run_and_a_controlmad_run(tmp_path):
     run_experiment("du", toy_arith_items(12), TEAM, tmp_path / "du", rounds=1, cache=False)
     run_experiment("controlmad", load_items("kks", None, 4, [1, 2, 3, 4, 5, 6]), None, tmp_path / "cm", depth=0, cache=False)
     du = open_run(tmp_path / "du").decisions()
-    assert list(du.rule) == ["protocol", "plurality", "majority", "supermajority:0.75", "unanimity"]
+    assert list(du.rule) == ["protocol", "plurality", "majority", "supermajority:0.75", "unanimity", "freemad"]
     cm = open_run(tmp_path / "cm").decisions(n_boot=200)
     assert "confidence" in set(cm.rule) and "borda" not in set(cm.rule)   # ControlMAD's answers carry confidences, no ranking
     assert (cm.ci_low <= cm.accuracy).all() and (cm.accuracy <= cm.ci_high).all()
