@@ -201,12 +201,16 @@ def test_a_sweep_on_a_dask_cluster_that_shares_no_disk(s3, tmp_path):
             _wait(lambda: len(client.scheduler_info()["workers"]) == 2, "two workers joined", 120)
             where = client.run(lambda: __import__("madlab").__file__)
             assert all(str(f).startswith(str(site)) for f in where.values()), where
-            notebook = tmp_path / "client" / "exp.ipynb"; notebook.parent.mkdir()
-            shutil.copy(EXP, notebook)
-            df = sweep(notebook, {"protocol": ["du", "single"], "n_items": [2]}, out=f"s3://{BUCKET}/t5", scheduler=client, progress=False)
+            client_dir = tmp_path / "client"; client_dir.mkdir()
+            notebook = client_dir / "exp.ipynb"; shutil.copy(EXP, notebook)
+            (client_dir / "doubles.yaml").write_text("name: doubles\ndata: d.jsonl\nid: 'double-{{ n }}'\nprompt: 'What is {{ n }} + {{ n }}?'\ngold: '{{ n * 2 }}'\nanswer: number\n")
+            (client_dir / "d.jsonl").write_text("".join(json.dumps({"n": n}) + "\n" for n in (3, 4, 5)))
+            df = sweep(notebook, {"protocol": ["du", "single"], "task": ["doubles.yaml"], "data": ["d.jsonl"], "n_items": [2]}, out=f"s3://{BUCKET}/t5",
+                       scheduler=client, progress=False)
         assert (df.combo_status == "done").all() and len(df) == 4, df[["combo", "combo_status", "combo_error"]]
+        assert sorted(set(df.item_id)) == ["double-3", "double-4"] and df.gold.astype(str).isin(["6", "8"]).all(), df[["item_id", "gold"]]
         keys = _keys(s3, "t5")
-        assert {"t5/protocol=du,n_items=2/results.parquet", "t5/protocol=single,n_items=2/results.parquet", "t5/summary.parquet"} <= set(keys), keys
+        assert {f"t5/protocol={p},task=doubles.yaml,data=d.jsonl,n_items=2/results.parquet" for p in ("du", "single")} | {"t5/summary.parquet"} <= set(keys), keys
         assert not list((tmp_path / "client").glob("*/results.parquet")), "a worker wrote into the client's folder"
     finally:
         for p in reversed(procs):
