@@ -73,28 +73,7 @@ def combinations(params: dict) -> list[dict]:
     keys = list(params)
     return [dict(zip(keys, vs)) for vs in itertools.product(*(params[k] for k in keys))]
 
-# %% ../nbs/30_experiments.ipynb #962c9953
-def _kernel_name(kernel=None) -> str:
-    "`kernel`, or a kernelspec named python3 that runs `sys.executable`, found first on JUPYTER_PATH."
-    if kernel: return kernel
-    import hashlib
-    root = Path(tempfile.gettempdir()) / f"madlab-kernels-{hashlib.sha1(sys.executable.encode()).hexdigest()[:10]}"
-    spec = root / "kernels" / "python3" / "kernel.json"
-    want = {"argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"], "display_name": "Python 3 (ipykernel)", "language": "python"}
-    if not spec.exists() or json.loads(spec.read_text()) != want:
-        spec.parent.mkdir(parents=True, exist_ok=True)
-        tmp = spec.with_suffix(f".{os.getpid()}.tmp"); tmp.write_text(json.dumps(want)); tmp.replace(spec)
-    paths = os.environ.get("JUPYTER_PATH", "").split(os.pathsep)
-    if str(root) not in paths: os.environ["JUPYTER_PATH"] = os.pathsep.join([str(root)] + [p for p in paths if p])
-    return "python3"
-
-def _madlab_on_path():
-    "Let kernels started from here import this madlab, installed or not."
-    import madlab
-    root = str(Path(madlab.__file__).resolve().parent.parent)
-    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    if root not in paths: os.environ["PYTHONPATH"] = os.pathsep.join([root] + paths)
-
+# %% ../nbs/30_experiments.ipynb #051d2f35
 def _write_atomic(path, text: str, whole: bool = True):
     "Write `text` to a local `path` (through a temporary file when `whole`), or as one object to a file in a store."
     if not isinstance(path, Path): path.write_text(text); return
@@ -121,6 +100,28 @@ def _sent_files(combo: dict, where: Path, limit: int = 64 << 20) -> dict:
         f = next((c for c in (where / v, Path(v)) if c.is_file()), None)
         if f is not None and f.stat().st_size <= limit: out[k] = (f.name, f.read_bytes())
     return out
+
+# %% ../nbs/30_experiments.ipynb #962c9953
+def _kernel_name(kernel=None) -> str:
+    "`kernel`, or a kernelspec named python3 that runs `sys.executable`, found first on JUPYTER_PATH."
+    if kernel: return kernel
+    import hashlib
+    root = Path(tempfile.gettempdir()) / f"madlab-kernels-{hashlib.sha1(sys.executable.encode()).hexdigest()[:10]}"
+    spec = root / "kernels" / "python3" / "kernel.json"
+    want = {"argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"], "display_name": "Python 3 (ipykernel)", "language": "python"}
+    if not spec.exists() or json.loads(spec.read_text()) != want:
+        spec.parent.mkdir(parents=True, exist_ok=True)
+        tmp = spec.with_suffix(f".{os.getpid()}.tmp"); tmp.write_text(json.dumps(want)); tmp.replace(spec)
+    paths = os.environ.get("JUPYTER_PATH", "").split(os.pathsep)
+    if str(root) not in paths: os.environ["JUPYTER_PATH"] = os.pathsep.join([str(root)] + [p for p in paths if p])
+    return "python3"
+
+def _madlab_on_path():
+    "Let kernels started from here import this madlab, installed or not."
+    import madlab
+    root = str(Path(madlab.__file__).resolve().parent.parent)
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if root not in paths: os.environ["PYTHONPATH"] = os.pathsep.join([root] + paths)
 
 def run_combination(notebook, params: dict, folder, kernel: str|None = None, timeout: float|None = None, files: dict|None = None) -> dict:
     "Execute `notebook` (a path, or `(name, bytes)` sent with the task) with `params` (plus `out=folder`) into `folder` (a path or a URL); `files`: {parameter: (name, bytes)} of files sent with the task, given to the notebook as local copies. {name, status, error, seconds}, and in a store or for a notebook sent along, `results`: the table's Parquet bytes (they come back with the answer)."
