@@ -235,3 +235,21 @@ def test_a_store_error_never_shows_the_secret(s3):
     def leak(): raise RuntimeError(f"signature mismatch for key {SECRET}")
     with pytest.raises(OSError) as e: p._do("reading", leak)
     assert SECRET not in str(e.value) and "[REDACTED]" in str(e.value) and f"s3://{BUCKET}/t6/x" in str(e.value)
+
+
+def test_import_and_baseline_write_run_folders_in_a_bucket(s3, tmp_path):
+    from madlab.cli import main
+    from madlab.runs import open_run
+    from test_imports import du_log
+    (tmp_path / "du.json").write_text(json.dumps(du_log()))
+    url = f"s3://{BUCKET}/t7/imported"
+    r = CliRunner().invoke(main, ["import", "du", str(tmp_path / "du.json"), "--out", url])
+    assert r.exit_code == 0, r.output
+    imported = open_run(url)
+    assert imported.config["imported"]["format"] == "du" and len(imported.df) == len(du_log()) and imported.df.calls.sum() == 0
+    r = CliRunner().invoke(main, ["run", "du", "--task", "arith", "--n", "2", "--out", f"s3://{BUCKET}/t7", "--name", "debate", "--no-progress"])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(main, ["baseline", f"s3://{BUCKET}/t7/debate", "--method", "single"])
+    assert r.exit_code == 0 and f"outputs: s3://{BUCKET}/t7/debate-baseline-single" in r.output, r.output
+    keys = _keys(s3, "t7")
+    assert any(k.startswith("t7/debate-baseline-single") and k.endswith("results.parquet") for k in keys), keys
