@@ -105,6 +105,10 @@ def test_run_resume_rescore_open_run_in_a_bucket(s3, tmp_path):
     assert run.transcript(0).meta["id"] == items[0].id and run.info()["accuracy"] == round(float(r1.df.correct.mean()), 3)
     found = find_runs(f"s3://{BUCKET}/t1")
     assert found.run.tolist() == ["run"] and found.path.tolist() == [url] and found.parent.tolist() == ["."]
+    from madlab.runs import RunBrowser
+    b = RunBrowser(f"s3://{BUCKET}/t1")                                # the run browser lists and opens it
+    b.show_run(b.runs.path[0]); b.show_debate(b.w_items.options[0][1])
+    assert b.run.name == "run" and type(b.viewer).__name__ == "DebateStepper"
     from madlab.cli import main
     res = CliRunner().invoke(main, ["rescore", f"s3://{BUCKET}/t1"])
     assert res.exit_code == 0 and f"outputs: {url}" in res.output, res.output
