@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 from fastcore.basics import patch
 from .core import OptionError, write_atomic
+from .store import StorePath, store_path
 from .run import run_experiment, safe_name
 from .runs import OpenRun, open_run
 
@@ -120,7 +121,7 @@ def _matched(run: OpenRun, method: str, match: str, models: list, folder: Path, 
     if not old and abs(got / target - 1) > 0.1:
         k2 = _samples_for(target, got / k)
         if k2 != k:
-            shutil.rmtree(folder)                         # this call's own folder, rerun at the new count (the cache answers the shared samples)
+            folder.fs.rm(folder.path, recursive=True) if isinstance(folder, StorePath) else shutil.rmtree(folder)   # this call's own folder, rerun at the new count (the cache answers the shared samples)
             k, adjusted = k2, True
             b = _one_run(method, items, team, folder, k, kw)
             got = mean_budget(b.df, match)
@@ -133,7 +134,7 @@ def run_baseline(run, method: str = "self_consistency", match: str = "tokens", o
     _check("method", method, METHODS); _check("match", match, MATCHES)
     if not isinstance(pilot, int) or isinstance(pilot, bool) or pilot < 1: raise OptionError("pilot", f"must be a positive integer; got {pilot!r}")
     mean_budget(run.df, match)                            # an unpriced run refuses `cost` before any call
-    debaters, base = _run_models(run), Path(out) if out is not None else run.path.parent
+    debaters, base = _run_models(run), store_path(out) if out is not None else run.path.parent
     models, name = list(dict.fromkeys(debaters)), f"{run.name}-baseline-{method}-{match}"
     if len(models) == 1: groups = [(name, debaters)]       # the debate's own team, answering alone
     else: groups = [(f"{name}-{safe_name(m)}", [m] * len(debaters)) for m in models] + ([(f"{name}-pooled", debaters)] if pooled and method != "single" else [])

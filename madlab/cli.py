@@ -133,6 +133,14 @@ def _out_cb(ctx, param, value):
     if value is None or not str(value).strip(): raise click.BadParameter("must name a folder")
     return value
 
+# %% ../nbs/40_cli.ipynb #c04ac8c0
+class _PathOrURL(click.Path):
+    "A local path checked as `click.Path` checks it, or a run folder's URL (`s3://`, `gs://`, `az://`, `memory://`: `madlab.store`) taken as it is."
+    name = "path_or_url"
+    def convert(self, value, param, ctx):
+        from madlab.store import is_url
+        return value if isinstance(value, str) and is_url(value) else super().convert(value, param, ctx)
+
 # %% ../nbs/40_cli.ipynb #b122fc1d
 def _file_cb(ctx, param, value):
     "A YAML/JSON file holding a mapping or a list (a protocol's prompts, roles ...)."
@@ -193,7 +201,7 @@ def _common_params(proto):
           help="Keep only the items where a plurality of A independent answers of the team's actors is wrong (the majority-error subset; --n then counts kept items)"),
         O(["--agents"], metavar="SPEC,SPEC,...", callback=_agents_cb, help="Backend specs of the team, e.g. synthetic:strong,openai:gpt-5-nano  [default: the protocol's synthetic team]"),
         O(["--team", "team_file"], type=click.Path(exists=True, dir_okay=False), help="A YAML/JSON team file (names, specs, system prompts, per-agent params); instead of --agents"),
-        O(["--out"], default="results", show_default=True, type=click.Path(file_okay=False), callback=_out_cb, help="Output folder; the run goes into OUT/<run name>/"),
+        O(["--out"], default="results", show_default=True, type=_PathOrURL(file_okay=False), callback=_out_cb, help="Output folder or URL (s3://, gs://, az://, memory://); the run goes into OUT/<run name>/"),
         O(["--name"], default=None, help="The run folder's name  [default: from the protocol, task, team and options]"),
         O(["--concurrency"], type=click.IntRange(1, 10_000), default=None, help="Debates run at once  [default: as many as the endpoints take]"),
         O(["--max-concurrency"], metavar="N|auto", callback=_max_concurrency_cb, help="Calls in flight per endpoint: N pins it; auto adapts to the server (halves on 429s)  [default: auto, or $MADLAB_MAX_CONCURRENCY]"),
@@ -310,7 +318,7 @@ def protocols_cmd():
 
 # %% ../nbs/40_cli.ipynb #75c2850b
 @main.command("rescore")
-@click.argument("run_dir", type=click.Path(exists=True, file_okay=False), callback=_run_dir_cb)
+@click.argument("run_dir", type=_PathOrURL(exists=True, file_okay=False), callback=_run_dir_cb)
 @click.option("--decision", metavar="RULE", default=None, callback=_decision_cb,
               help="Re-decide the debates with this rule into results.decision-RULE.parquet/.csv beside the original table (no call; a judge makes only its own, cached)")
 @click.option("--compare", is_flag=True, help="Print every rule that fits the run side by side: accuracy with a 95% bootstrap interval, how often each changes the decision")
@@ -332,16 +340,16 @@ def rescore_cmd(run_dir, decision, compare, cache, allow_fewer_scores, prices):
     click.echo(res.summary())
     if decision is not None:
         from madlab.run import decision_table_name
-        click.echo(f"table: {Path(run_dir) / decision_table_name(decision)}.parquet (and .csv)")
+        click.echo(f"table: {str(run_dir).rstrip('/')}/{decision_table_name(decision)}.parquet (and .csv)")
 
 # %% ../nbs/40_cli.ipynb #b0a5e1c1
 @main.command("baseline")
-@click.argument("run_dir", type=click.Path(exists=True, file_okay=False), callback=_run_dir_cb)
+@click.argument("run_dir", type=_PathOrURL(exists=True, file_okay=False), callback=_run_dir_cb)
 @click.option("--method", type=click.Choice(["self_consistency", "single"]), default="self_consistency", show_default=True,
               help="The baseline: self-consistency (independent answers, plurality vote) or a single agent")
 @click.option("--match", type=click.Choice(["tokens", "calls", "cost"]), default="tokens", show_default=True,
               help="The budget per item self-consistency's samples match, within 10 %")
-@click.option("--out", default=None, type=click.Path(file_okay=False), help="Where the baseline runs go  [default: beside the run]")
+@click.option("--out", default=None, type=_PathOrURL(file_okay=False), help="Where the baseline runs go (a folder or a URL)  [default: beside the run]")
 @click.option("--pilot", type=click.IntRange(min=1), default=3, show_default=True, help="Items of the pilot that estimates one sample's budget")
 @click.option("--concurrency", type=click.IntRange(1, 10_000), default=None, help="Items run at once  [default: as many as the endpoints take]")
 @click.option("--cache/--no-cache", default=True, show_default=True, help="Calls go through the response cache ($MADLAB_CACHE)")
@@ -394,7 +402,7 @@ def parse_sweep_params(tokens) -> dict:
 @main.command("sweep", cls=_SweepCommand, context_settings={"ignore_unknown_options": True})
 @click.argument("notebook", type=click.Path(exists=True, dir_okay=False))
 @click.argument("params", nargs=-1, type=click.UNPROCESSED)
-@click.option("--out", default="runs", show_default=True, type=click.Path(file_okay=False), help="Output folder (executed notebooks, out/summary.parquet)")
+@click.option("--out", default="runs", show_default=True, type=_PathOrURL(file_okay=False), help="Output folder or URL (executed notebooks, run folders, out/summary.parquet)")
 @click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True, help="Notebooks run at once, each in its own process")
 @click.option("--scheduler", metavar="ADDRESS", default=None, help="A Dask scheduler address (tcp://host:port) to run on  [default: this machine]")
 def sweep_cmd(notebook, params, out, workers, scheduler):
@@ -407,7 +415,7 @@ def sweep_cmd(notebook, params, out, workers, scheduler):
     except ValueError as e: raise click.ClickException(str(e)) from None
     import pandas as pd
     with pd.option_context("display.width", 200, "display.max_columns", 30): click.echo(df.to_string())
-    click.echo(f"summary: {Path(out) / 'summary.parquet'}")
+    click.echo(f"summary: {str(out).rstrip('/')}/summary.parquet")
 
 # %% ../nbs/40_cli.ipynb #fb80ac9e
 def _log_format_cb(ctx, param, value):
@@ -418,7 +426,7 @@ def _log_format_cb(ctx, param, value):
 @main.command("import")
 @click.argument("format", metavar="FORMAT", callback=_log_format_cb)
 @click.argument("path", type=click.Path(exists=True))
-@click.option("--out", required=True, callback=_out_cb, help="The run folder to write")
+@click.option("--out", required=True, callback=_out_cb, help="The run folder to write (a folder or a URL)")
 @click.option("--task", default=None, help="The task whose gold and answer format score the items [default: the format's: gsm8k; kks for controlmad]")
 @click.option("--games", type=click.Path(exists=True), default=None, help="controlmad: ControlMAD's games (<size>.jsonl or a folder of them), to find each logged game by its text")
 @click.option("--model", default=None, help="The model that wrote the log, recorded as the agents' spec imported:MODEL")

@@ -348,9 +348,10 @@ def _umask() -> int:
     return m
 
 def write_atomic(path, data, encoding: str = "utf-8", errors: str = "replace") -> Path:
-    "Write `data` (str or bytes) to `path` atomically (temporary file, fsync, rename); the parent folder is created. Text that cannot be encoded (a lone surrogate) is replaced, so the file stays valid UTF-8."
-    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
+    "Write `data` (str or bytes) to `path` atomically (temporary file, fsync, rename); the parent folder is created. Text that cannot be encoded (a lone surrogate) is replaced, so the file stays valid UTF-8. A `madlab.store.StorePath` gets one whole object (one PUT)."
     raw = scrub_secrets(data).encode(encoding, errors) if isinstance(data, str) else bytes(data)   # text: secrets never reach a file
+    if not isinstance(path, (str, os.PathLike)) and hasattr(path, "write_bytes"): return path.write_bytes(raw)   # a file in a store
+    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         if hasattr(os, "fchmod"): os.fchmod(fd, 0o666 & ~_umask())      # as open() would make it (mkstemp makes 0600): a lab sharing a folder can read it
@@ -463,9 +464,9 @@ class Transcript:
         "Read a transcript from JSON text, or from a file when given a `Path` (or a string naming an existing file)."
         where, s = "the JSON text", s_or_path
         if isinstance(s, str) and not s.lstrip("\ufeff \t\r\n").startswith("{") and len(s) < 4096 and "\n" not in s and Path(s).is_file(): s = Path(s)
-        if isinstance(s, os.PathLike):
+        if isinstance(s, os.PathLike) or (not isinstance(s, (str, bytes)) and hasattr(s, "read_bytes")):   # a path, or a file in a store
             where = str(s)
-            try: s = Path(s).read_bytes().decode("utf-8-sig")
+            try: s = (s if hasattr(s, "read_bytes") else Path(s)).read_bytes().decode("utf-8-sig")
             except UnicodeDecodeError as e: raise ValueError(f"{where}: not a madlab transcript (not UTF-8 text: {e.reason})") from None
         if not isinstance(s, str): raise TypeError(f"Transcript.from_json takes JSON text or a Path; got {type(s).__name__}")
         try: t = from_jsonable(json.loads(s.lstrip("\ufeff")))

@@ -6,7 +6,7 @@ Docs: https://madlab.github.io/madlab/experiments.html.md"""
 
 # %% ../nbs/30_experiments.ipynb #043b897a
 from __future__ import annotations
-import ast, itertools, json, os, re, sys, tempfile, time, traceback
+import ast, io, itertools, json, os, re, sys, tempfile, time, traceback
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 import numpy as np
@@ -73,6 +73,34 @@ def combinations(params: dict) -> list[dict]:
     keys = list(params)
     return [dict(zip(keys, vs)) for vs in itertools.product(*(params[k] for k in keys))]
 
+# %% ../nbs/30_experiments.ipynb #051d2f35
+def _write_atomic(path, text: str, whole: bool = True):
+    "Write `text` to a local `path` (through a temporary file when `whole`), or as one object to a file in a store."
+    if not isinstance(path, Path): path.write_text(text); return
+    if not whole: path.write_text(text); return
+    tmp = path.with_name(path.name + ".tmp"); tmp.write_text(text); tmp.replace(path)
+
+def _unpack(notebook, params: dict, files: dict|None, work: Path|None):
+    "(local notebook path, params): a notebook and files sent with the task are written into `work`, the parameters naming files point at their copies."
+    if isinstance(notebook, (str, os.PathLike)): notebook = Path(notebook).resolve()
+    else:
+        name, raw = notebook
+        notebook = work / Path(name).name; notebook.write_bytes(raw)
+    params = dict(params)
+    for k, (name, raw) in (files or {}).items():
+        (work / "files").mkdir(exist_ok=True)
+        f = work / "files" / Path(name).name; f.write_bytes(raw); params[k] = str(f)
+    return notebook, params
+
+def _sent_files(combo: dict, where: Path, limit: int = 64 << 20) -> dict:
+    "{parameter: (name, bytes)} of the values of `combo` that name a file here (beside the notebook, or from the working folder), sent with its task to a worker that shares no disk."
+    out = {}
+    for k, v in combo.items():
+        if not isinstance(v, str) or not v or "://" in v or len(v) > 4096: continue
+        f = next((c for c in (where / v, Path(v)) if c.is_file()), None)
+        if f is not None and f.stat().st_size <= limit: out[k] = (f.name, f.read_bytes())
+    return out
+
 # %% ../nbs/30_experiments.ipynb #962c9953
 def _kernel_name(kernel=None) -> str:
     "`kernel`, or a kernelspec named python3 that runs `sys.executable`, found first on JUPYTER_PATH."
@@ -95,37 +123,43 @@ def _madlab_on_path():
     paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     if root not in paths: os.environ["PYTHONPATH"] = os.pathsep.join([root] + paths)
 
-def _write_atomic(path: Path, text: str):
-    tmp = path.with_name(path.name + ".tmp"); tmp.write_text(text); tmp.replace(path)
-
-def run_combination(notebook, params: dict, folder, kernel: str|None = None, timeout: float|None = None) -> dict:
-    "Execute `notebook` with `params` (plus `out=folder`) into `folder`; returns {name, status, error, seconds}."
+def run_combination(notebook, params: dict, folder, kernel: str|None = None, timeout: float|None = None, files: dict|None = None) -> dict:
+    "Execute `notebook` (a path, or `(name, bytes)` sent with the task) with `params` (plus `out=folder`) into `folder` (a path or a URL); `files`: {parameter: (name, bytes)} of files sent with the task, given to the notebook as local copies. {name, status, error, seconds}, and in a store or for a notebook sent along, `results`: the table's Parquet bytes (they come back with the answer)."
     import papermill as pm
-    notebook, folder = Path(notebook).resolve(), Path(folder).resolve()
+    from madlab.store import StorePath, store_path
+    away = not isinstance(notebook, (str, os.PathLike)) or isinstance(store_path(folder), StorePath)   # nothing shared with the caller's disk
+    work = Path(tempfile.mkdtemp(prefix="madlab-combo-")) if away or files else None
+    notebook, params = _unpack(notebook, params, files, work)
+    folder = store_path(folder); folder = folder.resolve()
     folder.mkdir(parents=True, exist_ok=True)
     for f in ("_SUCCESS", "_FAILED", "results.parquet"): (folder / f).unlink(missing_ok=True)   # a stale table never passes for this run's
     t0, name = time.time(), folder.name
     _madlab_on_path()
+    executed = (work if isinstance(folder, StorePath) else folder) / "notebook.ipynb"
     try:
-        pm.execute_notebook(str(notebook), str(folder / "notebook.ipynb"), parameters={**params, "out": str(folder)}, kernel_name=_kernel_name(kernel),
+        pm.execute_notebook(str(notebook), str(executed), parameters={**params, "out": str(folder)}, kernel_name=_kernel_name(kernel),
                             cwd=str(notebook.parent), progress_bar=False, log_output=False, execution_timeout=timeout)
+        if isinstance(folder, StorePath): (folder / "notebook.ipynb").write_bytes(executed.read_bytes())
         if not (folder / "results.parquet").exists(): raise RuntimeError(f"{notebook.name} wrote no results.parquet to its out folder")
         info = {"name": name, "status": "done", "error": None, "seconds": round(time.time() - t0, 3)}
         _write_atomic(folder / "_SUCCESS", json.dumps({**info, "params": params}, default=str))
-        return info
+        return {**info, "results": (folder / "results.parquet").read_bytes()} if away else info
     except Exception as e:
         err = f"{getattr(e, 'ename', type(e).__name__)}: {getattr(e, 'evalue', e)}"
-        (folder / "_FAILED").write_text(err + "\n\n" + traceback.format_exc())
+        _write_atomic(folder / "_FAILED", err + "\n\n" + traceback.format_exc(), whole=False)
         return {"name": name, "status": "failed", "error": err, "seconds": round(time.time() - t0, 3)}
 
 # %% ../nbs/30_experiments.ipynb #5cdc9ac4
-def _gather(out: Path, combos: list, names: list, infos: dict) -> pd.DataFrame:
+def _gather(out, combos: list, names: list, infos: dict) -> pd.DataFrame:
+    "The results of every combination in one table: each sent back with its answer, else read from its folder under `out` (a path or a URL)."
+    from madlab.store import read_table
     frames = []
     for combo, name in zip(combos, names):
         folder, info = out / name, infos.get(name, {})
         status = info.get("status") or ("done" if (folder / "_SUCCESS").exists() else "failed" if (folder / "_FAILED").exists() else "not_run")
         err = info.get("error") or ((folder / "_FAILED").read_text().split("\n")[0] if status == "failed" and (folder / "_FAILED").exists() else None)
-        df = pd.read_parquet(folder / "results.parquet") if status in ("done", "skipped") else pd.DataFrame([{}])
+        if status in ("done", "skipped"): df = pd.read_parquet(io.BytesIO(info["results"])) if info.get("results") else read_table(folder / "results.parquet")
+        else: df = pd.DataFrame([{}])
         df = df.assign(**{k: [v] * len(df) if isinstance(v, (list, dict)) else v for k, v in combo.items()})
         frames.append(df.assign(combo=name, combo_status=status, combo_error=err))
     df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
@@ -159,10 +193,11 @@ def _client(scheduler, timeout: float|None = None):
 # %% ../nbs/30_experiments.ipynb #39acf3c8
 def sweep(notebook, params: dict, out="runs", workers: int = 2, scheduler=None, kernel: str|None = None,
           cache: str|None = None, timeout: float|None = None, progress: bool = True) -> pd.DataFrame:
-    "Run `notebook` for every combination of `params` into `out/`; the gathered results (also in `out/summary.parquet`)."
+    "Run `notebook` for every combination of `params` into `out/` (a folder, or a URL: `madlab.store`); the gathered results (also in `out/summary.parquet`). On a Dask `scheduler` the notebook and the files its parameters name travel with each task, and the results come back with its answer: the workers need no shared disk."
     from tqdm.auto import tqdm
     from madlab.core import OptionError
-    notebook, out = Path(notebook).resolve(), Path(out).resolve()
+    from madlab.store import StorePath, store_path
+    notebook, out = Path(notebook).resolve(), store_path(out).resolve()
     if not notebook.exists(): raise FileNotFoundError(f"no notebook {notebook}")
     spec = notebook_parameters(notebook)
     if "out" not in spec: raise ValueError(f"{notebook.name} needs an `out` parameter (the folder it writes results.parquet to)")
@@ -174,11 +209,13 @@ def sweep(notebook, params: dict, out="runs", workers: int = 2, scheduler=None, 
     try: out.mkdir(parents=True, exist_ok=True)
     except OSError as e: raise OptionError("out", f"cannot create the output folder {out}: {e.strerror or e}") from None
     extra = {}
-    if "cache" in spec and "cache" not in params: extra["cache"] = str(Path(cache).resolve() if cache else out / ".cache")
+    if "cache" in spec and "cache" not in params:       # the response cache stays on the machine that runs the notebook
+        extra["cache"] = str(Path(cache).resolve()) if cache else "" if isinstance(out, StorePath) else str(out / ".cache")
     infos = {n: {"name": n, "status": "skipped", "error": None} for n in names if (out / n / "_SUCCESS").exists()}
     todo = [(c, n) for c, n in zip(combos, names) if n not in infos]
     client, own = _client(scheduler) if todo and scheduler is not None else (None, False)   # an unreachable scheduler fails before any work
-    args = lambda c, n: (str(notebook), {**c, **extra}, str(out / n), kernel, timeout)
+    sent = (notebook.name, notebook.read_bytes()) if scheduler is not None else str(notebook)    # a worker may share no disk with us
+    args = lambda c, n: (sent, {**c, **extra}, str(out / n), kernel, timeout, _sent_files(c, notebook.parent) if scheduler is not None else None)
     import madlab.experiments as me               # workers import the function from the package, never from __main__
     run = me.run_combination
     try:
@@ -207,8 +244,8 @@ def sweep(notebook, params: dict, out="runs", workers: int = 2, scheduler=None, 
     finally:
         if own: client.close()
     df = _gather(out, combos, names, infos)
-    tmp = out / "summary.parquet.tmp"
-    df.to_parquet(tmp); tmp.replace(out / "summary.parquet")
+    if isinstance(out, StorePath): buf = io.BytesIO(); df.to_parquet(buf); (out / "summary.parquet").write_bytes(buf.getvalue())
+    else: tmp = out / "summary.parquet.tmp"; df.to_parquet(tmp); tmp.replace(out / "summary.parquet")
     return df
 
 # %% ../nbs/30_experiments.ipynb #086e43ef

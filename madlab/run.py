@@ -21,6 +21,7 @@ from .scoring import answer_format, score_result
 from .debate import *
 from .decisions import get_decision, check_decision, check_logprobs, check_logprobs_recorded, aredecide
 from .cost import Prices, load_prices, item_cost, cost_lines, cost_table
+from .store import StorePath, StoreLock, store_path, read_table, put_tree
 
 # %% auto #0
 __all__ = ['MAX_GAMES_AT_ONCE', 'debate_row', 'safe_name', 'transcript_text', 'chat_histories', 'item_outputs',
@@ -97,13 +98,14 @@ def item_outputs(t: Transcript) -> dict:
 
 def write_item_outputs(t: Transcript, folder) -> list:
     "Write `log.html`, `log.txt` and one chat history per agent for one debate (see `item_outputs`); the paths."
-    folder = Path(folder)
+    folder = store_path(folder)
     return [write_atomic(folder / name, text) for name, text in item_outputs(t).items()]
 
 def write_table(df: pd.DataFrame, folder) -> None:
     "Write `results.parquet` and `results.csv` into `folder`, atomically (mixed-type columns become JSON text in the Parquet file)."
-    write_parquet(df, Path(folder) / "results.parquet")
-    write_atomic(Path(folder) / "results.csv", df.to_csv(index=False))
+    folder = store_path(folder)
+    write_parquet(df, folder / "results.parquet")
+    write_atomic(folder / "results.csv", df.to_csv(index=False))
 
 # %% ../nbs/08_run.ipynb #5a2d1a51
 _SECRET = re.compile(r"api[_-]?key|secret|passw|authori[sz]ation|bearer|access[_-]?token|^key$|^token$", re.I)
@@ -121,10 +123,10 @@ _SAME = ("protocol", "options", "team", "seed", "max_tokens", "temperature", "de
 _SAME_DEFAULTS = {"decision": "protocol"}     # what a config written before the key existed meant
 
 class RunFolder:
-    "A run's folder: its config, per-item transcripts and logs, and the results table."
+    "A run's folder (a local path, or a URL: `madlab.store`): its config, per-item transcripts and logs, and the results table."
     def __init__(self, path):
         if path is None or str(path).strip() == "": raise OptionError("out", "must name a folder (got an empty path)")
-        self.path = Path(path)
+        self.path = store_path(path)
     def __repr__(self): return f"RunFolder({str(self.path)!r})"
     @property
     def config_path(self) -> Path: return self.path / "config.json"
@@ -165,6 +167,13 @@ def _copy_task_files(folder, records: dict) -> dict:
         write_atomic(folder.path / rel, raw); rec["copy"] = rel
     return records
 
+def _local_copy(p, raw: bytes, sha256: str) -> Path:
+    "A local copy of a task file kept in a store (task files are read from disk), named by its content."
+    import tempfile
+    local = Path(tempfile.gettempdir()) / "madlab-task-files" / sha256[:16] / p.name
+    if not local.is_file(): write_atomic(local, raw)
+    return local
+
 @patch
 def load_task_files(self: RunFolder, only_missing: bool = False) -> list:
     "Load the task files the folder's run recorded (its copies first), so their answer formats score its items; `only_missing`: those whose task this process lacks. The task names."
@@ -176,9 +185,10 @@ def load_task_files(self: RunFolder, only_missing: bool = False) -> list:
         where.append(Path(rec["path"]))
         p = next((w for w in where if w.is_file()), None)
         if p is None: raise ValueError(f"{self.config_path}: task file {rec['path']} of task {name!r} has moved (no copy in the run folder); put it back there to score the run")
-        if hashlib.sha256(p.read_bytes()).hexdigest() != rec["sha256"]:
+        raw = p.read_bytes()
+        if hashlib.sha256(raw).hexdigest() != rec["sha256"]:
             raise ValueError(f"{self.config_path}: task file {p} of task {name!r} has changed since the run (sha256 {rec['sha256'][:12]} then); restore it to score the run")
-        load_task_file(p)
+        load_task_file(_local_copy(p, raw, rec["sha256"]) if isinstance(p, StorePath) else p)
         TASK_FILES[name] = {k: rec[k] for k in ("path", "sha256", "size") if k in rec}
     return list(recs)
 
@@ -199,7 +209,8 @@ def transcripts(self: RunFolder, known: dict|None = None) -> tuple[dict, list]:
 
 @patch
 def lock(self: RunFolder, timeout: float = 0):
-    "Hold the folder's lock (a context manager); another run holding it makes this wait `timeout` seconds, then refuse."
+    "Hold the folder's lock (a context manager); another run holding it makes this wait `timeout` seconds, then refuse. In a store: a `madlab.store.StoreLock`."
+    if isinstance(self.path, StorePath): return StoreLock(self.path).acquire(timeout)
     import filelock
     lk = filelock.FileLock(str(self.path / ".lock"), timeout=timeout)
     try: lk.acquire()
@@ -450,15 +461,16 @@ def _start_folder(folder, config: dict, ids: list, notes: dict|None) -> dict:
 
 def _unfinished(folder, ids, items, transcripts: dict, problems: list) -> list:
     "(id, item) of the items with no finished transcript in `folder`; the finished ones go to `transcripts`, unreadable ones are moved aside."
-    todo = []
+    todo, have = [], folder.path.files() if isinstance(folder.path, StorePath) else None    # a store: one listing, not lookups per item
+    there = (lambda f: f.exists()) if have is None else (lambda f: f.path[len(folder.path.path) + 1:] in have)
     for iid, it in zip(ids, items):
         f = folder.transcript_path(iid)
-        if f.exists():
+        if there(f):
             try:
                 t = Transcript.from_json(f)
                 if t.meta.get("status") == "done":
                     d = folder.item_dir(iid)
-                    if not all((d / n).exists() for n in ("log.html", "log.txt")): write_item_outputs(t, d)
+                    if not all(there(d / n) for n in ("log.html", "log.txt")): write_item_outputs(t, d)
                     transcripts[iid] = t; continue
             except (ValueError, TypeError) as e:
                 f.replace(f.with_name("transcript.json.unreadable"))
@@ -674,7 +686,7 @@ def resolve_run(protocol, task: str|None = None, data=None, items=None, team=Non
     if name is None:
         name = run_name(proto, items, [a for a in agents if a.role != "supervisor"], settings, seed)
         if not rule.protocol: name += "_decision-" + re.sub(r"[^A-Za-z0-9.+-]+", "-", rule.spec)
-    where = folder if folder is not None else Path(out) / name if out is not None else None    # a folder as given: a path or a URL
+    where = folder if folder is not None else store_path(out) / name if out is not None else None    # a folder as given: a path or a URL
     run = dict(concurrency=concurrency, resume=resume, progress=progress, budget=budget, on_error=on_error, screen=screen, lock_timeout=lock_timeout,
                desc=desc, max_tokens=max_tokens, temperature=temperature, prices=prices)
     return RunPlan(proto, items, agents, settings, rule, name, where, seed, notes, said, run)
@@ -749,6 +761,14 @@ def costs(self: RunResult, by=("agent",)) -> pd.DataFrame:
     return cost_table(self.transcripts, self.prices, by)
 
 # %% ../nbs/08_run.ipynb #49f94d58
+def _report(hook, res, folder):
+    "The protocol report's text; what it writes goes into the run folder (in a store: written locally first, then copied there)."
+    if folder is None or not isinstance(folder.path, StorePath): return hook(res, folder.path if folder else None)
+    import tempfile
+    with tempfile.TemporaryDirectory(prefix="madlab-report-") as d:
+        text = hook(res, Path(d)); put_tree(d, folder.path)
+    return text
+
 def _finish_run(proto, ids, transcripts, rows, folder, agents, status, problems, t0, resumed: dict|None = None, min_scored: int|None = None,
                 prices=None) -> RunResult:
     "The results table of everything finished (in the folder, when there is one; `ids` gives the order), written with the protocol's report. Rows of this run are reused, transcripts in memory are not read again; a table with fewer than `min_scored` scored rows is refused (nothing written). Its cost columns are at `prices` (default: the table the folder's config.json records, else madlab's), which config.json then records."
@@ -774,7 +794,7 @@ def _finish_run(proto, ids, transcripts, rows, folder, agents, status, problems,
         if new != cfg: write_atomic(folder.config_path, json.dumps(to_jsonable(new), indent=1, ensure_ascii=True))
     hook = proto.hooks.get("report")
     if hook is not None and len(df):
-        try: res.report = hook(res, folder.path if folder else None)
+        try: res.report = _report(hook, res, folder)
         except Exception as e: res.problems.append(f"the {proto.name} report failed: {type(e).__name__}: {e}")
     if folder is not None:
         write_table(df, folder.path)
@@ -871,7 +891,7 @@ def rescore(out, lock_timeout: float = 0, decision=None, cache=True, allow_fewer
         folder.load_task_files()                    # the task files of the run, as they were
         resumed, scored = {}, 0
         try:
-            old = pd.read_parquet(folder.path / "results.parquet")
+            old = read_table(folder.path / "results.parquet")
             resumed = {str(i): bool(r) for i, r in zip(old.item_id, old.resumed)} if "resumed" in old else {}
             scored = int(old.correct.notna().sum()) if "correct" in old else 0
         except Exception: pass                      # no table yet (or an unreadable one): every row counts as not resumed

@@ -14,6 +14,7 @@ from fastcore.basics import patch
 from .core import OptionError, Transcript, answer_view
 from .dynamics import Dynamics, debate_dynamics
 from .run import RunFolder, RunResult, debate_row, _run_prices, _with_costs
+from .store import StorePath, store_path, read_table
 from .cost import cost_table, usd
 from .widgets import DebateStepper, _changed, _text
 
@@ -43,7 +44,7 @@ def _listed(paths) -> str:
 # %% ../nbs/23_runs.ipynb #7bc26bc4
 def _results(folder: RunFolder) -> pd.DataFrame:
     "The folder's results table; rebuilt from its transcripts when the table is missing or unreadable (no call either way)."
-    try: return pd.read_parquet(folder.path / "results.parquet")
+    try: return read_table(folder.path / "results.parquet")
     except Exception:
         found, _ = folder.transcripts()
         return pd.DataFrame([debate_row(t) for t in found.values()])
@@ -289,14 +290,19 @@ def _differing(settings: list, protocols: list) -> list:
         out.append(", ".join(f"{k}={_setting(s.get(k))}" for k in keys))
     return out
 
+def _relative(p, start) -> str:
+    "`p` relative to `start` ('.' for itself), for local paths and URLs alike."
+    if not isinstance(p, StorePath): return os.path.relpath(p, start)
+    return p.path[len(start.path) + 1:] or "." if p.path.startswith(start.path) else str(p)
+
 def find_runs(folder, depth: int = 3) -> pd.DataFrame:
     "Every run folder under `folder` (up to `depth` levels down), one row each, newest first: its line (`OpenRun.info`), the folder it sits in (`parent`, relative to `folder`) and the settings that differ from the other runs of its protocol (`differs`)."
-    folder, rows, settings = Path(folder), [], []
+    folder, rows, settings = store_path(folder, "folder"), [], []
     for k in range(depth + 1):
         for cfg in sorted(folder.glob("/".join(["*"] * k + ["config.json"]))):
             try: r = OpenRun(cfg.parent)
             except (OptionError, ValueError, OSError): continue
-            rows.append({**r.info(), "parent": os.path.relpath(cfg.parent.parent, folder), "path": str(cfg.parent)}); settings.append(_settings(r.config))
+            rows.append({**r.info(), "parent": _relative(cfg.parent.parent, folder), "path": str(cfg.parent)}); settings.append(_settings(r.config))
     for r, d in zip(rows, _differing(settings, [r["protocol"] for r in rows])): r["differs"] = d
     df = pd.DataFrame(rows, columns=["run", "protocol", "task", "items", "accuracy", "calls", "tokens", "cost", "date", "parent", "differs", "path"])
     return df.sort_values("date", ascending=False, kind="stable").reset_index(drop=True)
@@ -305,7 +311,7 @@ def find_runs(folder, depth: int = 3) -> pd.DataFrame:
 class RunBrowser(W.VBox):
     "The runs under a folder: pick one to see its table, filter it, pick a row to open the debate in the stepper."
     def __init__(self, folder, depth: int = 3):
-        self.folder, self.runs, self.run, self.viewer = Path(folder), find_runs(folder, depth), None, None
+        self.folder, self.runs, self.run, self.viewer = store_path(folder, "folder"), find_runs(folder, depth), None, None
         self.w_runs = W.Select(options=[(self._label(r), r.path) for r in self.runs.itertuples()], value=None, rows=min(8, max(2, len(self.runs))),
                                layout=W.Layout(width="98%"))
         self.w_filter = W.ToggleButtons(options=list(FILTERS), value="all", style={"button_width": "90px"})
