@@ -117,7 +117,7 @@ def _keys_in_order(text: str) -> list:
 
 def test_prompts_show_the_shape_their_schema_holds():
     "Every prompt that shows a JSON shape shows the schema's fields in the schema's order (the reasoning first): prompt and constraint agree."
-    from madlab.protocols import s4, critic_actor, controlmad
+    from madlab.protocols import s4, critic_actor, controlmad, multi_persona
     from madlab.puzzles import kks_answer_format
     P = controlmad.controlmad_prompts({})
     shown = {
@@ -129,6 +129,7 @@ def test_prompts_show_the_shape_their_schema_holds():
         "s4.challenge": (s4.CHALLENGE_PROMPT, Ask(kind="s4.challenge", options={"target": "Safety"})),
         "s4.revision": (s4.REVISION_PROMPT, Ask(kind="s4.revision")),
         "critic_actor.critique": (critic_actor.PROMPTS["critic"], Ask(kind="critic_actor.critique")),
+        "multi_persona.judge": (multi_persona.PROMPTS["judge"], Ask(kind="multi_persona.judge")),
     }
     for kind, (prompt, ask) in shown.items():
         s = schema_for(ask)
