@@ -51,7 +51,7 @@ def test_rescore_re_decides_a_finished_run(tmp_path):
     maj = pd.read_parquet(tmp_path / "d" / "results.decision-majority.parquet")
     assert list(maj.item_id) == list(own.item_id)
     for (_, o), (_, m) in zip(own.iterrows(), maj.iterrows()):     # each agent's latest answer is its ballot: a strict majority is EoT's own answer too
-        if m.answer is not None and str(m.answer) not in ("None", "nan"): assert str(m.answer) == str(o.answer), (o, m)
+        if m.answer is not None and str(m.answer) not in ("None", "nan"): assert float(m.answer) == float(o.answer), (o, m)
 
 def _reply(req) -> str:
     "First answers by persona (Kitty 10, Ben 20, Peter 30); in an exchange, the smallest number among the solutions shown."
