@@ -85,7 +85,7 @@ STOPS = ("consensus", "majority", "consistent", "none")
 
 def eot_vote(answers) -> tuple:
     "(decision, votes): the most frequent parsed answer of `answers` (team order; a tie goes to the earliest), and the counts; (None, {}) when none parsed."
-    answers = [a for a in answers]
+    answers = list(answers)
     keys = [answer_key(a) for a in answers]
     counts = collections.Counter(k for k in keys if k is not None)
     if not counts: return None, {}
