@@ -15,7 +15,7 @@ def _table(df: pd.DataFrame) -> pd.DataFrame:
     return df.reindex(columns=COLS).astype(str).reset_index(drop=True)
 
 def test_every_protocol_is_covered():
-    assert {"agentverse", "cluster", "controlmad", "critic_actor", "du", "multi_persona", "s4", "self_consistency", "single"} <= set(PROTOCOLS)
+    assert {"agentverse", "cluster", "controlmad", "critic_actor", "du", "eot", "multi_persona", "s4", "self_consistency", "single"} <= set(PROTOCOLS)
 
 def _task_args(name) -> list:
     "No --task (the protocol's default) when its data is here; else the protocol's next task that has its own data (critic_actor's gsm8k needs GSM8K)."

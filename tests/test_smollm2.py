@@ -200,7 +200,7 @@ def test_real_model_notebook_runs_offline_with_small_parameters(tmp_path):
     pm.execute_notebook(str(nb), str(tmp_path / "out.ipynb"), cwd=str(nb.parent), progress_bar=False,
                         parameters=dict(model="synthetic:strong", kks_games=2, gsm8k_items=3, out=str(tmp_path / "res")))
     df = pd.read_parquet(tmp_path / "res" / "results.parquet")
-    assert set(df.setup) == {"single", "self_consistency", "du", "controlmad", "critic_actor"} and set(df.task) == {"kks", "gsm8k"}
+    assert set(df.setup) == {"single", "self_consistency", "du", "controlmad", "critic_actor", "eot"} and set(df.task) == {"kks", "gsm8k"}
     assert set(df.structured) == {"off", "auto"} and len(df[df.structured == "off"]) == len(df[df.structured == "auto"])   # side by side
     assert df.status.eq("done").all()
     st = pd.read_parquet(tmp_path / "res" / "parse_stats.parquet")
