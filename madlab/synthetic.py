@@ -53,14 +53,14 @@ def believes_gold(persona: Persona, ask: Ask, *keys) -> bool:
 
 # %% ../nbs/01b_synthetic.ipynb #be592ed8
 def conform(persona: Persona, rng: random.Random, own, peer_answers: list):
-    "Adopt the strict majority of `peer_answers` with probability `susceptibility` when it differs from `own`; else, with probability `defer`, the most common differing answer."
+    "Adopt the strict majority of `peer_answers` with probability `susceptibility` when it differs from `own`; else, with probability `defer`, a lone dissent: the one answer other than `own` among the peers (two different dissents cancel)."
     votes = collections.Counter(a for a in peer_answers if a is not None)
     if not votes: return own
     top, n = votes.most_common(1)[0]
     if top != own and n * 2 > len(peer_answers) and rng.random() < persona.susceptibility: return top
     if persona.defer:
-        other = [(a, k) for a, k in votes.most_common() if a != own]
-        if other and rng.random() < persona.defer: return other[0][0]
+        other = [a for a in votes if a != own]
+        if len(other) == 1 and rng.random() < persona.defer: return other[0]
     return own
 
 # %% ../nbs/01b_synthetic.ipynb #bc466395
