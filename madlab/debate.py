@@ -394,7 +394,7 @@ async def afork(self: Debate, round: int, **kw) -> Debate:
     "`fork` for use inside a running event loop."
     return _mark_edit(await run_async(_advance(_fork(self, round, **kw), round)))
 
-# %% ../nbs/06_debate.ipynb #b4fee3ea
+# %% ../nbs/06_debate.ipynb #fadf274a
 INTERVENTIONS = ("neutral", "placebo", "gold")
 NEUTRAL_REPLIES = ("I take no position on this question yet; I leave the decision to the others.",
                    "No position from me on this one.")
