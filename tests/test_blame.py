@@ -37,7 +37,7 @@ def test_the_saboteur_is_blamed_first(sabotaged):
     assert share >= 0.9, first.to_string()
 
 @pytest.mark.xfail(strict=True, reason="a placebo reply carries another item's answer, which the synthetic agents read as a position on this item "
-                   "(a second dissent, and a lost vote in the final round): on this team it changes about 8 % of the decisions, not <= 5 %")
+                   "(a second dissent, and a lost vote in the final round): on this team it changed 6.3 % of them on these 30 items and 10.6 % on all 100, not <= 5 %")
 def test_placebo_on_the_honest_agents_changes_few_decisions(sabotaged):
     "Placebo forks (each honest agent's reply to another item) at every turn of the first 30 items change at most 5 % of the decisions."
     tmp, run = sabotaged
