@@ -213,6 +213,7 @@ class BlameResult:
         return float((f["first"] == agent).mean()) if len(f) else float("nan")
     def summary(self) -> str:
         n, items = len(self.df), self.df.item.nunique() if len(self.df) else 0
+        if not n: return f"blame of {self.run.name}: nothing to fork (no item chosen; `wrong` picks the items the run decided wrong: try `all` or ids)"
         made = int(self.df.made.sum()) if "made" in self.df else 0
         return (f"blame of {self.run.name}: {n} forks of {items} items ({', '.join(sorted(set(self.df.intervention)))}); {made} made now, "
                 f"{n - made} read from {self.folder}; {self.calls} calls made (estimated at most {self.estimate}); {self.seconds:.1f} s")

@@ -464,6 +464,7 @@ def blame_cmd(run_dir, items, intervention, max_calls, out, concurrency, cache):
     except OptionError as e: raise click.BadParameter(e.message, param_hint=f"'{e.flag}'" if e.option != "run" else "RUN_DIR") from None
     except ValueError as e: raise click.ClickException(str(e)) from None
     click.echo(b.summary())
+    if not len(b.df): return
     import pandas as pd
     with pd.option_context("display.width", 200, "display.max_columns", 20, "display.precision", 3):
         click.echo(b.table(("intervention", "agent", "round")).to_string(index=False))
