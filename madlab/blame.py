@@ -7,7 +7,7 @@ Docs: https://madlab.github.io/madlab/blame.html.md"""
 # %% ../nbs/23b_blame.ipynb #66d3ce96
 from __future__ import annotations
 import asyncio, html, json, time, types
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 import pandas as pd
 from fastcore.basics import patch
