@@ -15,7 +15,7 @@ from .agents import split_specs
 # %% auto #0
 __all__ = ['parse_items', 'main', 'run', 'parse_games', 'load_items', 'protocol_command', 'protocols_cmd', 'rescore_cmd',
            'baseline_cmd', 'parse_sweep_params', 'sweep_cmd', 'import_cmd', 'models_cmd', 'models_list', 'models_get',
-           'export_cmd', 'console']
+           'blame_cmd', 'export_cmd', 'console']
 
 # %% ../nbs/40_cli.ipynb #5ed24ad8
 class _Protocols(click.Group):
@@ -460,6 +460,31 @@ def models_get(name, root):
     if name not in MODELS: raise click.BadParameter(f"unknown model {name!r}; choose from {', '.join(sorted(MODELS))}", param_hint="NAME")
     try: click.echo(get_model(name, root))
     except RuntimeError as e: raise click.ClickException(str(e)) from None
+
+# %% ../nbs/40_cli.ipynb #15458f83
+@main.command("blame")
+@click.argument("run_dir", type=click.Path(exists=True, file_okay=False), callback=_run_dir_cb)
+@click.option("--items", default="wrong", show_default=True, help="The items to blame: wrong (those the run decided wrong), all, or ids, comma-separated")
+@click.option("--intervention", default="gold", show_default=True,
+              help="What replaces each turn: neutral (no position), placebo (the agent's reply to another item), gold (the right answer); several, comma-separated")
+@click.option("--max-calls", type=click.IntRange(min=0), default=None, help="Refuse when the estimated calls exceed N  [default: no limit]")
+@click.option("--out", default=None, type=click.Path(file_okay=False), help="Where blame.parquet and the forks go  [default: RUN/blame]")
+@click.option("--concurrency", type=click.IntRange(1, 10_000), default=None, help="Forks run at once  [default: as many as the endpoints take]")
+@click.option("--cache/--no-cache", default=True, show_default=True, help="Calls go through the response cache ($MADLAB_CACHE)")
+def blame_cmd(run_dir, items, intervention, max_calls, out, concurrency, cache):
+    "Blame a finished run's turns by experiment: fork each chosen item's debate at every turn with the turn replaced by the intervention, continue with the same team, and print per agent and round how often the decision changed and became right (95% Wilson intervals) and the agent ranked first per item; forks already made are read, not made again."
+    from madlab.blame import run_blame
+    try: b = run_blame(run_dir, items, intervention, max_calls=max_calls, cache=cache, concurrency=concurrency, out=out)
+    except OptionError as e: raise click.BadParameter(e.message, param_hint=f"'{e.flag}'" if e.option != "run" else "RUN_DIR") from None
+    except ValueError as e: raise click.ClickException(str(e)) from None
+    click.echo(b.summary())
+    if not len(b.df): return
+    import pandas as pd
+    with pd.option_context("display.width", 200, "display.max_columns", 20, "display.precision", 3):
+        click.echo(b.table(("intervention", "agent", "round")).to_string(index=False))
+        f = b.first()
+        if len(f): click.echo("\nagent ranked first, per item decided wrong:\n" + f["first"].fillna("(tie or none)").value_counts().to_string())
+    click.echo(f"outputs: {b.folder / 'blame.parquet'}")
 
 # %% ../nbs/40_cli.ipynb #e7c0a1b3
 @main.command("export")

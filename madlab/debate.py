@@ -20,9 +20,10 @@ from .scoring import answer_format, agreement
 from . import tasks as _tasks   # registers every built-in task (madlab.tasks, and through it madlab.kks, madlab.market, madlab.pairwise) for every debate
 
 # %% auto #0
-__all__ = ['AXES', 'PROTOCOLS', 'HOOKS', 'LOG_CONTINUATIONS', 'EXTRA_ROLES', 'parse_topology', 'topology_neighbours',
-           'parse_stop_on', 'Protocol', 'protocol', 'protocol_hook', 'get_protocol', 'Debate', 'fork', 'afork',
-           'from_transcript', 'register_log_continuation', 'continue_log', 'comparable']
+__all__ = ['AXES', 'PROTOCOLS', 'HOOKS', 'INTERVENTIONS', 'NEUTRAL_REPLIES', 'LOG_CONTINUATIONS', 'EXTRA_ROLES', 'parse_topology',
+           'topology_neighbours', 'parse_stop_on', 'Protocol', 'protocol', 'protocol_hook', 'get_protocol', 'Debate',
+           'fork', 'afork', 'intervention_reply', 'from_transcript', 'register_log_continuation', 'continue_log',
+           'comparable']
 
 # %% ../nbs/06_debate.ipynb #d983544a
 _TOPOLOGY_FORMS = "full, ring, star, random:K (K >= 1 peers per agent) or FILE (an adjacency list or 0/1 matrix: .json, .yaml/.yml or .csv)"
@@ -489,26 +490,68 @@ async def _advance(d: Debate, n: int) -> Debate:
         if await d.astep() is None: break
     return d
 
-def _fork(self: Debate, round: int, *, agent: str|None = None, reply: str|None = None, turn: int|None = None) -> Debate:
+def _fork(self: Debate, round: int, *, agent: str|None = None, reply: str|None = None, turn: int|None = None,
+          intervention: str|None = None, placebo_from=None) -> Debate:
     n = len(self.rounds)
     if isinstance(round, bool) or not isinstance(round, int) or not 1 <= round <= n:
         raise ValueError((f"round must be a round number in 1..{n} (rounds are numbered from 1)" if n else "the debate has no rounds yet to fork at") + f"; got {round!r}")
+    if intervention is not None:
+        if reply is not None: raise OptionError("intervention", "give an intervention or a reply, not both")
+        if agent is None: agent = self.rounds[round - 1].turns[turn].agent if isinstance(turn, int) and 0 <= turn < len(self.rounds[round - 1].turns) else None
+        if agent is None: raise OptionError("agent", "an intervention replaces one agent's turn: name the agent (or the turn)")
+        reply = intervention_reply(self.item, intervention, agent=agent, round=round, placebo_from=placebo_from)
     turns, edit = _edit_turns(self.rounds, round, agent, reply, turn)
+    if edit and intervention is not None: edit["intervention"] = intervention
     live = {a.name: a.backend for a in self.agents}
     d = _replayed(self, self.protocol, self.item, [a.info() for a in self.agents], self.settings, self.seed, turns, live, budget=self.budget, decision=self.decision)
     d.meta["forked_from"] = {"id": self.meta["id"], "round": round, **({"edit": edit} if edit else {})}
     return d
 
 # %% ../nbs/06_debate.ipynb #41284de7
-def fork(self: Debate, round: int, *, agent: str|None = None, reply: str|None = None, turn: int|None = None) -> Debate:
-    "A new debate replayed up to round number `round` (1-based, as shown everywhere; with `agent`'s reply there replaced by `reply`, if given), ready to continue live."
-    d = _fork(self, round, agent=agent, reply=reply, turn=turn)
+def fork(self: Debate, round: int, *, agent: str|None = None, reply: str|None = None, turn: int|None = None,
+         intervention: str|None = None, placebo_from=None) -> Debate:
+    "A new debate replayed up to round number `round` (1-based, as shown everywhere; with `agent`'s reply there replaced by `reply`, or by the reply an `intervention` writes: `neutral`, `placebo` (from `placebo_from`) or `gold`, see `intervention_reply`), ready to continue live."
+    d = _fork(self, round, agent=agent, reply=reply, turn=turn, intervention=intervention, placebo_from=placebo_from)
     return _mark_edit(run_sync(_advance(d, round)))
+
 
 # %% ../nbs/06_debate.ipynb #edb8e181
 async def afork(self: Debate, round: int, **kw) -> Debate:
     "`fork` for use inside a running event loop."
     return _mark_edit(await run_async(_advance(_fork(self, round, **kw), round)))
+
+# %% ../nbs/06_debate.ipynb #fadf274a
+INTERVENTIONS = ("neutral", "placebo", "gold")
+NEUTRAL_REPLIES = ("I take no position on this question yet; I leave the decision to the others.",
+                   "No position from me on this one.")
+
+def _placebo(src, agent: str, round: int) -> str:
+    "`agent`'s reply in round `round` of transcript (or debate) `src`, else its last reply before it."
+    rounds = src.rounds if not isinstance(src, str) else []
+    mine = [tu.reply for r in rounds[:round] for tu in r.turns if tu.agent == agent and tu.reply is not None]
+    if not mine: raise OptionError("placebo_from", f"the placebo's debate has no reply by {agent!r} in rounds 1..{round}")
+    return mine[-1]
+
+def intervention_reply(item, intervention: str, *, agent: str|None = None, round: int = 1, placebo_from=None) -> str:
+    "The reply an intervention puts in a turn: `neutral` takes no position (it parses as no answer, an abstention scored invalid), `placebo` is `agent`'s reply in debate (or transcript, or text) `placebo_from` (another item's), `gold` gives `item`'s right answer, written by the item's answer format (its synthetic reply writer, as an oracle) and checked to score right."
+    if intervention not in INTERVENTIONS: raise OptionError("intervention", f"must be one of {', '.join(INTERVENTIONS)}; got {intervention!r}")
+    fmt = answer_format(item)
+    if intervention == "neutral":
+        ok = [s for s in NEUTRAL_REPLIES if fmt.parse(s) is None]
+        if not ok: raise OptionError("intervention", f"no neutral reply reads as no answer in the {fmt.kind!r} format (any text is an answer there)")
+        return ok[0]
+    if intervention == "placebo":
+        if placebo_from is None: raise OptionError("placebo_from", "a placebo needs another debate (or transcript) of the same team to take the agent's reply from")
+        return placebo_from if isinstance(placebo_from, str) else _placebo(placebo_from, agent, round)
+    gold = getattr(item, "gold", None)
+    from madlab.synthetic import PERSONAS, synthetic_rng
+    oracle = PERSONAS["oracle"]
+    ask = Ask(kind=fmt.kind, item=item, agent=agent, round=round - 1, options=dict(fmt.options))
+    text = fmt.reply(ask, oracle, synthetic_rng(oracle, "gold", agent, getattr(item, "id", None))) if fmt.reply is not None and gold is not None else None
+    if text is None or not fmt.score(fmt.parse(text), gold):
+        raise OptionError("intervention", f"gold: the {fmt.kind!r} format cannot write item {getattr(item, 'id', '?')!r}'s right answer" + ("" if gold is not None else " (it has no gold answer)"))
+    return text
+
 
 # %% ../nbs/06_debate.ipynb #e176ef48
 async def _rebuild(d: Debate, t: Transcript) -> Debate:

@@ -27,6 +27,8 @@ class Persona:
     calibration: float = 0.8      # how strongly confidence tracks correctness (0: none, 1: perfect)
     seed: int = 0
     latency: float = 0.0          # seconds per call (simulated)
+    defer: float = 0.0            # chance of adopting a peer's differing answer that has no majority (a lone, confident voice)
+    anchor: float = 0.0           # chance of restating its own first belief, whatever it said (or was made to say) before
 
 PERSONAS = {
     "oracle": Persona(skill=1.0, susceptibility=0.0, calibration=1.0),
@@ -34,6 +36,8 @@ PERSONAS = {
     "medium": Persona(skill=0.7, susceptibility=0.35),
     "weak":   Persona(skill=0.55, susceptibility=0.5, malformed=0.05),
     "random": Persona(skill=0.0, susceptibility=0.0, calibration=0.0),
+    "susceptible": Persona(skill=0.8, susceptibility=0.6, defer=0.3),
+    "saboteur": Persona(skill=0.0, susceptibility=0.0, calibration=0.0, anchor=1.0),   # always wrong, sure of itself, never moves
 }
 
 # %% ../nbs/01b_synthetic.ipynb #389e9b15
@@ -49,11 +53,14 @@ def believes_gold(persona: Persona, ask: Ask, *keys) -> bool:
 
 # %% ../nbs/01b_synthetic.ipynb #be592ed8
 def conform(persona: Persona, rng: random.Random, own, peer_answers: list):
-    "Adopt the strict majority of `peer_answers` with probability `susceptibility` when it differs from `own`."
+    "Adopt the strict majority of `peer_answers` with probability `susceptibility` when it differs from `own`; else, with probability `defer`, a lone dissent: the one answer other than `own` among the peers (two different dissents cancel)."
     votes = collections.Counter(a for a in peer_answers if a is not None)
     if not votes: return own
     top, n = votes.most_common(1)[0]
     if top != own and n * 2 > len(peer_answers) and rng.random() < persona.susceptibility: return top
+    if persona.defer:
+        other = [a for a in votes if a != own]
+        if len(other) == 1 and rng.random() < persona.defer: return other[0]
     return own
 
 # %% ../nbs/01b_synthetic.ipynb #bc466395
@@ -70,8 +77,9 @@ MALFORMED_REPLIES = ["I need to think about this more carefully before answering
 def _peer_values(ask): return [a for a in (ask.peers or {}).values()]
 
 def _own_value(persona, ask, gold, wrong):
-    "This agent's current answer, else its own first belief: `gold` with probability `skill`, else `wrong`."
-    if ask.previous is not None: return ask.previous
+    "This agent's current answer, else its own first belief: `gold` with probability `skill`, else `wrong`; an `anchor`ed agent restates its first belief."
+    anchored = persona.anchor and synthetic_rng(persona, "anchor", ask.agent, getattr(ask.item, "id", None), ask.round).random() < persona.anchor
+    if ask.previous is not None and not anchored: return ask.previous
     return gold if believes_gold(persona, ask) else wrong
 
 # %% ../nbs/01b_synthetic.ipynb #e7a1c0d5

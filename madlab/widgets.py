@@ -12,7 +12,7 @@ import ipywidgets as W
 import pandas as pd
 from fastcore.basics import patch
 from .core import *
-from .debate import Debate, continue_log
+from .debate import Debate, continue_log, intervention_reply
 import madlab.imports     # registers the log formats, so continue_log knows which imported logs can go on
 from .scoring import answer_format, majority_vote, score_result
 
@@ -336,6 +336,7 @@ class DebateStepper(W.VBox):
         self.w_fround = W.Dropdown(description="round", layout=W.Layout(width="320px")); self.w_fround.add_class("madlab-fork-round")
         self.w_fturn = W.Dropdown(description="message", layout=W.Layout(width="320px")); self.w_fturn.add_class("madlab-fork-agent")
         self.w_ftext = W.Textarea(placeholder="the edited message", layout=W.Layout(width="95%", height="90px")); self.w_ftext.add_class("madlab-fork-text")
+        self.w_fhow = W.Dropdown(options=_HOWS, value="", description="replace by", layout=W.Layout(width="320px")); self.w_fhow.add_class("madlab-fork-intervention")
         self.w_fmodel = W.Text(placeholder="backend spec, e.g. synthetic:strong or hf:smollm2", description="model", layout=W.Layout(width="420px"))
         self.w_fmodel.add_class("madlab-fork-model")     # shown for an imported debate: the model that continues it
         self.w_fwhat = _html("madlab-fork-what")         # which message the editor holds, set after its text
@@ -345,17 +346,16 @@ class DebateStepper(W.VBox):
         self.b_step.on_click(lambda _: self._schedule(self.astep()))
         self.b_run.on_click(lambda _: self._on_run())
         self.b_export.on_click(lambda _: self._quiet_call(self.export))
-        self.b_fork.on_click(lambda _: self._schedule(self.afork(self.w_fround.value, turn=self.w_fturn.value, reply=self.w_ftext.value,
-                                                                 model=self.w_fmodel.value if self.branch.log is not None else None)))
+        self.b_fork.on_click(lambda _: self._on_fork())
         self.w_branch.observe(lambda ch: self.show(branch=ch["new"]), "value")
         self.w_fround.observe(lambda ch: self._fill_turns(), "value")
-        self.w_fturn.observe(lambda ch: self._fill_text(), "value")
+        self.w_fturn.observe(lambda ch: self._fill_text(), "value"); self.w_fhow.observe(lambda ch: self._fill_intervention(), "value")
         self.w_fmodel.observe(lambda ch: self._fork_help(), "value")
         self.w_busy.layout = W.Layout(flex="1 1 240px", min_width="0")   # the busy label takes what is left, or wraps to a line of its own
         bar = self.w_bar = W.HBox([self.b_back, self.b_step, self.b_fwd, self.b_run, self.b_export, self.w_branch, self.w_busy],
                                   layout=W.Layout(flex_flow="row wrap", align_items="center"))
         bar.add_class("madlab-toolbar")
-        fork = W.VBox([W.HTML("<b>Fork</b>: pick a round and a message, edit it, continue a new branch"), W.HBox([self.w_fround, self.w_fturn, self.w_fmodel]),
+        fork = W.VBox([W.HTML("<b>Fork</b>: pick a round and a message, edit it, continue a new branch"), W.HBox([self.w_fround, self.w_fturn, self.w_fhow, self.w_fmodel]),
                        self.w_fwhat, self.w_ftext, W.HBox([self.b_fork, self.w_fhelp])])
         fork.add_class("madlab-forkbox")
         super().__init__([self.w_item, bar, self.w_header, self.w_error, self.w_note, self.w_grid, self.w_cons, self.w_usage, self.w_cols, fork, self.w_compare])
@@ -462,6 +462,37 @@ def _set_busy(self: DebateStepper, label, unless_stopping: bool = False) -> bool
         if self._drawing: self._dirty = True
         else: self.w_busy.value = _busy_html(label, self._calls)
     return True
+
+# %% ../nbs/21_widgets.ipynb #5a26276d
+_HOWS = [("the edited text", ""), ("neutral: no position", "neutral"), ("gold: the right answer", "gold")]
+
+@patch
+def _picked(self: DebateStepper):
+    "The shown branch's turn the fork panel points at: (round, turn index, the turn), or None."
+    rounds, k, i = self.branch.rounds, self.w_fround.value, self.w_fturn.value
+    if k is None or i is None or not 1 <= k <= len(rounds) or not 0 <= i < len(rounds[k - 1].turns): return None
+    return k, i, rounds[k - 1].turns[i]
+
+@patch
+def _how_reply(self: DebateStepper) -> str|None:
+    "The reply of the intervention the panel has chosen for its turn (None: the edited text)."
+    p, how = self._picked(), self.w_fhow.value
+    return intervention_reply(self.branch.src.item, how, agent=p[2].agent, round=p[0]) if p and how else None
+
+@patch
+def _fill_intervention(self: DebateStepper):
+    "Put the chosen intervention's reply in the editor (still editable: an edited text forks as an edit)."
+    try: r = self._how_reply()
+    except (OptionError, ValueError) as e: self.branch.error = f"{type(e).__name__}: {e}"; self._refresh(); return
+    if r is not None: self.w_ftext.value = r
+
+@patch
+def _on_fork(self: DebateStepper):
+    "Fork as the panel says: by the chosen intervention while the editor holds its reply, else with the edited text."
+    p, model = self._picked(), self.w_fmodel.value if self.branch.log is not None else None
+    try: how = self.w_fhow.value if self.w_fhow.value and self.w_ftext.value == self._how_reply() else None
+    except (OptionError, ValueError): how = None
+    self._schedule(self.afork(self.w_fround.value, turn=self.w_fturn.value, model=model, **({"intervention": how} if how else {"reply": self.w_ftext.value})))
 
 # %% ../nbs/21_widgets.ipynb #466214c7
 @patch
@@ -692,8 +723,9 @@ def _continue_branch(b: _Branch, round, model, agent=None, reply=None, turn=None
 
 # %% ../nbs/21_widgets.ipynb #69930f59
 @patch
-async def afork(self: DebateStepper, round: int, agent: str|None = None, reply: str|None = None, turn: int|None = None, model: str|None = None) -> Debate:
-    "A new branch: the shown one replayed to round `round` (1-based) with one message (`agent`'s or turn number `turn`) replaced by `reply`; it becomes the shown branch. An imported debate is continued from its log instead (`continue_log`): rounds 1..`round` as logged, then `model` (a backend spec) answers for every agent."
+async def afork(self: DebateStepper, round: int, agent: str|None = None, reply: str|None = None, turn: int|None = None, model: str|None = None,
+                intervention: str|None = None, placebo_from=None) -> Debate:
+    "A new branch: the shown one replayed to round `round` (1-based) with one message (`agent`'s or turn number `turn`) replaced by `reply` or by an `intervention`'s reply (neutral, placebo from `placebo_from`, gold: `Debate.fork`); it becomes the shown branch. An imported debate is continued from its log instead (`continue_log`): rounds 1..`round` as logged, then `model` (a backend spec) answers for every agent."
     src = self.branch
     if self.busy: raise RuntimeError("the stepper is busy (a round or a fork is running): wait for it, or Stop a run")
     if model is not None and src.log is None:
@@ -706,17 +738,19 @@ async def afork(self: DebateStepper, round: int, agent: str|None = None, reply: 
         raise RuntimeError(msg)
     async def go():
         loop = asyncio.get_running_loop()
-        if src.log is not None: d = await loop.run_in_executor(None, lambda: _continue_branch(src, round, model, agent, reply, turn))
+        if src.log is not None:
+            r_ = intervention and intervention_reply(src.src.item, intervention, agent=agent or src.rounds[round - 1].turns[turn].agent, round=round, placebo_from=placebo_from)
+            d = await loop.run_in_executor(None, lambda: _continue_branch(src, round, model, agent, r_ or reply, turn))
         else:
             base = src.debate
             if base is None: base = await loop.run_in_executor(None, lambda: Debate.from_transcript(src.transcript, live=True))
-            d = await base.afork(round, agent=agent, reply=reply, turn=turn)
+            d = await base.afork(round, agent=agent, reply=reply, turn=turn, intervention=intervention, placebo_from=placebo_from)
         edit = d.meta["forked_from"].get("edit") or {}
-        name = f"fork {len(self.branches)}: round {round}" + (f", {model.strip()}" if src.log is not None else "") + (f", {edit['agent']} edited" if edit else "")
+        name = f"fork {len(self.branches)}: round {round}" + (f", {model.strip()}" if src.log is not None else "") + (f", {edit['agent']} {edit.get('intervention') or 'edited'}" if edit else "")
         nb = _Branch(name, debate=d, origin={"branch": src.name, "round": round, **({"agent": edit.get("agent")} if edit else {}),
                                              **({"model": model.strip()} if src.log is not None else {})})
         nb.pos = len(d.rounds) - 1
-        nb.note = _edit_warning(d, src.rounds[round - 1].turns[edit["turn"]].answer) if edit else None
+        nb.note = _edit_warning(d, src.rounds[round - 1].turns[edit["turn"]].answer) if edit and edit.get("intervention") != "neutral" else None
         if nb.note: warnings.warn(nb.note, stacklevel=2)
         self.branches[name] = nb
         self._attach(nb)
@@ -730,9 +764,10 @@ async def afork(self: DebateStepper, round: int, agent: str|None = None, reply: 
 
 # %% ../nbs/21_widgets.ipynb #3573dd47
 @patch
-def fork(self: DebateStepper, round: int, agent: str|None = None, reply: str|None = None, turn: int|None = None, model: str|None = None) -> Debate:
+def fork(self: DebateStepper, round: int, agent: str|None = None, reply: str|None = None, turn: int|None = None, model: str|None = None,
+         intervention: str|None = None, placebo_from=None) -> Debate:
     "Blocking `afork`."
-    return self._sync(self.afork(round, agent=agent, reply=reply, turn=turn, model=model))
+    return self._sync(self.afork(round, agent=agent, reply=reply, turn=turn, model=model, intervention=intervention, placebo_from=placebo_from))
 
 # %% ../nbs/21_widgets.ipynb #c1ac2417
 from .cost import load_prices, item_cost
