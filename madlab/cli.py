@@ -254,9 +254,14 @@ def _option_error(e: OptionError) -> click.ClickException:
 
 _HINTS = {"items": "'--items' / '--games'"}
 
+class _LockLostError(click.ClickException):
+    "A run whose folder's lock another process took over: it stopped writing (exit 2, as a refused lock)."
+    exit_code = 2
+
 def _run_protocol(proto, kw):
     "The body of `madlab run PROTOCOL`: `madlab.run.resolve_run` assembles the run from the options, `run_experiment` runs it; here only errors, signals and the exit status."
     from madlab.run import resolve_run, run_experiment
+    from madlab.store import LockLost
     opts = {k: kw.pop(k) for k in list(kw) if k in proto.options}
     opts = {k: v for k, v in opts.items() if not (v is None and proto.options[k] is None)}
     opts.update({k: kw.pop(k) for k in ("topology", "stop_on") if k in kw and k not in proto.options and kw[k] is not None})   # debate-wide settings
@@ -277,6 +282,7 @@ def _run_protocol(proto, kw):
     except (ValueError, AttributeError): old = None                 # not the main thread (e.g. a notebook kernel): Ctrl-C only
     gc_settings = _gc_for_a_run()
     try: res = run_experiment(plan)
+    except LockLost as e: raise _LockLostError(e.message) from None
     except OptionError as e: raise _option_error(e) from None
     except ValueError as e: raise click.ClickException(str(e)) from None
     except OSError as e: raise click.ClickException(f"writing the outputs failed: {e}") from None
