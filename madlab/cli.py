@@ -469,19 +469,20 @@ def models_get(name, root):
 
 # %% ../nbs/40_cli.ipynb #e7c0a1b3
 @main.command("export")
-@click.argument("run_dir", type=click.Path(exists=True, file_okay=False), callback=_run_dir_cb)
+@click.argument("run_dir", type=_PathOrURL(exists=True, file_okay=False), callback=_run_dir_cb)
 @click.option("--format", "fmt", type=click.Choice(["chat-jsonl", "inspect"]), default="chat-jsonl", show_default=True,
               help="chat-jsonl: one chat-format training example a line (messages, source); inspect: an Inspect eval log (needs madlab[inspect])")
 @click.option("--keep", type=click.Choice(["all", "correct", "consistent"]), default="all", show_default=True,
               help="chat-jsonl: every answered turn, the turns of debates decided right, or each agent's turns that agree with the final majority")
-@click.option("--out", type=click.Path(dir_okay=False), default=None, help="The file to write  [default: RUN/exports/chat-KEEP.jsonl, or an .eval file in RUN/exports/inspect/]")
+@click.option("--out", type=_PathOrURL(dir_okay=False), default=None, help="The file to write, a path or a URL  [default: RUN/exports/chat-KEEP.jsonl, or an .eval file in RUN/exports/inspect/]")
 def export_cmd(run_dir, fmt, keep, out):
-    "Write a finished run as chat-format training examples or as an Inspect eval log (no call made). RUN_DIR is the run's folder, or the --out folder holding it."
+    "Write a finished run as chat-format training examples or as an Inspect eval log (no call made). RUN_DIR is the run's folder (a path or a URL), or the --out folder holding it."
     from madlab.export import Exported          # adds OpenRun.export
     from madlab.runs import open_run
     try: res = open_run(run_dir).export(fmt, keep, out)
     except OptionError as e: raise click.BadParameter(e.message, param_hint="RUN_DIR" if e.option in ("path", "run") else f"'{e.flag}'") from None
     except ValueError as e: raise click.ClickException(str(e)) from None
+    except OSError as e: raise click.ClickException(f"writing the export failed: {e}") from None
     click.echo(repr(res))
 
 # %% ../nbs/40_cli.ipynb #cb167d12

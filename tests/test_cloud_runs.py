@@ -326,3 +326,35 @@ def test_a_lost_lock_stops_writes_at_once_in_process(s3, monkeypatch):
     assert len([q for q in puts if q[0].endswith("transcript.json")]) < 60
     assert not any(q.endswith(("results.parquet", "summary.txt")) for q, _ in puts), puts
     assert json.loads(s3.cat_file(f"{BUCKET}/t9/run/.lock"))["token"] == "theirs"
+
+
+def test_export_reads_a_run_in_a_bucket_and_writes_to_one(s3, tmp_path):
+    "`madlab export` of a run folder in the bucket: chat-jsonl into its own exports/ there (the default) or to another URL, an Inspect log to a URL that reads back with the run's scores, a local --out; `OpenRun.export` likewise."
+    pytest.importorskip("inspect_ai")
+    from inspect_ai.log import read_eval_log
+    from madlab.cli import main
+    from madlab.export import chat_examples
+    from madlab.runs import open_run
+    out = f"s3://{BUCKET}/t10"
+    r = CliRunner().invoke(main, ["run", "du", "--task", "arith", "--n", "4", "--out", out, "--name", "r", "--no-progress"])
+    assert r.exit_code == 0, r.output
+    run = open_run(f"{out}/r")
+    want = chat_examples(run)
+    r = CliRunner().invoke(main, ["export", out])                       # the --out folder holding the run; the default file, in the bucket
+    assert r.exit_code == 0 and f"-> {out}/r/exports/chat-all.jsonl" in r.output, r.output
+    lines = s3.cat_file(f"{BUCKET}/t10/r/exports/chat-all.jsonl").decode().splitlines()
+    assert [json.loads(x) for x in lines] == json.loads(json.dumps(want)) and len(lines) > 0
+    r = CliRunner().invoke(main, ["export", f"{out}/r", "--keep", "correct", "--out", f"s3://{BUCKET}/t10-exports/train.jsonl"])
+    assert r.exit_code == 0, r.output
+    assert len(s3.cat_file(f"{BUCKET}/t10-exports/train.jsonl").decode().splitlines()) == len(chat_examples(run, "correct"))
+    r = CliRunner().invoke(main, ["export", f"{out}/r", "--format", "inspect", "--out", f"s3://{BUCKET}/t10-exports/run.eval"])
+    assert r.exit_code == 0 and "4 samples" in r.output, r.output
+    (tmp_path / "run.eval").write_bytes(s3.cat_file(f"{BUCKET}/t10-exports/run.eval"))
+    back = read_eval_log(str(tmp_path / "run.eval"))
+    assert {s.id: s.scores["madlab"].value == "C" for s in back.samples} == dict(zip(run.df.item_id.astype(str), run.df.correct.astype(bool)))
+    r = CliRunner().invoke(main, ["export", f"{out}/r", "--out", str(tmp_path / "local.jsonl")])
+    assert r.exit_code == 0 and (tmp_path / "local.jsonl").read_text().splitlines() == lines, r.output
+    x = run.export("inspect")                                           # into the run's exports/inspect/ in the bucket
+    assert str(x.path).startswith(f"{out}/r/exports/inspect/") and str(x.path).endswith(".eval") and s3.exists(str(x.path).removeprefix("s3://"))
+    r = CliRunner().invoke(main, ["export", f"{out}/r", "--out", f"{out}/r"])       # a folder in the bucket
+    assert r.exit_code == 2 and "is a folder" in r.output and "Traceback" not in r.output, r.output
