@@ -254,9 +254,14 @@ def _option_error(e: OptionError) -> click.ClickException:
 
 _HINTS = {"items": "'--items' / '--games'"}
 
+class _LockLostError(click.ClickException):
+    "A run whose folder's lock another process took over: it stopped writing (exit 2, as a refused lock)."
+    exit_code = 2
+
 def _run_protocol(proto, kw):
     "The body of `madlab run PROTOCOL`: `madlab.run.resolve_run` assembles the run from the options, `run_experiment` runs it; here only errors, signals and the exit status."
     from madlab.run import resolve_run, run_experiment
+    from madlab.store import LockLost
     opts = {k: kw.pop(k) for k in list(kw) if k in proto.options}
     opts = {k: v for k, v in opts.items() if not (v is None and proto.options[k] is None)}
     opts.update({k: kw.pop(k) for k in ("topology", "stop_on") if k in kw and k not in proto.options and kw[k] is not None})   # debate-wide settings
@@ -277,6 +282,7 @@ def _run_protocol(proto, kw):
     except (ValueError, AttributeError): old = None                 # not the main thread (e.g. a notebook kernel): Ctrl-C only
     gc_settings = _gc_for_a_run()
     try: res = run_experiment(plan)
+    except LockLost as e: raise _LockLostError(e.message) from None
     except OptionError as e: raise _option_error(e) from None
     except ValueError as e: raise click.ClickException(str(e)) from None
     except OSError as e: raise click.ClickException(f"writing the outputs failed: {e}") from None
@@ -488,19 +494,20 @@ def blame_cmd(run_dir, items, intervention, max_calls, out, concurrency, cache):
 
 # %% ../nbs/40_cli.ipynb #e7c0a1b3
 @main.command("export")
-@click.argument("run_dir", type=click.Path(exists=True, file_okay=False), callback=_run_dir_cb)
+@click.argument("run_dir", type=_PathOrURL(exists=True, file_okay=False), callback=_run_dir_cb)
 @click.option("--format", "fmt", type=click.Choice(["chat-jsonl", "inspect"]), default="chat-jsonl", show_default=True,
               help="chat-jsonl: one chat-format training example a line (messages, source); inspect: an Inspect eval log (needs madlab[inspect])")
 @click.option("--keep", type=click.Choice(["all", "correct", "consistent"]), default="all", show_default=True,
               help="chat-jsonl: every answered turn, the turns of debates decided right, or each agent's turns that agree with the final majority")
-@click.option("--out", type=click.Path(dir_okay=False), default=None, help="The file to write  [default: RUN/exports/chat-KEEP.jsonl, or an .eval file in RUN/exports/inspect/]")
+@click.option("--out", type=_PathOrURL(dir_okay=False), default=None, help="The file to write, a path or a URL  [default: RUN/exports/chat-KEEP.jsonl, or an .eval file in RUN/exports/inspect/]")
 def export_cmd(run_dir, fmt, keep, out):
-    "Write a finished run as chat-format training examples or as an Inspect eval log (no call made). RUN_DIR is the run's folder, or the --out folder holding it."
+    "Write a finished run as chat-format training examples or as an Inspect eval log (no call made). RUN_DIR is the run's folder (a path or a URL), or the --out folder holding it."
     from madlab.export import Exported          # adds OpenRun.export
     from madlab.runs import open_run
     try: res = open_run(run_dir).export(fmt, keep, out)
     except OptionError as e: raise click.BadParameter(e.message, param_hint="RUN_DIR" if e.option in ("path", "run") else f"'{e.flag}'") from None
     except ValueError as e: raise click.ClickException(str(e)) from None
+    except OSError as e: raise click.ClickException(f"writing the export failed: {e}") from None
     click.echo(repr(res))
 
 # %% ../nbs/40_cli.ipynb #cb167d12

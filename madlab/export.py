@@ -16,6 +16,7 @@ from .decisions import HELPER_ROLES
 from .dynamics import answer_rounds, _NO_POSITION, _scorer, _stated
 from .run import safe_name
 from .runs import OpenRun, open_run
+from .store import StorePath, store_path
 
 # %% auto #0
 __all__ = ['FORMATS', 'KEEPS', 'Exported', 'final_majority', 'chat_examples', 'export_chat', 'inspect_log', 'export_inspect']
@@ -40,7 +41,7 @@ def _debates(run: OpenRun) -> list[Transcript]:
 @dataclass
 class Exported:
     "What an export wrote: the file, its format, how many records (training examples, or Inspect samples) from how many debates, and the filter."
-    path: Path
+    path: Path|StorePath                # a local file, or an object in a store (`madlab.store`)
     format: str
     records: int
     debates: int
@@ -111,10 +112,11 @@ def chat_examples(run, keep: str = "all") -> list[dict]:
     return [ex for t in _debates(run) for ex in _examples_of(t, keep, decided.get(str(t.meta.get("id"))), run.name)]
 
 # %% ../nbs/23c_export.ipynb #cee0c1cd
-def _out_path(run: OpenRun, out, name: str) -> Path:
-    "Where an export goes: `out`, else `name` under the run's `exports/` folder; its folder made."
-    p = Path(out) if out is not None else run.path / "exports" / name
+def _out_path(run: OpenRun, out, name: str) -> Path|StorePath:
+    "Where an export goes: `out` (a path, or a URL: `madlab.store`), else `name` under the run's `exports/` folder (in a store when the run is); a local folder made."
+    p = store_path(out) if out is not None else run.path / "exports" / name
     if p.is_dir(): raise OptionError("out", f"{p} is a folder; give the file to write")
+    if isinstance(p, StorePath): return p            # one whole object is put there: no folder to make
     try: p.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e: raise OptionError("out", f"cannot create {p.parent}: {e.strerror or e}") from None
     return p
@@ -234,14 +236,17 @@ def inspect_log(run) -> "inspect_ai.log.EvalLog":
 # %% ../nbs/23c_export.ipynb #b33f2763
 def export_inspect(run, out=None) -> Exported:
     "Write `inspect_log(run)` through inspect_ai's `write_eval_log` to `out` (`.eval`, or `.json` for Inspect's JSON format; default: the run's `exports/inspect/` folder, named as Inspect names its logs), for `inspect view --log-dir`."
-    if out is not None and Path(out).suffix not in (".eval", ".json"): raise OptionError("out", f"an Inspect log ends in .eval or .json; got {Path(out).name}")
+    if out is not None and Path(str(out)).suffix not in (".eval", ".json"): raise OptionError("out", f"an Inspect log ends in .eval or .json; got {Path(str(out)).name}")
     run = _open(run)
     el = inspect_log(run)
     name = f"{el.eval.created[:19].replace(':', '-')}_{safe_name(el.eval.task.replace('/', '-'))}_{el.eval.task_id}.eval"
     p = _out_path(run, out, f"inspect/{name}")
     from concurrent.futures import ThreadPoolExecutor
-    with ThreadPoolExecutor(1, thread_name_prefix="madlab-inspect") as ex:     # inspect_ai runs an event loop of its own: never inside a running one
-        ex.submit(_inspect()[0].write_eval_log, el, str(p), p.suffix[1:]).result()
+    import tempfile
+    with ThreadPoolExecutor(1, thread_name_prefix="madlab-inspect") as ex, tempfile.TemporaryDirectory(prefix="madlab-inspect-") as d:
+        local = Path(d) / p.name if isinstance(p, StorePath) else p          # in a store: written here, then put as one whole object
+        ex.submit(_inspect()[0].write_eval_log, el, str(local), local.suffix[1:]).result()     # inspect_ai runs an event loop of its own: never inside a running one
+        if local is not p: write_atomic(p, local.read_bytes())
     return Exported(p, "inspect", len(el.samples), len(el.samples))
 
 # %% ../nbs/23c_export.ipynb #0ce6c302

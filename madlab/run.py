@@ -21,7 +21,7 @@ from .scoring import answer_format, score_result
 from .debate import *
 from .decisions import get_decision, check_decision, check_logprobs, check_logprobs_recorded, aredecide
 from .cost import Prices, load_prices, item_cost, cost_lines, cost_table
-from .store import StorePath, StoreLock, store_path, read_table, put_tree
+from .store import StorePath, StoreLock, LockLost, store_path, read_table, put_tree
 
 # %% auto #0
 __all__ = ['MAX_GAMES_AT_ONCE', 'debate_row', 'safe_name', 'transcript_text', 'chat_histories', 'item_outputs',
@@ -126,7 +126,7 @@ class RunFolder:
     "A run's folder (a local path, or a URL: `madlab.store`): its config, per-item transcripts and logs, and the results table."
     def __init__(self, path):
         if path is None or str(path).strip() == "": raise OptionError("out", "must name a folder (got an empty path)")
-        self.path = store_path(path)
+        self.path, self._held = store_path(path), None
     def __repr__(self): return f"RunFolder({str(self.path)!r})"
     @property
     def config_path(self) -> Path: return self.path / "config.json"
@@ -210,13 +210,19 @@ def transcripts(self: RunFolder, known: dict|None = None) -> tuple[dict, list]:
 @patch
 def lock(self: RunFolder, timeout: float = 0):
     "Hold the folder's lock (a context manager); another run holding it makes this wait `timeout` seconds, then refuse. In a store: a `madlab.store.StoreLock`."
-    if isinstance(self.path, StorePath): return StoreLock(self.path).acquire(timeout)
+    if isinstance(self.path, StorePath): self._held = StoreLock(self.path).acquire(timeout); return self._held
     import filelock
     lk = filelock.FileLock(str(self.path / ".lock"), timeout=timeout)
     try: lk.acquire()
     except filelock.Timeout:
         raise OptionError("out", f"{self.path} is in use by another madlab run (lock file {self.path / '.lock'}); wait for it to finish or choose another output folder") from None
     return lk
+
+@patch
+def check_lock(self: RunFolder, fresh: bool = False):
+    "Refuse to write (`madlab.store.LockLost`) when the store lock this folder holds was taken over (`fresh`: read the lock object now; else what the heartbeat saw). A local lock cannot be taken over."
+    lk = getattr(self, "_held", None)
+    if isinstance(lk, StoreLock) and not lk._stop.is_set(): lk.verify() if fresh else lk.check()
 
 # %% ../nbs/08_run.ipynb #a2f3222f
 def _stop_line(df: pd.DataFrame) -> str:
@@ -422,9 +428,10 @@ def check_api_keys(agents, specs=()) -> None:
 # %% ../nbs/08_run.ipynb #9d2e6b41
 async def _write_debate(folder: RunFolder, iid, t: Transcript) -> None:
     "One finished debate's transcript and logs: made on the event loop, written (fsync included) in a worker thread, so the other debates' calls go on meanwhile."
+    folder.check_lock()                                  # a lock another process took over: nothing more is written
     await asyncio.to_thread(write_atomic, folder.transcript_path(iid), t.to_json())
     d, logs = folder.item_dir(iid), item_outputs(t)
-    await asyncio.to_thread(lambda: [write_atomic(d / name, text) for name, text in logs.items()])
+    await asyncio.to_thread(lambda: [folder.check_lock() or write_atomic(d / name, text) for name, text in logs.items()])
 
 # %% ../nbs/08_run.ipynb #c876aa91
 class _Stop:
@@ -505,6 +512,7 @@ async def _record(proto, folder, iid, t, rows, transcripts, status):
     transcripts[iid] = t
     if folder is not None:
         try: await _write_debate(folder, iid, t)
+        except LockLost: raise                        # the run stops (see `arun_experiment`)
         except (OSError, TypeError, ValueError) as e:
             rows[iid].update(status="failed", error=f"writing outputs failed: {type(e).__name__}: {e}")
             if t.meta.get("status") != "failed": status["failed"] += 1
@@ -711,6 +719,7 @@ async def arun_experiment(protocol, items=None, team=None, out=None, *, _stop: _
     folder = RunFolder(plan.folder).create() if plan.folder is not None else None
     lock = folder.lock(x.get("lock_timeout", 0)) if folder else None
     stop = _stop or _Stop(); stop.bind()
+    if isinstance(lock, StoreLock): lock.on_lost = stop.set        # a lock taken over stops the debates; `_finish_run` then raises `LockLost`
     transcripts, rows, problems, status = {}, {}, [], {"reason": None, "failed": 0, "interrupted": False}
     try:
         config = {"protocol": proto.name, "options": to_jsonable(settings), "tasks": sorted({str(getattr(it, "task", None)) for it in items}),
@@ -788,6 +797,7 @@ def _finish_run(proto, ids, transcripts, rows, folder, agents, status, problems,
                     time.perf_counter() - t0, endpoints=_endpoint_health(agents),
                     made={"calls": sum(int(r.get("calls") or 0) for r in rows.values()), "cached": sum(int(r.get("cached_calls") or 0) for r in rows.values())},
                     prices=prices, specs=_team_specs(ts, agents))
+    if folder is not None: folder.check_lock(fresh=True)       # the lock still ours (read now), or nothing is written
     if folder is not None:                          # config.json keeps how the endpoints fared and the price table of the cost column
         cfg = folder.read_config() or {}
         new = {**cfg, **({"endpoints": res.endpoints} if res.endpoints else {}), "prices": prices.record()}
@@ -797,6 +807,7 @@ def _finish_run(proto, ids, transcripts, rows, folder, agents, status, problems,
         try: res.report = _report(hook, res, folder)
         except Exception as e: res.problems.append(f"the {proto.name} report failed: {type(e).__name__}: {e}")
     if folder is not None:
+        folder.check_lock()
         write_table(df, folder.path)
         write_atomic(folder.path / "summary.txt", res.summary() + "\n")
     return res
@@ -936,6 +947,7 @@ async def aredecide_run(out, decision, cache=True, lock_timeout: float = 0) -> R
         df = pd.DataFrame(rows)
         made = {"calls": int(df.judge_calls.sum()), "cached": int(df.judge_cached.sum()), "by": "by the judge"} if rule.judge and len(df) else {"calls": 0, "cached": 0}
         res = RunResult(df, found, None, _cache_stats([judge] if judge else []), str(folder.path), 0, False, problems, time.perf_counter() - t0, made=made)
+        folder.check_lock(fresh=True)               # the lock still ours, or nothing is written
         stem = decision_table_name(rule)
         write_parquet(df, folder.path / f"{stem}.parquet"); write_atomic(folder.path / f"{stem}.csv", df.to_csv(index=False))
         write_atomic(folder.path / f"summary.{stem.removeprefix('results.')}.txt", res.summary() + "\n")

@@ -12,7 +12,7 @@ from fastcore.basics import patch
 from .core import OptionError, scrub_secrets
 
 # %% auto #0
-__all__ = ['LOCK_STALE', 'is_url', 'StorePath', 'store_path', 'read_table', 'put_tree', 'StoreLock']
+__all__ = ['LOCK_STALE', 'is_url', 'StorePath', 'store_path', 'read_table', 'put_tree', 'StoreLock', 'LockLost']
 
 # %% ../nbs/00b_store.ipynb #23a7e232
 _PACKAGES = {"s3": "s3fs", "s3a": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs", "abfs": "adlfs", "abfss": "adlfs"}
@@ -123,8 +123,9 @@ class StoreLock:
     "The lock of a run folder in a store (see above): `acquire(timeout)`, `release()`, and a context manager."
     def __init__(self, folder: StorePath):
         self.path, self.token, self._etag, self._stop, self._thread, self.lost = folder / ".lock", uuid.uuid4().hex, None, threading.Event(), None, False
+        self.taken_by, self.on_lost, self._since = None, None, None       # who holds it after a loss; called (from the heartbeat) when it is lost
     def _body(self) -> bytes:
-        return json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "token": self.token, "heartbeat": time.time()}).encode()
+        return json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "token": self.token, "since": self._since, "heartbeat": time.time()}).encode()
     def _put(self, **kw) -> bool:
         "Put the lock object under a condition; whether it was put (a failed condition: False)."
         try: out = self.path.fs.pipe_file(self.path.path, self._body(), **kw)
@@ -152,6 +153,7 @@ def acquire(self: StoreLock, timeout: float = 0) -> StoreLock:
     "Hold the lock, waiting up to `timeout` seconds for another holder; an `OptionError` for `out` naming the holder when it stays held."
     end = time.monotonic() + (timeout or 0)
     while True:
+        self._since = time.time()
         if self._put(mode="create"): break
         owner, etag = self._owner()
         why = None if owner is None else _stale(owner, time.time())
@@ -167,9 +169,7 @@ def acquire(self: StoreLock, timeout: float = 0) -> StoreLock:
 def _beat(self: StoreLock):
     "Rewrite the heartbeat until released (on S3 only while the object is still ours)."
     while not self._stop.wait(LOCK_STALE / 6):
-        try: ok = self._put(IfMatch=self._etag) if _is_s3(self.path.fs) and self._etag else self._put()
-        except OSError: continue                     # the store is unreachable a while: try again at the next beat
-        if not ok: self.lost = True; return
+        if not self._beat_once(): return
 
 @patch
 def release(self: StoreLock):
@@ -183,3 +183,43 @@ def release(self: StoreLock):
 def __enter__(self: StoreLock): return self
 @patch
 def __exit__(self: StoreLock, *a): self.release()
+
+# %% ../nbs/00b_store.ipynb #e175139c
+class LockLost(OptionError):
+    "A run folder's lock taken over by another process while this one held it: the run stops writing; what it wrote is kept."
+    def __init__(self, lock_path, owner: dict|None):
+        owner = owner or {}
+        when = owner.get("since") or owner.get("heartbeat")
+        try: at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(when)))
+        except (TypeError, ValueError): at = "an unknown time"
+        who = f"taken by {owner.get('host', '?')} pid {owner.get('pid', '?')} at {at}" if owner else "deleted by another process"
+        super().__init__("out", f"the lock of {lock_path.parent} was {who}; this run stopped writing; finished items are kept")
+        self.owner = owner
+
+@patch
+def _beat_once(self: StoreLock) -> bool:
+    "Rewrite the heartbeat once (on S3: `If-Match` on our ETag; elsewhere: only while the object holds our token); False when the lock is lost."
+    try:
+        if _is_s3(self.path.fs) and self._etag: ok = self._put(IfMatch=self._etag)
+        else: ok = (self._owner()[0] or {}).get("token") == self.token and self._put()
+        if ok: return True
+        owner, etag = self._owner()
+    except OSError: return True                      # the store is unreachable a while: try again at the next beat
+    if owner is not None and owner.get("token") == self.token: self._etag = etag; return True     # still ours (an ETag in another form)
+    self.taken_by, self.lost = owner, True
+    if self.on_lost is not None: self.on_lost()
+    return False
+
+@patch
+def check(self: StoreLock):
+    "Raise `LockLost` when a heartbeat found the lock taken (no store access)."
+    if self.lost: raise LockLost(self.path, self.taken_by)
+
+@patch
+def verify(self: StoreLock):
+    "Read the lock object now: `LockLost` unless it is still ours."
+    self.check()
+    owner, _ = self._owner()
+    if owner is None or owner.get("token") != self.token:
+        self.taken_by, self.lost = owner, True
+        raise LockLost(self.path, owner)

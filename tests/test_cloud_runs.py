@@ -257,3 +257,104 @@ def test_import_and_baseline_write_run_folders_in_a_bucket(s3, tmp_path):
     assert r.exit_code == 0 and f"outputs: s3://{BUCKET}/t7/debate-baseline-single" in r.output, r.output
     keys = _keys(s3, "t7")
     assert any(k.startswith("t7/debate-baseline-single") and k.endswith("results.parquet") for k in keys), keys
+
+
+def test_a_lock_taken_from_under_a_run_stops_its_writes(s3, tmp_path):
+    "Another owner overwrites a running command's lock object (as a stale takeover does): the run notices at its next heartbeat, stops its debates and writes nothing more (no results table, no summary, config.json as it was), exits 2 naming the new owner; the transcripts it wrote stay as they were, and once that owner is gone a resume finishes only the rest."
+    out, n = f"s3://{BUCKET}/t8", 100
+    cmd = [MADLAB, "run", "du", "--task", "arith", "--n", str(n), "--agents", SLOW_TEAM, "--concurrency", "2", "--out", out, "--name", "r", "--no-cache", "--no-progress"]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(tmp_path))
+    done = lambda: [k for k in _keys(s3, "t8/r/debates") if k.endswith("transcript.json")]
+    lock = f"{BUCKET}/t8/r/.lock"
+    theirs = {"host": "other-host", "pid": 4242, "token": "theirs", "since": 1e9, "heartbeat": time.time()}
+    try:
+        _wait(lambda: len(done()) >= 2, "two debates finished", 90, p)
+        config = s3.cat_file(f"{BUCKET}/t8/r/config.json")
+        assert json.loads(s3.cat_file(lock))["pid"] == p.pid
+        s3.pipe_file(lock, json.dumps(theirs).encode())                 # the takeover
+        first = {k: s3.cat_file(f"{BUCKET}/{k}") for k in done()}
+        _, err = p.communicate(timeout=120)                             # it stops at its next heartbeat (LOCK_STALE / 6)
+    finally:
+        if p.poll() is None: p.kill(); p.wait()
+    assert p.returncode == 2, err
+    assert f"the lock of {out}/r was taken by other-host pid 4242 at 2001-09-09 01:46:40 UTC; this run stopped writing; finished items are kept" in err, err
+    assert "Traceback" not in err, err
+    keys = _keys(s3, "t8/r")
+    assert "t8/r/results.parquet" not in keys and "t8/r/summary.txt" not in keys, keys
+    assert s3.cat_file(f"{BUCKET}/t8/r/config.json") == config, "config.json was rewritten after the lock was lost"
+    assert json.loads(s3.cat_file(lock))["token"] == "theirs", "the run deleted or rewrote the new owner's lock"
+    kept = done()
+    assert 2 <= len(kept) < n and set(first) <= set(kept), (len(kept), len(first))
+    assert {k: s3.cat_file(f"{BUCKET}/{k}") for k in first} == first, "a finished transcript was rewritten"
+    r = subprocess.run(cmd, capture_output=True, text=True, env=_env(tmp_path), timeout=300)      # the new owner's heartbeat is fresh: refused
+    assert r.returncode == 2 and "in use by process 4242 on other-host" in r.stderr, r.stderr
+    s3.rm_file(lock)                                                    # the other owner is done
+    r = subprocess.run([("16" if a == "2" and cmd[i - 1] == "--concurrency" else a) for i, a in enumerate(cmd)], capture_output=True, text=True, env=_env(tmp_path), timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    df = pd.read_parquet(s3.open(f"{BUCKET}/t8/r/results.parquet"))
+    assert len(df) == n and (df.status == "done").all(), df[["item_id", "status"]]
+    assert {k.split("/")[-2] for k in kept} <= set(df.item_id[df.resumed]), "a debate finished before the loss was run again"
+    assert {k: s3.cat_file(f"{BUCKET}/{k}") for k in first} == first
+
+
+def test_a_lost_lock_stops_writes_at_once_in_process(s3, monkeypatch):
+    "In process, with a fast heartbeat: once it has found the lock taken, each debate may finish at most the one write it had begun (a check comes before every write); nothing else is put, no results table or summary; `run_experiment` raises `LockLost`."
+    import threading
+    import madlab.store as store
+    from madlab.run import run_experiment
+    from madlab.scoring import toy_arith_items
+    from madlab.store import LockLost, StorePath, StoreLock
+    monkeypatch.setattr(store, "LOCK_STALE", 1.2)                      # a heartbeat every 0.2 s
+    url, puts, known, taken = f"s3://{BUCKET}/t9/run", [], threading.Event(), []
+    put, beat = StorePath.write_bytes, StoreLock._beat_once
+    def spy(self, data):
+        if str(self).startswith(url) and self.name != ".lock": puts.append((str(self), known.is_set()))
+        if self.name == "transcript.json" and len([q for q, _ in puts if q.endswith("transcript.json")]) == 3 and not taken:    # the takeover
+            taken.append(1)
+            s3.pipe_file(f"{BUCKET}/t9/run/.lock", json.dumps({"host": "other-host", "pid": 4242, "token": "theirs", "since": 1e9, "heartbeat": time.time()}).encode())
+        return put(self, data)
+    def beat_once(self):
+        ok = beat(self)
+        if not ok: known.set()
+        return ok
+    monkeypatch.setattr(StorePath, "write_bytes", spy)
+    monkeypatch.setattr(StoreLock, "_beat_once", beat_once)
+    with pytest.raises(LockLost, match="taken by other-host pid 4242 at 2001-09-09 01:46:40 UTC; this run stopped writing"):
+        run_experiment("du", toy_arith_items(60, seed=0), SLOW_TEAM.replace(",synthetic", ";synthetic").split(";"), url, concurrency=2, cache=False)
+    after = [q for q, late in puts if late]
+    assert known.is_set() and taken and len(after) <= 2, after
+    assert len([q for q in puts if q[0].endswith("transcript.json")]) < 60
+    assert not any(q.endswith(("results.parquet", "summary.txt")) for q, _ in puts), puts
+    assert json.loads(s3.cat_file(f"{BUCKET}/t9/run/.lock"))["token"] == "theirs"
+
+
+def test_export_reads_a_run_in_a_bucket_and_writes_to_one(s3, tmp_path):
+    "`madlab export` of a run folder in the bucket: chat-jsonl into its own exports/ there (the default) or to another URL, an Inspect log to a URL that reads back with the run's scores, a local --out; `OpenRun.export` likewise."
+    pytest.importorskip("inspect_ai")
+    from inspect_ai.log import read_eval_log
+    from madlab.cli import main
+    from madlab.export import chat_examples
+    from madlab.runs import open_run
+    out = f"s3://{BUCKET}/t10"
+    r = CliRunner().invoke(main, ["run", "du", "--task", "arith", "--n", "4", "--out", out, "--name", "r", "--no-progress"])
+    assert r.exit_code == 0, r.output
+    run = open_run(f"{out}/r")
+    want = chat_examples(run)
+    r = CliRunner().invoke(main, ["export", out])                       # the --out folder holding the run; the default file, in the bucket
+    assert r.exit_code == 0 and f"-> {out}/r/exports/chat-all.jsonl" in r.output, r.output
+    lines = s3.cat_file(f"{BUCKET}/t10/r/exports/chat-all.jsonl").decode().splitlines()
+    assert [json.loads(x) for x in lines] == json.loads(json.dumps(want)) and len(lines) > 0
+    r = CliRunner().invoke(main, ["export", f"{out}/r", "--keep", "correct", "--out", f"s3://{BUCKET}/t10-exports/train.jsonl"])
+    assert r.exit_code == 0, r.output
+    assert len(s3.cat_file(f"{BUCKET}/t10-exports/train.jsonl").decode().splitlines()) == len(chat_examples(run, "correct"))
+    r = CliRunner().invoke(main, ["export", f"{out}/r", "--format", "inspect", "--out", f"s3://{BUCKET}/t10-exports/run.eval"])
+    assert r.exit_code == 0 and "4 samples" in r.output, r.output
+    (tmp_path / "run.eval").write_bytes(s3.cat_file(f"{BUCKET}/t10-exports/run.eval"))
+    back = read_eval_log(str(tmp_path / "run.eval"))
+    assert {s.id: s.scores["madlab"].value == "C" for s in back.samples} == dict(zip(run.df.item_id.astype(str), run.df.correct.astype(bool)))
+    r = CliRunner().invoke(main, ["export", f"{out}/r", "--out", str(tmp_path / "local.jsonl")])
+    assert r.exit_code == 0 and (tmp_path / "local.jsonl").read_text().splitlines() == lines, r.output
+    x = run.export("inspect")                                           # into the run's exports/inspect/ in the bucket
+    assert str(x.path).startswith(f"{out}/r/exports/inspect/") and str(x.path).endswith(".eval") and s3.exists(str(x.path).removeprefix("s3://"))
+    r = CliRunner().invoke(main, ["export", f"{out}/r", "--out", f"{out}/r"])       # a folder in the bucket
+    assert r.exit_code == 2 and "is a folder" in r.output and "Traceback" not in r.output, r.output
