@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 from fastcore.basics import patch
 from .core import OptionError, Transcript, answer_key, run_sync, write_atomic, write_parquet
+from .store import is_url, read_table, store_path
 from .backends import CachedBackend, get_backend
 from .debate import INTERVENTIONS, _rebuild, _replayed
 from .run import _cell, debate_row, games_at_once, item_outputs, safe_name
@@ -133,7 +134,12 @@ def _row(run: OpenRun, t: Transcript, ft: Transcript, job, made: bool) -> dict:
             "right_before": rb, "right_after": ra, "changed": answer_key(before) != answer_key(after),
             "became_right": None if rb is None or ra is None else (not rb and ra), "became_wrong": None if rb is None or ra is None else (rb and not ra),
             "status": ft.meta.get("status"), "calls": int(r.get("calls") or 0), "cached_calls": int(r.get("cached_calls") or 0), "made": made,
-            "placebo_item": None if src is None else str(src.meta.get("id")), "fork": str(path.relative_to(run.path) if path.is_relative_to(run.path) else path)}
+            "placebo_item": None if src is None else str(src.meta.get("id")), "fork": _relative(path, run.path)}
+
+def _relative(path, base) -> str:
+    "`path` relative to `base` when it lies under it (a local folder or a URL), else in full."
+    s, b = str(path), str(base).rstrip("/") + "/"
+    return s[len(b):] if s.startswith(b) else s
 
 _KEY = ["item", "agent", "round", "intervention"]
 COLUMNS = [*_KEY, "decision_before", "decision_after", "right_before", "right_after", "changed", "became_right", "became_wrong", "status", "calls",
@@ -142,7 +148,7 @@ COLUMNS = [*_KEY, "decision_before", "decision_after", "right_before", "right_af
 def _write(folder: Path, df: pd.DataFrame, meta: dict) -> pd.DataFrame:
     "blame.parquet (and .csv): these rows, and the rows of earlier calls for other forks; blame.json: this call's settings and counts."
     f = folder / "blame.parquet"
-    old = pd.read_parquet(f) if f.exists() else None
+    old = read_table(f) if f.exists() else None
     if old is not None and len(old):
         keep = ~old.set_index(_KEY).index.isin(df.set_index(_KEY).index)
         df = pd.concat([old[keep], df], ignore_index=True)
@@ -226,7 +232,7 @@ def run_blame(run, items="wrong", intervention="gold", max_calls: int|None = Non
     hows, ids = _interventions(intervention), _chosen(run, items)
     if max_calls is not None and (isinstance(max_calls, bool) or not isinstance(max_calls, int) or max_calls < 0): raise OptionError("max_calls", f"must be a whole number >= 0; got {max_calls!r}")
     if concurrency is not None and (isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1): raise OptionError("concurrency", f"must be a whole number >= 1; got {concurrency!r}")
-    folder = Path(out) if out is not None else run.path / "blame"
+    folder = store_path(out, "out") if out is not None else run.path / "blame"
     found, jobs, estimate = _plan(run, ids, hows, folder)
     if max_calls is not None and estimate > max_calls:
         raise OptionError("max_calls", f"blame would make up to {estimate} calls ({len(jobs)} forks of {len(ids)} items); allow at least that many, or choose fewer items or interventions")
@@ -281,8 +287,9 @@ def fork_path(self: BlameResult, item, agent: str, round: int, intervention: str
     if intervention is not None: rows = rows[rows.intervention == intervention]
     if len(rows) != 1:
         raise KeyError(f"{len(rows)} forks of item {item!r}, {agent}, round {round}" + (f", {intervention}" if intervention else "") + ": name one (item, agent, round, intervention) of `df`")
-    p = Path(rows.fork.iloc[0])
-    return p if p.is_absolute() else self.run.path / p
+    p = rows.fork.iloc[0]
+    if is_url(p) or Path(p).is_absolute(): return store_path(p)
+    return self.run.path / p
 
 @patch
 def log_path(self: BlameResult, item, agent: str, round: int, intervention: str|None = None) -> Path:

@@ -469,12 +469,12 @@ def models_get(name, root):
 
 # %% ../nbs/40_cli.ipynb #15458f83
 @main.command("blame")
-@click.argument("run_dir", type=click.Path(exists=True, file_okay=False), callback=_run_dir_cb)
+@click.argument("run_dir", type=_PathOrURL(exists=True, file_okay=False), callback=_run_dir_cb)
 @click.option("--items", default="wrong", show_default=True, help="The items to blame: wrong (those the run decided wrong), all, or ids, comma-separated")
 @click.option("--intervention", default="gold", show_default=True,
               help="What replaces each turn: neutral (no position), placebo (the agent's reply to another item), gold (the right answer); several, comma-separated")
 @click.option("--max-calls", type=click.IntRange(min=0), default=None, help="Refuse when the estimated calls exceed N  [default: no limit]")
-@click.option("--out", default=None, type=click.Path(file_okay=False), help="Where blame.parquet and the forks go  [default: RUN/blame]")
+@click.option("--out", default=None, type=_PathOrURL(file_okay=False), help="Where blame.parquet and the forks go, a folder or a URL  [default: RUN/blame]")
 @click.option("--concurrency", type=click.IntRange(1, 10_000), default=None, help="Forks run at once  [default: as many as the endpoints take]")
 @click.option("--cache/--no-cache", default=True, show_default=True, help="Calls go through the response cache ($MADLAB_CACHE)")
 def blame_cmd(run_dir, items, intervention, max_calls, out, concurrency, cache):

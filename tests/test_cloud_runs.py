@@ -259,6 +259,24 @@ def test_import_and_baseline_write_run_folders_in_a_bucket(s3, tmp_path):
     assert any(k.startswith("t7/debate-baseline-single") and k.endswith("results.parquet") for k in keys), keys
 
 
+def test_blame_reads_a_run_in_a_bucket_and_writes_its_forks_there(s3, tmp_path):
+    "madlab blame on a run folder at a URL: blame.parquet and every fork land in the bucket, a second blame makes no call, and a fork opens from there."
+    from madlab.cli import main
+    from madlab.blame import run_blame
+    url = f"s3://{BUCKET}/t9/debate"
+    r = CliRunner().invoke(main, ["run", "du", "--task", "arith", "--n", "2", "--rounds", "1", "--out", f"s3://{BUCKET}/t9", "--name", "debate", "--no-progress"])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(main, ["blame", url, "--items", "all", "--intervention", "gold"])
+    assert r.exit_code == 0 and f"outputs: {url}/blame/blame.parquet" in r.output, r.output
+    keys = _keys(s3, "t9/debate/blame")
+    forks = [k for k in keys if k.endswith("transcript.json")]
+    assert "t9/debate/blame/blame.parquet" in keys and len(forks) == 2 * 3 * 2, keys     # 2 items x 3 agents x 2 rounds
+    again = run_blame(url, "all", "gold")
+    assert again.calls == 0 and not again.df.made.any() and len(again.df) == len(forks)
+    row = again.df.iloc[0]
+    assert again.open(row["item"], row["agent"], int(row["round"])).branch.src.meta["forked_from"]["edit"]["intervention"] == "gold"
+
+
 def test_a_lock_taken_from_under_a_run_stops_its_writes(s3, tmp_path):
     "Another owner overwrites a running command's lock object (as a stale takeover does): the run notices at its next heartbeat, stops its debates and writes nothing more (no results table, no summary, config.json as it was), exits 2 naming the new owner; the transcripts it wrote stay as they were, and once that owner is gone a resume finishes only the rest."
     out, n = f"s3://{BUCKET}/t8", 100
