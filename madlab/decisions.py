@@ -19,8 +19,8 @@ __all__ = ['JUDGE_PROMPT', 'DECISIONS', 'PROTOCOL_FEATURES', 'BALLOTS', 'HELPER_
            'Decision', 'ballot', 'DecisionRule', 'Plurality', 'Majority', 'Supermajority', 'Unanimity',
            'ConfidenceWeighted', 'Borda', 'Approval', 'Judge', 'judge_decision', 'ProtocolRule', 'register_decision',
            'get_decision', 'protocol_features', 'answer_features', 'check_decision', 'ballots_from', 'final_turns',
-           'ballots', 'decide', 'redecide', 'aredecide', 'trajectories', 'FreeMAD', 'LogprobWeighted', 'check_logprobs',
-           'check_logprobs_recorded']
+           'ballots', 'decide', 'latest_turns', 'redecide', 'aredecide', 'trajectories', 'FreeMAD', 'LogprobWeighted',
+           'check_logprobs', 'check_logprobs_recorded']
 
 # %% ../nbs/05a_decisions.ipynb #d8f1c993
 @dataclass
@@ -315,6 +315,14 @@ def _combine(ds: dict) -> Decision:
     open_ = [k for k, d in ds.items() if not d.decided]
     reason = "decided" if not open_ else f"{ds[open_[0]].reason} on {', '.join(map(str, open_))}"
     return Decision({k: d.answer for k, d in ds.items()} if len(open_) < len(ds) else None, reason, {str(k): d.tally for k, d in ds.items()})
+
+# %% ../nbs/05a_decisions.ipynb #102381ce
+def latest_turns(t) -> list:
+    "Each agent's latest turn in transcript `t`, in the order the agents first spoke: the ballots of a debate whose agents answer every round."
+    last = {}
+    for r in t.rounds:
+        for tu in r.turns: last[tu.agent] = tu
+    return list(last.values())
 
 # %% ../nbs/05a_decisions.ipynb #697c2d44
 def _with(res: dict, rule, d: Decision|None) -> dict:

@@ -10,6 +10,18 @@ CHROMIUM = os.environ.get("MADLAB_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run", "--disable-dev-shm-usage"]
 
+def need_browser():
+    "Skip (fail under CI=true) unless the playwright package and Debian's chromium are both here."
+    import pytest
+    ci = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+    try: import playwright.sync_api  # noqa: F401
+    except ImportError:
+        if ci: pytest.fail("CI: the playwright package is missing")
+        pytest.skip("the playwright package is not installed")
+    if not Path(CHROMIUM).exists():
+        if ci: pytest.fail(f"CI: chromium is missing at {CHROMIUM} (apt-get install chromium)")
+        pytest.skip(f"no chromium at {CHROMIUM}; install Debian's chromium to run the browser test")
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -6,21 +6,12 @@ from __future__ import annotations
 import json, os, re, shutil, time
 from pathlib import Path
 import pytest
-from jupyter_helpers import CHROMIUM, CHROMIUM_ARGS, ROOT, jupyter_lab
+from jupyter_helpers import CHROMIUM, CHROMIUM_ARGS, ROOT, need_browser, jupyter_lab
 
 pytestmark = pytest.mark.slow
 TOUR = ROOT / "nbs" / "51_stepper_tour.ipynb"
 ARTIFACTS = ROOT / "test-artifacts"
 
-def _need_browser():
-    ci = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-    try: import playwright.sync_api  # noqa: F401
-    except ImportError:
-        if ci: pytest.fail("CI: the playwright package is missing")
-        pytest.skip("the playwright package is not installed")
-    if not Path(CHROMIUM).exists():
-        if ci: pytest.fail(f"CI: chromium is missing at {CHROMIUM} (apt-get install chromium)")
-        pytest.skip(f"no chromium at {CHROMIUM}; install Debian's chromium to run the browser test")
 
 def _wait(pred, timeout, what, poll=0.1):
     t0 = time.time()
@@ -67,7 +58,7 @@ def _check_consensus(stepper, prev):
     return now
 
 def test_stepper_in_jupyterlab(tmp_path):
-    _need_browser()
+    need_browser()
     from playwright.sync_api import sync_playwright
     import madlab.protocols.controlmad  # noqa: F401  (to read the exported transcript back)
     from madlab.core import Transcript
@@ -262,7 +253,7 @@ def test_stepper_round_in_flight_does_not_block_kernel(tmp_path):
 def test_run_browser_in_jupyterlab(tmp_path):
     """Two finished runs under a folder, browsed in JupyterLab: the list shows both with their accuracy, picking one shows its
     table, the `wrong` filter keeps the wrong rows, and picking a row opens its debate in the stepper, which steps."""
-    _need_browser()
+    need_browser()
     from playwright.sync_api import sync_playwright
     import madlab.protocols.baselines  # noqa: F401
     from madlab.run import run_experiment

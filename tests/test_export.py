@@ -5,7 +5,7 @@ from __future__ import annotations
 import json, os, signal, subprocess, sys, time, urllib.request, zipfile
 from pathlib import Path
 import pytest
-from jupyter_helpers import CHROMIUM, CHROMIUM_ARGS, ROOT, free_port
+from jupyter_helpers import CHROMIUM, CHROMIUM_ARGS, ROOT, need_browser, free_port
 from madlab.run import run_experiment
 from madlab.runs import open_run
 
@@ -111,15 +111,6 @@ def test_no_secret_reaches_an_export(run_dir, tmp_path, monkeypatch):
         assert not any(probe in t for t in texts), probe
 
 # --- inspect view serves it; a browser shows the debate ---------------------------------------------------------------
-def _need_browser():
-    ci = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-    try: import playwright.sync_api  # noqa: F401
-    except ImportError:
-        if ci: pytest.fail("CI: the playwright package is missing")
-        pytest.skip("the playwright package is not installed")
-    if not Path(CHROMIUM).exists():
-        if ci: pytest.fail(f"CI: chromium is missing at {CHROMIUM} (apt-get install chromium)")
-        pytest.skip(f"no chromium at {CHROMIUM}; install Debian's chromium to run the browser test")
 
 def _inspect_view(log_dir: Path, home: Path, timeout: float = 120):
     "`inspect view` serving `log_dir` on a free 127.0.0.1 port, its data folder in `home`; (process, base URL) once it lists a log."
@@ -149,7 +140,7 @@ def _stop(p: subprocess.Popen):
 
 @pytest.mark.slow
 def test_inspect_view_serves_the_exported_run(run_dir, tmp_path):
-    _need_browser()
+    need_browser()
     from playwright.sync_api import sync_playwright
     from madlab.export import export_inspect
     x = export_inspect(run_dir, tmp_path / "logs" / "2026-01-01T00-00-00_du-arith_madlab.eval")

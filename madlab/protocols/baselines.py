@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Literal
 from ..core import Ask
 from ..debate import protocol
-from ..decisions import ballots_from
+from ..decisions import ballots_from, latest_turns
 from ..scoring import answer_format, majority_vote, plurality_vote, agreement
 
 # %% auto #0
@@ -91,7 +91,4 @@ async def du(d,
 @ballots_from("du")
 def _du_ballots(t) -> list:
     "Each debater's latest turn, in team order."
-    last = {}
-    for r in t.rounds:
-        for tu in r.turns: last[tu.agent] = tu
-    return list(last.values())
+    return latest_turns(t)

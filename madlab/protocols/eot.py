@@ -11,7 +11,7 @@ from typing import Literal
 from ..core import *
 from ..core import Ask
 from ..debate import protocol, protocol_hook
-from ..decisions import ballots_from
+from ..decisions import ballots_from, latest_turns
 from ..scoring import answer_format, agreement
 
 # %% auto #0
@@ -170,10 +170,7 @@ async def eot(d,
 @ballots_from("eot")
 def _eot_ballots(t) -> list:
     "Each agent's latest answer turn, in team order."
-    last = {}
-    for r in t.rounds:
-        for tu in r.turns: last[tu.agent] = tu
-    return list(last.values())
+    return latest_turns(t)
 
 @protocol_hook("eot", "row")
 def _eot_row(t) -> dict:
