@@ -4,7 +4,7 @@ nbs/experiments/protocols_at_one_budget.ipynb with these parameters; each row is
 and the markdown table of the rows done is printed at the end, or when the time cap stops the run.
 
 Run: .venv/bin/python bench/protocols_smollm2.py [--items 2] [--max-tokens 96] [--cap 1800] [--rows rows.jsonl] [--out DIR] [LABEL...]"""
-import argparse, json, os, subprocess, sys, tempfile
+import argparse, json, os, signal, subprocess, sys, tempfile
 from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 NB = ROOT / "nbs" / "experiments" / "protocols_at_one_budget.ipynb"
@@ -40,10 +40,13 @@ def main(argv=None) -> int:
     code = ("import papermill as pm, json, sys; pm.execute_notebook(sys.argv[1], sys.argv[2], parameters=json.loads(sys.argv[3]), "
             "cwd=sys.argv[4], progress_bar=False, execution_timeout=None)")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    p = subprocess.Popen([sys.executable, "-c", code, str(NB), str(rows.with_suffix(".ipynb")), json.dumps(params), str(NB.parent)], env=env)
+    p = subprocess.Popen([sys.executable, "-c", code, str(NB), str(rows.with_suffix(".ipynb")), json.dumps(params), str(NB.parent)], env=env,
+                         start_new_session=os.name != "nt")      # its own process group: the cap stops the kernel too
     try: rc = p.wait(timeout=a.cap)
     except subprocess.TimeoutExpired:
-        p.kill(); p.wait(); rc = None
+        if os.name != "nt": os.killpg(p.pid, signal.SIGKILL)
+        else: p.kill()
+        p.wait(); rc = None
         print(f"stopped at the cap of {a.cap:.0f} s", flush=True)
     done = [json.loads(l) for l in rows.read_text().splitlines() if l.strip()]
     print(f"{len(done)} of {len(params['protocols'])} protocols done" + ("" if rc in (0, None) else f"; the notebook failed (exit {rc})"))
