@@ -317,11 +317,12 @@ def _combine(ds: dict) -> Decision:
     return Decision({k: d.answer for k, d in ds.items()} if len(open_) < len(ds) else None, reason, {str(k): d.tally for k, d in ds.items()})
 
 # %% ../nbs/05a_decisions.ipynb #102381ce
-def latest_turns(t) -> list:
-    "Each agent's latest turn in transcript `t`, in the order the agents first spoke: the ballots of a debate whose agents answer every round."
+def latest_turns(t, phases=None) -> list:
+    "Each agent's latest turn in transcript `t` (in rounds of `phases` only, when given), in the order the agents first spoke: the ballots of a debate whose agents answer every round."
     last = {}
     for r in t.rounds:
-        for tu in r.turns: last[tu.agent] = tu
+        if phases is None or r.phase in phases:
+            for tu in r.turns: last[tu.agent] = tu
     return list(last.values())
 
 # %% ../nbs/05a_decisions.ipynb #697c2d44

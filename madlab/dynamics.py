@@ -110,10 +110,14 @@ def transition_kind(was, now) -> str:
     if c0: return "correct→incorrect"
     return "kept incorrect" if v0 == v1 else "changed, still incorrect"
 
+def _top(values):
+    "The single most common of `values`, or None on a tie or with none."
+    top = collections.Counter(values).most_common(2)
+    return top[0][0] if top and (len(top) == 1 or top[0][1] > top[1][1]) else None
+
 def _majority(held: dict):
     "The single most common value of agent -> (value, correct), or None on a tie or with nothing held."
-    top = collections.Counter(v for v, _ in held.values()).most_common(2)
-    return top[0][0] if top and (len(top) == 1 or top[0][1] > top[1][1]) else None
+    return _top(v for v, _ in held.values())
 
 # %% ../nbs/05c_dynamics.ipynb #a097253f
 def _moves(rows: list) -> tuple[list, list]:

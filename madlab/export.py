@@ -7,13 +7,12 @@ Docs: https://madlab.github.io/madlab/export.html.md"""
 # %% ../nbs/23c_export.ipynb #fa65578c
 from __future__ import annotations
 import datetime, json
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from fastcore.basics import patch
 from .core import OptionError, Transcript, answer_key, answer_summary, scrub_secrets, stable_hash, to_jsonable, write_atomic
 from .decisions import HELPER_ROLES
-from .dynamics import answer_rounds, _NO_POSITION, _scorer, _stated
+from .dynamics import answer_rounds, _NO_POSITION, _scorer, _stated, _top
 from .run import safe_name
 from .runs import OpenRun, open_run
 from .store import StorePath, store_path
@@ -56,8 +55,7 @@ def final_majority(t: Transcript):
     rounds = answer_rounds(t)
     if not rounds: return None
     keys = (answer_key(_stated(tu.answer)) for tu in rounds[-1][1] if tu.error is None and _stated(tu.answer) is not _NO_POSITION)
-    top = Counter(k for k in keys if k is not None).most_common(2)
-    return top[0][0] if top and (len(top) == 1 or top[0][1] > top[1][1]) else None
+    return _top(k for k in keys if k is not None)
 
 # %% ../nbs/23c_export.ipynb #0e309f8a
 _CHAT_ROLES = ("system", "user", "assistant")

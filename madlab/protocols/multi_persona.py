@@ -13,7 +13,7 @@ from ..core import *
 from ..core import Ask, AnswerSchema
 from ..formats import AnswerFormat, register_format, answer_format
 from ..debate import Debate, protocol, protocol_hook, EXTRA_ROLES
-from ..decisions import ballots_from
+from ..decisions import ballots_from, latest_turns
 from ..scoring import agreement
 
 # %% auto #0
@@ -242,11 +242,7 @@ async def multi_persona(d,
 @ballots_from("multi_persona")
 def _multi_persona_ballots(t) -> list:
     "Each debater's latest turn (the affirmative's, then the negative's)."
-    last = {}
-    for r in t.rounds:
-        if r.phase in ("initial", "debate"):
-            for tu in r.turns: last[tu.agent] = tu
-    return list(last.values())
+    return latest_turns(t, phases=("initial", "debate"))
 
 @protocol_hook("multi_persona", "row")
 def _multi_persona_row(t) -> dict:
