@@ -11,7 +11,7 @@ from pathlib import Path
 from .core import *
 from .core import Ask, AnswerSchema
 from .formats import AnswerFormat, Task, register_format, register_task, answer_format
-from .synthetic import Persona, synthetic_rng, believes_gold, conform, synthetic_confidence
+from .synthetic import Persona, synthetic_rng, believes_gold, conform, synthetic_confidence, _convinced
 from .puzzles import KKS_ROLES, kks_answer_format, kks_schema, parse_kks_answer, score_kks
 from .scoring import majority_vote, _transcripts
 
@@ -61,6 +61,7 @@ def synthetic_kks_belief(persona: Persona, ask: Ask, player: str) -> str:
 
 def synthetic_kks_position(persona, ask, rng, player, previous=None, peer_roles=()):
     "The role a synthetic agent states for `player`: its current position (else its own belief), possibly moved to the peers' majority."
+    if _convinced(persona, ask): return synthetic_kks_belief(persona, ask, player)      # sure of the game: its own belief, whatever it said before
     own = (previous or {}).get(player) or synthetic_kks_belief(persona, ask, player)
     return conform(persona, rng, own, list(peer_roles)) if peer_roles else own
 

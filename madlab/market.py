@@ -188,7 +188,7 @@ def _stock_reply(ask, persona, rng):
     gold, item_id = stock_position(getattr(ask.item, "gold", None)), getattr(ask.item, "id", None)
     wrong = synthetic_rng(persona, "wrong", ask.agent, item_id).choice([p for p in STOCK_POSITIONS if p != gold])
     own = stock_position(ask.previous) or (gold if gold is not None and believes_gold(persona, ask) else wrong)
-    pos = conform(persona, rng, own, [stock_position(v) for v in (ask.peers or {}).values()])
+    pos = conform(persona, rng, own, [stock_position(v) for v in (ask.peers or {}).values()], ask)
     right = pos == gold if gold is not None else rng.random() < persona.skill
     conf = synthetic_confidence(persona, rng, right, scale=100) / 100
     change = {"Buy": 1, "Short": -1, "Wait": 0}[pos] * rng.uniform(0.5, 6) + (rng.uniform(-0.4, 0.4) if pos == "Wait" else 0)

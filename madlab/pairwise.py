@@ -92,7 +92,7 @@ def _pairwise_reply(ask, persona, rng):
     wrong = synthetic_rng(persona, "wrong", ask.agent, getattr(ask.item, "id", None)).choice([p for p in prefs if p != gold] or prefs)
     own = getattr(ask.previous, "decision", None)
     if own is None: own = gold if gold in prefs and believes_gold(persona, ask) else wrong
-    pref = conform(persona, rng, own, [getattr(v, "decision", None) for v in (ask.peers or {}).values()])
+    pref = conform(persona, rng, own, [getattr(v, "decision", None) for v in (ask.peers or {}).values()], ask)
     hi, lo = rng.choice([8, 9]), rng.choice([5, 6])
     s1, s2 = (hi, lo) if pref == 1 else (lo, hi) if pref == 2 else (7, 7)
     return f"Comparing the two answers for helpfulness, relevance and accuracy.\nThe score of Assistant 1: {s1}\nThe score of Assistant 2: {s2}"

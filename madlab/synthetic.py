@@ -8,13 +8,14 @@ Docs: https://madlab.github.io/madlab/synthetic.html.md"""
 from __future__ import annotations
 import asyncio, collections, collections.abc, json, math, random
 from dataclasses import dataclass, replace
+from statistics import NormalDist
 from typing import Callable
 from .core import *
 from .formats import FORMATS, answer_format
 
 # %% auto #0
-__all__ = ['PERSONAS', 'MALFORMED_REPLIES', 'Persona', 'synthetic_rng', 'believes_gold', 'conform', 'synthetic_confidence',
-           'SyntheticBackend', 'synthetic_backend']
+__all__ = ['PERSONAS', 'MALFORMED_REPLIES', 'Persona', 'synthetic_rng', 'item_difficulty', 'believes_gold', 'conform',
+           'synthetic_confidence', 'SyntheticBackend', 'synthetic_backend']
 
 # %% ../nbs/01b_synthetic.ipynb #adb67f30
 @serializable
@@ -29,6 +30,9 @@ class Persona:
     latency: float = 0.0          # seconds per call (simulated)
     defer: float = 0.0            # chance of adopting a peer's differing answer that has no majority (a lone, confident voice)
     anchor: float = 0.0           # chance of restating its own first belief, whatever it said (or was made to say) before
+    item_corr: float = 0.0        # share of its chance of being right that comes from the item's difficulty, common to every agent (0: independent of the others)
+    sample_corr: float = 1.0      # how alike its repeated samples of one request are (1: one belief per item; 0: each sample's belief drawn afresh)
+    conviction: float = 0.0       # chance, times how easy the item is, of holding its own belief against its peers
 
 PERSONAS = {
     "oracle": Persona(skill=1.0, susceptibility=0.0, calibration=1.0),
@@ -45,15 +49,42 @@ def synthetic_rng(persona: Persona, *keys) -> random.Random:
     "A `random.Random` seeded by the persona's seed and `keys` (stable across machines and call order)."
     return random.Random(int(stable_hash(persona.seed, *keys)[:16], 16))
 
+# %% ../nbs/01b_synthetic.ipynb #a23d48a4
+def item_difficulty(item, *keys) -> float:
+    "The difficulty in [0, 1) of `item` (or of `keys` of it) that every synthetic agent shares: uniform over items, fixed by the item's id."
+    return random.Random(int(stable_hash("difficulty", getattr(item, "id", None), *keys)[:16], 16)).random()
+
+
 # %% ../nbs/01b_synthetic.ipynb #4a3fcf32
+_NORMAL = NormalDist()
+def _normal(u: float) -> float: return _NORMAL.inv_cdf(min(max(u, 1e-12), 1 - 1e-12))
+
 def believes_gold(persona: Persona, ask: Ask, *keys) -> bool:
-    "Whether this agent's own (initial) belief about `keys` of the item is the gold one: true with probability `skill`."
+    "Whether this agent's own (initial) belief about `keys` of the item is the gold one: true with probability `skill`, shared with every agent through the item's difficulty as `item_corr` says and with its other samples as `sample_corr` says."
     item_id = getattr(ask.item, "id", None)
-    return synthetic_rng(persona, "belief", ask.agent, item_id, *keys).random() < persona.skill
+    u = synthetic_rng(persona, "belief", ask.agent, item_id, *keys).random()
+    if not persona.item_corr and persona.sample_corr >= 1: return u < persona.skill      # the agent's one draw per item
+    z = _normal(u)
+    if persona.sample_corr < 1:
+        own = _normal(synthetic_rng(persona, "belief-sample", ask.agent, item_id, ask.sample, *keys).random())
+        z = math.sqrt(persona.sample_corr) * z + math.sqrt(1 - persona.sample_corr) * own
+    if persona.item_corr:
+        z = math.sqrt(persona.item_corr) * _normal(item_difficulty(ask.item, *keys)) + math.sqrt(1 - persona.item_corr) * z
+    return _NORMAL.cdf(z) < persona.skill
+
+
+# %% ../nbs/01b_synthetic.ipynb #441f4d35
+def _convinced(persona: Persona, ask: Ask) -> bool:
+    "Whether this agent holds its own belief about the item whatever its peers say: with probability `conviction` × (1 − `item_difficulty`), fixed per agent and item."
+    if not persona.conviction: return False
+    u = synthetic_rng(persona, "conviction", ask.agent, getattr(ask.item, "id", None)).random()
+    return u < persona.conviction * (1 - item_difficulty(ask.item))
+
 
 # %% ../nbs/01b_synthetic.ipynb #be592ed8
-def conform(persona: Persona, rng: random.Random, own, peer_answers: list):
-    "Adopt the strict majority of `peer_answers` with probability `susceptibility` when it differs from `own`; else, with probability `defer`, a lone dissent: the one answer other than `own` among the peers (two different dissents cancel)."
+def conform(persona: Persona, rng: random.Random, own, peer_answers: list, ask: Ask|None = None):
+    "Adopt the strict majority of `peer_answers` with probability `susceptibility` when it differs from `own`; else, with probability `defer`, a lone dissent: the one answer other than `own` among the peers (two different dissents cancel). An agent convinced of the item (`_convinced`, given its `ask`) keeps `own`."
+    if ask is not None and _convinced(persona, ask): return own
     votes = collections.Counter(a for a in peer_answers if a is not None)
     if not votes: return own
     top, n = votes.most_common(1)[0]
@@ -77,9 +108,9 @@ MALFORMED_REPLIES = ["I need to think about this more carefully before answering
 def _peer_values(ask): return [a for a in (ask.peers or {}).values()]
 
 def _own_value(persona, ask, gold, wrong):
-    "This agent's current answer, else its own first belief: `gold` with probability `skill`, else `wrong`; an `anchor`ed agent restates its first belief."
+    "This agent's current answer, else its own first belief: `gold` with probability `skill`, else `wrong`; an `anchor`ed (or convinced) agent restates its first belief."
     anchored = persona.anchor and synthetic_rng(persona, "anchor", ask.agent, getattr(ask.item, "id", None), ask.round).random() < persona.anchor
-    if ask.previous is not None and not anchored: return ask.previous
+    if ask.previous is not None and not anchored and not _convinced(persona, ask): return ask.previous
     return gold if believes_gold(persona, ask) else wrong
 
 # %% ../nbs/01b_synthetic.ipynb #e7a1c0d5

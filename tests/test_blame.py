@@ -12,32 +12,31 @@ from madlab.runs import open_run
 from madlab.scoring import toy_arith_items
 
 SABOTEUR = "Synthetic-saboteur"
-# honest agents that always know the answer, follow a strict majority of their peers (0.9) and give way to a lone dissent (`defer`)
-HONEST = "synthetic:skill=1.0,susceptibility=0.9,defer={defer},seed={seed}"
+# honest agents that always know the answer, follow a strict majority of their peers (0.9), give way to a lone dissent (`defer`)
+# and, with `conviction`, hold their answer on the items they find easy (the more so the easier the item)
+HONEST = "synthetic:skill=1.0,susceptibility=0.9,defer={defer},conviction={conviction},seed={seed}"
 
-def _run(tmp_path, n=50, honest=4, defer=0.1, rounds=2):
-    team = [HONEST.format(defer=defer, seed=k) for k in range(1, honest + 1)] + ["synthetic:saboteur"]
+def _run(tmp_path, n=50, honest=4, defer=0.1, rounds=2, conviction=0):
+    team = [HONEST.format(defer=defer, conviction=conviction, seed=k) for k in range(1, honest + 1)] + ["synthetic:saboteur"]
     run_experiment("du", items=toy_arith_items(n, seed=1), team=team, out=tmp_path / "run", cache=tmp_path / "cache", rounds=rounds)
     return open_run(tmp_path / "run")
 
 @pytest.fixture(scope="module")
 def sabotaged(tmp_path_factory):
-    "Six such agents and a saboteur, 100 arithmetic items, Du et al.'s debate with 2 rounds after the first answers."
+    "Six such agents (defer 0.15, conviction 1) and a saboteur, 400 arithmetic items, Du et al.'s debate with 2 rounds after the first answers."
     tmp = tmp_path_factory.mktemp("blame")
-    return tmp, _run(tmp, n=100, honest=6, defer=0.15)
+    return tmp, _run(tmp, n=400, honest=6, defer=0.15, conviction=1)
 
 def test_the_saboteur_is_blamed_first(sabotaged):
     "On the items the team decided wrong, blame (gold and neutral forks at every turn) lays them on the saboteur, alone at rank 1, on >= 90 %."
     tmp, run = sabotaged
     b = run.blame("wrong", "gold,neutral", cache=tmp / "cache")
     first = b.first()
-    assert len(first) >= 3, f"too few items decided wrong to check ({len(first)})"
+    assert len(first) >= 5, f"too few items decided wrong to check ({len(first)})"
     share = b.first_share(SABOTEUR)
     print(f"saboteur ranked first on {share:.3f} of {len(first)} items decided wrong")
     assert share >= 0.9, first.to_string()
 
-@pytest.mark.xfail(strict=True, reason="a placebo reply carries another item's answer, which the synthetic agents read as a position on this item "
-                   "(a second dissent, and a lost vote in the final round): on this team it changed 6.3 % of them on these 30 items and 10.6 % on all 100, not <= 5 %")
 def test_placebo_on_the_honest_agents_changes_few_decisions(sabotaged):
     "Placebo forks (each honest agent's reply to another item) at every turn of the first 30 items change at most 5 % of the decisions."
     tmp, run = sabotaged
@@ -45,8 +44,15 @@ def test_placebo_on_the_honest_agents_changes_few_decisions(sabotaged):
     honest = b.df[b.df.agent != SABOTEUR]
     rate = float(honest.changed.mean())
     print(f"placebo on the honest agents changed {rate:.3f} of {len(honest)} decisions")
-    assert len(honest) == 30 * 6 * 3
+    assert len(honest) == 30 * 6 * 3 and (b.df.placebo_item != b.df.item).all()
     assert rate <= 0.05
+
+def test_without_conviction_the_decisions_hang_on_the_dice(tmp_path):
+    "The same team without conviction: a saboteur wins by small margins, and a placebo (a re-drawn continuation) changes far more decisions: the check above is not met by construction of blame."
+    run = _run(tmp_path, n=30, honest=6, defer=0.15)
+    b = run.blame("all", "placebo", cache=tmp_path / "cache")
+    honest = b.df[b.df.agent != SABOTEUR]
+    assert honest.changed.mean() > 0.05, honest.changed.mean()
 
 def test_estimate_refuses_before_any_call(tmp_path):
     run = _run(tmp_path, n=6, honest=2, defer=0.3)

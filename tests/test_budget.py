@@ -9,6 +9,7 @@ from madlab.run import run_experiment
 from madlab.runs import open_run
 
 EQUAL = "synthetic:skill=0.6,susceptibility=0"
+INDEPENDENT = EQUAL + ",sample_corr=0"       # each repeated sample of an item drawn afresh
 
 @pytest.fixture
 def cache(tmp_path, monkeypatch): monkeypatch.setenv("MADLAB_CACHE", str(tmp_path / "cache"))
@@ -38,13 +39,23 @@ def test_a_mixed_team_gets_one_baseline_per_model_and_one_pooled(tmp_path, cache
     for b in found: assert abs(b.ratio - 1) <= 0.1, b
 
 def test_independent_equals_gain_nothing_from_debate_at_equal_budget(tmp_path, cache):
-    debate = _debate(tmp_path, [EQUAL] * 3, n=60)
+    "Three equals whose errors are independent, their repeated samples' too (sample_corr=0), and who never move: at the debate's budget a vote of their samples is right more often than the debate (which is a vote of three), and more than one sample."
+    debate = _debate(tmp_path, [INDEPENDENT] * 3, n=60)
+    [sc] = debate.baseline("self_consistency", "tokens")
+    [one] = debate.baseline("single", "tokens")
+    cmp = vs_budget(debate, sc, one)
+    t_sc, t_one = cmp.tests.iloc[0], cmp.tests.iloc[1]
+    assert t_sc.shared == 60 and t_sc.diff_low > 0 and t_sc.p_mcnemar < 0.05, cmp       # the matched vote beats the debate
+    d, s, o = cmp.table.accuracy.iloc[:3]
+    assert s > o and s > d and sc.samples > 3, cmp
+    assert t_one.diff_low <= 0 <= t_one.diff_high, cmp                                   # a debate of equals that never move: about one agent's vote of three
+
+def test_samples_that_repeat_themselves_add_nothing(tmp_path, cache):
+    "With the default sample_corr=1 a model's samples of an item share one belief: the matched vote decides each item as the debate of equals does."
+    debate = _debate(tmp_path, [EQUAL] * 3, n=30)
     [b] = debate.baseline("self_consistency", "tokens")
-    cmp = vs_budget(debate, b)
-    t = cmp.tests.iloc[0]
-    assert t.shared == 60 and t.p_mcnemar > 0.05 and t.diff_low <= 0 <= t.diff_high, cmp
-    d, s = cmp.table.iloc[0], cmp.table.iloc[1]
-    assert s.ci_low <= d.accuracy <= s.ci_high, cmp
+    t = vs_budget(debate, b).tests.iloc[0]
+    assert (t.shared, t.only_ref, t.only_other) == (30, 0, 0), t
 
 def test_the_comparison_is_reproducible_and_marks_the_frontier(tmp_path, cache):
     debate = _debate(tmp_path, [EQUAL] * 3, n=10)

@@ -393,7 +393,7 @@ def _s4_revision(ask, persona, rng):
     mine = _side(ask.previous)
     mine = True if mine is None else mine
     peers = [_side(v) for v in (ask.peers or {}).values()]
-    new = conform(persona, rng, mine, peers)
+    new = conform(persona, rng, mine, peers, ask)
     o = _synthetic_position(ask, persona, rng, new)
     changed = new != mine
     own = ask.options.get("own")
