@@ -318,10 +318,10 @@ def _combine(ds: dict) -> Decision:
 
 # %% ../nbs/05a_decisions.ipynb #102381ce
 def latest_turns(t, phases=None) -> list:
-    "Each agent's latest turn in transcript `t` (in rounds of `phases` only, when given), in the order the agents first spoke: the ballots of a debate whose agents answer every round."
+    "Each agent's latest turn in transcript `t` (in rounds of `phases` only, when given; else in every round but those that do not vote, as a judge's decision), in the order the agents first spoke: the ballots of a debate whose agents answer every round."
     last = {}
     for r in t.rounds:
-        if phases is None or r.phase in phases:
+        if (r.phase in phases) if phases is not None else (r.phase not in NOT_VOTING):
             for tu in r.turns: last[tu.agent] = tu
     return list(last.values())
 

@@ -90,3 +90,15 @@ def test_comparison_on_a_du_run_and_a_controlmad_run(tmp_path):
     assert "confidence" in set(cm.rule) and "borda" not in set(cm.rule)   # ControlMAD's answers carry confidences, no ranking
     assert (cm.ci_low <= cm.accuracy).all() and (cm.accuracy <= cm.ci_high).all()
     assert cm.set_index("rule").loc["protocol", "changed"] == 0
+
+def test_a_run_decided_by_a_judge_rescored_by_a_count_counts_only_the_debaters(tmp_path):
+    "A judge's decision turn is the last turn of a du transcript, not a ballot: plurality over a judged run reads the debaters' latest answers."
+    from madlab.decisions import ballots
+    run_experiment("du", toy_arith_items(8), TEAM, tmp_path / "judged", rounds=1, cache=False, decision="judge:synthetic:oracle")
+    plain = open_run(tmp_path / "judged")
+    judged = [t for t in (plain.transcript(i) for i in range(len(plain.df))) if t.rounds[-1].phase == "decision"]   # a judge is asked where the debaters differ
+    assert judged
+    for t in judged: assert [b.agent for b in ballots(t)] == [a["name"] for a in t.team if a.get("role") != "judge"]
+    counted = rescore(tmp_path / "judged", decision="plurality")
+    run_experiment("du", toy_arith_items(8), TEAM, tmp_path / "plain", rounds=1, cache=False)
+    assert list(counted.df.answer.astype(str)) == list(open_run(tmp_path / "plain").df.answer.astype(str))   # as if no judge had been asked
