@@ -149,6 +149,11 @@ def run_combination(notebook, params: dict, folder, kernel: str|None = None, tim
         _write_atomic(folder / "_FAILED", err + "\n\n" + traceback.format_exc(), whole=False)
         return {"name": name, "status": "failed", "error": err, "seconds": round(time.time() - t0, 3)}
 
+# %% ../nbs/30_experiments.ipynb #5e1f0a21
+def _lean_worker():
+    "Start a sweep's worker process without `rfc3987_syntax`: jsonschema imports it for the `iri` format when it is installed (papermill -> nbformat -> jsonschema), and it builds an Earley grammar on import, about 3 s of each worker's start; nbformat's schemas name no `iri` format."
+    sys.modules.setdefault("rfc3987_syntax", None)        # jsonschema then goes without that one format check
+
 # %% ../nbs/30_experiments.ipynb #5cdc9ac4
 def _gather(out, combos: list, names: list, infos: dict) -> pd.DataFrame:
     "The results of every combination in one table: each sent back with its answer, else read from its folder under `out` (a path or a URL)."
@@ -216,7 +221,7 @@ def sweep(notebook, params: dict, out="runs", workers: int = 2, scheduler=None, 
     client, own = _client(scheduler) if todo and scheduler is not None else (None, False)   # an unreachable scheduler fails before any work
     sent = (notebook.name, notebook.read_bytes()) if scheduler is not None else str(notebook)    # a worker may share no disk with us
     args = lambda c, n: (sent, {**c, **extra}, str(out / n), kernel, timeout, _sent_files(c, notebook.parent) if scheduler is not None else None)
-    import madlab.experiments as me               # workers import the function from the package, never from __main__
+    import madlab.experiments as me               # workers import the function (and their initializer) from the package, never from __main__
     run = me.run_combination
     try:
         try: _write_atomic(out / "sweep.json", json.dumps({"notebook": str(notebook), "params": params, "combinations": names}, indent=1, default=str))
@@ -233,7 +238,7 @@ def sweep(notebook, params: dict, out="runs", workers: int = 2, scheduler=None, 
                     bar.update()
             elif todo:
                 import multiprocessing as mp
-                with ProcessPoolExecutor(max_workers=max(1, min(workers, len(todo))), mp_context=mp.get_context("spawn")) as pool:
+                with ProcessPoolExecutor(max_workers=max(1, min(workers, len(todo))), mp_context=mp.get_context("spawn"), initializer=me._lean_worker) as pool:
                     futs = {pool.submit(run, *args(c, n)): n for c, n in todo}
                     for f in as_completed(futs):
                         n = futs[f]

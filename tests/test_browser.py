@@ -1,9 +1,10 @@
 """A real browser test of the stepper: JupyterLab on 127.0.0.1, the tour notebook opened in Debian's chromium driven by
 Playwright, run all cells, click Step until the debate ends (the round header, the positions grid and the consensus row
 agree at every round), fork (the round numbers agree everywhere), fork with an unreadable message (shown "invalid"),
-export the branch and read it back, Stop a Run to end during its third round, and save screenshots to test-artifacts/."""
+export the branch and read it back, Stop a Run to end during its third round, and save screenshots to test-artifacts/. One JupyterLab serves
+the module's browser tests, each in its own folder."""
 from __future__ import annotations
-import json, os, re, shutil, time
+import contextlib, json, os, re, shutil, time, urllib.request
 from pathlib import Path
 import pytest
 from jupyter_helpers import CHROMIUM, CHROMIUM_ARGS, ROOT, need_browser, jupyter_lab
@@ -57,24 +58,46 @@ def _check_consensus(stepper, prev):
     assert g["shown"]["turned"] == [r for r in now if r in prev and now[r] != prev[r]], (g, prev)
     return now
 
-def test_stepper_in_jupyterlab(tmp_path):
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    "One JupyterLab for the module's browser tests: (root folder, base url, token). Each test works in its own subfolder and shuts its kernels down."
+    need_browser()
+    root, home = tmp_path_factory.mktemp("lab"), tmp_path_factory.mktemp("lab-home")
+    with jupyter_lab(root, home) as (base, token): yield root, base, token
+
+def _kernels(base, token) -> list:
+    with urllib.request.urlopen(f"{base}/api/kernels?token={token}", timeout=10) as r: return json.loads(r.read())
+
+@contextlib.contextmanager
+def _own_kernels(base, token):
+    "Shut down, at the end, every kernel started meanwhile on the shared JupyterLab, and wait for each to be gone."
+    before = {k["id"] for k in _kernels(base, token)}
+    try: yield
+    finally:
+        for k in _kernels(base, token):
+            if k["id"] not in before:
+                urllib.request.urlopen(urllib.request.Request(f"{base}/api/kernels/{k['id']}?token={token}", method="DELETE"), timeout=30).close()
+        _wait(lambda: {k["id"] for k in _kernels(base, token)} <= before, 30, "the test's kernels to shut down")
+
+def test_stepper_in_jupyterlab(lab):
     need_browser()
     from playwright.sync_api import sync_playwright
     import madlab.protocols.controlmad  # noqa: F401  (to read the exported transcript back)
     from madlab.core import Transcript
     from madlab.debate import Debate
-    root = tmp_path / "lab"; root.mkdir()
+    top, base, token = lab
+    root = top / "stepper"; root.mkdir()
     nb = json.loads(TOUR.read_text())
     nb["cells"].append({"cell_type": "code", "execution_count": None, "id": "slowstep", "metadata": {}, "outputs": [], "source": _SLOW_CELL})
     (root / TOUR.name).write_text(json.dumps(nb))
     ARTIFACTS.mkdir(exist_ok=True)
-    with jupyter_lab(root, tmp_path / "home") as (base, token), sync_playwright() as pw:
+    with _own_kernels(base, token), sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         errors = []
         page.on("pageerror", lambda e: errors.append(str(e)))
         try:
-            _open_and_run_all(page, base, token, TOUR.name)
+            _open_and_run_all(page, base, token, f"{root.name}/{TOUR.name}")
             stepper = page.locator(".madlab-stepper").first
             stepper.wait_for(state="visible", timeout=60_000)
             # the headless part of the tour (second stepper, fork, comparison) finishes too
@@ -250,7 +273,7 @@ def test_stepper_round_in_flight_does_not_block_kernel(tmp_path):
         km.shutdown_kernel(now=True)
 
 
-def test_run_browser_in_jupyterlab(tmp_path):
+def test_run_browser_in_jupyterlab(lab, tmp_path):
     """Two finished runs under a folder, browsed in JupyterLab: the list shows both with their accuracy, picking one shows its
     table, the `wrong` filter keeps the wrong rows, and picking a row opens its debate in the stepper, which steps."""
     need_browser()
@@ -259,7 +282,8 @@ def test_run_browser_in_jupyterlab(tmp_path):
     from madlab.run import run_experiment
     from madlab.runs import open_run
     from madlab.scoring import toy_arith_items
-    root = tmp_path / "lab"; root.mkdir()
+    top, base, token = lab
+    root = top / "browse"; root.mkdir()
     run_experiment("du", toy_arith_items(6, seed=5), rounds=1, out=root / "runs" / "du_run", cache=False, progress=False)
     run_experiment("single", toy_arith_items(6, seed=5), out=root / "runs" / "single_run", cache=False, progress=False)
     wrong = int((~open_run(root / "runs" / "du_run").df.correct.astype(bool)).sum())
@@ -272,13 +296,13 @@ def test_run_browser_in_jupyterlab(tmp_path):
           "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}}, "nbformat": 4, "nbformat_minor": 5}
     (root / "browse.ipynb").write_text(json.dumps(nb))
     ARTIFACTS.mkdir(exist_ok=True)
-    with jupyter_lab(root, tmp_path / "home") as (base, token), sync_playwright() as pw:
+    with _own_kernels(base, token), sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         errors = []
         page.on("pageerror", lambda e: errors.append(str(e)))
         try:
-            _open_and_run_all(page, base, token, 'browse.ipynb')
+            _open_and_run_all(page, base, token, f"{root.name}/browse.ipynb")
             rb = page.locator(".madlab-run-browser").first
             rb.wait_for(state="visible", timeout=60_000)
             runs = rb.locator(".madlab-runs select option")

@@ -279,9 +279,11 @@ def test_blame_reads_a_run_in_a_bucket_and_writes_its_forks_there(s3, tmp_path):
 
 def test_a_lock_taken_from_under_a_run_stops_its_writes(s3, tmp_path):
     "Another owner overwrites a running command's lock object (as a stale takeover does): the run notices at its next heartbeat, stops its debates and writes nothing more (no results table, no summary, config.json as it was), exits 2 naming the new owner; the transcripts it wrote stay as they were, and once that owner is gone a resume finishes only the rest."
-    out, n = f"s3://{BUCKET}/t8", 100
+    out, n = f"s3://{BUCKET}/t8", 24
     cmd = [MADLAB, "run", "du", "--task", "arith", "--n", str(n), "--agents", SLOW_TEAM, "--concurrency", "2", "--out", out, "--name", "r", "--no-cache", "--no-progress"]
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(tmp_path))
+    # the first run beats every 0.5 s (`madlab.store.LOCK_STALE` 3 s), so it finds the takeover long before its 24 debates are done
+    fast = [sys.executable, "-c", "import sys, madlab.store; madlab.store.LOCK_STALE = 3.0; from madlab.cli import main; sys.argv[0] = 'madlab'; main()", *cmd[1:]]
+    p = subprocess.Popen(fast, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(tmp_path))
     done = lambda: [k for k in _keys(s3, "t8/r/debates") if k.endswith("transcript.json")]
     lock = f"{BUCKET}/t8/r/.lock"
     theirs = {"host": "other-host", "pid": 4242, "token": "theirs", "since": 1e9, "heartbeat": time.time()}
@@ -291,7 +293,7 @@ def test_a_lock_taken_from_under_a_run_stops_its_writes(s3, tmp_path):
         assert json.loads(s3.cat_file(lock))["pid"] == p.pid
         s3.pipe_file(lock, json.dumps(theirs).encode())                 # the takeover
         first = {k: s3.cat_file(f"{BUCKET}/{k}") for k in done()}
-        _, err = p.communicate(timeout=120)                             # it stops at its next heartbeat (LOCK_STALE / 6)
+        _, err = p.communicate(timeout=120)                             # it stops at its next heartbeat (LOCK_STALE / 6: 0.5 s)
     finally:
         if p.poll() is None: p.kill(); p.wait()
     assert p.returncode == 2, err

@@ -159,13 +159,15 @@ def test_critic_actor_gsm8k_item_through_transformers_serve(smollm2, tmp_path_fa
             # the test checks what reaches the server, not the machine's load
             spec = f"openai:{model},timeout=600"
             team = [spec] * 2 + [{"name": "Critic", "spec": spec, "role": "critic"}]
-            res = run_experiment("critic_actor", items, team, tmp_path / "run", rounds=1, actor_max_tokens=64, critic_max_tokens=48,
+            # the solutions and their critiques only (rounds=0): every call of both roles goes through the server, at about 0.2 s
+            # per new token here, so the limits stay small (they tell the roles' bodies apart below)
+            res = run_experiment("critic_actor", items, team, tmp_path / "run", rounds=0, actor_max_tokens=40, critic_max_tokens=32,
                                  cache=False)
         finally: proxy.stop()
     row = res.df.iloc[0]
     assert row.status == "done", row.error
-    actor = [b for b in proxy.bodies if b.get("max_tokens") == 64]
-    critic = [b for b in proxy.bodies if b.get("max_tokens") == 48]
+    actor = [b for b in proxy.bodies if b.get("max_tokens") == 40]
+    critic = [b for b in proxy.bodies if b.get("max_tokens") == 32]
     assert actor and critic and len(actor) + len(critic) == len(proxy.bodies)
     assert all(b["temperature"] == 0.7 and b["top_p"] == 0.9 for b in actor)
     assert all(b["temperature"] == 0 for b in critic)
