@@ -53,7 +53,7 @@ test: $(DEV)
 	$(BIN)/python tools/check_export.py
 	$(BIN)/python tools/readme.py --check
 	$(BIN)/nbdev-test --n-workers 2
-	$(BIN)/python -m pytest -q --durations=15 tests
+	$(BIN)/python -m pytest -q -n 2 --durations=15 tests
 
 # The hf tests once more under the lowest versions the hf extra allows; SmolLM2 is converted there too, in its own folder.
 # Left out: `transformers serve` (the serve extra), the ControlMAD game and the notebook (minutes; nothing version-bound).
