@@ -45,14 +45,16 @@ PERSONAS = {
 }
 
 # %% ../nbs/01b_synthetic.ipynb #389e9b15
+def _seeded(*keys) -> random.Random: return random.Random(int(stable_hash(*keys)[:16], 16))
+
 def synthetic_rng(persona: Persona, *keys) -> random.Random:
     "A `random.Random` seeded by the persona's seed and `keys` (stable across machines and call order)."
-    return random.Random(int(stable_hash(persona.seed, *keys)[:16], 16))
+    return _seeded(persona.seed, *keys)
 
 # %% ../nbs/01b_synthetic.ipynb #a23d48a4
 def item_difficulty(item, *keys) -> float:
     "The difficulty in [0, 1) of `item` (or of `keys` of it) that every synthetic agent shares: uniform over items, fixed by the item's id."
-    return random.Random(int(stable_hash("difficulty", getattr(item, "id", None), *keys)[:16], 16)).random()
+    return _seeded("difficulty", getattr(item, "id", None), *keys).random()       # no persona seed: every agent shares it
 
 
 # %% ../nbs/01b_synthetic.ipynb #4a3fcf32

@@ -48,7 +48,7 @@ def test_placebo_on_the_honest_agents_changes_few_decisions(sabotaged):
     assert rate <= 0.05
 
 def test_without_conviction_the_decisions_hang_on_the_dice(tmp_path):
-    "The same team without conviction: a saboteur wins by small margins, and a placebo (a re-drawn continuation) changes far more decisions: the check above is not met by construction of blame."
+    "The same team without conviction: the saboteur wins or loses by a vote or two, and placebos (which also draw every later reply afresh) change more than 5 % of the decisions: the check above holds because of the agents' conviction."
     run = _run(tmp_path, n=30, honest=6, defer=0.15)
     b = run.blame("all", "placebo", cache=tmp_path / "cache")
     honest = b.df[b.df.agent != SABOTEUR]

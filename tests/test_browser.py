@@ -80,7 +80,6 @@ def _own_kernels(base, token):
         _wait(lambda: {k["id"] for k in _kernels(base, token)} <= before, 30, "the test's kernels to shut down")
 
 def test_stepper_in_jupyterlab(lab):
-    need_browser()
     from playwright.sync_api import sync_playwright
     import madlab.protocols.controlmad  # noqa: F401  (to read the exported transcript back)
     from madlab.core import Transcript
@@ -276,7 +275,6 @@ def test_stepper_round_in_flight_does_not_block_kernel(tmp_path):
 def test_run_browser_in_jupyterlab(lab, tmp_path):
     """Two finished runs under a folder, browsed in JupyterLab: the list shows both with their accuracy, picking one shows its
     table, the `wrong` filter keeps the wrong rows, and picking a row opens its debate in the stepper, which steps."""
-    need_browser()
     from playwright.sync_api import sync_playwright
     import madlab.protocols.baselines  # noqa: F401
     from madlab.run import run_experiment
