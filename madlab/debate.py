@@ -6,7 +6,7 @@ Docs: https://madlab.github.io/madlab/debate.html.md"""
 
 # %% ../nbs/06_debate.ipynb #cb4f60c4
 from __future__ import annotations
-import asyncio, collections, inspect, math, random, re, time, traceback, types, typing
+import asyncio, collections, inspect, json, math, random, re, time, traceback, types, typing
 from dataclasses import dataclass, field, replace
 from typing import Callable, Literal
 from fastcore.basics import patch
@@ -21,9 +21,9 @@ from . import tasks as _tasks   # registers every built-in task (madlab.tasks, a
 
 # %% auto #0
 __all__ = ['AXES', 'PROTOCOLS', 'HOOKS', 'INTERVENTIONS', 'NEUTRAL_REPLIES', 'LOG_CONTINUATIONS', 'EXTRA_ROLES', 'parse_topology',
-           'topology_neighbours', 'parse_stop_on', 'Protocol', 'protocol', 'protocol_hook', 'get_protocol', 'Debate',
-           'fork', 'afork', 'intervention_reply', 'from_transcript', 'register_log_continuation', 'continue_log',
-           'comparable']
+           'topology_neighbours', 'parse_stop_on', 'Protocol', 'protocol', 'protocol_hook', 'get_protocol',
+           'protocol_team', 'Debate', 'argument', 'fork', 'afork', 'intervention_reply', 'from_transcript',
+           'register_log_continuation', 'continue_log', 'comparable']
 
 # %% ../nbs/06_debate.ipynb #d983544a
 _TOPOLOGY_FORMS = "full, ring, star, random:K (K >= 1 peers per agent) or FILE (an adjacency list or 0/1 matrix: .json, .yaml/.yml or .csv)"
@@ -249,6 +249,13 @@ def get_protocol(name) -> Protocol:
     if name not in PROTOCOLS: raise ValueError(f"unknown protocol {name!r}; choose from {', '.join(sorted(PROTOCOLS))}")
     return PROTOCOLS[name]
 
+# %% ../nbs/06_debate.ipynb #cdee4a60
+def protocol_team(proto: Protocol, team, options: dict|None = None):
+    "`team` through protocol `proto`'s `team` hook, which may read the `options` (specs become its members: one spec plays both of multi_persona's sides); `team` as given when it has none."
+    h = proto.hooks.get("team")
+    if h is None: return team
+    return h(team, options=dict(options or {})) if "options" in inspect.signature(h).parameters else h(team)
+
 # %% ../nbs/06_debate.ipynb #4b4d82e0
 class Debate:
     "One debate: a protocol over one item with one team."
@@ -264,6 +271,8 @@ class Debate:
         self.item, self.seed = item, seed
         self.rng = random.Random(seed)
         self.budget = budget
+        if team is not None and not isinstance(team, str) and all(isinstance(m, str) for m in team):
+            team = protocol_team(self.protocol, list(team), self.settings)   # specs become the protocol's members, as in `resolve_run`
         self.agents = make_team(list(team) if team is not None else list(DEFAULT_TEAM), budget)
         with_cache(self.agents, cache)
         check_logprobs(self.decision, self.agents)            # a rule that weighs by log-probabilities: every voter's backend gives them, before any call
@@ -433,13 +442,29 @@ def sees(self: Debate, agent: str, other: str) -> bool:
     g = self.topology
     return g is None or agent not in g or other not in g or other in g[agent]
 
+# %% ../nbs/06_debate.ipynb #f2322aff
+def _held_object(text) -> dict|None:
+    "The JSON object a reply held to an answer schema is (a free-text `reasoning` field first, then the answer fields), or None."
+    try: d = json.loads(text.strip())
+    except (ValueError, AttributeError): return None
+    return d if isinstance(d, dict) and isinstance(d.get("reasoning"), str) else None
+
+def argument(t) -> str|None:
+    "What another agent reads of turn `t`: its reply as written; a reply held to an answer schema as prose (its reasoning, then `The answer is X.` and any other field); None without a reply."
+    if t is None or t.reply is None: return None
+    d = _held_object(t.reply)
+    if d is None: return t.reply
+    val = lambda v: v if isinstance(v, str) else json.dumps(v)
+    rest = [f"The answer is {val(v)}." if k == "answer" else f"{k.replace('_', ' ').capitalize()}: {val(v)}" for k, v in d.items() if k != "reasoning"]
+    return "\n\n".join(x for x in (d["reasoning"].strip(), "\n".join(rest)) if x)
+
 # %% ../nbs/06_debate.ipynb #0beb6fb3
 @patch
 def deliver(self: Debate, turns, to="others", *, text=None, among=None, **kw) -> int:
-    "Show each turn's reply (or `text(turn)`; None skips it) to `to`: 'others', 'self', names, or a function of the turn; under a topology a debater hears only its neighbours' turns. The number of messages delivered."
+    "Show each turn's `argument` (its reply; prose for a reply held to a schema) or `text(turn)` (None skips it) to `to`: 'others', 'self', names, or a function of the turn; under a topology a debater hears only its neighbours' turns. The number of messages delivered."
     pool, n = self.members(among), 0
     for t in turns:
-        msg = text(t) if text is not None else (t.reply if t.reply is not None else f"(no reply: {t.error or 'empty'})")
+        msg = text(t) if text is not None else (argument(t) if t.reply is not None else f"(no reply: {t.error or 'empty'})")
         if msg is None: continue
         if to == "others": names = [a.name for a in pool if a.name != t.agent]
         elif to == "self": names = []

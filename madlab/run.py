@@ -604,9 +604,7 @@ def _team_members(proto, team, opts: dict, hook: bool = True) -> list:
     if isinstance(team, Path) or (isinstance(team, str) and team.lower().endswith((".yaml", ".yml", ".json"))):
         try: return load_team(team)
         except Exception as e: raise OptionError("team", f"{team}: {e}") from None
-    if hook and "team" in proto.hooks:      # e.g. S4 gives the specs their roles
-        h = proto.hooks["team"]
-        team = h(team, options=opts) if "options" in inspect.signature(h).parameters else h(team)
+    if hook: team = protocol_team(proto, team, opts)      # e.g. S4 gives the specs their roles (the same hook as a `Debate` given specs)
     return list(team) if team is not None else list(DEFAULT_TEAM)
 
 def _filtered(items, members, f, n, seed, cache, concurrency):

@@ -20,11 +20,11 @@ def _verdict(pref, side="", answer=""):
     return json.dumps({"Whether there is a preference": pref, "Supported Side": side, "Reason": "scripted", "debate_answer": answer})
 
 class Scripted(Backend):
-    "Replies in order from a list (the last one repeats), recording every call's messages and request kind."
+    "Replies in order from a list (the last one repeats), recording every call's messages, request kind, temperature and whether a schema held it."
     spec = "scripted:"
     def __init__(self, *replies): self.replies, self.calls = list(replies), []
     async def complete(self, messages, ctx=None, **kw):
-        self.calls.append({"kind": ctx.kind, "messages": [dict(m) for m in messages]})
+        self.calls.append({"kind": ctx.kind, "messages": [dict(m) for m in messages], "temperature": kw.get("temperature"), "schema": "schema" in kw})
         return Completion(self.replies[min(len(self.calls), len(self.replies)) - 1], Usage(10, 5, 1))
 
 def _team(aff, neg, mod, judge=None):
@@ -78,6 +78,27 @@ def test_a_preference_without_an_answer_does_not_stop_and_no_adaptive_break_runs
     t = Debate("multi_persona", ITEM, _team(Scripted(_args(1)), Scripted(_args(2)), mod, Scripted("x")), rounds=3, adaptive_break=False).run()
     assert len(mod.calls) == 3 and t.result["stopped_at"] is None and t.result["decided_by"] == "moderator" and t.result["answer"] == 35   # the last verdict
 
+def test_a_non_empty_debate_answer_stops_whatever_the_preference_says():
+    # the released code's test (`if self.mod_ans["debate_translation"] != ''`): "No" with an answer ends the debate there
+    mod = Scripted(_verdict("No", "Negative", "23"), _verdict("Yes", "Affirmative", "35"))
+    aff, neg, judge = Scripted(_args(1), _args(3)), Scripted(_args(2), _args(4)), Scripted("unused")
+    t = Debate("multi_persona", ITEM, _team(aff, neg, mod, judge), rounds=3).run()
+    assert len(mod.calls) == 1 and len(aff.calls) == 1 and judge.calls == []
+    assert (t.result["stopped_at"], t.result["decided_by"], t.result["answer"]) == (1, "moderator", 23)
+    # madlab's stricter test, by name: the "No" does not end it; the "Yes" of round 2 does
+    mod = Scripted(_verdict("No", "Negative", "23"), _verdict("Yes", "Affirmative", "35"))
+    t = Debate("multi_persona", ITEM, _team(Scripted(_args(1)), Scripted(_args(2)), mod, Scripted("unused")), rounds=3, break_test="preference").run()
+    assert len(mod.calls) == 2 and (t.result["stopped_at"], t.result["answer"]) == (2, 35)
+    # without adaptive break, the last verdict decides under the same test
+    mod = Scripted(_verdict("Yes", "Affirmative", "35"), _verdict("No", "Negative", "23"))
+    judge = Scripted("Candidates.", json.dumps({"Reason": "r", "debate_answer": "35"}))
+    t = Debate("multi_persona", ITEM, _team(Scripted(_args(1)), Scripted(_args(2)), mod, judge), rounds=2, adaptive_break=False).run()
+    assert (t.result["decided_by"], t.result["answer"], judge.calls) == ("moderator", 23, [])
+    mod = Scripted(_verdict("Yes", "Affirmative", "35"), _verdict("No", "Negative", "23"))
+    judge = Scripted("Candidates.", json.dumps({"Reason": "r", "debate_answer": "35"}))
+    t = Debate("multi_persona", ITEM, _team(Scripted(_args(1)), Scripted(_args(2)), mod, judge), rounds=2, adaptive_break=False, break_test="preference").run()
+    assert (t.result["decided_by"], t.result["answer"], len(judge.calls)) == ("judge", 35, 2)
+
 def test_an_unreadable_verdict_means_no_preference():
     mod = Scripted("I think the negative side is right.", _verdict("Yes", "Negative", "23"))
     t = Debate("multi_persona", ITEM, _team(Scripted(_args(1)), Scripted(_args(2)), mod), rounds=3).run()
@@ -100,6 +121,57 @@ def test_the_judge_lists_candidates_then_decides(sees):
     assert second["messages"][-1]["content"].startswith("Therefore, " + ITEM.prompt)
     assert t.rounds[-1].phase == "decision" and [tu.agent for tu in t.rounds[-1].turns] == ["Judge", "Judge"]
     assert t.result["decided_by"] == "judge" and t.result["answer"] == 23 and t.result["stopped_at"] is None
+
+def test_the_judge_reads_the_first_round_by_default():
+    aff, neg = Scripted("First aff: 35. The answer is 35.", "Last aff: 23. The answer is 23."), Scripted("First neg: 23. The answer is 23.", "Last neg: 35. The answer is 35.")
+    judge = Scripted("Candidates: 35 and 23.", json.dumps({"Reason": "4 * 5 first.", "debate_answer": "23"}))
+    t = Debate("multi_persona", ITEM, _team(aff, neg, Scripted(_verdict("No")), judge), rounds=2).run()
+    ask1 = judge.calls[0]["messages"][-1]["content"]
+    assert ask1.startswith("Affirmative side arguing: First aff") and "Negative side arguing: First neg" in ask1 and "Last" not in ask1
+    assert t.settings["judge_sees"] == "first" and t.result["decided_by"] == "judge"
+
+def test_every_role_samples_at_temperature_0_unless_the_agent_has_its_own():
+    aff, neg, mod, judge = Scripted(_args(1)), Scripted(_args(2)), Scripted(_verdict("No")), Scripted("Candidates.", json.dumps({"Reason": "r", "debate_answer": "23"}))
+    Debate("multi_persona", ITEM, _team(aff, neg, mod, judge), rounds=2).run()
+    assert [c["temperature"] for b in (aff, neg, mod, judge) for c in b.calls] == [0.0] * 8
+    # an explicit temperature wins: a member's params, and run_experiment's (the command line's --temperature) for every role
+    aff, neg, mod = Scripted(_args(1)), Scripted(_args(2)), Scripted(_verdict("Yes", "Negative", "23"))
+    team = [Agent("Affirmative", "scripted:", params={"temperature": 0.7}, backend=aff), Agent("Negative", "scripted:", backend=neg),
+            Agent("Moderator", "scripted:", role="moderator", backend=mod)]
+    Debate("multi_persona", ITEM, team, rounds=1).run()
+    assert (aff.calls[0]["temperature"], neg.calls[0]["temperature"], mod.calls[0]["temperature"]) == (0.7, 0.0, 0.0)
+    aff, neg = Scripted(_args(1)), Scripted(_args(2))
+    team = [Agent("Affirmative", "scripted:", backend=aff), Agent("Negative", "scripted:", backend=neg)]
+    res = run_experiment("multi_persona", [ITEM], team, None, rounds=1, cache=False, temperature=0.9, progress=False)
+    assert not res.failed and {c["temperature"] for b in (aff, neg) for c in b.calls} == {0.9}
+    # the moderator and judge made from the affirmative's backend take its temperature too
+    assert {c["temperature"] for c in aff.calls if c["kind"].startswith("multi_persona.")} == {0.9}
+
+class Held(Scripted):
+    "A scripted backend that holds replies to their schema, as an OpenAI-compatible server asked with `response_format` does."
+    structured = "requested"
+
+def test_arguments_held_to_json_are_read_as_prose():
+    aff = Held('{"reasoning": "4 * 5 = 20, and 3 + 20 = 23.", "answer": 23}', '{"reasoning": "I keep 23.", "answer": 23}')
+    neg = Held('{"reasoning": "Left to right: 7 * 5 = 35.", "answer": 35}')
+    mod = Held(_verdict("No"))
+    judge = Held("Candidates: 23 and 35.", json.dumps({"Reason": "precedence", "debate_answer": "23"}))
+    t = Debate("multi_persona", ITEM, _team(aff, neg, mod, judge), rounds=2).run()
+    assert aff.calls[0]["schema"] and neg.calls[0]["schema"]                          # each side's answer is held to its format ...
+    assert t.rounds[0].turns[0].answer == 23 and t.rounds[0].turns[1].answer == 35
+    sent = [m["content"] for b in (aff, neg, mod, judge) for c in b.calls for m in c["messages"] if m["role"] == "user"]
+    replies = [r for b in (aff, neg) for r in b.replies]
+    assert not any(r in s for r in replies for s in sent)                             # ... and nobody reads an argument as JSON
+    assert neg.calls[0]["messages"][-1]["content"].startswith("4 * 5 = 20, and 3 + 20 = 23.\n\nThe answer is 23.\n\nYou disagree with my answer.")
+    assert aff.calls[1]["messages"][-1]["content"].startswith("Left to right: 7 * 5 = 35.\n\nThe answer is 35.\n\nDo you agree")
+    assert "Affirmative side arguing:\n4 * 5 = 20, and 3 + 20 = 23.\n\nThe answer is 23." in mod.calls[0]["messages"][-1]["content"]
+    assert "Negative side arguing: Left to right: 7 * 5 = 35.\n\nThe answer is 35." in judge.calls[0]["messages"][-1]["content"]
+    assert t.result["answer"] == 23
+
+def test_one_spec_plays_both_sides_in_a_debate_as_on_the_command_line():
+    t = Debate("multi_persona", ITEM, ["synthetic:strong"], rounds=2).run()
+    assert [(a["name"], a["spec"]) for a in t.team][:2] == [("Affirmative", "synthetic:strong"), ("Negative", "synthetic:strong")]
+    assert t.meta["status"] == "done" and t.result["answer"] is not None
 
 def test_the_judge_and_moderator_specs_make_role_agents():
     team = [Agent("Affirmative", "scripted:", backend=Scripted(_args(1))), Agent("Negative", "scripted:", backend=Scripted(_args(2)))]

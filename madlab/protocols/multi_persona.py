@@ -12,7 +12,7 @@ from typing import Any, Literal
 from ..core import *
 from ..core import Ask, AnswerSchema
 from ..formats import AnswerFormat, register_format, answer_format
-from ..debate import Debate, protocol, protocol_hook, EXTRA_ROLES
+from ..debate import Debate, protocol, protocol_hook, argument, EXTRA_ROLES
 from ..decisions import ballots_from, latest_turns
 from ..scoring import agreement
 
@@ -84,8 +84,11 @@ class Verdict(Answer):
     def valid(self) -> bool: return not self.failures
     @property
     def concluded(self) -> bool:
-        "Whether this verdict ends the debate: a preference and a non-empty answer (the released code's test)."
-        return self.preference and bool(str(self.debate_answer).strip())
+        "Whether this verdict ends the debate under the released code's test: a non-empty `debate_answer`, whatever the preference says."
+        return bool(str(self.debate_answer).strip())
+    def ends(self, test: str = "answer") -> bool:
+        "Whether it ends the debate under `test`: 'answer' (the released code's, `concluded`) or 'preference' (madlab's stricter one: also a Yes)."
+        return self.concluded and (test == "answer" or self.preference)
     def vote_key(self): return answer_key(self.answer)
     def summary(self) -> str:
         head = (f"prefers {self.side or '?'}: {answer_summary(self.answer)}" if self.preference else "no preference")
@@ -109,7 +112,7 @@ def parse_verdict(text, fmt, candidates=(), judge: bool = False) -> Verdict:
         pref = p if isinstance(p, bool) else str(p or "").strip().lower().startswith("yes")
         if not isinstance(p, bool) and not str(p or "").strip().lower().startswith(("yes", "no")): fails.append(f"{_PREF!r} is not Yes or No: {str(p)[:40]!r}")
     answer = read_answer(raw, fmt, candidates)
-    if pref and raw.strip() and answer is None: fails.append(f"debate_answer is not an answer to the task: {raw[:60]!r}")
+    if raw.strip() and answer is None: fails.append(f"debate_answer is not an answer to the task: {raw[:60]!r}")
     return Verdict(pref, _side(d.get(_SIDE)), str(d.get("Reason") or ""), raw, answer, fails)
 
 # %% ../../nbs/16_multi_persona.ipynb #c2ab8cbf
@@ -170,7 +173,14 @@ def _meta(a, text: str):
     "Give `a` its meta prompt as a system message (once)."
     if not any(m.role == "system" and m.content == text for m in a.history): a.history.add("system", text, sender=a.name)
 
-def _said(t) -> str: return t.reply if t is not None and t.reply is not None else "(no reply)"
+def _said(t) -> str:
+    "What the others read of turn `t`: its argument (prose, also for a reply held to the answer's schema), or '(no reply)'."
+    s = argument(t)
+    return s if s is not None else "(no reply)"
+
+def _sampling(a) -> dict:
+    "The call's sampling: temperature 0 as in the released code, unless agent `a` has a temperature of its own (`--temperature`, a member's `params`)."
+    return {} if "temperature" in a.params else {"temperature": 0.0}
 
 def _answer(t): return t.answer if t is not None and t.error is None else None
 
@@ -183,9 +193,9 @@ async def _judge(d, spec, topic, fmt, src, system):
     answers = {s: _answer(t) for s, t in src.items()}
     ask = Ask(item=d.item, options={"answers": answers})
     t1 = await j.ask(_fill("judge_candidates", aff=_said(src["Affirmative"]), neg=_said(src["Negative"])), kind="multi_persona.candidates",
-                     parse=lambda s: s.strip() or None, ask=ask, phase="decision", round=r.index, role="user")
+                     parse=lambda s: s.strip() or None, ask=ask, phase="decision", round=r.index, role="user", **_sampling(j))
     t2 = await j.ask(_fill("judge", topic=topic), kind="multi_persona.judge", parse=lambda s: parse_verdict(s, fmt, list(answers.values()), judge=True),
-                     ask=ask, phase="decision", round=r.index, role="user")
+                     ask=ask, phase="decision", round=r.index, role="user", **_sampling(j))
     r.turns = [t1, t2]
     return r, t2
 
@@ -196,8 +206,9 @@ async def multi_persona(d,
                         tit_for_tat: int = 1, # how much the debaters must disagree: 0 full consensus, 1 not necessarily agree (the released code), 2 mostly disagree, 3 disagree on every point
                         moderator: str|None = None, # backend spec of the moderator; None: the affirmative debater's backend
                         judge: str|None = None, # backend spec of the judge; None: the affirmative debater's backend
-                        adaptive_break: bool = True, # end the debate once the moderator prefers a side; False: run every round
-                        judge_sees: Literal["last", "first"] = "last", # the arguments the judge reads: each side's last, or its first (the released code)
+                        adaptive_break: bool = True, # end the debate once the moderator's verdict ends it (see break_test); False: run every round (madlab's)
+                        break_test: Literal["answer", "preference"] = "answer", # a verdict ends the debate when its debate_answer is non-empty (the released code), or only with a Yes preference too (madlab's)
+                        judge_sees: Literal["first", "last"] = "first", # the arguments the judge reads: each side's first (the released code), or its last (madlab's)
                        ):
     "Liang et al. (2023): an affirmative and a negative side debate in tit for tat; a moderator ends the debate when it prefers a side, else a judge decides."
     fmt = answer_format(d.item)
@@ -212,21 +223,23 @@ async def multi_persona(d,
     for k in range(1, rounds + 1):
         r = d.new_round(f"debate round {k}", "initial" if k == 1 else "debate", depth=k)
         p = q if k == 1 else _fill("debate", opponent=_said(last["Negative"]), instructions=fmt.instructions)
-        last["Affirmative"] = ta = await aff.ask(p, kind=fmt.kind, parse=fmt.parse, ask=ask("Affirmative", "Negative"), phase=r.phase, round=r.index, role="user")
+        last["Affirmative"] = ta = await aff.ask(p, kind=fmt.kind, parse=fmt.parse, ask=ask("Affirmative", "Negative"), phase=r.phase, round=r.index, role="user",
+                                                 **_sampling(aff))
         p = _fill("negative" if k == 1 else "debate", aff=_said(ta), opponent=_said(ta), instructions=fmt.instructions)
-        last["Negative"] = tn = await neg.ask(p, kind=fmt.kind, parse=fmt.parse, ask=ask("Negative", "Affirmative"), phase=r.phase, round=r.index, role="user")
+        last["Negative"] = tn = await neg.ask(p, kind=fmt.kind, parse=fmt.parse, ask=ask("Negative", "Affirmative"), phase=r.phase, round=r.index, role="user",
+                                                 **_sampling(neg))
         if k == 1: first = dict(last)
         r.turns = [ta, tn]
         yield r
         m = d.new_round(f"moderator {k}", "moderator", depth=k)
         cands = [_answer(ta), _answer(tn)]
         tm = await mod.ask(_fill("moderator", round=_ordinal(k), aff=_said(ta), neg=_said(tn)), kind="multi_persona.moderator",
-                           parse=lambda s: parse_verdict(s, fmt, cands), ask=Ask(item=d.item, options={"answers": dict(zip(SIDES, cands))}), phase="moderator", round=m.index, role="user")
+                           parse=lambda s: parse_verdict(s, fmt, cands), ask=Ask(item=d.item, options={"answers": dict(zip(SIDES, cands))}), phase="moderator", round=m.index, role="user", **_sampling(mod))
         m.turns = [tm]
         yield m
         verdict = _answer(tm)
-        if adaptive_break and verdict is not None and verdict.concluded: stopped = k; break
-    by = "moderator" if verdict is not None and verdict.concluded else "judge"
+        if adaptive_break and verdict is not None and verdict.ends(break_test): stopped = k; break
+    by = "moderator" if verdict is not None and verdict.ends(break_test) else "judge"
     if by == "judge":
         r, tj = await _judge(d, judge, topic, fmt, first if judge_sees == "first" else last, mod_system)
         yield r
