@@ -78,3 +78,67 @@ def test_routing_reaches_the_server(fake_server):
     assert [[tu.answer for tu in r.turns] for r in t.rounds] == [[10, 20, 30], [20, 10, 10], [10, 20, 20], [20, 10, 10]]
     assert (t.result["answer"], t.result["stopped_by"], t.result["exchange_rounds"]) == (10, "rounds", 3)
     assert "A's confidence in this solution: 0.50" in t.rounds[2].by_agent()["B"].messages[-1]["content"]     # A answered 10, then 20
+
+# ---- as the released code runs it: scripted agents that record what each is sent --------------------------------------
+
+from madlab.core import Backend, Completion, Usage
+
+class Recorder(Backend):
+    "Replies with its own answer table by round (prose, or with `held` the JSON object of a reply held to its schema); records every call."
+    spec = "recorder:"
+    def __init__(self, answers, held=False): self.answers, self.held, self.calls = list(answers), held, []
+    @property
+    def structured(self): return "requested" if self.held else None
+    async def complete(self, messages, ctx=None, **kw):
+        self.calls.append({"messages": [dict(m) for m in messages], "round": ctx.round, "schema": "schema" in kw})
+        n = self.answers[min(ctx.round or 0, len(self.answers) - 1)]
+        text = json.dumps({"reasoning": f"Working of round {ctx.round}: {n}.", "answer": n}) if self.held else f"Working of round {ctx.round}. The answer is {n}."
+        return Completion(text, Usage(10, 5, 1))
+
+def _recorders(table, held=False):
+    backends = {n: Recorder(v, held) for n, v in table.items()}
+    return backends, [Agent(n, "recorder:", backend=b) for n, b in backends.items()]
+
+Q = Item("q1", "arith", "What is 40 + 2?", gold=42)
+
+def test_the_relay_ring_runs_as_released_each_agent_reads_the_next():
+    bs, team = _recorders({"A": [1], "B": [2], "C": [3]})
+    t = Debate("eot", Q, team, paradigm="relay", rounds=1).run()
+    seen = {n: sorted(re.findall(r"### (\w)'s solution", b.calls[1]["messages"][-1]["content"])) for n, b in bs.items()}
+    assert seen == {"A": ["B"], "B": ["C"], "C": ["A"]} == t.rounds[1].meta["sees"]
+    # the personas are fixed by position: Kitty (A) reads Ben's (B) solution, Peter (C) reads Kitty's
+    assert bs["A"].calls[1]["messages"][0]["content"] == PERSONAS["Kitty"] and "Working of round 0. The answer is 2." in bs["A"].calls[1]["messages"][-1]["content"]
+    assert bs["C"].calls[1]["messages"][0]["content"] == PERSONAS["Peter"] and "Working of round 0. The answer is 1." in bs["C"].calls[1]["messages"][-1]["content"]
+
+def test_the_first_answers_follow_worked_examples_unless_zero_shot():
+    bs, team = _recorders({"A": [7], "B": [7], "C": [7]})
+    t = Debate("eot", Q, team).run()
+    first = bs["A"].calls[0]["messages"][-1]["content"]
+    assert first.count("\nA: ") == 8 and "The answer is 210." in first and first.endswith("Q: What is 40 + 2?\nA:")
+    assert (t.rounds[0].meta["first"], t.result["first_answers"], t.result["exchange_rounds"]) == ("few-shot", "few-shot", 0)
+    bs, team = _recorders({"A": [7], "B": [7], "C": [7]})
+    t = Debate("eot", Q, team, first="zero-shot").run()
+    assert bs["A"].calls[0]["messages"][-1]["content"] == "What is 40 + 2?\n\nThink step by step, then end with 'The answer is N.'"
+    assert t.result["first_answers"] == "zero-shot"
+    # a choice among A-D gets the four worked choices; a format without examples starts zero-shot, and says so
+    mc = Item("m1", "mmlu", "Which planet is largest?\n\nA. Mars\nB. Jupiter\nC. Venus\nD. Earth", "B")
+    t = Debate("eot", mc, ["synthetic:strong", "synthetic:medium", "synthetic:weak"]).run()
+    assert t.rounds[0].turns[0].messages[-1]["content"].count(". Answer: ") == 4 and t.result["first_answers"] == "few-shot"
+    t = Debate("eot", Item("s1", "scenario", "Plan a picnic."), ["synthetic:strong", "synthetic:medium"]).run()
+    assert t.result["first_answers"] == "zero-shot" and "Q: " not in t.rounds[0].turns[0].messages[-1]["content"]
+
+def test_first_answers_from_the_command_line(tmp_path):
+    r = _cli("run", "eot", "--first", "zero-shot", "--n", 2, "--no-cache", "--no-progress", "--out", tmp_path, "--name", "z")
+    assert r.exit_code == 0, r.output
+    df = pd.read_parquet(tmp_path / "z" / "results.parquet")
+    assert set(df.first_answers) == {"zero-shot"}
+    r = _cli("run", "eot", "--first", "once", "--n", 1, "--no-progress", "--out", tmp_path)
+    assert r.exit_code == 2 and "--first" in r.output and "Traceback" not in r.output, r.output
+
+def test_solutions_held_to_json_are_read_as_prose():
+    bs, team = _recorders({"A": [1, 1], "B": [2, 2], "C": [3, 3]}, held=True)
+    t = Debate("eot", Q, team, paradigm="memory", rounds=1).run()
+    assert all(c["schema"] for b in bs.values() for c in b.calls) and [tu.answer for tu in t.rounds[0].turns] == [1, 2, 3]
+    p = bs["A"].calls[1]["messages"][-1]["content"]
+    assert "### B's solution\nWorking of round 0: 2.\n\nThe answer is 2." in p and "Your previous solution:\nWorking of round 0: 1.\n\nThe answer is 1." in p
+    assert '{"reasoning": "Working' not in p

@@ -6,16 +6,16 @@ Docs: https://madlab.github.io/madlab/exchange_of_thought.html.md"""
 
 # %% ../../nbs/17_exchange_of_thought.ipynb #089e798c
 from __future__ import annotations
-import collections
+import collections, functools, json
 from typing import Literal
 from ..core import *
 from ..core import Ask
-from ..debate import protocol, protocol_hook
+from ..debate import protocol, protocol_hook, argument
 from ..decisions import ballots_from, latest_turns
 from ..scoring import answer_format, agreement
 
 # %% auto #0
-__all__ = ['PARADIGMS', 'PERSONAS', 'PROMPTS', 'STOPS', 'eot_routes', 'eot_confidence', 'eot_vote', 'eot']
+__all__ = ['PARADIGMS', 'PERSONAS', 'PROMPTS', 'STOPS', 'eot_routes', 'eot_confidence', 'eot_examples', 'eot_vote', 'eot']
 
 # %% ../../nbs/17_exchange_of_thought.ipynb #8d5e2f46
 PARADIGMS = ("memory", "report", "relay", "debate")
@@ -35,7 +35,7 @@ def eot_routes(paradigm: str, names) -> dict:
     n = len(names)
     if paradigm == "memory": idx = {k: [j for j in range(n) if j != k] for k in range(n)}
     elif paradigm == "report": idx = {k: (list(range(1, n)) if k == 0 else [0]) for k in range(n)}
-    elif paradigm == "relay": idx = {k: [(k - 1) % n] for k in range(n)}
+    elif paradigm == "relay": idx = {k: [(k + 1) % n] for k in range(n)}
     else: idx = {k: _tree_sees(k, n) for k in range(n)}
     return {names[k]: [names[j] for j in idx[k]] for k in range(n)}
 
@@ -60,6 +60,8 @@ PERSONAS = {
 
 PROMPTS = {
     "solve": "{question}\n\n{instructions}",
+    "few_shot": "{instructions}\n\n{shots}\n\nQ: {question}\nA:",
+    "shot": "Q: {question}\nA: {solution}",
     "exchange": ("Think about the question step by step.\nQuestion: {question}\n\nYour previous solution:\n{mine}\n\n"
                  "Here {are} the solution{s} of {who}:\n\n{peers}\n\n"
                  "Re-examine your previous answer carefully in the light of {these} solution{s}.{caution} Think critically, then write a new "
@@ -79,6 +81,22 @@ def _exchange_prompt(question, instructions, mine, peers, conf) -> str:
                                       are="are" if many else "is", s="s" if many else "", these="these" if many else "this",
                                       who="your friends" if many else "your friend",
                                       caution=PROMPTS["caution"] if any(conf.get(n) is not None for n, _ in peers) else "")
+
+# %% ../../nbs/17_exchange_of_thought.ipynb #d55eff59
+@functools.cache
+def _shots() -> tuple: return tuple(json.loads(l) for l in madlab_data("eot_few_shot.jsonl").read_text().splitlines() if l.strip())
+
+def eot_examples(fmt) -> list:
+    "The worked examples [(question, solution)] for the first answers in answer format `fmt`: numbers, or a choice among A-D; [] for any other format."
+    kind, choices = getattr(fmt, "kind", None), set((getattr(fmt, "options", None) or {}).get("choices") or ())
+    if kind == "choice" and not {"A", "B", "C", "D"} <= choices: return []
+    return [(e["question"], e["solution"]) for e in _shots() if e["format"] == kind]
+
+def _first_prompt(question, instructions, examples) -> str:
+    "The first prompt: the question and the task's instructions (zero-shot), or the worked examples, then the question as one more `Q:` (few-shot)."
+    if not examples: return PROMPTS["solve"].format(question=question, instructions=instructions)
+    shots = "\n\n".join(PROMPTS["shot"].format(question=q, solution=s) for q, s in examples)
+    return PROMPTS["few_shot"].format(instructions=instructions, shots=shots, question=question)
 
 # %% ../../nbs/17_exchange_of_thought.ipynb #e6a0686b
 STOPS = ("consensus", "majority", "consistent", "none")
@@ -127,6 +145,7 @@ async def eot(d,
               stop: Literal["consensus", "majority", "consistent", "none"] = "consensus", # early stop: all agree, more than half agree, each agent stops once its answer repeats, or never
               confidence: bool = True, # show each solution with its author's confidence (share of its answers equal to its most frequent one)
               personas: bool = True, # agents without a system prompt play the paper's three classmates
+              first: Literal["few-shot", "zero-shot"] = "few-shot", # the first answers: after worked examples (the released code), or from the question alone (madlab's)
              ):
     "Exchange-of-Thought (Yin et al., 2023): agents answer, then exchange solutions along a communication paradigm, each shown with its author's confidence, until the answers agree."
     fmt = answer_format(d.item)
@@ -134,10 +153,12 @@ async def eot(d,
     routes = eot_routes(paradigm, [a.name for a in agents])
     system = _systems(agents, personas)
     q = d.item.prompt
-    r = d.new_round("first answers", "initial", depth=0)
-    r.turns = await d.gather(_solve(a, PROMPTS["solve"].format(question=q, instructions=fmt.instructions), system[a.name], kind=fmt.kind, parse=fmt.parse,
+    shots = eot_examples(fmt) if first == "few-shot" else []
+    r = d.new_round("first answers", "initial", depth=0, first="few-shot" if shots else "zero-shot")
+    r.turns = await d.gather(_solve(a, _first_prompt(q, fmt.instructions, shots), system[a.name], kind=fmt.kind, parse=fmt.parse,
                                     ask=Ask(item=d.item, options=fmt.options), phase="initial", round=r.index) for a in agents)
     yield r
+    r0 = r.meta["first"]
     latest = {t.agent: t for t in r.turns}
     hist = {a.name: [t.answer if t.error is None else None] for a, t in zip(agents, r.turns)}
     active, k, why = [a.name for a in agents], 0, "rounds"
@@ -149,7 +170,7 @@ async def eot(d,
         r = d.new_round(f"exchange round {k}", "debate", depth=k, paradigm=paradigm, sees={n: routes[n] for n in active},
                         confidence={n: c for n, c in conf.items() if c is not None}, active=list(active))
         def call(n):
-            prompt = _exchange_prompt(q, fmt.instructions, latest[n].reply, [(m, latest[m].reply) for m in routes[n]], conf)
+            prompt = _exchange_prompt(q, fmt.instructions, argument(latest[n]), [(m, argument(latest[m])) for m in routes[n]], conf)
             return _solve(d.agent(n), prompt, system[n], kind=fmt.kind, parse=fmt.parse, phase="debate", round=r.index,
                           ask=Ask(item=d.item, options=fmt.options, previous=ans(n), peers={m: ans(m) for m in routes[n]}))
         r.turns = await d.gather(call(n) for n in active)
@@ -164,7 +185,7 @@ async def eot(d,
     final = [ans(a.name) for a in agents]
     decision, votes = eot_vote(final)
     d.result = {"answer": decision, "agreement": agreement(final), "invalid": sum(not latest[a.name].valid for a in agents), "votes": votes,
-                "exchange_rounds": k, "stopped_by": why, "confidence": {n: eot_confidence(h) for n, h in hist.items()}}
+                "exchange_rounds": k, "stopped_by": why, "first_answers": r0, "confidence": {n: eot_confidence(h) for n, h in hist.items()}}
 
 # %% ../../nbs/17_exchange_of_thought.ipynb #e62d7165
 @ballots_from("eot")
@@ -174,4 +195,5 @@ def _eot_ballots(t) -> list:
 
 @protocol_hook("eot", "row")
 def _eot_row(t) -> dict:
-    return {"paradigm": t.settings.get("paradigm"), "exchange_rounds": (t.result or {}).get("exchange_rounds"), "stopped_by": (t.result or {}).get("stopped_by")}
+    res = t.result or {}
+    return {"paradigm": t.settings.get("paradigm"), "exchange_rounds": res.get("exchange_rounds"), "stopped_by": res.get("stopped_by"), "first_answers": res.get("first_answers")}
