@@ -175,3 +175,24 @@ def test_comparison_notebook_runs_with_small_defaults(tmp_path):
     assert set(df.set) == {"full", "majority-error"} and (df.task == "gsm8k").all()
     sub = df[df.set == "majority-error"]
     assert not sub[sub.setup == "single"].correct.all()
+
+# ---- solutions held to JSON are read as prose -------------------------------------------------------------------
+
+def test_solutions_held_to_json_reach_critics_and_actors_as_prose():
+    from madlab.core import Backend, Completion, Usage
+    class Held(Backend):
+        "Holds replies to their schema: an actor's solution is the JSON object; a critic's scores are JSON anyway."
+        structured = "requested"
+        def __init__(self, n): self.n, self.calls = n, []
+        async def complete(self, messages, ctx=None, **kw):
+            self.calls.append({"kind": ctx.kind, "messages": [dict(m) for m in messages]})
+            if ctx.kind == "critic_actor.critique": return Completion('{"critique": "Fine.", "logic_score": 9, "computation_score": 9}', Usage(10, 5, 1))
+            return Completion(json.dumps({"reasoning": f"48 / 2 = 24, so I get {self.n}.", "answer": self.n}), Usage(10, 5, 1))
+    bs = [Held(72), Held(72), Held(71)]
+    team = [Agent(f"A{i}", "held:", backend=b) for i, b in enumerate(bs)]
+    item = Item("q", "gsm8k", "Natalia sold 48 clips in April and half as many in May. How many in all?", 72)
+    t = Debate("critic_actor", item, team, rounds=1).run()
+    assert t.meta["status"] == "done" and t.rounds[0].turns[2].answer == 71
+    sent = [m["content"] for b in bs for c in b.calls for m in c["messages"] if m["role"] == "user"]
+    assert any("48 / 2 = 24, so I get 71.\n\nThe answer is 71." in s for s in sent)          # critics and actors read the prose
+    assert not any('{"reasoning": "48 / 2' in s for s in sent)

@@ -181,3 +181,20 @@ def test_max_batch_option():
     assert _hf_options("hf:m,max_batch=auto", "m,max_batch=auto") == ("m", {"max_batch": None})
     assert _hf_options("hf:m,max_batch=8", "m,max_batch=8") == ("m", {"max_batch": 8})
     with pytest.raises(ValueError, match="max_batch"): _hf_options("hf:m,max_batch=lots", "m,max_batch=lots")
+
+def test_peers_read_a_held_argument_as_prose():
+    "Du et al.'s debate: a reply held to the schema is a JSON object; the peers that read it next round read its reasoning, then its answer."
+    from madlab.agents import Agent
+    from madlab.core import Backend, Completion, Usage
+    from madlab.debate import Debate
+    class Held(Backend):
+        structured = "requested"
+        def __init__(self, n): self.n, self.calls = n, []
+        async def complete(self, messages, ctx=None, **kw):
+            self.calls.append([dict(m) for m in messages])
+            return Completion(json.dumps({"reasoning": f"I get {self.n}.", "answer": self.n}), Usage(10, 5, 1))
+    a, b = Held(42), Held(41)
+    t = Debate("du", toy_arith_items(1)[0], [Agent("A", "held:", backend=a), Agent("B", "held:", backend=b)], rounds=2).run()
+    assert t.rounds[0].turns[0].reply.startswith('{"reasoning"') and [tu.answer for tu in t.rounds[0].turns] == [42, 41]
+    seen = "\n".join(m["content"] for m in a.calls[1] if m["role"] != "assistant")
+    assert "I get 41.\n\nThe answer is 41." in seen and '"reasoning": "I get 41.' not in seen

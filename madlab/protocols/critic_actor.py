@@ -14,7 +14,7 @@ from ..core import Ask, AnswerSchema
 from ..formats import AnswerFormat, register_format, schema_for
 from ..synthetic import Persona, synthetic_rng, believes_gold
 from ..agents import Agent
-from ..debate import Debate, protocol, protocol_hook
+from ..debate import Debate, protocol, protocol_hook, argument
 from ..scoring import answer_format, agreement, parse_number, reasoned
 from ..tasks import extract_number, numbers_match
 
@@ -238,7 +238,7 @@ def _state(actors, turns, critiques, glob) -> dict:
         c = critiques.get(a.name)
         if glob: logic = comp = c["score"] if c else 0.0; text = c["flaw"] if c else ""
         else: logic, comp, text = (c.logic_score, c.computation_score, c.critique) if c is not None else (0.0, 0.0, "")
-        out[a.name] = {"answer": t.answer if t.error is None else None, "solution": t.reply, "logic": logic, "computation": comp, "critique": text}
+        out[a.name] = {"answer": t.answer if t.error is None else None, "solution": argument(t), "logic": logic, "computation": comp, "critique": text}
     return out
 
 async def _critique(d, actors, critics, turns, r, glob, params) -> tuple:
@@ -247,7 +247,7 @@ async def _critique(d, actors, critics, turns, r, glob, params) -> tuple:
     if glob:
         judge = critics[0] if critics else actors[0]
         names = [a.name for a in actors]
-        sols = "\n\n".join(f"### {a.name}\n{t.reply or '(no solution)'}" for a, t in zip(actors, turns))
+        sols = "\n\n".join(f"### {a.name}\n{argument(t) or '(no solution)'}" for a, t in zip(actors, turns))
         ask = Ask(item=d.item, options={"answers": {a.name: (t.answer if t.error is None else None) for a, t in zip(actors, turns)}})
         t = await _fresh_ask(judge, _fill("global_critic", question=q, solutions=sols), kind="critic_actor.global", ask=ask,
                              parse=lambda s: parse_global_critique(s, names), phase="critique", round=r.index, **params)
@@ -258,7 +258,7 @@ async def _critique(d, actors, critics, turns, r, glob, params) -> tuple:
         if t.error is not None: continue
         judge = critics[i % len(critics)] if critics else a
         ask = Ask(item=d.item, focus=a.name, options={"answer": t.answer})
-        calls.append(_fresh_ask(judge, _fill("critic", question=q, solution=t.reply or "(no solution)"), kind="critic_actor.critique", ask=ask,
+        calls.append(_fresh_ask(judge, _fill("critic", question=q, solution=argument(t) or "(no solution)"), kind="critic_actor.critique", ask=ask,
                                 parse=parse_critique, phase="critique", round=r.index, focus=a.name, **params))
         who.append(a.name)
     ts = await d.gather(calls) if calls else []
