@@ -444,19 +444,22 @@ def sees(self: Debate, agent: str, other: str) -> bool:
 
 # %% ../nbs/06_debate.ipynb #f2322aff
 def _held_object(text) -> dict|None:
-    "The JSON object a reply held to an answer schema is (a free-text `reasoning` field first, then the answer fields), or None."
+    "The JSON object a reply held to an answer schema is: its first field free text (the schema's reasoning, which every answer schema puts first), then the answer fields; else None."
     try: d = json.loads(text.strip())
     except (ValueError, AttributeError): return None
-    return d if isinstance(d, dict) and isinstance(d.get("reasoning"), str) else None
+    if not isinstance(d, dict) or len(d) < 2: return None
+    k, v = next(iter(d.items()))
+    return d if isinstance(v, str) and k != "answer" else None
 
 def argument(t) -> str|None:
-    "What another agent reads of turn `t`: its reply as written; a reply held to an answer schema as prose (its reasoning, then `The answer is X.` and any other field); None without a reply."
+    "What another agent reads of turn `t`: its reply as written; a reply held to an answer schema as prose (its reasoning, then `The answer is X.` and the other fields); None without a reply."
     if t is None or t.reply is None: return None
     d = _held_object(t.reply)
     if d is None: return t.reply
     val = lambda v: v if isinstance(v, str) else json.dumps(v)
-    rest = [f"The answer is {val(v)}." if k == "answer" else f"{k.replace('_', ' ').capitalize()}: {val(v)}" for k, v in d.items() if k != "reasoning"]
-    return "\n\n".join(x for x in (d["reasoning"].strip(), "\n".join(rest)) if x)
+    (_, why), *fields = d.items()
+    rest = [f"The answer is {val(v)}." if k == "answer" else f"{k.replace('_', ' ').capitalize()}: {val(v)}" for k, v in fields]
+    return "\n\n".join(x for x in (why.strip(), "\n".join(rest)) if x)
 
 # %% ../nbs/06_debate.ipynb #0beb6fb3
 @patch

@@ -301,3 +301,11 @@ def test_a_call_budget_is_never_exceeded(counted):
         d = Debate("cluster", item, team, layers=2, rounds=2, token_budget=250, personas=2, budget=budget)
         with pytest.raises(Exception, match="call budget"): d.run()
         assert len(counted) <= n and budget.calls == len(counted) and d.meta["status"] == "stopped"
+
+def test_a_head_reads_its_cluster_debate_as_prose():
+    "A member's reply held to the stock schema is a JSON object; the head agent that reads the cluster's debate reads its justification, then its fields."
+    from madlab.core import Round, Turn
+    from madlab.protocols.cluster import _debate_text
+    held = Turn("A", reply='{"justification": "Orders rose 12%.", "position": "Buy", "asset": "NWR", "confidence": 0.7}')
+    text = _debate_text(None, [Round("cluster 1", "debate", 0, [held, Turn("B", reply="Justification: Flat.\nPosition: Wait")])])
+    assert text == "[A] (cluster 1): Orders rose 12%.\n\nPosition: Buy\nAsset: NWR\nConfidence: 0.7\n\n[B] (cluster 1): Justification: Flat.\nPosition: Wait"

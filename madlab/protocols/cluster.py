@@ -13,7 +13,7 @@ from ..core import *
 from ..core import Ask
 from ..synthetic import synthetic_rng
 from ..agents import Agent
-from ..debate import protocol, protocol_hook
+from ..debate import protocol, protocol_hook, argument
 from ..formats import AnswerFormat, register_format, answer_format, answer_field, reasoned
 from ..scoring import plurality_vote
 from ..market import MarketRecord, stock_position, parse_stock_answer, StockAnswer
@@ -300,7 +300,7 @@ def _ask_for(st, names=None, options=None):
     return make
 
 def _debate_text(st, rounds) -> str:
-    return "\n\n".join(f"[{t.agent}] ({r.name}): {t.reply if t.reply is not None else '(no reply)'}" for r in rounds for t in r.turns)
+    return "\n\n".join(f"[{t.agent}] ({r.name}): {argument(t) if t.reply is not None else '(no reply)'}" for r in rounds for t in r.turns)
 
 async def _cluster_debate(st, layer, label, members, rounds, min_div, name, final, ccount):
     d, P, fmt = st.d, st.prompts, st.fmt
