@@ -237,6 +237,6 @@ def test_command_line(tmp_path):
     assert r.exit_code == 0, r.output
     cfg = json.loads((tmp_path / "mp3" / "config.json").read_text())
     assert [(a["name"], a["role"]) for a in cfg["team"]] == [("Affirmative", None), ("Negative", None), ("Moderator", "moderator")]
-    for bad, flag in ((["--tit-for-tat", "4"], "--tit-for-tat"), (["--judge-sees", "all"], "--judge-sees"), (["--rounds", "0"], "--rounds"), (["--moderator", "nosuch:x"], "--moderator")):
+    for bad, flag in ((["--tit-for-tat", "4"], "--tit-for-tat"), (["--judge-sees", "all"], "--judge-sees"), (["--break-test", "maybe"], "--break-test"), (["--rounds", "0"], "--rounds"), (["--moderator", "nosuch:x"], "--moderator")):
         r = CliRunner().invoke(main, ["run", "multi_persona", *bad, "--n", "1", "--no-progress", "--out", str(tmp_path)])
         assert r.exit_code == 2 and flag in r.output and "Traceback" not in r.output, r.output
