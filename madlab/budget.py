@@ -45,7 +45,7 @@ def mean_budget(df: pd.DataFrame, match: str = "tokens") -> float:
     "The mean budget per item; `cost` with an unpriced item is an error that says so."
     b = item_budget(df, match)
     if b.isna().any(): raise OptionError("match", f"{int(b.isna().sum())} item(s) have no cost (a model without a price in the run's price table): "
-                                                    "give a table that prices it (--prices FILE), or match tokens or calls instead")
+                                                    "give a table that prices it (--prices FILE; prices= in Python), or match tokens or calls instead")
     return float(b.mean()) if len(b) else float("nan")
 
 # %% ../nbs/23a_baselines_budget.ipynb #ec10f00f
