@@ -30,19 +30,22 @@ def _check(option: str, value, allowed) -> None:
     if value not in allowed: raise OptionError(option, f"must be one of {', '.join(allowed)}; got {value!r}")
 
 def item_budget(df: pd.DataFrame, match: str = "tokens") -> pd.Series:
-    "Each item's budget in `match` (one of `MATCHES`), indexed by item id; `cost` is missing where a model has no price."
+    "Each item's budget in `match` (one of `MATCHES`), indexed by item id; `cost` (of every reply, cached or not) is missing where a model has no price."
     _check("match", match, MATCHES)
     ids = df.item_id.astype(str).values
     col = lambda c: df[c].fillna(0).astype(float).values if c in df else np.zeros(len(df))
     if match == "tokens": v = col("prompt_tokens") + col("completion_tokens")
     elif match == "calls": v = col("calls") + col("cached_calls")
-    else: v = pd.to_numeric(df["cost"], errors="coerce").values if "cost" in df else np.full(len(df), np.nan)
+    else:                                               # what its replies cost at the table, those from madlab's cache included
+        num = lambda c: pd.to_numeric(df[c], errors="coerce").values if c in df else np.full(len(df), np.nan)
+        v = num("cost") + (np.nan_to_num(num("cached_cost")) if "cached_cost" in df else 0)
     return pd.Series(v, index=ids, name=match)
 
 def mean_budget(df: pd.DataFrame, match: str = "tokens") -> float:
     "The mean budget per item; `cost` with an unpriced item is an error that says so."
     b = item_budget(df, match)
-    if b.isna().any(): raise OptionError("match", f"{int(b.isna().sum())} item(s) have no cost (a model without a price): match tokens or calls instead")
+    if b.isna().any(): raise OptionError("match", f"{int(b.isna().sum())} item(s) have no cost (a model without a price in the run's price table): "
+                                                    "give a table that prices it (--prices FILE; prices= in Python), or match tokens or calls instead")
     return float(b.mean()) if len(b) else float("nan")
 
 # %% ../nbs/23a_baselines_budget.ipynb #ec10f00f
@@ -61,9 +64,9 @@ def _run_models(run: OpenRun) -> list[str]:
     return specs
 
 def _pass_on(run: OpenRun) -> dict:
-    "The run's sampling settings and seed, for the baseline to run with the same."
+    "The run's sampling settings, seed and price table (the one it recorded, or the one it was opened at), for the baseline to run with the same."
     c = run.config
-    return {k: c[k] for k in ("seed", "max_tokens", "temperature") if c.get(k) is not None}
+    return {**{k: c[k] for k in ("seed", "max_tokens", "temperature") if c.get(k) is not None}, "prices": run.prices}
 
 # %% ../nbs/23a_baselines_budget.ipynb #e1740408
 def _samples_for(target: float, per_sample: float, lo: int = 1, hi: int = 100) -> int:
@@ -128,9 +131,10 @@ def _matched(run: OpenRun, method: str, match: str, models: list, folder: Path, 
     return Baseline(b, method, match, team, k, target, got, per, adjusted)
 
 # %% ../nbs/23a_baselines_budget.ipynb #49d1dc5d
-def run_baseline(run, method: str = "self_consistency", match: str = "tokens", out=None, pilot: int = 3, pooled: bool = True, **kw) -> list[Baseline]:
-    "Run `method` (self_consistency or single) on `run`'s items with a team of its size into sibling folders `<run>-baseline-<method>-<match>` (under `out` when given): the debate's own team; a heterogeneous team gets one per model (every agent of that model, suffixed by its spec) and one pooling every model's samples (the debate's team) when `pooled`; `single` asks the team's first agent; self-consistency's samples match the debate's mean `match` per item within 10 % (estimated from a `pilot` of one sample on the first items, adjusted once if needed). Other options go to `run_experiment` (concurrency, cache, prices...)."
-    run = run if isinstance(run, OpenRun) else open_run(run)
+def run_baseline(run, method: str = "self_consistency", match: str = "tokens", out=None, pilot: int = 3, pooled: bool = True, prices=None,
+                 **kw) -> list[Baseline]:
+    "Run `method` (self_consistency or single) on `run`'s items with a team of its size into sibling folders `<run>-baseline-<method>-<match>` (under `out` when given): the debate's own team; a heterogeneous team gets one per model (every agent of that model, suffixed by its spec) and one pooling every model's samples (the debate's team) when `pooled`; `single` asks the team's first agent; self-consistency's samples match the debate's mean `match` per item within 10 % (estimated from a `pilot` of one sample on the first items, adjusted once if needed). `prices` (a CSV path or a `Prices`): the price table of the debate's cost and the baselines' (default: the one the run recorded). Other options go to `run_experiment` (concurrency, cache...)."
+    if prices is not None or not isinstance(run, OpenRun): run = open_run(run.path if isinstance(run, OpenRun) else run, prices=prices)
     _check("method", method, METHODS); _check("match", match, MATCHES)
     if not isinstance(pilot, int) or isinstance(pilot, bool) or pilot < 1: raise OptionError("pilot", f"must be a positive integer; got {pilot!r}")
     mean_budget(run.df, match)                            # an unpriced run refuses `cost` before any call

@@ -359,12 +359,14 @@ def rescore_cmd(run_dir, decision, compare, cache, allow_fewer_scores, prices):
 @click.option("--pilot", type=click.IntRange(min=1), default=3, show_default=True, help="Items of the pilot that estimates one sample's budget")
 @click.option("--concurrency", type=click.IntRange(1, 10_000), default=None, help="Items run at once  [default: as many as the endpoints take]")
 @click.option("--cache/--no-cache", default=True, show_default=True, help="Calls go through the response cache ($MADLAB_CACHE)")
-def baseline_cmd(run_dir, method, match, out, pilot, concurrency, cache):
+@click.option("--prices", metavar="FILE", type=click.Path(dir_okay=False), default=None,
+              help="Price the debate's cost column and the baselines' at this price table (CSV)  [default: the one the run recorded]")
+def baseline_cmd(run_dir, method, match, out, pilot, concurrency, cache, prices):
     "Run a baseline on a finished run's items with its models, at the debate's budget, into RUN-baseline-METHOD-MATCH beside it; print each baseline's budget ratio and the runs side by side (accuracy with 95% bootstrap intervals, tokens per item, Pareto frontier, McNemar test against the debate)."
     from madlab.budget import run_baseline, vs_budget
     from madlab.runs import open_run
     try:
-        run = open_run(run_dir)
+        run = open_run(run_dir, prices=prices)
         found = run_baseline(run, method, match, out, pilot=pilot, concurrency=concurrency, cache=cache)
     except OptionError as e: raise click.BadParameter(e.message, param_hint="RUN_DIR" if e.option in ("out", "path", "run") else f"'{e.flag}'") from None
     except ValueError as e: raise click.ClickException(str(e)) from None

@@ -784,8 +784,8 @@ async def side_call(self: Debate, agent, prompt: str, *, kind: str, ask: Ask|Non
 
 # %% ../nbs/06_debate.ipynb #5f561a9d
 @patch
-def stop_now(self: Debate, turns, planned: int) -> bool:
-    "Whether the debate's `stop_on` rule ends it after the round whose turns are `turns` (at least a fraction Q of them give the same valid answer); `planned`: the rounds the protocol would run in all. A protocol honouring `stop_on` asks after each round but the last."
+def stop_now(self: Debate, turns, planned: int, prompt: str|None = None) -> bool:
+    "Whether the debate's `stop_on` rule ends it after the round whose turns are `turns` (at least a fraction Q of them give the same valid answer); `planned`: the rounds the protocol would run in all; `prompt`: what each agent would be sent next round besides its peers' replies (None: what it was sent this round), for the estimate of the tokens saved. A protocol honouring `stop_on` asks after each round but the last."
     self._stop = self._stop or {}
     self._stop["planned"] = planned
     spec = self.settings.get("stop_on")
@@ -793,15 +793,33 @@ def stop_now(self: Debate, turns, planned: int) -> bool:
     q = float(spec.split(":")[1]) if ":" in spec else 1.0
     share = agreement([t.answer if t.error is None else None for t in turns])
     if share + 1e-9 < q: return False
-    self._stop.update(stopped=len(self.rounds), agreement=round(share, 4))
+    self._stop.update(stopped=len(self.rounds), agreement=round(share, 4), growth=self._round_growth(turns, prompt))
     return True
 
 @patch
+def _round_growth(self: Debate, turns, prompt: str|None = None) -> dict:
+    "Agent -> (prompt tokens, completion tokens) of its turn in `turns`, and the tokens one more round adds to its prompt: its own reply, the replies routed to it and `prompt`, counted as its backend counts messages, scaled to its turn's recorded prompt tokens."
+    out = {}
+    for t in turns:
+        a = next((a for a in self.agents if a.name == t.agent), None)
+        if a is None: continue
+        h = ChatHistory(list(a.history.messages))                  # what it was sent, then its own reply
+        for o in turns:                                              # what `deliver` routes to it: the replies of the peers it sees
+            if o.agent == a.name or not self.sees(a.name, o.agent): continue
+            h.add("other_agent", o.reply if o.reply is not None else f"(no reply: {o.error or 'empty'})", sender=o.agent)
+        said = [m.content for m in a.history.messages if m.role == "moderator"]
+        if prompt or said: h.add("moderator", prompt or said[-1])
+        count = lambda ms: sum(a.count_tokens(m.get("content") or "") + 4 for m in ms)
+        sent, p = count(t.messages or []), t.usage.prompt_tokens
+        out[a.name] = (p, t.usage.completion_tokens, max(count(h.to_messages()) - sent, 0) * (p / sent if sent and p else 1))
+    return out
+
+@patch
 def _record_stop(self: Debate):
-    "Once the protocol ends under a `stop_on` rule: the result's `stopped_after` (rounds run), `rounds_saved` (planned rounds not run) and `tokens_saved` (their estimate: the mean tokens of a round run, times the rounds not run)."
+    "Once the protocol ends under a `stop_on` rule: the result's `stopped_after` (rounds run), `rounds_saved` (planned rounds not run) and `tokens_saved`, an estimate of the tokens those rounds would have taken: in each, every agent's prompt grows by what the last round added (its reply, the replies routed to it, the next prompt), and its reply is as long as its last."
     if not self.settings.get("stop_on") or not self._stop or not isinstance(self.result, dict): return
     ran = [r for r in self.rounds if r.phase != "decision"]
     n = self._stop.get("stopped", len(ran))
-    saved = max(self._stop["planned"] - n, 0)
-    per_round = sum(r.usage.total_tokens for r in ran[:n]) / n if n else 0
-    self.result.update(stopped_after=n, rounds_saved=saved, tokens_saved=round(per_round * saved))
+    s = max(self._stop["planned"] - n, 0)
+    est = sum(s * (p + c) + grow * s * (s + 1) / 2 for p, c, grow in (self._stop.get("growth") or {}).values()) if s else 0
+    self.result.update(stopped_after=n, rounds_saved=s, tokens_saved=round(est))

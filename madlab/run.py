@@ -226,11 +226,12 @@ def check_lock(self: RunFolder, fresh: bool = False):
 
 # %% ../nbs/08_run.ipynb #a2f3222f
 def _stop_line(df: pd.DataFrame) -> str:
-    "The summary's line on a `stop_on` rule: how many debates ended early, the rounds not run and the tokens that saved (each debate's estimate: its mean tokens per round run × its rounds not run)."
+    "The summary's line on a `stop_on` rule: how many debates ended early, the rounds not run and the tokens that saved (an estimate per debate, from how its rounds grow: see `Debate.stop_now`)."
     s = df[df.rounds_saved.notna()]
     early, rounds, tokens = int((s.rounds_saved > 0).sum()), int(s.rounds_saved.sum()), int(s.tokens_saved.fillna(0).sum())
     return (f"stop on consensus: {early} of {len(s)} debates ended early; {rounds} round{'s' * (rounds != 1)} not run, ≈{tokens:,} tokens saved "
-            "(estimate: each debate's mean tokens per round run × its rounds not run)")
+            "(an estimate, not measured: each agent's prompt grown per round not run by its last reply, "
+            "the replies routed to it and the next prompt; its replies as long as its last)")
 
 # %% ../nbs/08_run.ipynb #3ebc30cf
 @dataclass

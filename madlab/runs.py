@@ -75,14 +75,16 @@ def open_run(path, prices=None) -> OpenRun:
 # %% ../nbs/23_runs.ipynb #e2425ff1
 @patch
 def info(self: OpenRun) -> dict:
-    "One line about the run: protocol, task, items, accuracy, calls, tokens, cost (US dollars at its price table; None: no price), date and folder."
+    "One line about the run: protocol, task, items, accuracy; what the experiment took, replies from madlab's cache included: calls, tokens, cost (US dollars at its price table; None: no price); what running it took: calls `made`, those `cached` (answered from the cache) and the dollars `spent`; date."
     df, cfg = self.df, self.config
-    cost = df.cost.dropna() if "cost" in df else pd.Series([], dtype=float)
+    n = lambda c: int(df[c].fillna(0).sum()) if c in df else 0
+    cost, hits = (pd.to_numeric(df[c], errors="coerce").dropna() if c in df else pd.Series([], dtype=float) for c in ("cost", "cached_cost"))
     scored = df[df.correct.notna()] if "correct" in df else df.iloc[:0]
     tokens = int(df.prompt_tokens.fillna(0).sum() + df.completion_tokens.fillna(0).sum()) if "prompt_tokens" in df else 0
     return {"run": self.name, "protocol": cfg.get("protocol"), "task": cfg.get("task") or ",".join(cfg.get("tasks") or []), "items": len(df),
             "accuracy": round(float(scored.correct.astype(bool).mean()), 3) if len(scored) else None,
-            "calls": int(df.calls.sum()) if "calls" in df else 0, "tokens": tokens, "cost": round(float(cost.sum()), 10) if len(cost) else None,
+            "calls": n("calls") + n("cached_calls"), "tokens": tokens, "cost": round(float(cost.sum() + hits.sum()), 10) if len(cost) else None,
+            "made": n("calls"), "cached": n("cached_calls"), "spent": round(float(cost.sum()), 10) if len(cost) else None,
             "date": str(cfg.get("started") or "")[:16].replace("T", " ")}
 
 _COLS = ["item_id", "status", "answer", "gold", "correct", "invalid", "rounds", "calls", "cost", "error"]
@@ -104,14 +106,35 @@ def _figure(key: str, v) -> str:
         except (TypeError, ValueError): return str(v)
     return str(v)
 
+# %% ../nbs/23_runs.ipynb #cecabda6
 def _table(df: pd.DataFrame, **kw) -> str:
-    "The key columns of a results frame as an HTML table (escaped by pandas), counts with thousands separators."
+    "The key columns of a results frame as an HTML table (escaped by pandas), counts with thousands separators; a row whose calls madlab's cache answered shows its calls and cost all told, with what was cached and spent beside them."
     cols = [c for c in _COLS if c in df]
-    return df[cols].apply(lambda s: s.map(lambda v: "" if _plain(v) == "" else _figure(s.name, v) if s.name in (*_COUNTS, "cost") else _plain(v))).to_html(index=False, **kw)
+    out = df[cols].apply(lambda s: s.map(lambda v: "" if _plain(v) == "" else _figure(s.name, v) if s.name in (*_COUNTS, "cost") else _plain(v)))
+    hits = df.cached_calls.fillna(0).astype(int).values if "cached_calls" in df else [0] * len(df)
+    for k, h in enumerate(hits):
+        if not h: continue
+        if "calls" in out: out.iloc[k, out.columns.get_loc("calls")] = f"{_figure('calls', (_num(df.calls.iloc[k]) or 0) + h)} ({h:,} cached)"
+        spent, saved = _num(df.cost.iloc[k]) if "cost" in df else None, _num(df.cached_cost.iloc[k]) if "cached_cost" in df else None
+        if "cost" in out and spent is not None: out.iloc[k, out.columns.get_loc("cost")] = f"{usd(spent + (saved or 0))} ({usd(spent)} spent)"
+    return out.to_html(index=False, **kw)
+
+def _num(v) -> float|None:
+    "A table's number, None when missing."
+    v = pd.to_numeric(v, errors="coerce")
+    return None if pd.isna(v) else float(v)
+
+def _made(i: dict) -> str:
+    "What running a run made and spent, when madlab's cache answered some of its calls ('' when it answered none): as the summary says it."
+    if not i.get("cached"): return ""
+    return (f"{i['made']:,} calls made" + (f", {usd(i['spent'])} spent" if i.get("spent") is not None else "")
+            + f" ({i['cached']:,} answered from the cache)")
 
 def _info_html(i: dict) -> str:
-    "A run's line (`OpenRun.info()`), its figures written by `_figure`."
-    return " · ".join(f"{k} <b>{html.escape(_figure(k, v))}</b>" for k, v in i.items() if k != "run")
+    "A run's line (`OpenRun.info()`), its figures written by `_figure`: what the experiment took, then what running it made and spent when the cache answered calls."
+    parts = [f"{k} <b>{html.escape(_figure(k, v))}</b>" for k, v in i.items() if k not in ("run", "made", "cached", "spent", "date")]
+    if _made(i): parts.append(f"running it: <b>{html.escape(_made(i))}</b>")
+    return " · ".join(parts + [f"date <b>{html.escape(_figure('date', i.get('date')))}</b>"])
 
 @patch
 def _repr_html_(self: OpenRun):
@@ -304,7 +327,7 @@ def find_runs(folder, depth: int = 3) -> pd.DataFrame:
             except (OptionError, ValueError, OSError): continue
             rows.append({**r.info(), "parent": _relative(cfg.parent.parent, folder), "path": str(cfg.parent)}); settings.append(_settings(r.config))
     for r, d in zip(rows, _differing(settings, [r["protocol"] for r in rows])): r["differs"] = d
-    df = pd.DataFrame(rows, columns=["run", "protocol", "task", "items", "accuracy", "calls", "tokens", "cost", "date", "parent", "differs", "path"])
+    df = pd.DataFrame(rows, columns=["run", "protocol", "task", "items", "accuracy", "calls", "tokens", "cost", "made", "cached", "spent", "date", "parent", "differs", "path"])
     return df.sort_values("date", ascending=False, kind="stable").reset_index(drop=True)
 
 # %% ../nbs/23_runs.ipynb #09df7a68
@@ -332,6 +355,7 @@ class RunBrowser(W.VBox):
         where = r.run if r.parent in (".", "..") or r.parent.startswith(".." + os.sep) else f"{Path(r.parent).as_posix()}/{r.run}"
         figs = f"{_figure('items', r.items)} items · accuracy {_figure('accuracy', r.accuracy)} · {_figure('calls', r.calls)} calls · {_figure('tokens', r.tokens)} tokens"
         if r.cost is not None and not pd.isna(r.cost): figs += f" · {_figure('cost', r.cost)}"
+        if made := _made({"made": r.made, "cached": r.cached, "spent": None if pd.isna(r.spent) else r.spent}): figs += f" · {made}"
         return f"{r.date} · {r.protocol} · {r.task} · {figs} · " + (f"{r.differs} · " if r.differs else "") + where
 
 # %% ../nbs/23_runs.ipynb #b75245d9

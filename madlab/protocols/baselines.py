@@ -76,12 +76,13 @@ async def du(d,
     r = d.new_round("independent answers", "initial")
     r.turns = await d.ask(None, _question(d.item, fmt), kind=fmt.kind, parse=fmt.parse, phase="initial", round=r.index, ask=_asking(d, fmt))
     yield r
+    update = DU_UPDATE.format(others="(see the messages above)", instructions=fmt.instructions)
     for k in range(1, rounds + 1):
-        if d.stop_now(r.turns, rounds + 1): break       # `stop_on`: enough agents agree already
+        if d.stop_now(r.turns, rounds + 1, update): break       # `stop_on`: enough agents agree already
         prev_turns = r.turns
         r = d.new_round(f"debate round {k}", "debate", depth=k)
         d.deliver(prev_turns, "others", phase="debate", round=r.index)
-        r.turns = await d.ask(None, DU_UPDATE.format(others="(see the messages above)", instructions=fmt.instructions), kind=fmt.kind, parse=fmt.parse,
+        r.turns = await d.ask(None, update, kind=fmt.kind, parse=fmt.parse,
                               phase="debate", round=r.index, ask=_asking(d, fmt, {t.agent: t.answer for t in prev_turns}))
         yield r
     _finish(d, r.turns, majority_vote if vote == "majority" else plurality_vote)
