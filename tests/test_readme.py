@@ -86,7 +86,7 @@ def test_every_readme_block_runs_as_written_in_a_fresh_folder(tmp_path):
     blame = pd.read_parquet(next((res / "gsm8k").glob("*/blame/blame.parquet")))
     assert set(blame.intervention) == {"gold", "neutral", "placebo"}
     assert next((res / "gsm8k").glob("*/exports/chat-consistent.jsonl")).stat().st_size > 0
-    assert (res / "nwr" / "config.json").exists() and (work / "runs" / "summary.parquet").exists()
+    assert list((res / "nwr").glob("**/config.json")) and (work / "runs" / "summary.parquet").exists()
     # the sweep prints one compact line per combination, not every item's 40 columns
     sweep = _block_output(p.stdout, "madlab sweep")
     table = [l for l in sweep.splitlines() if re.match(r"\s*\d+\s+\d+\s+done\b", l)]
