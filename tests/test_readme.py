@@ -45,6 +45,11 @@ def test_every_block_runs_or_says_why_not():
     keyed = [b for b in blocks if re.search(r"\b(openai|gemini|qwen|vllm|ollama):|^\s*pip install|^\s*madlab models get", b["code"], re.M)]
     assert keyed and all(b["not_run"] for b in keyed), [b["line"] for b in keyed if not b["not_run"]]
 
+@pytest.mark.parametrize("block", [b for b in readme_blocks(README.read_text()) if b["not_run"]], ids=lambda b: f"README.md:{b['line']}")
+def test_blocks_left_out_are_skipped_with_their_reason(block):
+    "Each block the README marks is reported as skipped, with the reason its first line gives."
+    pytest.skip(f"README.md:{block['line']} ({block['lang']}): {block['not_run']}")
+
 _DRIVER = r'''
 import json, subprocess, sys, traceback
 blocks = json.load(open(sys.argv[1]))
