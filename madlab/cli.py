@@ -406,6 +406,22 @@ def parse_sweep_params(tokens) -> dict:
         if not v: raise click.BadParameter(f"-p {k} needs at least one value", param_hint="'-p'")
     return params
 
+# %% ../nbs/40_cli.ipynb #sweeptab1
+def _sweep_table(df, grid: dict):
+    "One row per combination, as `sweep` prints it: the swept parameters, its status, items, accuracy, calls and tokens (every column: OUT/summary.parquet)."
+    import pandas as pd
+    if "combo" not in df: return df
+    keys = [k for k in grid if k in df]
+    rows = []
+    for combo, g in df.groupby("combo", sort=False):
+        right = g.correct.dropna().astype(bool) if "correct" in g else pd.Series([], dtype=bool)
+        tokens = sum(g[c].fillna(0).sum() for c in ("prompt_tokens", "completion_tokens") if c in g)
+        rows.append({**({} if len(keys) == len(grid) else {"combination": combo}), **{k: g[k].iloc[0] for k in keys},
+                     "status": g.combo_status.iloc[0], "items": int(g.item_id.notna().sum()) if "item_id" in g else len(g),
+                     "accuracy": f"{right.mean():.3f}" if len(right) else "-", "calls": int(g.calls.fillna(0).sum()) if "calls" in g else 0,
+                     "tokens": f"{int(tokens):,}", **({"error": str(g.combo_error.iloc[0] or "")[:80]} if (df.combo_status != "done").any() else {})})
+    return pd.DataFrame(rows)
+
 # %% ../nbs/40_cli.ipynb #8ed4fa59
 @main.command("sweep", cls=_SweepCommand, context_settings={"ignore_unknown_options": True})
 @click.argument("notebook", type=click.Path(exists=True, dir_okay=False))
@@ -422,7 +438,7 @@ def sweep_cmd(notebook, params, out, workers, scheduler):
     except OptionError as e: raise click.BadParameter(e.message, param_hint=f"'{e.flag}'") from None
     except ValueError as e: raise click.ClickException(str(e)) from None
     import pandas as pd
-    with pd.option_context("display.width", 200, "display.max_columns", 30): click.echo(df.to_string())
+    with pd.option_context("display.width", 200, "display.max_columns", 30): click.echo(_sweep_table(df, grid).to_string(index=False))
     click.echo(f"summary: {str(out).rstrip('/')}/summary.parquet")
 
 # %% ../nbs/40_cli.ipynb #fb80ac9e

@@ -19,7 +19,8 @@ from .cost import cost_table, usd
 from .widgets import DebateStepper, _changed, _text
 
 # %% auto #0
-__all__ = ['FILTERS', 'DEFAULT_RULES', 'locate_run', 'OpenRun', 'open_run', 'compare_runs', 'find_runs', 'RunBrowser']
+__all__ = ['RUN_METHODS_GROUP', 'FILTERS', 'DEFAULT_RULES', 'locate_run', 'OpenRun', 'open_run', 'run_methods', 'compare_runs',
+           'find_runs', 'RunBrowser']
 
 # %% ../nbs/23_runs.ipynb #6e91b07d
 _LISTED = 20
@@ -71,6 +72,51 @@ class OpenRun:
 def open_run(path, prices=None) -> OpenRun:
     "Open the run folder `path` (what `madlab run` printed after 'outputs:', or the `--out` folder that holds it); `prices` (a CSV path) re-prices its cost at that table."
     return OpenRun(path, prices)
+
+# %% ../nbs/23_runs.ipynb #runmeth02
+RUN_METHODS_GROUP = "madlab.run_methods"   # entry-point group: method name -> the module that adds it to OpenRun ('pkg.mod'), or a function of the run ('pkg.mod:f')
+
+def _checkout_run_methods() -> dict:
+    "The group as madlab's checkout declares it in its pyproject.toml (when madlab runs from a checkout, whose installed metadata may predate an entry)."
+    import madlab
+    f = Path(madlab.__file__).resolve().parent.parent / "pyproject.toml"
+    if not f.is_file(): return {}
+    try: import tomllib
+    except ImportError: return {}                                          # Python 3.10: the installed metadata alone
+    try: d = tomllib.loads(f.read_text())
+    except (OSError, ValueError): return {}
+    if d.get("project", {}).get("name") != "madlab": return {}
+    return dict(d["project"].get("entry-points", {}).get(RUN_METHODS_GROUP, {}))
+
+_OFFERED: dict|None = None
+
+def run_methods() -> dict:
+    "Method name -> where it comes from ('module' or 'module:function'): what installed packages offer in `madlab.run_methods`, madlab's own included."
+    global _OFFERED
+    if _OFFERED is None:
+        from importlib.metadata import entry_points
+        _OFFERED = {**{ep.name: ep.value for ep in entry_points(group=RUN_METHODS_GROUP)}, **_checkout_run_methods()}
+    return dict(_OFFERED)
+
+def _load_run_method(name: str, where: str):
+    "Import the module that offers `OpenRun.name`; a 'module:function' entry becomes the method itself."
+    import importlib
+    mod, _, attr = where.partition(":")
+    try: obj = importlib.import_module(mod.strip())
+    except ImportError as e: raise AttributeError(f"run.{name} comes from {mod}, which failed to import: {e}") from None
+    for a in filter(None, attr.strip().split(".")): obj = getattr(obj, a)
+    if name not in OpenRun.__dict__:
+        if not attr or not callable(obj): raise AttributeError(f"run.{name}: {where} (entry point of {RUN_METHODS_GROUP}) defines no OpenRun.{name}")
+        setattr(OpenRun, name, obj)
+
+def _offered_method(self, name: str):
+    "A method another module adds to every run (`baseline`, `vs_budget`, `blame`, `export`, ...), loaded on first use (`OpenRun.__getattr__`)."
+    if name.startswith("_") or name not in run_methods(): raise AttributeError(f"'OpenRun' object has no attribute {name!r}")
+    _load_run_method(name, run_methods()[name])
+    return object.__getattribute__(self, name)
+
+OpenRun.__getattr__ = _offered_method
+OpenRun.__dir__ = lambda self: sorted(set(object.__dir__(self)) | set(run_methods()))
 
 # %% ../nbs/23_runs.ipynb #e2425ff1
 @patch

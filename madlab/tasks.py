@@ -215,6 +215,18 @@ def _file_format(name, spec, where, instructions):
     if instructions is not None: fmt = dataclasses.replace(fmt, instructions=str(instructions))
     return fmt
 
+# %% ../nbs/04_tasks.ipynb #goldprob1
+def _gold_problem(fmt, gold) -> str|None:
+    "Why `gold` cannot be a right answer in the answer format `fmt` (None when it can): `number` needs a number, `choice` one of its letters."
+    if gold is None or (isinstance(gold, str) and not gold.strip()): return "is empty"
+    shown = repr(gold) if len(repr(gold)) <= 60 else repr(gold)[:57] + "..."
+    if fmt.kind == "number" and (isinstance(gold, bool) or not isinstance(gold, (int, float))):
+        return (f"{shown} is not a number, which answer: number needs (render the number alone; GSM8K's solutions end in '#### N': "
+                "gold: \"{{ answer.split('####')[-1] }}\")")
+    letters = fmt.options.get("choices") if fmt.kind == "choice" else None
+    if letters and str(gold).strip().upper() not in letters: return f"{shown} is not one of {', '.join(letters)}, which answer: choice needs"
+    return None
+
 # %% ../nbs/04_tasks.ipynb #7bc0f876
 import dataclasses, hashlib
 
@@ -249,10 +261,10 @@ def load_task_file(path) -> Task:
         except ValueError as e:
             if data is None: raise OptionError("task", f"task file {path}, field 'data': {str(e).split('field data: ', 1)[-1]}") from None   # the file's own data: field
             raise
-        return _file_items(name, fs, _records(files, spec.get("columns")), path)
+        return _file_items(name, fs, _records(files, spec.get("columns")), path, fmt)
     return register_task(Task(name, load, fmt, None, f"the data of {path}", str(spec.get("description") or ""), own_data=True))
 
-def _file_items(name, fs, records, path) -> list[Item]:
+def _file_items(name, fs, records, path, fmt=None) -> list[Item]:
     import jinja2.exceptions as J
     out = []
     for i, (where, rec) in enumerate(records):
@@ -263,7 +275,10 @@ def _file_items(name, fs, records, path) -> list[Item]:
             except (J.UndefinedError, KeyError, TypeError, ValueError) as e:     # the template asks for what the record lacks: the task file's field, at that record
                 msg = re.sub(r"^'([^']+)' is undefined$", r"undefined variable '\1'", str(e).strip('"'))
                 raise OptionError("task", f"task file {path}, field '{k}': {msg} (record {where})") from None
-        out.append(Item(str(vals["id"]), name, vals["prompt"], _gold(vals["gold"]), meta={"line": rec["line"], "file": rec["file"]}))
+        gold = _gold(vals["gold"])
+        if fmt is not None and (why := _gold_problem(fmt, gold)):          # every debate would fail, or every reply be scored wrong
+            raise OptionError("task", f"task file {path}, field 'gold': {why} (record {where}, id {vals['id']})")
+        out.append(Item(str(vals["id"]), name, vals["prompt"], gold, meta={"line": rec["line"], "file": rec["file"]}))
     return out
 
 def _gold(g):

@@ -140,3 +140,21 @@ def test_resuming_after_the_task_file_changed_is_refused(tmp_path):
     f.write_text(f.read_text().replace("prompt: '{{ q }}'", "prompt: 'Please: {{ q }}'"))
     r = CliRunner().invoke(main, ["run", "du", "--task", str(f), "--out", str(tmp_path / "out"), "--name", "r", "--no-cache", "--no-progress"])
     assert r.exit_code == 2 and "task file doubles" in r.output and "has changed since" in r.output, r.output
+
+
+def test_a_gold_that_is_no_answer_in_its_format_is_refused_when_the_file_loads(tmp_path):
+    "GSM8K's whole solution as the gold of `answer: number` (every synthetic debate failed with a TypeError, every real reply was scored wrong): refused before any call, naming the file, the field and the record."
+    rows = [{"question": f"Sam has {i} apples and buys {i} more. How many?", "answer": f"Sam has {i} + {i} = {2 * i} apples.\n#### {2 * i}"} for i in range(1, 4)]
+    data = "".join(json.dumps(r) + "\n" for r in rows)
+    f = _task(tmp_path, "name: mygsm\ndata: d.jsonl\nprompt: '{{ question }}'\ngold: '{{ answer }}'\nanswer: number\n", data)
+    with pytest.raises(OptionError) as e: task_items(f)
+    assert f"task file {f}, field 'gold': 'Sam has 1 + 1 = 2 apples.\\n#### 2' is not a number" in str(e.value), str(e.value)
+    assert f"(record {tmp_path / 'd.jsonl'}:1, id mygsm-0000)" in str(e.value) and "answer.split('####')" in str(e.value)
+    r = CliRunner().invoke(main, ["run", "du", "--task", str(f), "--out", str(tmp_path / "out"), "--no-cache", "--agents", ",".join(TEAM)])
+    assert r.exit_code == 2 and "field 'gold'" in r.output and "Traceback" not in r.output and not (tmp_path / "out").exists(), r.output
+    f.write_text(f.read_text().replace("gold: '{{ answer }}'", "gold: \"{{ answer.split('####')[-1] }}\""))
+    assert [i.gold for i in task_items(f)] == [2, 4, 6]
+    r = CliRunner().invoke(main, ["run", "du", "--task", str(f), "--out", str(tmp_path / "out"), "--name", "r", "--no-cache", "--no-progress", "--agents", ",".join(TEAM)])
+    assert r.exit_code == 0, r.output
+    df = pd.read_parquet(tmp_path / "out" / "r" / "results.parquet")
+    assert (df.status == "done").all() and df.correct.notna().all(), df.T

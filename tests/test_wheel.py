@@ -110,3 +110,14 @@ def test_wheel_installs_and_runs_controlmad(installed):
 def test_wheel_runs_s4_sample(installed):
     venv, work, env = installed["venv"], installed["work"], installed["env"]
     _run([venv / "bin" / "madlab", "run", "s4", "--n", "2", "--out", "OUT2", "--no-progress"], cwd=work, env=env)
+
+def test_an_installed_run_has_every_analysis(installed):
+    "In an installed wheel (no checkout beside it) the analyses above `runs` come from the wheel's `madlab.run_methods` entry points."
+    work, env, vpy = installed["work"], installed["env"], installed["venv"] / "bin" / "python"
+    code = ("import sys; from madlab.run import run_experiment; from madlab.scoring import toy_arith_items; from madlab.runs import open_run; "
+            "run_experiment('du', toy_arith_items(4), rounds=1, out='analysed', cache=False, progress=False); r = open_run('analysed'); "
+            "before = [m for m in ('madlab.budget', 'madlab.blame', 'madlab.export') if m in sys.modules]; "
+            "print(before, r.vs_budget().table.run.tolist(), callable(r.blame), callable(r.export), callable(r.baseline), "
+            "'site-packages' in __import__('madlab').__file__)")
+    p = _run([vpy, "-c", code], cwd=work, env=env)
+    assert p.stdout.strip() == "[] ['analysed'] True True True True", p.stdout + p.stderr
