@@ -66,10 +66,10 @@ async def self_consistency(d,
 DU_UPDATE = ("These are the answers of the other agents:\n{others}\n\nUsing their reasoning as additional advice, "
              "can you give an updated answer? Examine your own solution and theirs step by step. {instructions}")
 
-@protocol("du", limits={"rounds": (0, 20)}, axes=("topology", "stop_on"))
+@protocol("du", limits={"rounds": (0, 20)}, axes=("topology", "stop_on"), decides=("vote",), planned=lambda s: s["rounds"] + 1)
 async def du(d,
              rounds: int = 2, # debate rounds after the independent answers
-             vote: Literal["plurality", "majority"] = "plurality", # "plurality" or "majority" (strict: more than half)
+             vote: Literal["plurality", "majority"] = "plurality", # deprecated: say --decision plurality or --decision majority (strict: more than half); giving both is refused
             ):
     "Du et al. (2023): agents answer, then for `rounds` rounds each sees all others' latest replies (its neighbours' under a `topology`) and updates; a vote decides (`stop_on`: ends once enough agree)."
     fmt = answer_format(d.item)
