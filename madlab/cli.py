@@ -258,6 +258,33 @@ class _Interrupt(KeyboardInterrupt): pass
 
 def _raise_interrupt(signum, frame): raise _Interrupt()
 
+# %% ../nbs/40_cli.ipynb #9353d5d2
+class _ProtocolCommand(click.Command):
+    "`madlab run PROTOCOL`: an option that other protocols take and this one cannot use is refused by name, with the reason and what to do instead (exit 2)."
+    proto = None
+    def parse_args(self, ctx, args):
+        try: return super().parse_args(ctx, args)
+        except click.NoSuchOption as e:
+            why = _refusal(self.proto, e.option_name) if self.proto is not None else None
+            if why: raise click.UsageError(f"{e.option_name}: {why}", ctx) from None
+            raise
+
+def _refusal(proto, flag) -> str|None:
+    "Why `madlab run PROTOCOL` offers no `flag` that other protocols take (None: no protocol takes it)."
+    from madlab.debate import PROTOCOLS, _load_protocol_modules
+    from madlab.tasks import TASKS
+    axis = {"--topology": "topology", "--stop-on": "stop_on"}.get(flag)
+    if axis:
+        _load_protocol_modules()
+        can = sorted(n for n, p in PROTOCOLS.items() if axis in p.axes and not n.startswith("_"))
+        return (f"protocol {proto.name!r} cannot honour it (its agents do not see their peers' answers through the debate's routing, round by round); "
+                f"protocols that can: {', '.join(can) or 'none'}")
+    if flag in ("--size", "--games"):
+        sized = [k for k, t in TASKS.items() if t.size]
+        return (f"protocol {proto.name!r} runs on {', '.join(proto.tasks or []) or 'tasks'} items, which take no size and are not games ({', '.join(sized)} only)"
+                + ("; give --items" if flag == "--games" else "; leave it out"))
+    return None
+
 # %% ../nbs/40_cli.ipynb #2a19dfb9
 def _option_error(e: OptionError) -> click.ClickException:
     "The command line's form of an `OptionError`: a usage error, or a bad value of the option it names."
@@ -306,32 +333,6 @@ def _run_protocol(proto, kw):
     click.echo(res.summary())
     if res.interrupted: sys.exit(130)
     if res.failed or res.df.empty: sys.exit(1)
-
-class _ProtocolCommand(click.Command):
-    "`madlab run PROTOCOL`: an option that other protocols take and this one cannot use is refused by name, with the reason and what to do instead (exit 2)."
-    proto = None
-    def parse_args(self, ctx, args):
-        try: return super().parse_args(ctx, args)
-        except click.NoSuchOption as e:
-            why = _refusal(self.proto, e.option_name) if self.proto is not None else None
-            if why: raise click.UsageError(f"{e.option_name}: {why}", ctx) from None
-            raise
-
-def _refusal(proto, flag) -> str|None:
-    "Why `madlab run PROTOCOL` offers no `flag` that other protocols take (None: no protocol takes it)."
-    from madlab.debate import PROTOCOLS, _load_protocol_modules
-    from madlab.tasks import TASKS
-    axis = {"--topology": "topology", "--stop-on": "stop_on"}.get(flag)
-    if axis:
-        _load_protocol_modules()
-        can = sorted(n for n, p in PROTOCOLS.items() if axis in p.axes and not n.startswith("_"))
-        return (f"protocol {proto.name!r} cannot honour it (its agents do not see their peers' answers through the debate's routing, round by round); "
-                f"protocols that can: {', '.join(can) or 'none'}")
-    if flag in ("--size", "--games"):
-        sized = [k for k, t in TASKS.items() if t.size]
-        return (f"protocol {proto.name!r} runs on {', '.join(proto.tasks or []) or 'tasks'} items, which take no size and are not games ({', '.join(sized)} only)"
-                + ("; give --items" if flag == "--games" else "; leave it out"))
-    return None
 
 def protocol_command(proto) -> click.Command:
     "`madlab run PROTOCOL`: the protocol's options and the common ones it can use."
