@@ -32,7 +32,7 @@ def _asking(d, fmt, prev=None):
 
 
 # %% ../../nbs/07_baselines.ipynb #f7a5c312
-@protocol("single")
+@protocol("single", planned=lambda s: 1)
 async def single(d):
     "The first agent answers alone."
     fmt = answer_format(d.item)
@@ -43,7 +43,7 @@ async def single(d):
 
 
 # %% ../../nbs/07_baselines.ipynb #94f7d255
-@protocol("self_consistency", limits={"samples": (1, 100)})
+@protocol("self_consistency", limits={"samples": (1, 100)}, planned=lambda s: 1)
 async def self_consistency(d,
                            samples: int = 1, # independent answers per agent
                           ):
