@@ -146,7 +146,7 @@ def _header_html(rounds, pos, status, branch, result=None, done=False, planned: 
 def _team_column(result, item, rows) -> dict:
     "row -> (team answer, correct) from a finished debate's result, for the grid's last column."
     ans = _result_answer(result or {})
-    if ans is None: return {}
+    if ans is None: return {r: (decision_summary(result), result.get("correct") if r == "answer" else None) for r in rows} if result else {}   # a tie, worded as everywhere
     parts, gold = _parts_of(ans), _parts_of(getattr(item, "gold", None)) or {}
     if parts is not None and rows != ["answer"]: return {r: (parts.get(r), (parts.get(r) == gold[r]) if r in gold else None) for r in rows}
     return {"answer": (ans, result.get("correct"))}

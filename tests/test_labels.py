@@ -107,6 +107,7 @@ def test_a_tie_reads_no_decision_tie_everywhere(tmp_path):
     s = run.stepper(iid, live=False, round=2)
     head = re.sub("<[^>]+>", "", s.w_header.value)
     assert "result: no decision (tie)" in head and not any(w in head for w in NO_WORDS), head
+    assert ">no decision (tie)</td>" in s.w_grid.value                    # the grid's team decision column
     b = RunBrowser(tmp_path); b.show_run(str(run_dir))
     [(label, _)] = b.w_items.options
     assert "no decision (tie)" in label and not any(w in label for w in NO_WORDS), label
