@@ -163,8 +163,12 @@ def _option_doc(proto, name) -> str:
     return lead + (", ".join(names[:-1]) + " or " + names[-1] if len(names) > 1 else names[0]) + (f"  [{tail}" if tail else "")
 
 # %% ../nbs/40_cli.ipynb #e6402d77
+def _takes_spec(proto, name) -> bool:
+    "Whether a protocol's option holds a backend spec (its documented line says so: `backend spec of the judge; ...`)."
+    return (proto.docs.get(name) or "").lower().startswith("backend spec")
+
 def _option_param(proto, name):
-    "The click option of one protocol option."
+    "The click option of one protocol option: SPEC for a backend spec (checked), FILE for a mapping or a list, else its name as the metavar."
     tp, default, doc = proto.types.get(name), proto.options[name], _option_doc(proto, name)
     args = typing.get_args(tp) if typing.get_origin(tp) in (typing.Union, types.UnionType) else (tp,)
     core = [a for a in args if a is not type(None)]
@@ -175,8 +179,8 @@ def _option_param(proto, name):
     if core and core[0] is int: return click.Option([_flag(name)], type=click.IntRange(lo, hi), default=default, show_default=True, help=doc)
     if core and core[0] is float: return click.Option([_flag(name)], type=click.FloatRange(lo, hi), default=default, show_default=True, help=doc, callback=_finite_cb)
     if core and core[0] in (dict, list): return click.Option([_flag(name)], metavar="FILE", default=None, callback=_file_cb, help=f"{doc} (a YAML/JSON file)")
-    if name == "supervisor": return click.Option([_flag(name)], metavar="SPEC", default=default, callback=_spec_cb, help=doc)
-    return click.Option([_flag(name)], default=default, show_default=default is not None, help=doc)
+    if _takes_spec(proto, name): return click.Option([_flag(name)], metavar="SPEC", default=default, callback=_spec_cb, help=doc)
+    return click.Option([_flag(name)], metavar=name.upper(), default=default, show_default=default is not None, help=doc)
 
 # %% ../nbs/40_cli.ipynb #a286d2ed
 def _max_concurrency_cb(ctx, param, value):
@@ -187,22 +191,30 @@ def _max_concurrency_cb(ctx, param, value):
     if n < 1: raise click.BadParameter(f"{value!r} is not a positive integer or auto")
     return n
 
+def _sized_tasks(proto) -> list:
+    "The tasks `proto` runs on whose data a size picks from (what `Task.size` says it picks); with none, its command offers neither --size nor --games."
+    from madlab.tasks import TASKS
+    return [k for k in (proto.tasks or TASKS) if k in TASKS and TASKS[k].size]
+
 def _common_params(proto):
+    "The options every run shares, less those `proto` cannot use: --size and --games where no task it runs on takes a size, --topology and --stop-on where it does not honour them (its `axes`)."
+    from madlab.tasks import TASKS
     default_task = proto.tasks[0] if proto.tasks else "arith"
+    sized = _sized_tasks(proto)
     O = click.Option
     return [
         O(["--task"], metavar="TASK|FILE.yaml", default=default_task, show_default=True, callback=_task_cb,
           help="The task whose items are debated: " + (", ".join(proto.tasks) if proto.tasks else "a registered task (kks, safety, arith, gsm8k, mmlu, market, pairwise, scenario) or a YAML task file")),
         O(["--data"], type=click.Path(exists=True), help="The task's data: a file or folder (ControlMAD's groundtruth/ folder for kks)  [default: madlab's own]"),
-        O(["--size"], type=click.IntRange(min=2), default=None, help="Knight-Knave-Spy players per game: picks <size>.jsonl in the data folder  [default: 6]"),
-        O(["--items", "--games", "items"], metavar="RANGE", callback=_items_cb, help="1-based positions of the items: 1-20, 3 or 1,4,7-9  [default: all; 1-20 for games]"),
+        *([O(["--size"], type=click.IntRange(min=2), default=None, help="; ".join(TASKS[k].size if len(sized) == 1 else f"{k}: {TASKS[k].size}" for k in sized))] if sized else []),
+        O(["--items", "--games", "items"] if sized else ["--items", "items"], metavar="RANGE", callback=_items_cb, help="1-based positions of the items: 1-20, 3 or 1,4,7-9  [default: all; 1-20 for games]"),
         O(["--n"], type=click.IntRange(min=1), default=None, help="Run the first N items (after --items)"),
         O(["--majority-error"], metavar="A", type=click.IntRange(min=1), default=None,
           help="Keep only the items where a plurality of A independent answers of the team's actors is wrong (the majority-error subset; --n then counts kept items)"),
         O(["--agents"], metavar="SPEC,SPEC,...", callback=_agents_cb, help="Backend specs of the team, e.g. synthetic:strong,openai:gpt-5-nano  [default: the protocol's synthetic team]"),
         O(["--team", "team_file"], type=click.Path(exists=True, dir_okay=False), help="A YAML/JSON team file (names, specs, system prompts, per-agent params); instead of --agents"),
         O(["--out"], default="results", show_default=True, type=_PathOrURL(file_okay=False), callback=_out_cb, help="Output folder or URL (s3://, gs://, az://, memory://); the run goes into OUT/<run name>/"),
-        O(["--name"], default=None, help="The run folder's name  [default: from the protocol, task, team and options]"),
+        O(["--name"], metavar="NAME", default=None, help="The run folder's name  [default: from the protocol, task, team and options]"),
         O(["--concurrency"], type=click.IntRange(1, 10_000), default=None, help="Debates run at once  [default: as many as the endpoints take]"),
         O(["--max-concurrency"], metavar="N|auto", callback=_max_concurrency_cb, help="Calls in flight per endpoint: N pins it; auto adapts to the server (halves on 429s)  [default: auto, or $MADLAB_MAX_CONCURRENCY]"),
         O(["--timeout"], type=click.FloatRange(0, 86_400, min_open=True), default=None, callback=_finite_cb, help="Seconds an attempt waits for an answer  [default: 60]"),
@@ -213,10 +225,10 @@ def _common_params(proto):
           help="Hold replies to their answer's JSON schema: auto where the backend can (hf: while decoding, openai: asks the server), on (refuse a backend that cannot), off (the format in the prompt only)  [default: auto, or the team file's]"),
         O(["--decision"], metavar="RULE", default=None, callback=_decision_cb,
           help="How the team decides: protocol, plurality, majority, supermajority:Q, unanimity, confidence, borda, approval:K, judge:SPEC, freemad[:W1,W2,W3,W4] (Free-MAD's score over every round), confidence:logprob (votes weighed by the replies' token log-probabilities), or a protocol's own rule set (s4:default, s4:strict)  [default: protocol, the protocol's own rule]"),
-        O(["--topology"], metavar="full|ring|star|random:K|FILE", default=None,
-          help="Who sees whose answers, in round-based debates that route them (du): full, ring, star (the first agent is the hub), random:K (K peers each, drawn from --seed), or FILE: an adjacency list (JSON/YAML mapping agent -> agents it sees) or 0/1 matrix (JSON/YAML/CSV)  [default: full]"),
-        O(["--stop-on"], metavar="consensus[:Q]", default=None,
-          help="End a round-based debate (du) once at least a fraction Q of its agents agree (default Q 1: all); the summary says the rounds and tokens it saved  [default: run every round]"),
+        *([O(["--topology"], metavar="full|ring|star|random:K|FILE", default=None,
+          help="Who sees whose answers, in round-based debates that route them (du): full, ring, star (the first agent is the hub), random:K (K peers each, drawn from --seed), or FILE: an adjacency list (JSON/YAML mapping agent -> agents it sees) or 0/1 matrix (JSON/YAML/CSV)  [default: full]")] if "topology" in proto.axes else []),
+        *([O(["--stop-on"], metavar="consensus[:Q]", default=None,
+          help="End a round-based debate (du) once at least a fraction Q of its agents agree (default Q 1: all); the summary says the rounds and tokens it saved  [default: run every round]")] if "stop_on" in proto.axes else []),
         O(["--seed"], type=int, default=0, show_default=True, help="Seed of the debates"),
         O(["--max-tokens"], type=click.IntRange(1, 1_000_000), default=None, help="Max completion tokens per call, for every agent"),
         O(["--temperature"], type=click.FloatRange(0, 2), default=None, callback=_finite_cb, help="Sampling temperature in 0..2, for every agent"),
@@ -246,6 +258,33 @@ class _Interrupt(KeyboardInterrupt): pass
 
 def _raise_interrupt(signum, frame): raise _Interrupt()
 
+# %% ../nbs/40_cli.ipynb #9353d5d2
+class _ProtocolCommand(click.Command):
+    "`madlab run PROTOCOL`: an option that other protocols take and this one cannot use is refused by name, with the reason and what to do instead (exit 2)."
+    proto = None
+    def parse_args(self, ctx, args):
+        try: return super().parse_args(ctx, args)
+        except click.NoSuchOption as e:
+            why = _refusal(self.proto, e.option_name) if self.proto is not None else None
+            if why: raise click.UsageError(f"{e.option_name}: {why}", ctx) from None
+            raise
+
+def _refusal(proto, flag) -> str|None:
+    "Why `madlab run PROTOCOL` offers no `flag` that other protocols take (None: no protocol takes it)."
+    from madlab.debate import PROTOCOLS, _load_protocol_modules
+    from madlab.tasks import TASKS
+    axis = {"--topology": "topology", "--stop-on": "stop_on"}.get(flag)
+    if axis:
+        _load_protocol_modules()
+        can = sorted(n for n, p in PROTOCOLS.items() if axis in p.axes and not n.startswith("_"))
+        return (f"protocol {proto.name!r} cannot honour it (its agents do not see their peers' answers through the debate's routing, round by round); "
+                f"protocols that can: {', '.join(can) or 'none'}")
+    if flag in ("--size", "--games"):
+        sized = [k for k, t in TASKS.items() if t.size]
+        return (f"protocol {proto.name!r} runs on {', '.join(proto.tasks or []) or 'tasks'} items, which take no size and are not games ({', '.join(sized)} only)"
+                + ("; give --items" if flag == "--games" else "; leave it out"))
+    return None
+
 # %% ../nbs/40_cli.ipynb #2a19dfb9
 def _option_error(e: OptionError) -> click.ClickException:
     "The command line's form of an `OptionError`: a usage error, or a bad value of the option it names."
@@ -264,13 +303,15 @@ def _run_protocol(proto, kw):
     from madlab.store import LockLost
     opts = {k: kw.pop(k) for k in list(kw) if k in proto.options}
     opts = {k: v for k, v in opts.items() if not (v is None and proto.options[k] is None)}
+    src = click.get_current_context().get_parameter_source
+    opts = {k: v for k, v in opts.items() if k not in proto.decides or src(k) is not click.core.ParameterSource.DEFAULT}   # du's --vote: only when given
     opts.update({k: kw.pop(k) for k in ("topology", "stop_on") if k in kw and k not in proto.options and kw[k] is not None})   # debate-wide settings
     if kw["agents"] and kw["team_file"]: raise click.UsageError("give either --agents or --team, not both")
     given = click.get_current_context().get_parameter_source("task") is not click.core.ParameterSource.DEFAULT
     endpoint = {k: kw[k] for k in ("max_concurrency", "timeout", "max_retries", "give_up_after") if kw.get(k) is not None}
     progress = sys.stderr.isatty() if kw["progress"] is None else kw["progress"]
     try: plan = resolve_run(proto, task=kw["task"] if given else None, data=kw["data"], items=kw["items"], decision=kw["decision"],
-                            team=Path(kw["team_file"]) if kw["team_file"] else kw["agents"], size=kw["size"], n=kw["n"], majority_error=kw.get("majority_error"),
+                            team=Path(kw["team_file"]) if kw["team_file"] else kw["agents"], size=kw.get("size"), n=kw["n"], majority_error=kw.get("majority_error"),
                             seed=kw["seed"], out=kw["out"], name=kw["name"], concurrency=kw["concurrency"], cache=kw["cache"], resume=kw["resume"],
                             progress=progress, max_tokens=kw["max_tokens"], temperature=kw["temperature"], structured=kw.get("structured"), prices=kw.get("prices"),
                             **endpoint, **opts)
@@ -294,12 +335,13 @@ def _run_protocol(proto, kw):
     if res.failed or res.df.empty: sys.exit(1)
 
 def protocol_command(proto) -> click.Command:
-    "`madlab run PROTOCOL`: the protocol's options and the common ones."
+    "`madlab run PROTOCOL`: the protocol's options and the common ones it can use."
     def callback(**kw): _run_protocol(proto, kw)
     params = [_option_param(proto, k) for k in proto.options] + _common_params(proto)
-    cmd = click.Command(proto.name, callback=callback, params=params, help=(proto.doc or proto.name),
+    cmd = _ProtocolCommand(proto.name, callback=callback, params=params, help=(proto.doc or proto.name),
                         short_help=(proto.doc or proto.name).split(": ")[0], context_settings={"max_content_width": 110})     # whole: a title, or the one-line doc
     cmd.tasks = list(proto.tasks) if proto.tasks else None     # what --task accepts besides a task file
+    cmd.proto = proto
     return cmd
 
 # %% ../nbs/40_cli.ipynb #52395263
@@ -450,10 +492,10 @@ def _log_format_cb(ctx, param, value):
 @main.command("import")
 @click.argument("format", metavar="FORMAT", callback=_log_format_cb)
 @click.argument("path", type=click.Path(exists=True))
-@click.option("--out", required=True, callback=_out_cb, help="The run folder to write (a folder or a URL)")
-@click.option("--task", default=None, help="The task whose gold and answer format score the items [default: the format's: gsm8k; kks for controlmad]")
+@click.option("--out", metavar="DIRECTORY", required=True, callback=_out_cb, help="The run folder to write (a folder or a URL)")
+@click.option("--task", metavar="TASK", default=None, help="The task whose gold and answer format score the items [default: the format's: gsm8k; kks for controlmad]")
 @click.option("--games", type=click.Path(exists=True), default=None, help="controlmad: ControlMAD's games (<size>.jsonl or a folder of them), to find each logged game by its text")
-@click.option("--model", default=None, help="The model that wrote the log, recorded as the agents' spec imported:MODEL")
+@click.option("--model", metavar="MODEL", default=None, help="The model that wrote the log, recorded as the agents' spec imported:MODEL")
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="Import the first N records only")
 def import_cmd(format, path, out, task, model, limit, games):
     "Import a published debate log (FORMAT: du, critic_actor: one JSON file; controlmad: a game's session file or a folder of ControlMAD's results) as a run folder: transcripts, logs and a results table scored by the task, no call made."
@@ -488,8 +530,8 @@ def models_get(name, root):
 # %% ../nbs/40_cli.ipynb #15458f83
 @main.command("blame")
 @click.argument("run_dir", type=_PathOrURL(exists=True, file_okay=False), callback=_run_dir_cb)
-@click.option("--items", default="wrong", show_default=True, help="The items to blame: wrong (those the run decided wrong), all, or ids, comma-separated")
-@click.option("--intervention", default="gold", show_default=True,
+@click.option("--items", metavar="wrong|all|ID,...", default="wrong", show_default=True, help="The items to blame: wrong (those the run decided wrong), all, or ids, comma-separated")
+@click.option("--intervention", metavar="NAME,...", default="gold", show_default=True,
               help="What replaces each turn: neutral (no position), placebo (the agent's reply to another item), gold (the right answer); several, comma-separated")
 @click.option("--max-calls", type=click.IntRange(min=0), default=None, help="Refuse when the estimated calls exceed N  [default: no limit]")
 @click.option("--out", default=None, type=_PathOrURL(file_okay=False), help="Where blame.parquet and the forks go, a folder or a URL  [default: RUN/blame]")

@@ -14,11 +14,11 @@ import orjson
 
 # %% auto #0
 __all__ = ['ROLES', 'REDACTED', 'OptionError', 'serializable', 'to_jsonable', 'from_jsonable', 'Message', 'ChatHistory', 'Usage',
-           'Completion', 'Answer', 'answer_valid', 'answer_key', 'answer_summary', 'answer_view', 'Turn', 'Round',
-           'Item', 'register_secret', 'scrub_secrets', 'write_atomic', 'write_parquet', 'Transcript', 'topology_svg',
-           'json_objects', 'extract_json', 'runtime_loop', 'run_sync', 'run_async', 'stable_hash', 'new_id',
-           'default_cache_dir', 'madlab_data', 'public_data', 'Ask', 'AnswerSchema', 'schema_example', 'BackendError',
-           'Backend']
+           'Completion', 'Answer', 'answer_valid', 'answer_key', 'answer_summary', 'answer_view', 'decision_summary',
+           'Turn', 'Round', 'Item', 'register_secret', 'scrub_secrets', 'write_atomic', 'write_parquet', 'Transcript',
+           'topology_svg', 'json_objects', 'extract_json', 'runtime_loop', 'run_sync', 'run_async', 'stable_hash',
+           'new_id', 'default_cache_dir', 'madlab_data', 'public_data', 'Ask', 'AnswerSchema', 'schema_example',
+           'BackendError', 'Backend']
 
 # %% ../nbs/00_core.ipynb #84f5c85e
 class OptionError(ValueError):
@@ -227,6 +227,19 @@ def answer_view(a) -> dict:
     c = isinstance(a, Answer)
     return {"valid": answer_valid(a), "summary": answer_summary(a), "key": answer_key(a), "confidence": a.confidence if c else None,
             "stance": a.stance if c else None, "decision": (a.decision if c else None), "parts": dict(a.parts()) if c else {}}
+
+# %% ../nbs/00_core.ipynb #0bdfe3c9
+def decision_summary(result) -> str:
+    "The team's decision in words: its answer's summary; else \"no decision\" and why (\"no decision (tie)\"), never \"invalid\", which is a reply that could not be read."
+    res = result if isinstance(result, dict) else {}
+    a = res.get("answer", res.get("assignment"))
+    if a is not None and not (isinstance(a, float) and a != a): return answer_summary(a)
+    why = res.get("decision_reason")
+    if why in (None, "decided"):                        # the protocol's own vote: a tie when the two largest counts are equal
+        votes = res.get("votes") if isinstance(res.get("votes"), dict) else {}
+        n = sorted((v for v in votes.values() if isinstance(v, (int, float)) and not isinstance(v, bool)), reverse=True)
+        why = "tie" if len(n) > 1 and n[0] == n[1] > 0 else None
+    return f"no decision ({why})" if why else "no decision"
 
 # %% ../nbs/00_core.ipynb #2f64f76d
 @serializable
@@ -538,7 +551,7 @@ _TEMPLATE = """
 {% if tu.error %}<pre>error: {{ tu.error }}</pre>{% endif %}
 <div>answer: <code>{{ show(tu.answer) }}</code></div>
 <details><summary>reply</summary><pre>{{ tu.reply or '' }}</pre></details></div>{% endfor %}</div></div>{% endfor %}
-{% if t.result %}<div class="round"><b>result</b><pre>{{ result }}</pre></div>{% endif %}
+{% if t.result %}<div class="round"><b>result</b> · decision <b class="decision">{{ decision }}</b><pre>{{ result }}</pre></div>{% endif %}
 </div>{% if standalone %}</body></html>{% endif %}
 """
 
@@ -572,7 +585,7 @@ def _render_transcript_html(t, title=None, standalone=True):
         graph = markupsafe.Markup(topology_svg(topo["neighbours"]))       # built from escaped names
     return _page(_TEMPLATE).render(graph=graph, topology_name=(topo or {}).get("spec") if graph else "", t=t, standalone=standalone, css=_CSS, usage=t.usage,
         title=title or f"{t.protocol} debate {t.meta.get('id', '')}", settings=json.dumps(to_jsonable(t.settings)) if t.settings else "",
-        status=t.meta.get("status"), item_text=item_text, result=res, show=_show, klass=_turn_class)
+        status=t.meta.get("status"), item_text=item_text, result=res, decision=decision_summary(t.result), show=_show, klass=_turn_class)
 
 # %% ../nbs/00_core.ipynb #e4a6359f
 _BRACE_CHARS = re.compile(r"""[{}"'\\]""")     # the only characters `_brace_spans` acts on

@@ -153,6 +153,8 @@ class Protocol:
     limits: dict = field(default_factory=dict)     # option -> (lowest, highest) allowed
     hooks: dict = field(default_factory=dict)      # "team", "report", "log_html", "log_text", "row" -> function (see `run`)
     axes: tuple = ()                               # the debate-wide settings it honours besides its options: "topology", "stop_on" (see `AXES`)
+    decides: tuple = ()                            # options that choose its own decision rule: deprecated beside a `decision` (see `resolve_run`)
+    planned: Callable|None = None                  # the settings -> the rounds it runs when nothing ends it early (None: it does not say)
 
     def check_option(self, k, v):
         "Raise `OptionError` unless `v` is an allowed value of option `k`."
@@ -198,8 +200,8 @@ PROTOCOLS: dict[str, Protocol] = {}
 _PENDING_HOOKS: dict[str, dict] = {}
 
 # %% ../nbs/06_debate.ipynb #ee082d53
-def protocol(name: str, tasks=None, limits: dict|None = None, axes=()):
-    "Register an async-generator protocol under `name`, running on `tasks` (None: any task with an answer format), numbers within `limits`, honouring the debate-wide settings `axes` (\"topology\", \"stop_on\": see `AXES`)."
+def protocol(name: str, tasks=None, limits: dict|None = None, axes=(), decides=(), planned: Callable|None = None):
+    "Register an async-generator protocol under `name`, running on `tasks` (None: any task with an answer format), numbers within `limits`, honouring the debate-wide settings `axes` (\"topology\", \"stop_on\": see `AXES`); `decides`: its options that choose its own decision rule (deprecated beside a `decision`); `planned`: the settings -> the rounds it runs when nothing ends it early."
     def deco(fn):
         if not inspect.isasyncgenfunction(fn): raise TypeError(f"protocol {name!r} must be an async generator function (async def ... yield)")
         sig = list(inspect.signature(fn).parameters.values())[1:]
@@ -211,7 +213,7 @@ def protocol(name: str, tasks=None, limits: dict|None = None, axes=()):
         old = PROTOCOLS.get(name)
         PROTOCOLS[name] = Protocol(name, fn, {p.name: p.default for p in sig}, {p.name: docs.get(p.name) for p in sig}, (inspect.getdoc(fn) or "").split("\n")[0],
                                    {p.name: hints[p.name] for p in sig if p.name in hints}, tuple(tasks) if tasks is not None else None, dict(limits or {}),
-                                   axes=tuple(axes))
+                                   axes=tuple(axes), decides=tuple(decides), planned=planned)
         if old is not None: PROTOCOLS[name].hooks.update(old.hooks)   # defined again (a re-run cell, a reload): its report and logs stay registered
         PROTOCOLS[name].hooks.update(_PENDING_HOOKS.pop(name, {}))   # hooks registered before the protocol was
         fn.protocol_name = name
@@ -297,6 +299,11 @@ class Debate:
 
     @property
     def usage(self) -> Usage: return sum((r.usage for r in self.rounds), Usage())
+
+    @property
+    def planned_rounds(self) -> int|None:
+        "The rounds the protocol runs with these settings when nothing ends it early (None: it does not say)."
+        return self.protocol.planned(self.settings) if self.protocol.planned is not None else None
 
     def __repr__(self): return f"Debate({self.protocol.name!r}, item={self.meta['id']!r}, agents={[a.name for a in self.agents]}, rounds={len(self.rounds)}, status={self.meta['status']!r})"
 

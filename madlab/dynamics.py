@@ -75,7 +75,7 @@ def _ts(transcripts) -> list:
 def _positions_of(t: Transcript) -> list:
     right, rows = _scorer(t.item), []
     base = {"item_id": str(t.meta.get("id", getattr(t.item, "id", None))), "protocol": t.protocol}
-    for step, (r, turns) in enumerate(answer_rounds(t)):
+    for step, (r, turns) in enumerate(answer_rounds(t), 1):
         at = {**base, "step": step, "round": r.index + 1, "phase": r.phase}
         for tu in turns:
             focus = r.meta.get("focus") or tu.focus                 # a round on one player: an unreadable answer is about that player
@@ -130,7 +130,7 @@ def _moves(rows: list) -> tuple[list, list]:
             at = {k: r[k] for k in ("item_id", "protocol", "step", "round", "phase", "agent", "part")}
             was = prev.get(p, {}).get(a)
             if not r["valid"]:
-                if step: trans.append({**at, "from": None if was is None else was[0], "to": None, "kind": "failed" if r["failed"] else "invalid",
+                if step > 1: trans.append({**at, "from": None if was is None else was[0], "to": None, "kind": "failed" if r["failed"] else "invalid",
                                        "majority": None, "conform_chance": False, "conformed": False})
                 continue
             now = (r["value"], r["correct"])
@@ -259,7 +259,7 @@ def figure(self: Dynamics, title: str|None = None) -> "go.Figure":
     fig.add_scatter(x=t.index, y=t.conformity, name="conformity", mode="lines+markers", line=dict(color="black", dash="dot"), secondary_y=True,
                     customdata=t[["conformed", "conform_chances"]].values, hovertemplate="round %{x}: %{customdata[0]} of %{customdata[1]} chances<extra>conformity</extra>")
     fig.update_layout(barmode="stack", template="plotly_white", height=380, title=title or "Transitions into each answer round",
-                      xaxis=dict(title="answer round (0: the first answers)", dtick=1), legend_traceorder="normal")
+                      xaxis=dict(title="answer round (1: the first answers)", dtick=1), legend_traceorder="normal")
     fig.update_yaxes(title_text="positions", secondary_y=False)
     fig.update_yaxes(title_text="conformity", range=[0, 1.05], secondary_y=True, showgrid=False)
     return fig

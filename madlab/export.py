@@ -10,7 +10,7 @@ import datetime, json
 from dataclasses import dataclass
 from pathlib import Path
 from fastcore.basics import patch
-from .core import OptionError, Transcript, answer_key, answer_summary, scrub_secrets, stable_hash, to_jsonable, write_atomic
+from .core import OptionError, Transcript, answer_key, answer_summary, decision_summary, scrub_secrets, stable_hash, to_jsonable, write_atomic
 from .decisions import HELPER_ROLES
 from .dynamics import answer_rounds, _NO_POSITION, _scorer, _stated, _top
 from .run import safe_name
@@ -73,7 +73,7 @@ def _example(run_name: str, t: Transcript, r, tu, spec, decided, majority) -> di
     "The chat-format training example of turn `tu` of round `r` of `t`: what the agent was sent, then its reply; and where it came from."
     stated = _stated(tu.answer)
     key = None if stated is _NO_POSITION else answer_key(stated)          # an S4 challenge states no position
-    src = {"run": run_name, "item": str(t.meta.get("id")), "round": r.index, "round_name": r.name, "phase": r.phase, "agent": tu.agent,
+    src = {"run": run_name, "item": str(t.meta.get("id")), "round": r.index + 1, "round_name": r.name, "phase": r.phase, "agent": tu.agent,
            "model": spec, "protocol": t.protocol, "task": getattr(t.item, "task", None),
            "answer": None if stated is _NO_POSITION else scrub_secrets(answer_summary(tu.answer)),
            "answer_correct": _scorer(t.item)("answer", key, stated) if key is not None else None, "debate_correct": decided,
@@ -147,7 +147,7 @@ def _message(ia, role: str, content: str, source=None):
 def _turn_text(r, tu) -> str:
     "A turn as the sample's conversation shows it: its agent and round named, then its reply (or why there is none)."
     said = tu.reply if tu.error is None and tu.reply else f"(no reply: {tu.error or 'empty'})"
-    return f"[{tu.agent} · {r.name}]\n{said}"
+    return f"[{tu.agent} · round {r.index + 1}: {r.name}]\n{said}"
 
 def _usage(ia, u):
     "madlab's `Usage` as Inspect's `ModelUsage`."
@@ -176,14 +176,14 @@ def _events(ia, t: Transcript, specs: dict) -> list:
     log, m, _ = ia
     at, out = _when(t), []
     for r in t.rounds:
-        out.append(log.StepEvent(timestamp=at, action="begin", type="round", name=r.name))
+        out.append(log.StepEvent(timestamp=at, action="begin", type="round", name=f"round {r.index + 1}: {r.name}"))
         for tu in r.turns:
             sent = [_message(ia, d.get("role"), str(d.get("content") or "")) for d in (tu.messages if isinstance(tu.messages, list) else [])]
             o = m.ModelOutput.from_content(str(specs.get(tu.agent) or tu.agent), scrub_secrets(tu.reply or ""))
             o.usage, o.time = _usage(ia, tu.usage), tu.latency
             out.append(log.ModelEvent(timestamp=at, model=f"{tu.agent} ({specs.get(tu.agent) or '?'})", input=sent, tools=[], tool_choice="none",
                                       config=m.GenerateConfig(), output=o, error=scrub_secrets(tu.error), cache="read" if tu.cached else None))
-        out.append(log.StepEvent(timestamp=at, action="end", type="round", name=r.name))
+        out.append(log.StepEvent(timestamp=at, action="end", type="round", name=f"round {r.index + 1}: {r.name}"))
     return out
 
 # %% ../nbs/23c_export.ipynb #a22fa615
@@ -196,7 +196,7 @@ def _sample(ia, t: Transcript, row: dict):
     log, m, sc = ia
     specs, item, res = {a.get("name"): a.get("spec") for a in t.team}, t.item, t.result or {}
     prompt, gold = scrub_secrets(getattr(item, "prompt", None) or ""), getattr(item, "gold", None)
-    decision = scrub_secrets(answer_summary(res.get("answer")) if res.get("answer") is not None else "no decision")
+    decision = scrub_secrets(decision_summary(res))         # a tie reads "no decision (tie)", as in every view
     msgs = [_message(ia, "user", prompt, "input")] + [_message(ia, "assistant", _turn_text(r, tu), "generate") for r in t.rounds for tu in r.turns]
     c = row.get("correct")
     scores = None if c is None or c != c else {"madlab": sc.Score(value=sc.CORRECT if c else sc.INCORRECT, answer=decision,

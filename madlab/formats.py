@@ -77,6 +77,7 @@ class Task:
     what: str = ""
     doc: str = ""
     own_data: bool = False      # the loader needs no data (it makes its items, or a task file reads the data it names)
+    size: str = ""              # what `size` picks in its data (e.g. players per game); empty: the task takes no size
 
 TASKS: dict[str, Task] = {}     # name -> task: the one registry of tasks
 

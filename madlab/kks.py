@@ -100,7 +100,7 @@ def _kks_load(path, size):
     return [g.to_item() for g in games]
 
 KKS = register_task(Task("kks", _kks_load, KKS_FULL, "kks", "a file of Knight-Knave-Spy games in ControlMAD's JSONL format or of classic puzzles in mem-kk-logic's, or a folder of <size>.jsonl",
-                         "Knight-Knave-Spy games"))
+                         "Knight-Knave-Spy games", size="Knight-Knave-Spy players per game: picks <size>.jsonl in the data folder  [default: 6]"))
 
 # %% ../nbs/05b_kks.ipynb #2030f589
 KKS_PHASES = ("initial", "debate", "self_adjustment", "final")

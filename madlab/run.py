@@ -80,7 +80,7 @@ def transcript_text(t: Transcript) -> str:
         for tu in r.turns:
             L.append(f"  {tu.agent}: {answer_summary(tu.answer) if tu.error is None else 'ERROR ' + tu.error}{'' if tu.valid else ' (invalid)'}")
             if tu.reply: L += ["    " + x for x in tu.reply.splitlines()]
-    L += ["", "result: " + json.dumps(to_jsonable(t.result), ensure_ascii=False)]
+    L += ["", "decision: " + decision_summary(t.result), "result: " + json.dumps(to_jsonable(t.result), ensure_ascii=False)]
     return "\n".join(L) + "\n"
 
 def chat_histories(t: Transcript) -> dict:
@@ -263,6 +263,7 @@ class RunResult:
         if "resumed" in df and df.resumed.fillna(False).astype(bool).any(): s += f" ({int(df.resumed.fillna(False).astype(bool).sum())} resumed)"
         scored = df[df.correct.notna()] if "correct" in df else df.iloc[:0]
         if len(scored): s += f"; accuracy {scored.correct.astype(bool).mean():.3f} ({int(scored.correct.astype(bool).sum())}/{len(scored)})"
+        if "answer" in scored and scored.answer.isna().any(): s += f", {int(scored.answer.isna().sum())} with no decision (scored wrong)"   # a tie, as every view says it
         if len(df) and "calls" in df or self.made: s += "; " + _calls_text(df, self.made)
         if self.seconds is not None: s += f"; {self.seconds:.1f} s"
         L = [s]
@@ -677,6 +678,10 @@ def resolve_run(protocol, task: str|None = None, data=None, items=None, team=Non
     for a in agents: a.params.update(params)
     with_cache(agents, cache)
     rule = get_decision(decision)
+    for k in (k for k in proto.decides if k in options):     # a protocol's own rule option (du's vote): deprecated, one way to say it
+        f = "--" + k.replace("_", "-")
+        if not rule.protocol: raise _usage(k, f"{f} and --decision both say how the team decides; give --decision only ({f} is deprecated: --decision {options[k]} decides as {f} {options[k]} did)")
+        said.append(f"{f} is deprecated: say --decision {options[k]}")
     try: check_api_keys(agents, [rule.backend if rule.judge else None, options.get("supervisor")])   # before any call and any folder
     except OptionError as e: raise _usage(e.option, e.message) from None
     check_logprobs(rule, agents)                    # confidence:logprob: backends that give log-probabilities (a bad --decision), asked for them

@@ -11,7 +11,7 @@ from pathlib import Path
 import ipywidgets as W
 import pandas as pd
 from fastcore.basics import patch
-from .core import OptionError, Transcript, answer_view
+from .core import OptionError, Transcript, answer_view, decision_summary
 from .dynamics import Dynamics, debate_dynamics
 from .run import RunFolder, RunResult, debate_row, _run_prices, _with_costs
 from .store import StorePath, store_path, read_table
@@ -422,8 +422,9 @@ def _fill(self: RunBrowser):
     self.w_table.value = (f"<small>{len(df)} of {len(self.run.df)} rows ({html.escape(self.w_filter.value)})</small>"
                           + _table(df.head(200), classes="madlab-run-rows"))
     mark = lambda ok: "right" if ok is True else "wrong" if ok is False else "-"
-    said = lambda a: "no answer" if (a := _answer_of(a)) is None else _text(a)            # a Knight-Knave-Spy answer as Ann=knight, Bob=spy
-    self.w_items.options = [(f"{r.item_id} · {r.status} · {said(r.answer)} · {mark(r.correct)}", str(r.item_id)) for r in df.itertuples()]
+    said = lambda r: _text(a) if (a := _answer_of(r.answer)) is not None else decision_summary(          # Ann=knight, Bob=spy; a tie as everywhere
+        {"votes": _answer_of(getattr(r, "votes", None)), "decision_reason": _answer_of(getattr(r, "decision_reason", None))})
+    self.w_items.options = [(f"{r.item_id} · {r.status} · {said(r)} · {mark(r.correct)}", str(r.item_id)) for r in df.itertuples()]
     self.w_items.value = None
 
 @patch

@@ -137,6 +137,7 @@ def get_task(name) -> Task:
 def task_items(task, data=None, size=None) -> list[Item]:
     "The items of `task` from `data` (default: the task's own); bad data is an `OptionError` naming `data` (or `size`)."
     t = get_task(task)
+    if size is not None and not t.size: raise OptionError("size", f"task {t.name!r} takes no size (only {', '.join(k for k, v in TASKS.items() if v.size) or 'no task'} does): leave --size out")
     path = data if data is not None else (madlab_data(t.data) if t.data else None)
     if path is None and not t.own_data: raise OptionError("data", f"task {t.name!r} needs --data: {t.what}")
     try: return t.load(path, size)

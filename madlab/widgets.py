@@ -121,24 +121,32 @@ def _text(a, n: int|None = None) -> str:
 
 def _result_answer(result): return result.get("answer", result.get("assignment"))
 
-def _header_html(rounds, pos, status, branch, result=None, done=False) -> str:
-    if pos < 0: body = "<b>not started</b>" if not rounds else f"<b>before round 1</b> of {len(rounds)}{'' if done else '+'} · Step or Forward shows the rounds {'recorded' if done else 'run so far'}"
+def _of(rounds, done=False, planned: int|None = None, early: bool = False) -> str:
+    "How many rounds the header counts: those run when the debate is done; else the rounds its protocol plans (`planned`, 'at most' when it may end `early`), or those run so far and a '+'."
+    n = len(rounds)
+    if done or planned is None or planned < n: return f"{n}{'' if done else '+'}"
+    return f"{'at most ' if early else ''}{planned}"
+
+def _header_html(rounds, pos, status, branch, result=None, done=False, planned: int|None = None, early: bool = False) -> str:
+    of = _of(rounds, done, planned, early)
+    if pos < 0: body = "<b>not started</b>" if not rounds else f"<b>before round 1</b> of {of} · Step or Forward shows the rounds {'recorded' if done else 'run so far'}"
     else:
         r = rounds[pos]
         meta = " ".join(f"<span class='madlab-tag'>{_E(str(k))}: {_E(_text(v, 40))}</span>" for k, v in r.meta.items())
-        body = f"<b>Round {pos + 1} of {len(rounds)}{'' if done else '+'}</b> · {_E(r.name)} · phase <b>{_E(r.phase)}</b> {meta}"
+        body = f"<b>Round {pos + 1} of {of}</b> · {_E(r.name)} · phase <b>{_E(r.phase)}</b> {meta}"
     res = ""
     if result and pos == len(rounds) - 1:
         ok = result.get("correct")
         mark = "" if ok is None else (" ✓ correct" if ok else " ✗ wrong")
-        res = f"<div>result: <code>{_E(_text(_result_answer(result)))}</code>{mark}</div>"
+        ans = _result_answer(result)
+        res = f"<div>result: <code>{_E(_text(ans) if ans is not None else decision_summary(result))}</code>{mark}</div>"
     return (f"<div class='madlab-round' data-round='{pos + 1}' data-rounds='{len(rounds)}' data-status='{_E(str(status))}'>"
             f"{body} · status <b>{_E(str(status))}</b> · branch <i>{_E(branch)}</i>{res}</div>")
 
 def _team_column(result, item, rows) -> dict:
     "row -> (team answer, correct) from a finished debate's result, for the grid's last column."
     ans = _result_answer(result or {})
-    if ans is None: return {}
+    if ans is None: return {r: (decision_summary(result), result.get("correct") if r == "answer" else None) for r in rows} if result else {}   # a tie, worded as everywhere
     parts, gold = _parts_of(ans), _parts_of(getattr(item, "gold", None)) or {}
     if parts is not None and rows != ["answer"]: return {r: (parts.get(r), (parts.get(r) == gold[r]) if r in gold else None) for r in rows}
     return {"answer": (ans, result.get("correct"))}
@@ -519,7 +527,9 @@ def _refresh(self: DebateStepper):
 def _snapshot(self: DebateStepper) -> dict:
     "The state the view is drawn from, read at once (under the drawing lock)."
     b = self.branch
+    d = b.debate
     return {"b": b, "rounds": list(b.rounds), "pos": b.pos, "done": b.done, "status": b.status, "result": b.result, "busy": self.busy,
+            "planned": d.planned_rounds if d is not None else None, "early": bool(d is not None and d.settings.get("stop_on")),
             "running": self._running, "stop": self._stop, "label": self._label, "calls": self._calls, "note": b.note,
             "error": b.error or (b.src.meta.get("error") if b.status in ("failed", "stopped") else None)}
 
@@ -537,7 +547,7 @@ def _draw(self: DebateStepper, s: dict):
         grid = _grid_html(p, cap, team, cons, focus)
     else: grid = _grid_html(pd.DataFrame(), rounds=len(rounds))
     status = "paused" if s["status"] == "running" and not busy else s["status"]
-    header = _header_html(rounds, pos, status, b.name, s["result"], s["done"])
+    header = _header_html(rounds, pos, status, b.name, s["result"], s["done"], s["planned"], s["early"])
     cons_html, usage = _consensus_html(rounds, item, pos, b.cons), _usage_html(rounds, pos)
     cols = _columns_html(rounds[pos] if pos >= 0 else None, b.agents, b.edit if b.edit.get("round") == pos + 1 else None)
     compare = self._compare_html() if len(self.branches) > 1 else ""
@@ -781,12 +791,18 @@ def _branch_cost(self: DebateStepper, b) -> float|None:
     return item_cost(t, self.prices)["cost"]
 
 # %% ../nbs/21_widgets.ipynb #69486094
-def _changed(a, b) -> str|None:
-    "Which parts (players, items) of answer `a` differ from `b`, as 'part: b→a'; the whole answers when they have no parts."
+def _changed(a, b, missing: str = "invalid") -> str|None:
+    "Which parts (players, items) of answer `a` differ from `b`, as 'part: b→a'; the whole answers when they have no parts (`missing` for none)."
     if a is None and b is None: return None
     pa, pb = _parts_of(a) or {}, _parts_of(b) or {}
     if pa or pb: return "; ".join(f"{k}: {_text(pb.get(k))}→{_text(pa.get(k))}" for k in dict.fromkeys([*pb, *pa]) if pa.get(k) != pb.get(k)) or "none"
-    return "none" if answer_key(a) == answer_key(b) else f"{_text(b)}→{_text(a)}"
+    return "none" if answer_key(a) == answer_key(b) else f"{missing if b is None else _text(b)}→{missing if a is None else _text(a)}"
+
+@patch
+def _status_of(self: DebateStepper, name: str) -> str|None:
+    "Branch `name`'s status as shown: a debate begun and running no round now reads 'paused' (its transcript says 'running')."
+    b = self.branches[name]
+    return "paused" if b.status == "running" and not (self.busy and name == self.current) else b.status
 
 @patch
 def compare(self: DebateStepper) -> pd.DataFrame:
@@ -798,9 +814,9 @@ def compare(self: DebateStepper) -> pd.DataFrame:
         ans = _result_answer(res)
         parent = self.branches.get(o.get("branch"))
         rows.append({"branch": name, "forked_from": o.get("branch"), "fork_round": o.get("round"),
-                     "edited_agent": b.edit.get("agent"), "edited_reply": b.edit.get("reply"), "rounds": len(b.rounds), "status": b.status,
-                     "answer": _text(ans) if ans is not None else None, "correct": res.get("correct"),
-                     "changed": _changed(ans, _result_answer(parent.result or {})) if parent is not None and b.done and parent.done else None,
+                     "edited_agent": b.edit.get("agent"), "edited_reply": b.edit.get("reply"), "rounds": len(b.rounds), "status": self._status_of(name),
+                     "answer": _text(ans) if ans is not None else (decision_summary(res) if b.done and res else None), "correct": res.get("correct"),
+                     "changed": _changed(ans, _result_answer(parent.result or {}), "no decision") if parent is not None and b.done and parent.done else None,
                      "calls": sum(t.usage.calls for t in turns if not t.cached), "cached_calls": sum(bool(t.cached) for t in turns),
                      "tokens": sum(t.usage.total_tokens for t in turns), "cost": self._branch_cost(b)})
     df = pd.DataFrame(rows)
@@ -826,6 +842,6 @@ def export(self: DebateStepper, folder: str|Path|None = None) -> dict:
     stem = re.sub(r"[^A-Za-z0-9._-]+", "-", f"{t.meta.get('id') or 'debate'}-{b.name}").strip("-.")[:120]
     paths = {"json": folder / f"{stem}.json", "html": folder / f"{stem}.html"}
     t.to_json(paths["json"]); t.to_html(paths["html"], title=f"{t.protocol} · {b.name}")
-    b.note = f"exported branch {b.name!r} (round {len(t.rounds)}, status {b.status}) to {paths['json']} and {paths['html']}"
+    b.note = f"exported branch {b.name!r} (round {len(t.rounds)}, status {self._status_of(b.name)}) to {paths['json']} and {paths['html']}"
     self._refresh()
     return paths

@@ -266,7 +266,7 @@ def test_stepper_round_in_flight_does_not_block_kernel(tmp_path):
             time.sleep(0.2)
         assert "True True -1" in states, states
         _wait(lambda: _execute(kc, "print(s.busy, s.pos)") == "False 0", 60, "the round to land")
-        assert _execute(kc, "print(s.error, s.w_busy.value == '', 'Round 1 of 1+' in s.w_header.value)") == "None True True"
+        assert _execute(kc, "print(s.error, s.w_busy.value == '', 'Round 1 of 2' in s.w_header.value)") == "None True True"
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)

@@ -38,7 +38,7 @@ def test_a_conformist_team_shows_more_conformity_than_an_independent_one(tmp_pat
         rates[s] = tr.conformed.sum() / tr.conform_chance.sum()
         assert per_item.conformed.sum() == tr.conformed.sum() and per_item.conform_chances.sum() == tr.conform_chance.sum()
         assert set(per_item.item_id) == set(run.df.item_id.astype(str)) and len(per_item) == 30
-        assert list(d.by_round().index) == [1, 2]
+        assert list(d.by_round().index) == [2, 3]          # answer rounds from 1: transitions into rounds 2 and 3
         right = dict(zip(run.df.item_id.astype(str), run.df.correct))
         assert all(right[i] == r for i, r in zip(per_item.item_id, per_item.decided_right))   # the decision scored as the run scored it
     assert rates[0.9] > 0.6 > 0.05 > rates[0.0], rates
@@ -63,12 +63,12 @@ def test_a_du_log_imported_has_the_transitions_read_by_hand(logs):
     tr = d.transitions.assign(q=lambda x: x.item_id.map(q))
     t1 = tr[tr.q == "A far"]
     assert t1[["step", "agent", "kind", "conform_chance", "conformed"]].values.tolist() == [
-        [1, "Agent 1", "kept correct", True, False],       # the first round's majority was 8: Agent 1 held on to 7
-        [1, "Agent 2", "incorrect→correct", False, False],
-        [1, "Agent 3", "kept incorrect", False, False],
-        [2, "Agent 1", "kept correct", False, False],
-        [2, "Agent 2", "kept correct", False, False],
-        [2, "Agent 3", "incorrect→correct", True, True]]     # the second round's majority 7, taken
+        [2, "Agent 1", "kept correct", True, False],       # the first round's majority was 8: Agent 1 held on to 7
+        [2, "Agent 2", "incorrect→correct", False, False],
+        [2, "Agent 3", "kept incorrect", False, False],
+        [3, "Agent 1", "kept correct", False, False],
+        [3, "Agent 2", "kept correct", False, False],
+        [3, "Agent 3", "incorrect→correct", True, True]]     # the second round's majority 7, taken
     assert tr[tr.q == "Sam r"][["agent", "kind"]].values.tolist() == [["Agent 1", "kept correct"]]   # Agent 3's first readable answer is no move
     assert tr[tr.q == "A box"].empty
     items = run.dynamics().assign(q=lambda x: x.item_id.map(q)).set_index("q")
@@ -90,7 +90,7 @@ def test_a_cs546_critic_actor_file_leaves_the_critic_out(logs):
     t2 = d.transitions[d.transitions.item_id.map(q) == "Sam r"]
     assert t2[["agent", "kind", "majority", "conformed"]].values.tolist() == [
         ["Agent 1", "correct→incorrect", 35, True], ["Agent 2", "kept incorrect", 35, False], ["Agent 3", "incorrect→correct", 35, False]]
-    assert d.by_round().loc[1, "correct→incorrect"] == 1 and d.oracle()["oracle gap"] == 1
+    assert d.by_round().loc[2, "correct→incorrect"] == 1 and d.oracle()["oracle gap"] == 1
     fig = d.figure()
     assert {b.name for b in fig.data} >= {"incorrect→correct", "correct→incorrect", "conformity"}
 

@@ -32,7 +32,7 @@ def _asking(d, fmt, prev=None):
 
 
 # %% ../../nbs/07_baselines.ipynb #f7a5c312
-@protocol("single")
+@protocol("single", planned=lambda s: 1)
 async def single(d):
     "The first agent answers alone."
     fmt = answer_format(d.item)
@@ -43,7 +43,7 @@ async def single(d):
 
 
 # %% ../../nbs/07_baselines.ipynb #94f7d255
-@protocol("self_consistency", limits={"samples": (1, 100)})
+@protocol("self_consistency", limits={"samples": (1, 100)}, planned=lambda s: 1)
 async def self_consistency(d,
                            samples: int = 1, # independent answers per agent
                           ):
@@ -66,10 +66,10 @@ async def self_consistency(d,
 DU_UPDATE = ("These are the answers of the other agents:\n{others}\n\nUsing their reasoning as additional advice, "
              "can you give an updated answer? Examine your own solution and theirs step by step. {instructions}")
 
-@protocol("du", limits={"rounds": (0, 20)}, axes=("topology", "stop_on"))
+@protocol("du", limits={"rounds": (0, 20)}, axes=("topology", "stop_on"), decides=("vote",), planned=lambda s: s["rounds"] + 1)
 async def du(d,
              rounds: int = 2, # debate rounds after the independent answers
-             vote: Literal["plurality", "majority"] = "plurality", # "plurality" or "majority" (strict: more than half)
+             vote: Literal["plurality", "majority"] = "plurality", # deprecated: say --decision plurality or --decision majority (strict: more than half); giving both is refused
             ):
     "Du et al. (2023): agents answer, then for `rounds` rounds each sees all others' latest replies (its neighbours' under a `topology`) and updates; a vote decides (`stop_on`: ends once enough agree)."
     fmt = answer_format(d.item)
