@@ -15,10 +15,10 @@ from .core import OptionError, _public_data_dir
 __all__ = ['PUBLIC_SETS', 'TASK_SETS', 'PublicFile', 'PublicSet', 'data_root', 'file_problem', 'PublicDataError', 'get_set',
            'public_set_path', 'missing_set', 'task_data', 'set_status']
 
-# %% ../nbs/04c_public_data.ipynb #a8898cab
+# %% ../nbs/04c_public_data.ipynb #f30417d3
 @dataclass(frozen=True)
 class PublicFile:
-    "One file of a public set: its path in the set's folder, its publisher's path at `commit`, its size, lines and sha256."
+    "One file of a public set: its path in the set's folder, its publisher's path at `commit`, size, lines and sha256."
     path: str
     source: str
     size: int
@@ -26,10 +26,10 @@ class PublicFile:
     sha256: str|None
     commit: str|None = None    # None: the set's commit
 
-# %% ../nbs/04c_public_data.ipynb #6d505620
+# %% ../nbs/04c_public_data.ipynb #0fd8c776
 @dataclass(frozen=True)
 class PublicSet:
-    "A public data set: its folder `name` under the data root, what it is, its repository at `commit`, its files and licence."
+    "A public data set: its folder `name` under the data root, what it is, its repository at `commit`, files and licence."
     name: str
     what: str
     repo: str
@@ -39,7 +39,7 @@ class PublicSet:
     use: str = ""          # the path in the folder a task reads; "" is the folder itself
 
     def url(self, f: PublicFile, mirror: str|None = None) -> str:
-        "Where `f` is fetched: `mirror/<set>/<path>` (a copy laid out as the data folder), else its publisher's file at its commit."
+        "Where `f` is fetched: `mirror/<set>/<path>` (a copy laid out as the data folder), else its publisher's file at a commit."
         if mirror: return mirror.rstrip("/") + "/" + urllib.parse.quote(f"{self.name}/{f.path}")
         return f"https://raw.githubusercontent.com/{self.repo}/{f.commit or self.commit}/{urllib.parse.quote(f.source)}"
 
@@ -52,35 +52,49 @@ _MMLU_FILES = {  # (split, subject): size, lines, sha256
     ("dev", "global_facts"): (1095, 5, "8090f53567366b64ee6d23b6f73753421ea6d38780e0e3ca3f856bfa76031c86"),
     ("dev", "high_school_mathematics"): (1168, 5, "d7401d5cbad5ae697bfa480e35d85de8ebf1232589a3c59b010782ee49cbe18c"),
     ("test", "abstract_algebra"): (17358, 100, "4be89c0fb1d2419722e88880f6da3da95750367185ecd36f6492a6f74785cf64"),
-    ("test", "college_computer_science"): (40401, 219, "d53a1d0d1c4362dacf92a4ff1d6a755beb5a87f24a7301c3c4391fcacc6530b4"),
+    ("test", "college_computer_science"):
+        (40401, 219, "d53a1d0d1c4362dacf92a4ff1d6a755beb5a87f24a7301c3c4391fcacc6530b4"),
     ("test", "formal_logic"): (46929, 283, "bc2dc7373a664ae72e166dcbe3f7aaf1bb65b99f106f1831f335c53467f35248"),
     ("test", "global_facts"): (15970, 100, "84d6bcd165fba01327a8c5503239da9a00b7bd8a1b48db61d5774de29ee823aa"),
-    ("test", "high_school_mathematics"): (48584, 270, "fe8f7a154834bba30947401ba37ea6c7afdcfba82ddc341c79b5d3016991d290"),
+    ("test", "high_school_mathematics"):
+        (48584, 270, "fe8f7a154834bba30947401ba37ea6c7afdcfba82ddc341c79b5d3016991d290"),
 }
-_KKS = {4: (260024, "d7195110ff128ec12c6663c24800385fc27a8526cf73b047499812a90db8f4d3"), 5: (310601, "2fb2ef3ab48d814de17678ae2ade5d7bfe5e9e090d7ad839eb2339bc265fc55c"),
-        6: (361782, "90f0aa6bb41f69a5b1f6ff1dcefa728a4370a0c1e639ba7a39e95f18d17c9fbb"), 7: (420083, "e85f5a953bfd7e7d483e6692e539c880f7074c7f2ac2b7126fa3251dff6e2924"),
-        8: (478328, "67b26cf75dc851edee05be522885c40150281067339f9466acb2f90cd8af1151"), 9: (537941, "6be4dc5ec994adf7431ad259b9acd7d06e14527fc361f3608f6ac9a17baddbad")}
+_KKS = {  # players: size, sha256 (300 games, one a line)
+    4: (260024, "d7195110ff128ec12c6663c24800385fc27a8526cf73b047499812a90db8f4d3"),
+    5: (310601, "2fb2ef3ab48d814de17678ae2ade5d7bfe5e9e090d7ad839eb2339bc265fc55c"),
+    6: (361782, "90f0aa6bb41f69a5b1f6ff1dcefa728a4370a0c1e639ba7a39e95f18d17c9fbb"),
+    7: (420083, "e85f5a953bfd7e7d483e6692e539c880f7074c7f2ac2b7126fa3251dff6e2924"),
+    8: (478328, "67b26cf75dc851edee05be522885c40150281067339f9466acb2f90cd8af1151"),
+    9: (537941, "6be4dc5ec994adf7431ad259b9acd7d06e14527fc361f3608f6ac9a17baddbad")}
 
-# %% ../nbs/04c_public_data.ipynb #e3a4cc97
+# %% ../nbs/04c_public_data.ipynb #edecc251
 PUBLIC_SETS: dict[str, PublicSet] = {s.name: s for s in (
-    PublicSet("gsm8k", "GSM8K test split (question, answer ending in '#### N'), 1,319 problems", "openai/grade-school-math",
+    PublicSet("gsm8k", "GSM8K test split (question, answer ending in '#### N'), 1,319 problems",
+              "openai/grade-school-math",
               "3101c7d5072418e28b9008a6636bde82a006892c",
-              (PublicFile("test.jsonl", "grade_school_math/data/test.jsonl", 749738, 1319, "3730d312f6e3440559ace48831e51066acaca737f6eabec99bccb9e4b3c39d14"),
-               PublicFile("LICENSE", "LICENSE", 1062, 20, "86bbb73e855821d7c401912fd4bf82e34313e6e3b6fd6f909f2b6cc9e209a53b")), "MIT", "test.jsonl"),
-    PublicSet("mmlu", "MMLU, five subjects: 696 test and 25 dev questions (headerless CSV question,A,B,C,D,answer)", "hendrycks/test",
+              (PublicFile("test.jsonl", "grade_school_math/data/test.jsonl", 749738, 1319,
+                           "3730d312f6e3440559ace48831e51066acaca737f6eabec99bccb9e4b3c39d14"),
+               PublicFile("LICENSE", "LICENSE", 1062, 20,
+                           "86bbb73e855821d7c401912fd4bf82e34313e6e3b6fd6f909f2b6cc9e209a53b")), "MIT", "test.jsonl"),
+    PublicSet("mmlu", "MMLU, five subjects: 696 test and 25 dev questions (headerless CSV question,A,B,C,D,answer)",
+              "hendrycks/test",
               "785eba57b455b9f9be12a0d3c1106d67274fea0e",
               tuple(PublicFile(f"{sp}/{s}_{sp}.csv", f"data/{sp}/{s}_{sp}.csv", *v) for (sp, s), v in _MMLU_FILES.items())
-              + (PublicFile("LICENSE", "LICENSE", 1070, 21, "5d841b9eee8bf0d721359b79fbae956a8b426d3139bfefee32149c7d4f2a1a9c",
+              + (PublicFile("LICENSE", "LICENSE", 1070, 21,
+                           "5d841b9eee8bf0d721359b79fbae956a8b426d3139bfefee32149c7d4f2a1a9c",
                             "4450500f923c49f1fb1dd3d99108a0bd9717b660"),), "MIT"),
     PublicSet("xstest", "XSTest v2 prompts: 250 safe, 200 unsafe (type contrast_*)", "paul-rottger/exaggerated-safety",
               "d7bb5bd738c1fcbc36edd83d5e7d1b71a3e2d84d",
-              (PublicFile("xstest_prompts.csv", "xstest_prompts.csv", 38719, 451, "11783fb294ed017473ee53c207d71f2161c7672c8d0b037501e78387f801cb5a"),
-               PublicFile("LICENSE", "LICENSE", 18656, 395, "9e5f1b3c610b9c2da5c313bf81d577a7d1acec686bdb0384edefa6df0f90cd94")), "CC-BY-4.0",
+              (PublicFile("xstest_prompts.csv", "xstest_prompts.csv", 38719, 451,
+                           "11783fb294ed017473ee53c207d71f2161c7672c8d0b037501e78387f801cb5a"),
+               PublicFile("LICENSE", "LICENSE", 18656, 395,
+                           "9e5f1b3c610b9c2da5c313bf81d577a7d1acec686bdb0384edefa6df0f90cd94")), "CC-BY-4.0",
               "xstest_prompts.csv"),
     PublicSet("controlmad", "ControlMAD's Knight-Knave-Spy games: 300 per size, 4 to 9 players", "haolun-wu/ControlMAD",
               "a48a47479d2ed085ec0ba0d15c1b8a1cb750e52e",
               tuple(PublicFile(f"{n}.jsonl", f"groundtruth/{n}.jsonl", size, 300, sha) for n, (size, sha) in _KKS.items())
-              + (PublicFile("record.json", "groundtruth/record.json", 74, 7, "6c2b16961d8a6329f5c1e9ecfc180e12b3d032a7e500a52e24ae974e9ba6ad9a"),),
+              + (PublicFile("record.json", "groundtruth/record.json", 74, 7,
+                             "6c2b16961d8a6329f5c1e9ecfc180e12b3d032a7e500a52e24ae974e9ba6ad9a"),),
               "none stated: for tests and checks only, never ship"),
 )}
 
@@ -89,7 +103,8 @@ def data_root(to=None) -> Path:
     "The folder the public sets go into: `to`, else `$MADLAB_DATA`, else `../shared/data` beside madlab's checkout."
     if to is not None: return Path(to).expanduser().resolve()
     root = _public_data_dir()
-    if root is None: raise OptionError("to", "madlab is not in a checkout and MADLAB_DATA is not set: give --to DIR, then set MADLAB_DATA=DIR")
+    if root is None:
+        raise OptionError("to", "madlab is not in a checkout and MADLAB_DATA is not set: give --to DIR, then set MADLAB_DATA=DIR")
     return root
 
 # %% ../nbs/04c_public_data.ipynb #7c17a5a6
@@ -97,7 +112,8 @@ def _digest(p: Path) -> tuple[int, int, str]:
     "(size, lines, sha256) of the file at `p`."
     h, size, lines = hashlib.sha256(), 0, 0
     with open(p, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""): h.update(chunk); size += len(chunk); lines += chunk.count(b"\n")
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk); size += len(chunk); lines += chunk.count(b"\n")
     return size, lines, h.hexdigest()
 
 def _differs(f: PublicFile, size: int, lines: int, sha: str) -> str|None:
@@ -108,7 +124,7 @@ def _differs(f: PublicFile, size: int, lines: int, sha: str) -> str|None:
     return None
 
 def file_problem(p: Path, f: PublicFile) -> str|None:
-    "What is wrong with the file at `p` as `f`: missing, or its size, lines or sha256; None when it is the publisher's file."
+    "What is wrong with the file at `p` as `f`: missing, or its size, lines or sha256; None when it is the publisher's."
     return "missing" if not Path(p).is_file() else _differs(f, *_digest(Path(p)))
 
 # %% ../nbs/04c_public_data.ipynb #477002df
@@ -116,7 +132,7 @@ class PublicDataError(RuntimeError):
     "A public file that could not be fetched, or was not the publisher's file."
 
 def _download(url: str, dest: Path, f: PublicFile, timeout: float = 60) -> None:
-    "Fetch `url` into `dest` when it is `f` (size, lines, sha256); a `PublicDataError` naming the URL otherwise, `dest` untouched."
+    "Fetch `url` into `dest` when it is `f` (size, lines, sha256); else a `PublicDataError` naming the URL, `dest` untouched."
     dest.parent.mkdir(parents=True, exist_ok=True)      # an OSError here is the caller's: a folder it cannot write
     part, h, size, lines = dest.with_name(f".{dest.name}.part"), hashlib.sha256(), 0, 0
     try:
@@ -128,20 +144,22 @@ def _download(url: str, dest: Path, f: PublicFile, timeout: float = 60) -> None:
             except urllib.error.HTTPError as e: raise PublicDataError(f"{url}: HTTP {e.code} {e.reason}") from None
             except (urllib.error.URLError, OSError) as e:
                 why = getattr(e, "reason", e)
-                raise PublicDataError(f"{url}: cannot fetch ({why}); set MADLAB_DATA_MIRROR or --mirror to a copy of the data folder") from None
+                raise PublicDataError(f"{url}: cannot fetch ({why}); set MADLAB_DATA_MIRROR or --mirror to a copy of the data "
+                                      "folder") from None
         why = _differs(f, size, lines, h.hexdigest())
         if why: raise PublicDataError(f"{url}: {why}: not the publisher's file; {dest} is left as it was")
         os.replace(part, dest)
     finally: part.unlink(missing_ok=True)
 
-# %% ../nbs/04c_public_data.ipynb #0277c3a9
+# %% ../nbs/04c_public_data.ipynb #34d6eaa9
 def _set(name) -> PublicSet:
     if isinstance(name, PublicSet): return name
-    if name not in PUBLIC_SETS: raise OptionError("names", f"unknown public set {name!r}; choose from {', '.join(PUBLIC_SETS)} or all")
+    if name not in PUBLIC_SETS:
+        raise OptionError("names", f"unknown public set {name!r}; choose from {', '.join(PUBLIC_SETS)} or all")
     return PUBLIC_SETS[name]
 
 def get_set(name, to=None, mirror: str|None = None, say=None) -> dict[str, list[str]]:
-    "Fetch the public set `name` into `data_root(to)/<name>/`, keeping the files already right: {'fetched': [...], 'kept': [...]} (paths in the set)."
+    "Fetch the public set `name` into `data_root(to)/<name>/`, keeping the files already right: {'fetched': [...], 'kept': [...]}."
     s, out = _set(name), {"fetched": [], "kept": []}
     folder, mirror = data_root(to) / s.name, mirror or os.environ.get("MADLAB_DATA_MIRROR") or None
     for f in s.files:
@@ -152,9 +170,9 @@ def get_set(name, to=None, mirror: str|None = None, say=None) -> dict[str, list[
         out["fetched"].append(f.path)
     return out
 
-# %% ../nbs/04c_public_data.ipynb #c117eb27
+# %% ../nbs/04c_public_data.ipynb #0a3e6800
 def public_set_path(name: str) -> Path|None:
-    "The path a task reads in the public set `name` (its `use`) under `$MADLAB_DATA` (or `../shared/data`); None when it is not there."
+    "The path a task reads in the public set `name` (its `use`) under `$MADLAB_DATA` (or `../shared/data`); None if absent."
     s, root = _set(name), _public_data_dir()
     p = None if root is None else (root / s.name / s.use if s.use else root / s.name)
     return p if p is not None and p.exists() else None
@@ -162,14 +180,16 @@ def public_set_path(name: str) -> Path|None:
 def missing_set(name: str) -> str:
     "Where the public set `name` was looked for, and the command that fetches it."
     s, root = _set(name), _public_data_dir()
-    if root is None: return f"{s.what} is not here (MADLAB_DATA is not set): `madlab data get {s.name} --to DIR` fetches it, then set MADLAB_DATA=DIR"
-    return f"{s.what} is not in {root / s.name}: `madlab data get {s.name}` fetches it (into $MADLAB_DATA, else ../shared/data beside the checkout)"
+    if root is None:
+        return f"{s.what} is not here (MADLAB_DATA is not set): `madlab data get {s.name} --to DIR` fetches it, then set MADLAB_DATA=DIR"
+    return (f"{s.what} is not in {root / s.name}: `madlab data get {s.name}` fetches it"
+            " (into $MADLAB_DATA, else ../shared/data beside the checkout)")
 
 # %% ../nbs/04c_public_data.ipynb #66c53950
 TASK_SETS = {"gsm8k": "gsm8k", "mmlu": "mmlu"}   # task -> the public set it reads when --data is left out
 
 def task_data(task: str, data=None):
-    "The data `task` reads: `data` (a path, or a public set's name), else the task's public set; None when neither applies."
+    "The data `task` reads: `data` (a path, or a public set's name), else the task's public set; None when neither is."
     name = data if isinstance(data, str) and data in PUBLIC_SETS and not Path(data).exists() else None
     if data is not None and name is None: return data
     name = name or TASK_SETS.get(task)
@@ -178,11 +198,11 @@ def task_data(task: str, data=None):
     if p is None: raise OptionError("data", f"task {task!r}: " + missing_set(name))
     return p
 
-# %% ../nbs/04c_public_data.ipynb #7e7bf97a
+# %% ../nbs/04c_public_data.ipynb #2ef5086c
 def set_status(name, to=None) -> str:
-    "One line on the public set `name` in `data_root(to)`: what it is, its licence and source, and whether its files are all here and right."
+    "One line on the public set `name` in `data_root(to)`: what it is, its licence and source, whether its files are here and right."
     s = _set(name); folder = data_root(to) / s.name
     bad = {f.path: why for f in s.files if (why := file_problem(folder / f.path, f))}
     state = ("here, checked" if not bad else "not here" if len(bad) == len(s.files) and set(bad.values()) == {"missing"}
              else "incomplete: " + "; ".join(f"{k} {v}" for k, v in list(bad.items())[:3]))
-    return f"{s.name}: {s.what} [{s.licence}] from github.com/{s.repo} -> {state}" + ("" if not bad else f" (madlab data get {s.name})")
+    return f"{s.name}: {s.what} [{s.licence}] from github.com/{s.repo} -> {state}" + (f" (madlab data get {s.name})" if bad else "")
