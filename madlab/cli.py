@@ -155,7 +155,8 @@ def _data_cb(ctx, param, value):
     "`--data`: a file or folder, or the name of a public set (gsm8k, mmlu, xstest, controlmad): its path in $MADLAB_DATA."
     if value is None or Path(value).exists(): return value
     from madlab.public_sets import PUBLIC_SETS, public_set_path, missing_set
-    if value not in PUBLIC_SETS: raise click.BadParameter(f"{value!r}: no such file or folder, nor a public set ({', '.join(PUBLIC_SETS)})")
+    if value not in PUBLIC_SETS:
+        raise click.BadParameter(f"path {value!r} does not exist, nor is it a public set ({', '.join(PUBLIC_SETS)})")
     p = public_set_path(value)
     if p is None: raise click.BadParameter(missing_set(value))
     return str(p)
@@ -204,8 +205,9 @@ def _common_params(proto):
         O(["--task"], metavar="TASK|FILE.yaml", default=default_task, show_default=True, callback=_task_cb,
           help="The task whose items are debated: " + (", ".join(proto.tasks) if proto.tasks else "a registered task (kks, safety, arith, gsm8k, mmlu, market, pairwise, scenario) or a YAML task file")),
         O(["--data"], metavar="PATH|SET", callback=_data_cb,
-          help="The task's data: a file or folder (ControlMAD's groundtruth/ folder for kks), or a public set `madlab data get` fetched: "
-               "gsm8k, mmlu, xstest, controlmad  [default: madlab's own; for gsm8k and mmlu, their set in $MADLAB_DATA]"),
+          help="The task's data: a file or folder (ControlMAD's groundtruth/ folder for kks), or a public set that "
+               "`madlab data get` fetched: gsm8k, mmlu, xstest, controlmad  "
+               "[default: madlab's own; for gsm8k and mmlu, their set in $MADLAB_DATA]"),
         O(["--size"], type=click.IntRange(min=2), default=None, help="Knight-Knave-Spy players per game: picks <size>.jsonl in the data folder  [default: 6]"),
         O(["--items", "--games", "items"], metavar="RANGE", callback=_items_cb, help="1-based positions of the items: 1-20, 3 or 1,4,7-9  [default: all; 1-20 for games]"),
         O(["--n"], type=click.IntRange(min=1), default=None, help="Run the first N items (after --items)"),
@@ -482,7 +484,7 @@ def models_get(name, root):
 # %% ../nbs/40_cli.ipynb #da7acb05
 @main.group("data")
 def data_cmd():
-    "The public data sets madlab reads (GSM8K, MMLU, XSTest, ControlMAD's games), fetched from their publishers' repositories."
+    "The public data sets madlab reads (GSM8K, MMLU, XSTest, ControlMAD's games), fetched from their publishers."
 
 _TO = click.option("--to", type=click.Path(file_okay=False), default=None,
                    help="The data folder  [default: $MADLAB_DATA, else ../shared/data beside the checkout]")
@@ -506,13 +508,16 @@ def data_list(to):
 @click.argument("names", nargs=-1, required=True, metavar="SET...")
 @_TO
 @click.option("--mirror", metavar="URL", default=None,
-              help="A copy laid out as the data folder (URL/gsm8k/test.jsonl ...)  [default: $MADLAB_DATA_MIRROR, else the publishers' repositories]")
+              help="A copy laid out as the data folder (URL/gsm8k/test.jsonl ...)  "
+                   "[default: $MADLAB_DATA_MIRROR, else the publishers' repositories]")
 def data_get(names, to, mirror):
-    "Fetch public sets SET... (gsm8k, mmlu, xstest, controlmad or all) into the data folder, each file checked; files already right are kept."
+    """Fetch public sets SET... (gsm8k, mmlu, xstest, controlmad or all) into the data folder, each file checked; files already
+    right are kept."""
     from madlab.public_sets import PUBLIC_SETS, PublicDataError, get_set, _public_data_dir
     want = list(PUBLIC_SETS) if "all" in names else list(dict.fromkeys(names))
     bad = [n for n in want if n not in PUBLIC_SETS]
-    if bad: raise click.BadParameter(f"unknown public set {bad[0]!r}; choose from {', '.join(PUBLIC_SETS)} or all", param_hint="SET...")
+    if bad:
+        raise click.BadParameter(f"unknown public set {bad[0]!r}; choose from {', '.join(PUBLIC_SETS)} or all", param_hint="SET...")
     root = _data_root(to)
     for n in want:
         s = PUBLIC_SETS[n]
@@ -520,8 +525,10 @@ def data_get(names, to, mirror):
         except PublicDataError as e: raise click.ClickException(str(e)) from None
         except OSError as e: raise click.ClickException(f"cannot write into {root / n}: {e}") from None
         checked = "size, lines and sha256" if all(f.sha256 for f in s.files) else "size and lines (no fixed sha256 for some files)"
-        click.echo(f"{n}: {len(got['fetched'])} fetched, {len(got['kept'])} already here -> {root / n} ({checked} checked; licence: {s.licence})")
-    if _public_data_dir() != root: click.echo(f"madlab reads public data from {_public_data_dir() or '$MADLAB_DATA (not set)'}: set MADLAB_DATA={root}")
+        click.echo(f"{n}: {len(got['fetched'])} fetched, {len(got['kept'])} already here -> {root / n} "
+                   f"({checked} checked; licence: {s.licence})")
+    if _public_data_dir() != root:
+        click.echo(f"madlab reads public data from {_public_data_dir() or '$MADLAB_DATA (not set)'}: set MADLAB_DATA={root}")
 
 # %% ../nbs/40_cli.ipynb #15458f83
 @main.command("blame")

@@ -133,7 +133,7 @@ def test_a_missing_set_names_the_command_that_fetches_it(tmp_path, monkeypatch):
         code, out = _cli("run", *args, "--out", tmp_path / "r")
         assert code == 2 and f"`madlab data get {name}` fetches it" in out and "'--data'" in out, out
     code, out = _cli("run", "s4", "--data", "xstset", "--out", tmp_path / "r")
-    assert code == 2 and "nor a public set" in out, out
+    assert code == 2 and "does not exist, nor is it a public set" in out, out
 
 @pytest.mark.public_data
 def test_the_registry_describes_the_publishers_files(tmp_path):
