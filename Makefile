@@ -11,14 +11,15 @@ LOW := $(LOWEST)/.madlab-lowest
 # torch 2.13.0 has a local CPU wheel here; anywhere else fall back to PyTorch's CPU index.
 TORCH := torch==2.13.0
 
-.PHONY: demo demo-real test test-lowest export outputs readme bench clean
+.PHONY: demo demo-real lab test test-lowest export outputs readme bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
+# The core install carries the lab extra (JupyterLab): madlab is used from JupyterLab, and `make lab` opens the notebooks.
 $(CORE): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e .
+	$(BIN)/pip install -q -e ".[lab]"
 	touch $@
 
 $(DEV): pyproject.toml | $(BIN)/python
@@ -28,7 +29,7 @@ $(DEV): pyproject.toml | $(BIN)/python
 
 $(HF): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q $(TORCH) || $(BIN)/pip install -q $(TORCH) --index-url https://download.pytorch.org/whl/cpu
-	$(BIN)/pip install -q -e ".[hf]"
+	$(BIN)/pip install -q -e ".[hf,lab]"
 	touch $(CORE) $@
 
 $(LOW): pyproject.toml tools/lowest-hf.txt
@@ -40,6 +41,10 @@ $(LOW): pyproject.toml tools/lowest-hf.txt
 
 demo: $(CORE)
 	$(BIN)/madlab run controlmad --size 6 --games 1-20 --out results/
+
+# JupyterLab on the notebooks (nbs/), installed by `make demo`.
+lab: $(CORE)
+	$(BIN)/jupyter lab nbs/
 
 # One ControlMAD game with three real SmolLM2-135M-Instruct agents, offline (the model comes from its PyPI wheel).
 # A few minutes on a 2-core CPU: ControlMAD's prompts are long, so this skips the per-player debates and self-adjustment.

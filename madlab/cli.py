@@ -15,7 +15,7 @@ from .agents import split_specs
 # %% auto #0
 __all__ = ['parse_items', 'main', 'run', 'parse_games', 'load_items', 'protocol_command', 'protocols_cmd', 'rescore_cmd',
            'baseline_cmd', 'parse_sweep_params', 'sweep_cmd', 'import_cmd', 'models_cmd', 'models_list', 'models_get',
-           'blame_cmd', 'export_cmd', 'console']
+           'data_cmd', 'data_list', 'data_get', 'blame_cmd', 'export_cmd', 'console']
 
 # %% ../nbs/40_cli.ipynb #5ed24ad8
 class _Protocols(click.Group):
@@ -150,6 +150,17 @@ def _file_cb(ctx, param, value):
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as e: raise click.BadParameter(f"{value}: not a readable YAML/JSON file ({str(e).splitlines()[0]})") from None
     return data
 
+# %% ../nbs/40_cli.ipynb #da7acb01
+def _data_cb(ctx, param, value):
+    "`--data`: a file or folder, or the name of a public set (gsm8k, mmlu, xstest, controlmad): its path in $MADLAB_DATA."
+    if value is None or Path(value).exists(): return value
+    from madlab.public_sets import PUBLIC_SETS, public_set_path, missing_set
+    if value not in PUBLIC_SETS:
+        raise click.BadParameter(f"path {value!r} does not exist, nor is it a public set ({', '.join(PUBLIC_SETS)})")
+    p = public_set_path(value)
+    if p is None: raise click.BadParameter(missing_set(value))
+    return str(p)
+
 # %% ../nbs/40_cli.ipynb #855535e6
 def _flag(name): return "--" + name.replace("_", "-")
 
@@ -205,7 +216,10 @@ def _common_params(proto):
     return [
         O(["--task"], metavar="TASK|FILE.yaml", default=default_task, show_default=True, callback=_task_cb,
           help="The task whose items are debated: " + (", ".join(proto.tasks) if proto.tasks else "a registered task (kks, safety, arith, gsm8k, mmlu, market, pairwise, scenario) or a YAML task file")),
-        O(["--data"], type=click.Path(exists=True), help="The task's data: a file or folder (ControlMAD's groundtruth/ folder for kks)  [default: madlab's own]"),
+        O(["--data"], metavar="PATH|SET", callback=_data_cb,
+          help="The task's data: a file or folder (ControlMAD's groundtruth/ folder for kks), or a public set that "
+               "`madlab data get` fetched: gsm8k, mmlu, xstest, controlmad  "
+               "[default: madlab's own; for gsm8k and mmlu, their set in $MADLAB_DATA]"),
         *([O(["--size"], type=click.IntRange(min=2), default=None, help="; ".join(TASKS[k].size if len(sized) == 1 else f"{k}: {TASKS[k].size}" for k in sized))] if sized else []),
         O(["--items", "--games", "items"] if sized else ["--items", "items"], metavar="RANGE", callback=_items_cb, help="1-based positions of the items: 1-20, 3 or 1,4,7-9  [default: all; 1-20 for games]"),
         O(["--n"], type=click.IntRange(min=1), default=None, help="Run the first N items (after --items)"),
@@ -526,6 +540,55 @@ def models_get(name, root):
     if name not in MODELS: raise click.BadParameter(f"unknown model {name!r}; choose from {', '.join(sorted(MODELS))}", param_hint="NAME")
     try: click.echo(get_model(name, root))
     except RuntimeError as e: raise click.ClickException(str(e)) from None
+
+# %% ../nbs/40_cli.ipynb #da7acb05
+@main.group("data")
+def data_cmd():
+    "The public data sets madlab reads (GSM8K, MMLU, XSTest, ControlMAD's games), fetched from their publishers."
+
+_TO = click.option("--to", type=click.Path(file_okay=False), default=None,
+                   help="The data folder  [default: $MADLAB_DATA, else ../shared/data beside the checkout]")
+
+def _data_root(to):
+    from madlab.public_sets import data_root
+    try: return data_root(to)
+    except OptionError as e: raise click.BadParameter(e.message, param_hint="'--to'") from None
+
+@data_cmd.command("list")
+@_TO
+def data_list(to):
+    "Each public set: what it is, its licence and repository, and whether its files are here and right."
+    from madlab.public_sets import PUBLIC_SETS, set_status
+    root = _data_root(to)
+    click.echo(f"data folder: {root}")
+    for name in PUBLIC_SETS: click.echo(set_status(name, root))
+
+# %% ../nbs/40_cli.ipynb #da7acb06
+@data_cmd.command("get")
+@click.argument("names", nargs=-1, required=True, metavar="SET...")
+@_TO
+@click.option("--mirror", metavar="URL", default=None,
+              help="A copy laid out as the data folder (URL/gsm8k/test.jsonl ...)  "
+                   "[default: $MADLAB_DATA_MIRROR, else the publishers' repositories]")
+def data_get(names, to, mirror):
+    """Fetch public sets SET... (gsm8k, mmlu, xstest, controlmad or all) into the data folder, each file checked; files already
+    right are kept."""
+    from madlab.public_sets import PUBLIC_SETS, PublicDataError, get_set, _public_data_dir
+    want = list(PUBLIC_SETS) if "all" in names else list(dict.fromkeys(names))
+    bad = [n for n in want if n not in PUBLIC_SETS]
+    if bad:
+        raise click.BadParameter(f"unknown public set {bad[0]!r}; choose from {', '.join(PUBLIC_SETS)} or all", param_hint="SET...")
+    root = _data_root(to)
+    for n in want:
+        s = PUBLIC_SETS[n]
+        try: got = get_set(s, root, mirror, say=click.echo)
+        except PublicDataError as e: raise click.ClickException(str(e)) from None
+        except OSError as e: raise click.ClickException(f"cannot write into {root / n}: {e}") from None
+        checked = "size, lines and sha256" if all(f.sha256 for f in s.files) else "size and lines (no fixed sha256 for some files)"
+        click.echo(f"{n}: {len(got['fetched'])} fetched, {len(got['kept'])} already here -> {root / n} "
+                   f"({checked} checked; licence: {s.licence})")
+    if _public_data_dir() != root:
+        click.echo(f"madlab reads public data from {_public_data_dir() or '$MADLAB_DATA (not set)'}: set MADLAB_DATA={root}")
 
 # %% ../nbs/40_cli.ipynb #15458f83
 @main.command("blame")

@@ -171,19 +171,25 @@ def _when(t: Transcript) -> datetime.datetime:
     v = t.meta.get("started")
     return datetime.datetime.fromtimestamp(float(v), datetime.timezone.utc) if isinstance(v, (int, float)) else datetime.datetime.now(datetime.timezone.utc)
 
+def _event_classes(log):
+    "Inspect's `StepEvent` and `ModelEvent`: from `inspect_ai.event` (0.3.137 on, where `inspect_ai.log`'s names print DEPRECATED), else `log`."
+    try: import inspect_ai.event as ev
+    except ImportError: ev = log
+    return ev.StepEvent, ev.ModelEvent
+
 def _events(ia, t: Transcript, specs: dict) -> list:
     "The debate as Inspect events: a step per round, a model call per turn (agent and model, what it was sent, its reply, usage, a cache read)."
-    log, m, _ = ia
+    (StepEvent, ModelEvent), m = _event_classes(ia[0]), ia[1]
     at, out = _when(t), []
     for r in t.rounds:
-        out.append(log.StepEvent(timestamp=at, action="begin", type="round", name=f"round {r.index + 1}: {r.name}"))
+        out.append(StepEvent(timestamp=at, action="begin", type="round", name=f"round {r.index + 1}: {r.name}"))
         for tu in r.turns:
             sent = [_message(ia, d.get("role"), str(d.get("content") or "")) for d in (tu.messages if isinstance(tu.messages, list) else [])]
             o = m.ModelOutput.from_content(str(specs.get(tu.agent) or tu.agent), scrub_secrets(tu.reply or ""))
             o.usage, o.time = _usage(ia, tu.usage), tu.latency
-            out.append(log.ModelEvent(timestamp=at, model=f"{tu.agent} ({specs.get(tu.agent) or '?'})", input=sent, tools=[], tool_choice="none",
+            out.append(ModelEvent(timestamp=at, model=f"{tu.agent} ({specs.get(tu.agent) or '?'})", input=sent, tools=[], tool_choice="none",
                                       config=m.GenerateConfig(), output=o, error=scrub_secrets(tu.error), cache="read" if tu.cached else None))
-        out.append(log.StepEvent(timestamp=at, action="end", type="round", name=f"round {r.index + 1}: {r.name}"))
+        out.append(StepEvent(timestamp=at, action="end", type="round", name=f"round {r.index + 1}: {r.name}"))
     return out
 
 # %% ../nbs/23c_export.ipynb #a22fa615

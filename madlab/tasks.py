@@ -135,10 +135,12 @@ def get_task(name) -> Task:
     return TASKS[name]
 
 def task_items(task, data=None, size=None) -> list[Item]:
-    "The items of `task` from `data` (default: the task's own); bad data is an `OptionError` naming `data` (or `size`)."
+    "The items of `task` from `data` (a path, or a public set's name); default: the task's own, else its public set (GSM8K, MMLU) in `$MADLAB_DATA`. Bad or missing data is an `OptionError` naming `data` (or `size`)."
+    from madlab.public_sets import task_data
     t = get_task(task)
     if size is not None and not t.size: raise OptionError("size", f"task {t.name!r} takes no size (only {', '.join(k for k, v in TASKS.items() if v.size) or 'no task'} does): leave --size out")
-    path = data if data is not None else (madlab_data(t.data) if t.data else None)
+    if data is not None: path = task_data(t.name, data)
+    else: path = madlab_data(t.data) if t.data else (None if t.own_data else task_data(t.name))
     if path is None and not t.own_data: raise OptionError("data", f"task {t.name!r} needs --data: {t.what}")
     try: return t.load(path, size)
     except OptionError: raise
