@@ -238,6 +238,8 @@ def _confirm(self: CircuitBreaker):
         self.confirmed, self.calls_waited, self._waited_now = True, self.calls_waited + self._waited_now, 0
         if not self.gave_up: self._announce()
 
+
+# %% ../nbs/01_backends.ipynb #318b8fe6
 @patch
 def _announce(self: CircuitBreaker):
     "Say in the log (`madlab.endpoints`, a warning) that an outage began: which endpoint, what failed, and how long calls wait for it."
