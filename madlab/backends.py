@@ -150,15 +150,16 @@ class EndpointDown(BackendError):
     "The endpoint has answered nothing for its `give_up_after` seconds: calls to it fail."
 
 DOWN_PROBE_CAP = 2.0     # seconds between probes of an endpoint that refuses connections (a probe of it costs the server nothing)
-GIVE_UP_FIRST = 30.0     # seconds an endpoint not reached yet in this run (a wrong URL, a server not started) may stay silent
-_endpoint_log = logging.getLogger("madlab.endpoints")   # an outage as it begins: which endpoint, and how long its calls wait
+GIVE_UP_FIRST = 30.0     # seconds of silence for an endpoint not reached yet in this run (a wrong URL, a server not started)
+_endpoint_log = logging.getLogger("madlab.endpoints")   # an outage as it begins: the endpoint, how long its calls wait
 
 class CircuitBreaker:
     "Whether one endpoint is up, judged on a window of attempts: open, calls wait for a probe; silent for `give_up_after` s, they fail."
     def __init__(self, endpoint: str, after: int = 5, cooldown: float = 30.0, give_up_after: float = 300.0,
                  window: float = 10.0, rate: float = 0.5, silence: float = 10.0, give_up_first: float = GIVE_UP_FIRST):
         self.endpoint, self.after, self.cooldown, self.give_up_after = endpoint, after, cooldown, give_up_after
-        self.give_up_first, self.reached, self._what = give_up_first, False, None   # reached: it answered, or held a connection
+        self.give_up_first, self.reached = give_up_first, False     # reached: it answered, or held a connection until a timeout
+        self._what, self._refused = None, False                     # the last failure, and whether it was a refused connection
         self.window, self.rate, self.silence = window, rate, silence
         self._recent = collections.deque()          # (time, failed) of the attempts of the last `window` seconds
         self.last_answer = time.monotonic()         # or when the breaker began: silence is counted from here
@@ -177,7 +178,7 @@ class CircuitBreaker:
         return not (self.reached or self.answers) and self.give_up_first < self.give_up_after
     @property
     def give_up_now(self) -> float:
-        "Seconds of silence after which calls fail: `give_up_first` for an endpoint never reached in this run, else `give_up_after`."
+        "Seconds of silence after which calls fail: `give_up_first` for an endpoint never reached, else `give_up_after`."
         return self.give_up_first if self.first else self.give_up_after
     def __repr__(self): return f"CircuitBreaker({self.endpoint!r}, {'open' if self.open else 'closed'}, outages={self.outages}, waited={self.calls_waited})"
 
@@ -186,7 +187,7 @@ class CircuitBreaker:
 def failed(self: CircuitBreaker, what: str):
     "An attempt got no answer (timeout, refused or dropped connection): open on the window's failure rate or on a long silence."
     now = time.monotonic()
-    self._note(now, True); self._what = what
+    self._note(now, True); self._what, self._refused = what, False
     if self.failing_since is None: self.failing_since = now
     if self._probing: self._probing = False; self._reschedule(now)
     if self.open: return
@@ -242,10 +243,12 @@ def _confirm(self: CircuitBreaker):
 # %% ../nbs/01_backends.ipynb #318b8fe6
 @patch
 def _announce(self: CircuitBreaker):
-    "Say in the log (`madlab.endpoints`, a warning) that an outage began: which endpoint, what failed, and how long calls wait for it."
+    "Say in the log (`madlab.endpoints`, a warning) that an outage began: the endpoint, what failed, how long calls wait for it."
     left = max(0.0, self.last_answer + self.give_up_now - time.monotonic())
-    if self.first: msg = (f"endpoint {self.endpoint} refuses connections ({self._what}); it has not answered once in this run: its calls wait "
-                          f"for it at most {left:.0f} s more, then fail (give-up for an endpoint not reached yet: {self.give_up_first:g} s, --give-up-first)")
+    if self.first:
+        how = "refuses connections" if self._refused else "cannot be reached"
+        msg = (f"endpoint {self.endpoint} {how} ({self._what}); it has not answered once in this run: its calls wait for it "
+               f"at most {left:.0f} s more, then fail (give-up for an endpoint not reached yet: {self.give_up_first:g} s, --give-up-first)")
     else: msg = (f"endpoint {self.endpoint} is not answering ({self._what}); its calls wait for it at most {left:.0f} s more, "
                  f"then fail (give-up after {self.give_up_after:g} s of silence, --give-up-after)")
     _endpoint_log.warning(msg)
@@ -275,12 +278,13 @@ async def admit(self: CircuitBreaker) -> bool:
 @patch
 def _down_message(self: CircuitBreaker, now: float) -> str:
     "Why the calls fail: the endpoint, how long it was silent, the limit that applied, and what to do."
+    silent = f"endpoint {self.endpoint} has answered nothing for {now - self.last_answer:.0f} s"
     if self.first:
-        return (f"endpoint {self.endpoint} has answered nothing for {now - self.last_answer:.0f} s and has not answered once in this run "
-                f"(give-up for an endpoint not reached yet: {self.give_up_first:g} s; {self.reason}). Check the URL and that the server is started "
-                "(or raise --give-up-first), then run again: finished items are kept")
-    return (f"endpoint {self.endpoint} has answered nothing for {now - self.last_answer:.0f} s (give-up after {self.give_up_after:g} s; "
-            f"{self.reason}). Check that the server is up and reachable (or raise --give-up-after or --timeout), then run again: finished items are kept")
+        return (f"{silent} and has not answered once in this run (give-up for an endpoint not reached yet: {self.give_up_first:g} s; "
+                f"{self.reason}). Check the URL and that the server is started (or raise --give-up-first), "
+                "then run again: finished items are kept")
+    return (f"{silent} (give-up after {self.give_up_after:g} s; {self.reason}). Check that the server is up and reachable "
+            "(or raise --give-up-after or --timeout), then run again: finished items are kept")
 
 # %% ../nbs/01_backends.ipynb #9b72dbb3
 @patch
@@ -288,7 +292,7 @@ def unreachable(self: CircuitBreaker, what: str, seen: int, started: float, prob
     "An attempt begun at `started` (after `seen` answers) was refused or reset: with no answer since, open at once (True: wait, not counted)."
     if self.answers != seen: self.failed(what); return False        # the endpoint answered meanwhile: up, this failure is stale
     now = time.monotonic()
-    self._note(now, True); self._what = what
+    self._note(now, True); self._what, self._refused = what, True
     if self.failing_since is None: self.failing_since = now
     if not self.open:
         self.opened_at, self.backoff, self.next_probe, self._cap = now, 0.125, now, min(self.cooldown, DOWN_PROBE_CAP)
@@ -373,7 +377,8 @@ def _retry_after(exc) -> float|None:
 # %% ../nbs/01_backends.ipynb #383caf3c
 class _Endpoint:
     "What the calls to one endpoint share on one event loop: the in-flight limit and the circuit breaker."
-    def __init__(self, url: str, limit: int|None, breaker_after: int, cooldown: float, give_up_after: float = 300.0, give_up_first: float = GIVE_UP_FIRST):
+    def __init__(self, url: str, limit: int|None, breaker_after: int, cooldown: float, give_up_after: float = 300.0,
+                 give_up_first: float = GIVE_UP_FIRST):
         self.url, self.limit = url, EndpointLimit(limit)
         self.breaker = CircuitBreaker(url, breaker_after, cooldown, give_up_after, give_up_first=give_up_first)
         self.post_url = (url or "https://api.openai.com/v1").rstrip("/") + "/chat/completions"
@@ -528,7 +533,8 @@ class OpenAIBackend(Backend):
     _clients = weakref.WeakKeyDictionary()      # event loop -> {(base_url, key digest, timeout): AsyncOpenAI}
     def __init__(self, model: str, base_url: str|None = None, api_key: str|None = None, preset: str = "openai",
                  max_concurrency: int|None = None, max_retries: int = 4, timeout: float = 60.0, max_wait: float = 30.0,
-                 breaker_after: int = 5, breaker_cooldown: float = 30.0, give_up_after: float = 300.0, give_up_first: float = GIVE_UP_FIRST, **defaults):
+                 breaker_after: int = 5, breaker_cooldown: float = 30.0, give_up_after: float = 300.0,
+                 give_up_first: float = GIVE_UP_FIRST, **defaults):
         if preset not in PRESETS: raise ValueError(f"unknown preset {preset!r}; choose from {', '.join(PRESETS)}")
         p = PRESETS[preset]
         self.model, self.preset, self.defaults = model, preset, defaults
@@ -614,7 +620,8 @@ def _endpoint(self: OpenAIBackend) -> _Endpoint:
     for url, n in zip(self._urls, self._limits()):
         ep = per_loop.get(url)
         if ep is None:
-            ep = per_loop[url] = _Endpoint(url or "https://api.openai.com/v1", n, self.breaker_after, self.breaker_cooldown, self.give_up_after, self.give_up_first)
+            ep = per_loop[url] = _Endpoint(url or "https://api.openai.com/v1", n, self.breaker_after, self.breaker_cooldown,
+                                           self.give_up_after, self.give_up_first)
         elif n is not None: ep.limit.pin(n)
         eps.append(ep)
     if len(eps) > 1:
@@ -873,7 +880,7 @@ async def _attempt(self: OpenAIBackend, ep: _Endpoint, body: bytes) -> dict:
                 if br.unreachable(what, seen, started, probe):            # down, nothing answered since: wait for it (or go to another replica)
                     ep.rerouted += many; continue
             else:
-                br.reached = br.reached or isinstance(e, _sdk("APITimeoutError"))   # a connection held until the timeout: a server is there
+                br.reached = br.reached or isinstance(e, _sdk("APITimeoutError"))   # held a connection until the timeout
                 br.failed(what)
             ep.limit.connection_failed(epoch)       # timeouts and drops in a burst bring the limit down, as 429s do
             e.endpoint_busy = br.answers != seen    # it answered other calls meanwhile: up, but busy
@@ -1491,11 +1498,12 @@ class ReplayBackend(Backend):
 
 # %% ../nbs/01_backends.ipynb #03ec24d0
 BACKEND_PROVIDERS: dict[str, Callable] = {}   # spec prefix -> factory(rest, **kw) -> Backend
-BACKEND_REQUIRES: dict[str, tuple] = {}       # spec prefix -> (modules its backends import, the pip extra of madlab that installs them)
+BACKEND_REQUIRES: dict[str, tuple] = {}       # spec prefix -> (modules its backends import, madlab's pip extra installing them)
 ENTRY_POINT_GROUP = "madlab.backends"         # where another installed package offers its providers
 
 def register_backend(prefix: str, factory: Callable, requires=(), extra: str|None = None) -> Callable:
-    "Make specs `PREFIX:REST` build `factory(rest, **kw)` (a `Backend`); `requires`: modules its backends need, checked before one is built (`extra`: madlab's pip extra installing them). Registering a prefix again replaces it."
+    """Make specs `PREFIX:REST` build `factory(rest, **kw)` (a `Backend`); registering a prefix again replaces it. `requires`: the
+    modules its backends need, looked for before one is built; `extra`: madlab's pip extra that installs them."""
     if not isinstance(prefix, str) or not re.fullmatch(r"[A-Za-z][\w-]*", prefix):
         raise ValueError(f"a backend prefix is a letter then letters, digits, '_' or '-' (no ':'); got {prefix!r}")
     if not callable(factory): raise TypeError(f"the factory of {prefix}: must be callable; got {type(factory).__name__}")
@@ -1519,25 +1527,26 @@ def unregister_backend(prefix: str) -> Callable|None:
 
 # %% ../nbs/01_backends.ipynb #ffed304e
 class MissingPackages(ImportError, ValueError):
-    "A backend whose provider needs packages that are not installed; the message names them and the command that installs them."
+    "A backend whose provider needs packages that are not installed; the message names them and how to install them."
 
 def _installed(module: str) -> bool:
     import importlib.util
     try: return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError): return False       # a parent package missing, or a module blocked (None in sys.modules)
+    except (ImportError, ValueError): return False       # a parent package missing, or a blocked module (None in sys.modules)
 
 def missing_packages(kind: str) -> list[str]:
     "The modules `kind:` backends need (see `register_backend`) that are not installed; nothing is imported."
     return [m for m in BACKEND_REQUIRES.get(kind, ((), None))[0] if not _installed(m)]
 
 def check_requirements(spec: str) -> None:
-    "Refuse a spec (`MissingPackages`) whose provider needs packages that are not installed, naming them and how to install them."
+    "Refuse a spec (`MissingPackages`) whose provider needs packages that are not installed, naming them and how to get them."
     kind = str(spec).split(":", 1)[0]
     missing = missing_packages(kind)
     if not missing: return
     extra = BACKEND_REQUIRES[kind][1]
     how = f"pip install 'madlab[{extra}]'" if extra else "pip install " + " ".join(missing)
-    raise MissingPackages(f"{spec}: {kind}: backends need {', '.join(missing)}, not installed here; install with: {how}", name=missing[0])
+    raise MissingPackages(f"{spec}: {kind}: backends need {', '.join(missing)}, not installed here; install with: {how}",
+                          name=missing[0])
 
 # %% ../nbs/01_backends.ipynb #0d386702
 def _entry_points() -> dict:
@@ -1641,7 +1650,7 @@ def _openai_provider(preset, rest, **kw):
 
 for _p in PRESETS: register_backend(_p, functools.partial(_openai_provider, _p))   # openai, gemini, qwen, ollama, vllm
 
-@backend_provider("hf", requires=("torch", "transformers"), extra="hf")    # checked with find_spec: nothing heavy is imported
+@backend_provider("hf", requires=("torch", "transformers"), extra="hf")    # looked for with find_spec: nothing is imported
 def _hf_provider(rest, **kw):
     "`hf:PATH,key=value,...`: a transformers model in process, one per spec and options (torch loads when it first answers)."
     if not rest: raise ValueError("hf: needs a model path or hub name, e.g. hf:/models/tiny")

@@ -210,7 +210,8 @@ def _common_params(proto):
         O(["--give-up-after"], type=click.FloatRange(0, 7 * 86_400, min_open=True), default=None, callback=_finite_cb,
           help="Seconds an endpoint may answer nothing before its calls fail (meanwhile they wait for it)  [default: 300]"),
         O(["--give-up-first"], type=click.FloatRange(0, 7 * 86_400, min_open=True), default=None, callback=_finite_cb,
-          help="The same for an endpoint not reached once in this run (a wrong URL, a server not started)  [default: 30, at most --give-up-after]"),
+          help="The same for an endpoint not reached once in this run (a wrong URL, a server not started)  "
+               "[default: 30, at most --give-up-after]"),
         O(["--structured"], type=click.Choice(["auto", "on", "off"]), default=None,
           help="Hold replies to their answer's JSON schema: auto where the backend can (hf: while decoding, openai: asks the server), on (refuse a backend that cannot), off (the format in the prompt only)  [default: auto, or the team file's]"),
         O(["--decision"], metavar="RULE", default=None, callback=_decision_cb,
@@ -250,7 +251,8 @@ def _raise_interrupt(signum, frame): raise _Interrupt()
 
 # %% ../nbs/40_cli.ipynb #45c50b58
 def _log_to_stderr():
-    "Print madlab's warnings (an endpoint refusing connections, how long its calls wait) on stderr as they happen, above any progress bar; call the result to stop."
+    """Print madlab's warnings (an endpoint refusing connections, how long its calls wait) on stderr as they happen, above any
+    progress bar; call the result to stop."""
     import logging
     class _Stderr(logging.Handler):
         def emit(self, record):
