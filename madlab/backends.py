@@ -6,7 +6,7 @@ Docs: https://madlab.github.io/madlab/backends.html.md"""
 
 # %% ../nbs/01_backends.ipynb #92d17c7d
 from __future__ import annotations
-import asyncio, collections, json, math, os, random, re, time, weakref
+import asyncio, collections, json, logging, math, os, random, re, time, weakref
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 from fastcore.basics import patch
@@ -14,10 +14,11 @@ from .core import *
 from .formats import schema_for
 
 # %% auto #0
-__all__ = ['ADAPTIVE_START', 'DOWN_PROBE_CAP', 'PRESETS', 'RETRY_AFTER_MAX', 'END_OF_TURN_TOKENS', 'AUTO_BATCH_CAP',
-           'BACKEND_PROVIDERS', 'ENTRY_POINT_GROUP', 'ENDPOINT_OPTIONS', 'HF_OPTIONS', 'ReplayMiss', 'held_call',
-           'EndpointLimit', 'EndpointDown', 'CircuitBreaker', 'response_format', 'OpenAIBackend', 'HFBackend',
-           'CachedBackend', 'ReplayBackend', 'register_backend', 'backend_provider', 'unregister_backend',
+__all__ = ['ADAPTIVE_START', 'DOWN_PROBE_CAP', 'GIVE_UP_FIRST', 'PRESETS', 'RETRY_AFTER_MAX', 'END_OF_TURN_TOKENS',
+           'AUTO_BATCH_CAP', 'BACKEND_PROVIDERS', 'BACKEND_REQUIRES', 'ENTRY_POINT_GROUP', 'ENDPOINT_OPTIONS',
+           'HF_OPTIONS', 'ReplayMiss', 'held_call', 'EndpointLimit', 'EndpointDown', 'CircuitBreaker',
+           'response_format', 'OpenAIBackend', 'HFBackend', 'CachedBackend', 'ReplayBackend', 'register_backend',
+           'backend_provider', 'unregister_backend', 'MissingPackages', 'missing_packages', 'check_requirements',
            'backend_kinds', 'get_backend', 'Ask', 'AnswerSchema', 'schema_for', 'schema_example', 'Backend',
            'BackendError']
 
@@ -149,12 +150,16 @@ class EndpointDown(BackendError):
     "The endpoint has answered nothing for its `give_up_after` seconds: calls to it fail."
 
 DOWN_PROBE_CAP = 2.0     # seconds between probes of an endpoint that refuses connections (a probe of it costs the server nothing)
+GIVE_UP_FIRST = 30.0     # seconds of silence for an endpoint not reached yet in this run (a wrong URL, a server not started)
+_endpoint_log = logging.getLogger("madlab.endpoints")   # an outage as it begins: the endpoint, how long its calls wait
 
 class CircuitBreaker:
     "Whether one endpoint is up, judged on a window of attempts: open, calls wait for a probe; silent for `give_up_after` s, they fail."
     def __init__(self, endpoint: str, after: int = 5, cooldown: float = 30.0, give_up_after: float = 300.0,
-                 window: float = 10.0, rate: float = 0.5, silence: float = 10.0):
+                 window: float = 10.0, rate: float = 0.5, silence: float = 10.0, give_up_first: float = GIVE_UP_FIRST):
         self.endpoint, self.after, self.cooldown, self.give_up_after = endpoint, after, cooldown, give_up_after
+        self.give_up_first, self.reached = give_up_first, False     # reached: it answered, or held a connection until a timeout
+        self._what, self._refused = None, False                     # the last failure, and whether it was a refused connection
         self.window, self.rate, self.silence = window, rate, silence
         self._recent = collections.deque()          # (time, failed) of the attempts of the last `window` seconds
         self.last_answer = time.monotonic()         # or when the breaker began: silence is counted from here
@@ -167,6 +172,14 @@ class CircuitBreaker:
 
     @property
     def open(self) -> bool: return self.opened_at is not None
+    @property
+    def first(self) -> bool:
+        "Whether the endpoint was never reached in this run and `give_up_first` is the shorter limit."
+        return not (self.reached or self.answers) and self.give_up_first < self.give_up_after
+    @property
+    def give_up_now(self) -> float:
+        "Seconds of silence after which calls fail: `give_up_first` for an endpoint never reached, else `give_up_after`."
+        return self.give_up_first if self.first else self.give_up_after
     def __repr__(self): return f"CircuitBreaker({self.endpoint!r}, {'open' if self.open else 'closed'}, outages={self.outages}, waited={self.calls_waited})"
 
 # %% ../nbs/01_backends.ipynb #cb7a1e02
@@ -174,7 +187,7 @@ class CircuitBreaker:
 def failed(self: CircuitBreaker, what: str):
     "An attempt got no answer (timeout, refused or dropped connection): open on the window's failure rate or on a long silence."
     now = time.monotonic()
-    self._note(now, True)
+    self._note(now, True); self._what, self._refused = what, False
     if self.failing_since is None: self.failing_since = now
     if self._probing: self._probing = False; self._reschedule(now)
     if self.open: return
@@ -182,7 +195,7 @@ def failed(self: CircuitBreaker, what: str):
     if (len(self._recent) >= self.after and fails >= self.rate * len(self._recent)) or now - self.failing_since >= self.silence:
         self.opened_at, self.backoff, self.next_probe, self._cap, self.confirmed = now, 1.0, now + 1.0, self.cooldown, True
         self.reason = f"{fails} of its last {len(self._recent)} attempts got no answer ({what})"
-        self._wake()
+        self._announce(); self._wake()
 
 @patch
 def answered(self: CircuitBreaker):
@@ -221,8 +234,24 @@ def _wake(self: CircuitBreaker):
 
 @patch
 def _confirm(self: CircuitBreaker):
-    "The opening is an outage: the calls that waited on it are counted."
-    if not self.confirmed: self.confirmed, self.calls_waited, self._waited_now = True, self.calls_waited + self._waited_now, 0
+    "The opening is an outage: the calls that waited on it are counted (and, unless given up already, it is announced)."
+    if not self.confirmed:
+        self.confirmed, self.calls_waited, self._waited_now = True, self.calls_waited + self._waited_now, 0
+        if not self.gave_up: self._announce()
+
+
+# %% ../nbs/01_backends.ipynb #318b8fe6
+@patch
+def _announce(self: CircuitBreaker):
+    "Say in the log (`madlab.endpoints`, a warning) that an outage began: the endpoint, what failed, how long calls wait for it."
+    left = max(0.0, self.last_answer + self.give_up_now - time.monotonic())
+    if self.first:
+        how = "refuses connections" if self._refused else "cannot be reached"
+        msg = (f"endpoint {self.endpoint} {how} ({self._what}); it has not answered once in this run: its calls wait for it "
+               f"at most {left:.0f} s more, then fail (give-up for an endpoint not reached yet: {self.give_up_first:g} s, --give-up-first)")
+    else: msg = (f"endpoint {self.endpoint} is not answering ({self._what}); its calls wait for it at most {left:.0f} s more, "
+                 f"then fail (give-up after {self.give_up_after:g} s of silence, --give-up-after)")
+    _endpoint_log.warning(msg)
 
 
 # %% ../nbs/01_backends.ipynb #cb7a1e04
@@ -233,19 +262,29 @@ async def admit(self: CircuitBreaker) -> bool:
     while self.open:
         now = time.monotonic()
         if not self._probing and now >= self.next_probe: self._probing = True; return True
-        if now - self.last_answer >= self.give_up_after:
+        if now - self.last_answer >= self.give_up_now:
             self.gave_up = True; self._confirm()
-            raise EndpointDown(f"endpoint {self.endpoint} has answered nothing for {now - self.last_answer:.0f} s (give-up after {self.give_up_after:g} s; "
-                               f"{self.reason}). Check that the server is up and reachable (or raise --give-up-after or --timeout), then run again: finished items are kept")
+            raise EndpointDown(self._down_message(now))
         if not waited:
             waited = True
             if self.confirmed: self.calls_waited += 1
             else: self._waited_now += 1                  # counted once the outage is confirmed
         if self._changed is None: self._changed = asyncio.Event()
-        until = min(self.last_answer + self.give_up_after, self.next_probe if not self._probing else now + self.cooldown)
+        until = min(self.last_answer + self.give_up_now, self.next_probe if not self._probing else now + self.cooldown)
         try: await asyncio.wait_for(self._changed.wait(), timeout=max(0.005, until - now))
         except asyncio.TimeoutError: pass
     return False
+
+@patch
+def _down_message(self: CircuitBreaker, now: float) -> str:
+    "Why the calls fail: the endpoint, how long it was silent, the limit that applied, and what to do."
+    silent = f"endpoint {self.endpoint} has answered nothing for {now - self.last_answer:.0f} s"
+    if self.first:
+        return (f"{silent} and has not answered once in this run (give-up for an endpoint not reached yet: {self.give_up_first:g} s; "
+                f"{self.reason}). Check the URL and that the server is started (or raise --give-up-first), "
+                "then run again: finished items are kept")
+    return (f"{silent} (give-up after {self.give_up_after:g} s; {self.reason}). Check that the server is up and reachable "
+            "(or raise --give-up-after or --timeout), then run again: finished items are kept")
 
 # %% ../nbs/01_backends.ipynb #9b72dbb3
 @patch
@@ -253,7 +292,7 @@ def unreachable(self: CircuitBreaker, what: str, seen: int, started: float, prob
     "An attempt begun at `started` (after `seen` answers) was refused or reset: with no answer since, open at once (True: wait, not counted)."
     if self.answers != seen: self.failed(what); return False        # the endpoint answered meanwhile: up, this failure is stale
     now = time.monotonic()
-    self._note(now, True)
+    self._note(now, True); self._what, self._refused = what, True
     if self.failing_since is None: self.failing_since = now
     if not self.open:
         self.opened_at, self.backoff, self.next_probe, self._cap = now, 0.125, now, min(self.cooldown, DOWN_PROBE_CAP)
@@ -338,8 +377,10 @@ def _retry_after(exc) -> float|None:
 # %% ../nbs/01_backends.ipynb #383caf3c
 class _Endpoint:
     "What the calls to one endpoint share on one event loop: the in-flight limit and the circuit breaker."
-    def __init__(self, url: str, limit: int|None, breaker_after: int, cooldown: float, give_up_after: float = 300.0):
-        self.url, self.limit, self.breaker = url, EndpointLimit(limit), CircuitBreaker(url, breaker_after, cooldown, give_up_after)
+    def __init__(self, url: str, limit: int|None, breaker_after: int, cooldown: float, give_up_after: float = 300.0,
+                 give_up_first: float = GIVE_UP_FIRST):
+        self.url, self.limit = url, EndpointLimit(limit)
+        self.breaker = CircuitBreaker(url, breaker_after, cooldown, give_up_after, give_up_first=give_up_first)
         self.post_url = (url or "https://api.openai.com/v1").rstrip("/") + "/chat/completions"
         self.calls = self.attempts = self.rerouted = 0   # answers, attempts, calls that found it down and went to another replica
         self.absurd_retry_after = 0              # 429s whose Retry-After was too long to honour (each backed off on its own)
@@ -435,7 +476,7 @@ async def pick(self: _Replicas, what: str) -> tuple:
             delays = [e.breaker.next_probe - now for e in self.eps if e.breaker.open and not e.breaker._probing] + [e.limit._paused_until - lt for e in up if e.limit._paused_until > lt]
             await self._wait(front, min(delays) if delays else None); front = True
             continue
-        if all(now - e.breaker.last_answer >= e.breaker.give_up_after for e in self.eps):
+        if all(now - e.breaker.last_answer >= e.breaker.give_up_now for e in self.eps):
             for e in self.eps: e.breaker.gave_up = True; e.breaker._confirm()
             raise EndpointDown(f"every replica of {what} has answered nothing for its give-up time ("
                                + "; ".join(f"{e.url}: {e.breaker.reason}" for e in self.eps) + "). Check that the servers are up and reachable, then run again: finished items are kept")
@@ -448,7 +489,7 @@ async def pick(self: _Replicas, what: str) -> tuple:
             if e.breaker._changed is None: e.breaker._changed = asyncio.Event()
             evs.append(asyncio.ensure_future(e.breaker._changed.wait()))
         due = [e.breaker.next_probe for e in self.eps if not e.breaker._probing]
-        until = min(due + [max(e.breaker.last_answer + e.breaker.give_up_after for e in self.eps), now + max(e.breaker.cooldown for e in self.eps)])
+        until = min(due + [max(e.breaker.last_answer + e.breaker.give_up_now for e in self.eps), now + max(e.breaker.cooldown for e in self.eps)])
         try: await asyncio.wait(evs, timeout=max(0.005, until - now), return_when=asyncio.FIRST_COMPLETED)
         finally:
             for f in evs: f.cancel()
@@ -492,7 +533,8 @@ class OpenAIBackend(Backend):
     _clients = weakref.WeakKeyDictionary()      # event loop -> {(base_url, key digest, timeout): AsyncOpenAI}
     def __init__(self, model: str, base_url: str|None = None, api_key: str|None = None, preset: str = "openai",
                  max_concurrency: int|None = None, max_retries: int = 4, timeout: float = 60.0, max_wait: float = 30.0,
-                 breaker_after: int = 5, breaker_cooldown: float = 30.0, give_up_after: float = 300.0, **defaults):
+                 breaker_after: int = 5, breaker_cooldown: float = 30.0, give_up_after: float = 300.0,
+                 give_up_first: float = GIVE_UP_FIRST, **defaults):
         if preset not in PRESETS: raise ValueError(f"unknown preset {preset!r}; choose from {', '.join(PRESETS)}")
         p = PRESETS[preset]
         self.model, self.preset, self.defaults = model, preset, defaults
@@ -507,7 +549,8 @@ class OpenAIBackend(Backend):
         self._client, self._wire, self._ep, self.calls, self.attempts = None, None, None, 0, 0
         self.max_concurrency = None
         self.configure(max_concurrency=max_concurrency if max_concurrency is not None else _env_max_concurrency(),
-                       max_retries=max_retries, timeout=timeout, max_wait=max_wait, breaker_after=breaker_after, give_up_after=give_up_after)
+                       max_retries=max_retries, timeout=timeout, max_wait=max_wait, breaker_after=breaker_after, give_up_after=give_up_after,
+                       give_up_first=give_up_first)
 
 
     def __repr__(self): return f"OpenAIBackend({self.spec!r}, base_url={self.base_url!r})"  # never the key
@@ -528,9 +571,10 @@ class OpenAIBackend(Backend):
 # %% ../nbs/01_backends.ipynb #fb9c0fbf
 @patch
 def configure(self: OpenAIBackend, **opts):
-    "Set `max_concurrency` (an int pins each replica's limit, `N1|N2|...` one each; 'auto' adapts), `max_retries`, `timeout`, `max_wait`, `breaker_after`, `give_up_after`, `endpoints`."
+    "Set `max_concurrency` (an int pins each replica's limit, `N1|N2|...` one each; 'auto' adapts), `max_retries`, `timeout`, `max_wait`, `breaker_after`, `give_up_after`, `give_up_first`, `endpoints`."
     kinds = {"max_concurrency": (int, 1, False, True), "max_retries": (int, 0, False, False), "timeout": (float, 0, True, False),
-             "max_wait": (float, 0, False, False), "breaker_after": (int, 1, False, False), "give_up_after": (float, 0, True, False)}
+             "max_wait": (float, 0, False, False), "breaker_after": (int, 1, False, False), "give_up_after": (float, 0, True, False),
+             "give_up_first": (float, 0, True, False)}
     opts = dict(opts)
     mc = opts.get("max_concurrency")
     if isinstance(mc, str) and "|" in mc:                # one limit per replica
@@ -544,7 +588,7 @@ def configure(self: OpenAIBackend, **opts):
         setattr(self, k, _number(k, v, *kinds[k]))
     for ep, n in zip(self._eps or [], self._limits()):
         if n is not None: ep.limit.pin(n)
-        ep.breaker.give_up_after = self.give_up_after
+        ep.breaker.give_up_after, ep.breaker.give_up_first = self.give_up_after, self.give_up_first
     self._wire = None
     return self
 
@@ -575,7 +619,9 @@ def _endpoint(self: OpenAIBackend) -> _Endpoint:
     eps = []
     for url, n in zip(self._urls, self._limits()):
         ep = per_loop.get(url)
-        if ep is None: ep = per_loop[url] = _Endpoint(url or "https://api.openai.com/v1", n, self.breaker_after, self.breaker_cooldown, self.give_up_after)
+        if ep is None:
+            ep = per_loop[url] = _Endpoint(url or "https://api.openai.com/v1", n, self.breaker_after, self.breaker_cooldown,
+                                           self.give_up_after, self.give_up_first)
         elif n is not None: ep.limit.pin(n)
         eps.append(ep)
     if len(eps) > 1:
@@ -833,7 +879,9 @@ async def _attempt(self: OpenAIBackend, ep: _Endpoint, body: bytes) -> dict:
             if getattr(e, "no_connection", False):
                 if br.unreachable(what, seen, started, probe):            # down, nothing answered since: wait for it (or go to another replica)
                     ep.rerouted += many; continue
-            else: br.failed(what)
+            else:
+                br.reached = br.reached or isinstance(e, _sdk("APITimeoutError"))   # held a connection until the timeout
+                br.failed(what)
             ep.limit.connection_failed(epoch)       # timeouts and drops in a burst bring the limit down, as 429s do
             e.endpoint_busy = br.answers != seen    # it answered other calls meanwhile: up, but busy
             raise
@@ -1450,24 +1498,55 @@ class ReplayBackend(Backend):
 
 # %% ../nbs/01_backends.ipynb #03ec24d0
 BACKEND_PROVIDERS: dict[str, Callable] = {}   # spec prefix -> factory(rest, **kw) -> Backend
+BACKEND_REQUIRES: dict[str, tuple] = {}       # spec prefix -> (modules its backends import, madlab's pip extra installing them)
 ENTRY_POINT_GROUP = "madlab.backends"         # where another installed package offers its providers
 
-def register_backend(prefix: str, factory: Callable) -> Callable:
-    "Make specs `PREFIX:REST` build `factory(rest, **kw)` (a `Backend`); registering a prefix again replaces its factory."
+def register_backend(prefix: str, factory: Callable, requires=(), extra: str|None = None) -> Callable:
+    """Make specs `PREFIX:REST` build `factory(rest, **kw)` (a `Backend`); registering a prefix again replaces it. `requires`: the
+    modules its backends need, looked for before one is built; `extra`: madlab's pip extra that installs them."""
     if not isinstance(prefix, str) or not re.fullmatch(r"[A-Za-z][\w-]*", prefix):
         raise ValueError(f"a backend prefix is a letter then letters, digits, '_' or '-' (no ':'); got {prefix!r}")
     if not callable(factory): raise TypeError(f"the factory of {prefix}: must be callable; got {type(factory).__name__}")
+    requires = (requires,) if isinstance(requires, str) else tuple(requires)
+    if not all(isinstance(m, str) and re.fullmatch(r"[A-Za-z_][\w.]*", m) for m in requires):
+        raise ValueError(f"the requires of {prefix}: must be module names; got {requires!r}")
     BACKEND_PROVIDERS[prefix] = factory
+    if requires: BACKEND_REQUIRES[prefix] = (requires, extra)
+    else: BACKEND_REQUIRES.pop(prefix, None)
     return factory
 
-def backend_provider(prefix: str) -> Callable:
+def backend_provider(prefix: str, requires=(), extra: str|None = None) -> Callable:
     "Decorator: register the function as the factory of `prefix:` specs (see `register_backend`)."
-    return lambda factory: register_backend(prefix, factory)
+    return lambda factory: register_backend(prefix, factory, requires, extra)
 
 def unregister_backend(prefix: str) -> Callable|None:
     "Forget the provider of `prefix:` (its factory, or None when there was none)."
+    BACKEND_REQUIRES.pop(prefix, None)
     return BACKEND_PROVIDERS.pop(prefix, None)
 
+
+# %% ../nbs/01_backends.ipynb #ffed304e
+class MissingPackages(ImportError, ValueError):
+    "A backend whose provider needs packages that are not installed; the message names them and how to install them."
+
+def _installed(module: str) -> bool:
+    import importlib.util
+    try: return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError): return False       # a parent package missing, or a blocked module (None in sys.modules)
+
+def missing_packages(kind: str) -> list[str]:
+    "The modules `kind:` backends need (see `register_backend`) that are not installed; nothing is imported."
+    return [m for m in BACKEND_REQUIRES.get(kind, ((), None))[0] if not _installed(m)]
+
+def check_requirements(spec: str) -> None:
+    "Refuse a spec (`MissingPackages`) whose provider needs packages that are not installed, naming them and how to get them."
+    kind = str(spec).split(":", 1)[0]
+    missing = missing_packages(kind)
+    if not missing: return
+    extra = BACKEND_REQUIRES[kind][1]
+    how = f"pip install 'madlab[{extra}]'" if extra else "pip install " + " ".join(missing)
+    raise MissingPackages(f"{spec}: {kind}: backends need {', '.join(missing)}, not installed here; install with: {how}",
+                          name=missing[0])
 
 # %% ../nbs/01_backends.ipynb #0d386702
 def _entry_points() -> dict:
@@ -1501,6 +1580,7 @@ def get_backend(spec: str, **kw) -> Backend:
     kind, rest = spec.split(":", 1)
     make = _provider(kind)
     if make is None: raise ValueError(f"unknown backend kind {kind!r} in {spec!r}; choose from {', '.join(backend_kinds())}")
+    check_requirements(spec)                    # a missing package is named before anything is built or called
     b = make(rest, **kw)
     if not callable(getattr(b, "complete", None)): raise TypeError(f"the {kind}: provider built {type(b).__name__}, not a backend (it has no `complete`)")
     return b
@@ -1525,7 +1605,7 @@ def _replay_backend(spec, path, agent) -> ReplayBackend:
     syn = next(a.get("synthetic") for a in team if str(a.get("name")) == agent)
     return ReplayBackend([tu for r in rounds for tu in r.turns], spec=spec, agent=agent, synthetic=syn)
 
-ENDPOINT_OPTIONS = ("max_concurrency", "timeout", "max_retries", "max_wait", "breaker_after", "give_up_after", "base_url")
+ENDPOINT_OPTIONS = ("max_concurrency", "timeout", "max_retries", "max_wait", "breaker_after", "give_up_after", "give_up_first", "base_url")
 
 def _spec_options(spec, rest, allowed=ENDPOINT_OPTIONS) -> tuple[str, dict]:
     "`MODEL,key=value,...` of an OpenAI-compatible spec: the model and its endpoint options (see `ENDPOINT_OPTIONS`)."
@@ -1570,7 +1650,7 @@ def _openai_provider(preset, rest, **kw):
 
 for _p in PRESETS: register_backend(_p, functools.partial(_openai_provider, _p))   # openai, gemini, qwen, ollama, vllm
 
-@backend_provider("hf")
+@backend_provider("hf", requires=("torch", "transformers"), extra="hf")    # looked for with find_spec: nothing is imported
 def _hf_provider(rest, **kw):
     "`hf:PATH,key=value,...`: a transformers model in process, one per spec and options (torch loads when it first answers)."
     if not rest: raise ValueError("hf: needs a model path or hub name, e.g. hf:/models/tiny")

@@ -235,6 +235,9 @@ def _common_params(proto):
         O(["--max-retries"], type=click.IntRange(0, 100), default=None, help="Retries of a failed call (429, 5xx, timeout, dropped connection)  [default: 4]"),
         O(["--give-up-after"], type=click.FloatRange(0, 7 * 86_400, min_open=True), default=None, callback=_finite_cb,
           help="Seconds an endpoint may answer nothing before its calls fail (meanwhile they wait for it)  [default: 300]"),
+        O(["--give-up-first"], type=click.FloatRange(0, 7 * 86_400, min_open=True), default=None, callback=_finite_cb,
+          help="The same for an endpoint not reached once in this run (a wrong URL, a server not started)  "
+               "[default: 30, at most --give-up-after]"),
         O(["--structured"], type=click.Choice(["auto", "on", "off"]), default=None,
           help="Hold replies to their answer's JSON schema: auto where the backend can (hf: while decoding, openai: asks the server), on (refuse a backend that cannot), off (the format in the prompt only)  [default: auto, or the team file's]"),
         O(["--decision"], metavar="RULE", default=None, callback=_decision_cb,
@@ -299,6 +302,19 @@ def _refusal(proto, flag) -> str|None:
                 + ("; give --items" if flag == "--games" else "; leave it out"))
     return None
 
+# %% ../nbs/40_cli.ipynb #45c50b58
+def _log_to_stderr():
+    """Print madlab's warnings (an endpoint refusing connections, how long its calls wait) on stderr as they happen, above any
+    progress bar; call the result to stop."""
+    import logging
+    class _Stderr(logging.Handler):
+        def emit(self, record):
+            from tqdm.auto import tqdm
+            tqdm.write(f"madlab: {record.getMessage()}", file=sys.stderr)
+    h, log = _Stderr(logging.WARNING), logging.getLogger("madlab")
+    log.addHandler(h)
+    return lambda: log.removeHandler(h)
+
 # %% ../nbs/40_cli.ipynb #2a19dfb9
 def _option_error(e: OptionError) -> click.ClickException:
     "The command line's form of an `OptionError`: a usage error, or a bad value of the option it names."
@@ -322,7 +338,7 @@ def _run_protocol(proto, kw):
     opts.update({k: kw.pop(k) for k in ("topology", "stop_on") if k in kw and k not in proto.options and kw[k] is not None})   # debate-wide settings
     if kw["agents"] and kw["team_file"]: raise click.UsageError("give either --agents or --team, not both")
     given = click.get_current_context().get_parameter_source("task") is not click.core.ParameterSource.DEFAULT
-    endpoint = {k: kw[k] for k in ("max_concurrency", "timeout", "max_retries", "give_up_after") if kw.get(k) is not None}
+    endpoint = {k: kw[k] for k in ("max_concurrency", "timeout", "max_retries", "give_up_after", "give_up_first") if kw.get(k) is not None}
     progress = sys.stderr.isatty() if kw["progress"] is None else kw["progress"]
     try: plan = resolve_run(proto, task=kw["task"] if given else None, data=kw["data"], items=kw["items"], decision=kw["decision"],
                             team=Path(kw["team_file"]) if kw["team_file"] else kw["agents"], size=kw.get("size"), n=kw["n"], majority_error=kw.get("majority_error"),
@@ -335,7 +351,7 @@ def _run_protocol(proto, kw):
     if kw.get("dry_run"): click.echo(repr(plan)); return
     try: old = signal.signal(signal.SIGTERM, _raise_interrupt)      # SIGTERM stops the run as Ctrl-C does
     except (ValueError, AttributeError): old = None                 # not the main thread (e.g. a notebook kernel): Ctrl-C only
-    gc_settings = _gc_for_a_run()
+    gc_settings, said = _gc_for_a_run(), _log_to_stderr()
     try: res = run_experiment(plan)
     except LockLost as e: raise _LockLostError(e.message) from None
     except OptionError as e: raise _option_error(e) from None
@@ -343,7 +359,7 @@ def _run_protocol(proto, kw):
     except OSError as e: raise click.ClickException(f"writing the outputs failed: {e}") from None
     finally:
         if old is not None: signal.signal(signal.SIGTERM, old)
-        _gc_restore(gc_settings)
+        _gc_restore(gc_settings); said()
     click.echo(res.summary())
     if res.interrupted: sys.exit(130)
     if res.failed or res.df.empty: sys.exit(1)

@@ -35,12 +35,15 @@ def _filesystem(protocol: str, option: str = "out"):
 # %% ../nbs/00b_store.ipynb #0c33b90a
 class StorePath:
     "A file or folder in an fsspec store, with the `pathlib` operations a run folder uses; a write puts one whole object."
+    option = "out"                                   # the option that named it, for errors
     def __init__(self, url: str, fs=None, option: str = "out"):
         protocol = url.split("://", 1)[0].lower()
-        self.fs = fs if fs is not None else _filesystem(protocol, option)
+        self.option, self.fs = option, fs if fs is not None else _filesystem(protocol, option)
         self.path = self.fs._strip_protocol(url).rstrip("/")
         if not self.path.strip("/"): raise OptionError(option, f"{url} names no bucket or folder")
-    def _at(self, path): p = object.__new__(StorePath); p.fs, p.path = self.fs, path.rstrip("/"); return p
+    def _at(self, path):
+        p = object.__new__(StorePath); p.fs, p.path, p.option = self.fs, path.rstrip("/"), self.option
+        return p
     def __str__(self): return self.fs.unstrip_protocol(self.path)
     def __repr__(self): return f"StorePath({str(self)!r})"
     def __eq__(self, o): return isinstance(o, StorePath) and str(o) == str(self)
@@ -65,7 +68,9 @@ class StorePath:
     def read_text(self, encoding="utf-8") -> str: return self.read_bytes().decode(encoding)
     def write_bytes(self, data) -> StorePath: self._do("writing", self.fs.pipe_file, self.path, bytes(data)); return self
     def write_text(self, text, encoding="utf-8") -> StorePath: return self.write_bytes(text.encode(encoding))
-    def mkdir(self, parents=True, exist_ok=True): self._do("creating it", self.fs.makedirs, self.path, exist_ok=True)
+    def mkdir(self, parents=True, exist_ok=True):
+        _check_bucket(self)                          # a store's folder is made only inside a bucket that exists
+        self._do("creating it", self.fs.makedirs, self.path, exist_ok=True)
     def unlink(self, missing_ok=False):
         try: self._do("deleting it", self.fs.rm_file, self.path)
         except FileNotFoundError:
@@ -80,6 +85,22 @@ class StorePath:
         self.fs.invalidate_cache(self.path)
         try: return {p[len(self.path) + 1:] for p in self._do("listing it", self.fs.find, self.path)}
         except FileNotFoundError: return set()
+
+# %% ../nbs/00b_store.ipynb #9276f5ed
+_BUCKETS_SEEN: set = set()      # buckets found to exist in this process (a bucket is looked up once)
+
+def _check_bucket(p: StorePath):
+    "Refuse (an `OptionError` for `p.option`) a folder in an object store whose bucket does not exist: madlab makes no bucket."
+    protocols = p.fs.protocol if isinstance(p.fs.protocol, (tuple, list)) else (p.fs.protocol,)
+    if not set(protocols) & set(_PACKAGES): return            # a store without buckets (memory://, a local one)
+    bucket = p.path.strip("/").split("/", 1)[0]
+    url = p.fs.unstrip_protocol(bucket)
+    if url in _BUCKETS_SEEN: return
+    if not p._do("looking up its bucket", p.fs.exists, bucket):
+        raise OptionError(p.option, f"{p}: the bucket {bucket!r} does not exist (or these credentials cannot see it); madlab creates "
+                                    f"run folders only inside an existing bucket: create it (e.g. aws s3 mb {url}), "
+                                    "or check the URL and the credentials")
+    _BUCKETS_SEEN.add(url)
 
 # %% ../nbs/00b_store.ipynb #4d4a6dbe
 def store_path(p, option: str = "out"):

@@ -378,3 +378,29 @@ def test_export_reads_a_run_in_a_bucket_and_writes_to_one(s3, tmp_path):
     assert str(x.path).startswith(f"{out}/r/exports/inspect/") and str(x.path).endswith(".eval") and s3.exists(str(x.path).removeprefix("s3://"))
     r = CliRunner().invoke(main, ["export", f"{out}/r", "--out", f"{out}/r"])       # a folder in the bucket
     assert r.exit_code == 2 and "is a folder" in r.output and "Traceback" not in r.output, r.output
+
+
+def test_a_bucket_that_does_not_exist_is_refused_and_not_created(s3, tmp_path):
+    "`--out s3://<no such bucket>/...`: refused before any call, naming the bucket and what to do; no bucket is made."
+    from fake_openai_server import FakeOpenAIServer
+    from madlab.cli import main
+    from madlab.core import OptionError
+    from madlab.run import run_experiment
+    from madlab.scoring import toy_arith_items
+    missing = "madlab-runs-typo"
+    with FakeOpenAIServer(reply="The answer is 42.") as srv:
+        team = f"openai:m,base_url={srv.url}"
+        r = CliRunner().invoke(main, ["run", "du", "--task", "arith", "--n", "2", "--agents", team,
+                                      "--out", f"s3://{missing}/runs", "--no-progress", "--no-cache"])
+        assert r.exit_code == 2 and "'--out'" in r.output and "Traceback" not in r.output, r.output
+        assert f"the bucket '{missing}' does not exist" in r.output, r.output
+        assert f"create it (e.g. aws s3 mb s3://{missing})" in r.output, r.output
+        assert "check the URL and the credentials" in r.output, r.output
+        assert srv.hits == 0, (srv.hits, r.output)                      # before any call
+    with pytest.raises(OptionError, match=f"the bucket '{missing}' does not exist"):
+        run_experiment("du", toy_arith_items(2, seed=0), out=f"s3://{missing}/r")
+    s3.invalidate_cache()
+    assert not s3.exists(missing) and missing not in [b.rstrip("/") for b in s3.ls("")], s3.ls("")
+    args = ["run", "du", "--task", "arith", "--n", "1", "--out", f"s3://{BUCKET}/t11", "--name", "r", "--no-progress"]
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 0 and f"outputs: s3://{BUCKET}/t11/r" in r.output, r.output       # inside a bucket: made
