@@ -476,9 +476,9 @@ class LogprobWeighted(DecisionRule):
 def _gives_logprobs(backend) -> bool: return bool(getattr(backend, "logprobs", False))
 
 def check_logprobs(rule, agents) -> None:
-    "Before any call: an `OptionError` naming the voters whose backends cannot give token log-probabilities when `rule` needs them, or that only simulate the signal `rule` weighs with no calibration stated (`check_signal`); else each voter is asked for them (`logprobs=True`)."
+    "Before any call: an `OptionError` naming the voters whose backends cannot give token log-probabilities when `rule` needs them, or only simulate them with no calibration stated (`check_signal`); else each voter is asked for them (`logprobs=True`)."
     rule = get_decision(rule)
-    if "logprobs" not in rule.needs_backend: return check_signal(rule, agents)
+    if "logprobs" not in rule.needs_backend: return
     voters = [a for a in agents if getattr(a, "role", None) not in HELPER_ROLES]
     cannot = [f"{a.name} ({a.backend.spec})" for a in voters if not _gives_logprobs(a.backend)]
     if cannot: raise OptionError("decision", f"rule {rule.spec!r} needs token log-probabilities, which these agents' backends cannot give: {', '.join(cannot)}; "
