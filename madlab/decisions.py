@@ -432,20 +432,22 @@ def rule_signal(rule) -> str|None:
     return "logprobs" if "logprobs" in rule.needs_backend else "confidence" if "confidence" in rule.needs else None
 
 def _member(a) -> tuple:
-    "(name, spec, role, stated calibration) of an agent or of a transcript's team entry; the calibration is None for a backend whose signals are its model's own."
-    if isinstance(a, dict): name, spec, role, b = a.get("name"), a.get("spec"), a.get("role"), None
-    else: name, role, b = getattr(a, "name", None), getattr(a, "role", None), getattr(a, "backend", None); spec = getattr(b, "spec", None) or getattr(a, "spec", None)
-    persona = getattr(b, "persona", None)            # a synthetic backend built from a persona, not from its spec
-    cal = getattr(persona, "calibration", None) if persona is not None else stated_calibration(spec)
-    return name, spec, role, (None if cal is None else float(cal))
+    """(name, role, stated calibration) of an agent or of a transcript's team entry; the calibration is None
+    for a backend whose signals are its model's own."""
+    if isinstance(a, dict): return a.get("name"), a.get("role"), stated_calibration(a.get("spec"))
+    b = getattr(a, "backend", None)
+    persona = getattr(b, "persona", None)            # a synthetic backend built from a persona, not from a spec
+    cal = persona.calibration if persona is not None else stated_calibration(getattr(b, "spec", None) or getattr(a, "spec", None))
+    return getattr(a, "name", None), getattr(a, "role", None), None if cal is None else float(cal)
 
 def _simulated(team) -> list:
     "(name, calibration) of each voter of `team` whose signals are simulated."
-    return [(n, c) for n, _, role, c in map(_member, team) if role not in HELPER_ROLES and c is not None]
+    return [(n, c) for n, role, c in map(_member, team) if role not in HELPER_ROLES and c is not None]
 
 # %% ../nbs/05a_decisions.ipynb #5a11ad03
 def signal_note(rule, team) -> str|None:
-    "The note a table decided by `rule` carries when the signal it weighs is simulated by `team`'s synthetic voters (agents or a transcript's team); None when it is none or the models' own."
+    """The note a table decided by `rule` carries when the signal it weighs is simulated by `team`'s synthetic voters
+    (agents, or a transcript's team); None when the rule weighs none, or the models' own."""
     sig = rule_signal(rule)
     sim = _simulated(team) if sig else []
     if not sim: return None
@@ -455,14 +457,16 @@ def signal_note(rule, team) -> str|None:
     return f"simulated signal: synthetic agents' {SIGNALS[sig]} ({said})"
 
 def check_signal(rule, team) -> None:
-    "Before any call: an `OptionError` when `rule` weighs a signal that a synthetic voter of `team` simulates with no calibration stated (noise by construction), naming the fix."
+    """Before any call: an `OptionError` when `rule` weighs a signal that a synthetic voter of `team` simulates
+    with no calibration stated (noise by construction), naming the fix."""
     sig = rule_signal(rule)
-    if not sig: return
-    flat = [n for n, c in _simulated(team) if not c]
+    flat = [n for n, c in _simulated(team) if not c] if sig else []
     if not flat: return
-    other = "a backend that gives token log-probabilities (hf:, openai:, vllm:)" if sig == "logprobs" else "agents whose models report their own confidence"
-    raise OptionError("decision", f"rule {get_decision(rule).spec!r} weighs the agents' {SIGNALS[sig]}, which the synthetic agents {', '.join(map(str, flat))} only simulate, "
-                                  f"with no calibration stated: noise by construction. State one in each spec (e.g. synthetic:strong,calibration=0.5) or use {other}")
+    other = ("a backend that gives token log-probabilities (hf:, openai:, vllm:)" if sig == "logprobs"
+             else "agents whose models report their own confidence")
+    raise OptionError("decision", f"rule {get_decision(rule).spec!r} weighs the agents' {SIGNALS[sig]}, which the synthetic agents "
+                                  f"{', '.join(map(str, flat))} only simulate, with no calibration stated: noise by construction. "
+                                  f"State one in each spec (e.g. synthetic:strong,calibration=0.5) or use {other}")
 
 # %% ../nbs/05a_decisions.ipynb #fa11ad10
 class LogprobWeighted(DecisionRule):
