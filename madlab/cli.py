@@ -410,7 +410,9 @@ def rescore_cmd(run_dir, decision, compare, cache, allow_fewer_scores, prices):
         if compare:
             from madlab.runs import open_run
             import pandas as pd
-            with pd.option_context("display.width", 200, "display.max_columns", 20): click.echo(open_run(run_dir).decisions().to_string(index=False))
+            tab = open_run(run_dir).decisions()
+            with pd.option_context("display.width", 200, "display.max_columns", 20): click.echo(tab.to_string(index=False))
+            for note in tab.attrs.get("notes") or []: click.echo(note)          # the rows marked `simulated` rest on a simulated signal
             return
         res = rescore(run_dir, decision=decision, cache=cache, allow_fewer_scores=allow_fewer_scores, prices=prices)
     except OptionError as e: raise click.BadParameter(e.message, param_hint="RUN_DIR" if e.option in ("out", "path") else f"'{e.flag}'") from None

@@ -15,7 +15,7 @@ import madlab
 from .core import *
 from .backends import *
 from .agents import *
-from .decisions import check_decision, check_logprobs, aredecide
+from .decisions import check_decision, check_logprobs, check_signal, aredecide
 from .scoring import answer_format, agreement
 from . import tasks as _tasks   # registers every built-in task (madlab.tasks, and through it madlab.kks, madlab.market, madlab.pairwise) for every debate
 
@@ -278,6 +278,7 @@ class Debate:
         self.agents = make_team(list(team) if team is not None else list(DEFAULT_TEAM), budget)
         with_cache(self.agents, cache)
         check_logprobs(self.decision, self.agents)            # a rule that weighs by log-probabilities: every voter's backend gives them, before any call
+        check_signal(self.decision, self.agents)              # a signal synthetic agents simulate: only with a calibration stated
         self.rounds: list[Round] = []
         self.result: dict = {}
         self.listeners: list[Callable] = []

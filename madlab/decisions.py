@@ -7,20 +7,22 @@ Docs: https://madlab.github.io/madlab/decisions.html.md"""
 # %% ../nbs/05a_decisions.ipynb #b938bf96
 from __future__ import annotations
 import collections, math, re
+from fractions import Fraction
 from dataclasses import dataclass, field
 from typing import Any, Callable
 from .core import *
 from .core import Ask
 from .formats import AnswerFormat, register_format, answer_format
-from .synthetic import synthetic_rng, believes_gold
+from .synthetic import synthetic_rng, believes_gold, stated_calibration
 
 # %% auto #0
-__all__ = ['JUDGE_PROMPT', 'DECISIONS', 'PROTOCOL_FEATURES', 'BALLOTS', 'HELPER_ROLES', 'NOT_VOTING', 'FREEMAD_WEIGHTS', 'Ballot',
-           'Decision', 'ballot', 'DecisionRule', 'Plurality', 'Majority', 'Supermajority', 'Unanimity',
-           'ConfidenceWeighted', 'Borda', 'Approval', 'Judge', 'judge_decision', 'ProtocolRule', 'register_decision',
-           'get_decision', 'protocol_features', 'answer_features', 'check_decision', 'ballots_from', 'final_turns',
-           'ballots', 'decide', 'latest_turns', 'redecide', 'aredecide', 'trajectories', 'FreeMAD', 'LogprobWeighted',
-           'check_logprobs', 'check_logprobs_recorded']
+__all__ = ['JUDGE_PROMPT', 'DECISIONS', 'PROTOCOL_FEATURES', 'BALLOTS', 'HELPER_ROLES', 'NOT_VOTING', 'FREEMAD_WEIGHTS',
+           'SIGNALS', 'Ballot', 'Decision', 'ballot', 'DecisionRule', 'Plurality', 'Majority', 'Supermajority',
+           'Unanimity', 'ConfidenceWeighted', 'Borda', 'Approval', 'Judge', 'judge_decision', 'ProtocolRule',
+           'register_decision', 'get_decision', 'protocol_features', 'answer_features', 'check_decision',
+           'ballots_from', 'final_turns', 'ballots', 'decide', 'latest_turns', 'redecide', 'aredecide', 'trajectories',
+           'FreeMAD', 'rule_signal', 'signal_note', 'check_signal', 'LogprobWeighted', 'check_logprobs',
+           'check_logprobs_recorded']
 
 # %% ../nbs/05a_decisions.ipynb #d8f1c993
 @dataclass
@@ -385,15 +387,15 @@ class FreeMAD(DecisionRule):
     @property
     def spec(self): return self.name if self.weights == FREEMAD_WEIGHTS else f"freemad:{','.join(f'{x:g}' for x in self.weights)}"
     def scores(self, paths: list[list]) -> tuple[collections.Counter, dict]:
-        "The score of each answer key over `paths` (each agent's answers by round, None: unreadable), and the first answer with each key."
-        w1, w2, w3, w4 = self.weights
+        "The exact score (a `Fraction`) of each answer key over `paths` (each agent's answers by round, None: unreadable), and the first answer with each key."
+        w1, w2, w3, w4 = (Fraction(w) for w in self.weights)
         S, first = collections.Counter(), {}
         for path in paths:
             prev = None
             for k, a in enumerate(path):
                 key = answer_key(a)
                 if key is None: continue
-                first.setdefault(key, a); f = 1 / (k + 1)
+                first.setdefault(key, a); f = Fraction(1, k + 1)
                 if prev is None: S[key] += w1 * f
                 elif key != prev: S[prev] -= w2 * f; S[key] += w3 * f
                 else: S[key] += w4 * f
@@ -408,7 +410,7 @@ class FreeMAD(DecisionRule):
     def _top(self, paths):
         S, first = self.scores(paths)
         d = _top(S, first, len(paths))
-        return Decision(d.answer, d.reason, {k: round(v, 6) for k, v in d.tally.items()})
+        return Decision(d.answer, d.reason, {k: round(float(v), 6) for k, v in d.tally.items()})
     def decide(self, ballots): return self.decide_paths([[b.answer] for b in ballots])     # final answers alone: a one-round trajectory
     def decide_transcript(self, t: Transcript) -> Decision: return self.decide_paths([[_turn_answer(tu) for tu in p] for p in trajectories(t).values()])
 
@@ -420,6 +422,51 @@ def _freemad(arg):
     return FreeMAD(w)
 
 register_decision("freemad", _freemad, "Free-MAD's score over every round's answers (freemad:W1,W2,W3,W4; default 20,25,30,20)")
+
+# %% ../nbs/05a_decisions.ipynb #5a11ad02
+SIGNALS = {"logprobs": "log-probabilities", "confidence": "self-reported confidences"}   # what a rule may weigh besides the answer
+
+def rule_signal(rule) -> str|None:
+    "The signal `rule` weighs besides the answers (`logprobs`, `confidence`), None when it counts answers only."
+    rule = get_decision(rule)
+    return "logprobs" if "logprobs" in rule.needs_backend else "confidence" if "confidence" in rule.needs else None
+
+def _member(a) -> tuple:
+    """(name, role, stated calibration) of an agent or of a transcript's team entry; the calibration is None
+    for a backend whose signals are its model's own."""
+    if isinstance(a, dict): return a.get("name"), a.get("role"), stated_calibration(a.get("spec"))
+    b = getattr(a, "backend", None)
+    persona = getattr(b, "persona", None)            # a synthetic backend built from a persona, not from a spec
+    cal = persona.calibration if persona is not None else stated_calibration(getattr(b, "spec", None) or getattr(a, "spec", None))
+    return getattr(a, "name", None), getattr(a, "role", None), None if cal is None else float(cal)
+
+def _simulated(team) -> list:
+    "(name, calibration) of each voter of `team` whose signals are simulated."
+    return [(n, c) for n, role, c in map(_member, team) if role not in HELPER_ROLES and c is not None]
+
+# %% ../nbs/05a_decisions.ipynb #5a11ad03
+def signal_note(rule, team) -> str|None:
+    """The note a table decided by `rule` carries when the signal it weighs is simulated by `team`'s synthetic voters
+    (agents, or a transcript's team); None when the rule weighs none, or the models' own."""
+    sig = rule_signal(rule)
+    sim = _simulated(team) if sig else []
+    if not sim: return None
+    cals = sorted({c for _, c in sim})
+    said = (f"calibration {cals[0]:g} stated by the persona{'s' * (len(sim) > 1)}" if len(cals) == 1
+            else "calibrations stated by the personas: " + ", ".join(f"{n} {c:g}" for n, c in sim))
+    return f"simulated signal: synthetic agents' {SIGNALS[sig]} ({said})"
+
+def check_signal(rule, team) -> None:
+    """Before any call: an `OptionError` when `rule` weighs a signal that a synthetic voter of `team` simulates
+    with no calibration stated (noise by construction), naming the fix."""
+    sig = rule_signal(rule)
+    flat = [n for n, c in _simulated(team) if not c] if sig else []
+    if not flat: return
+    other = ("a backend that gives token log-probabilities (hf:, openai:, vllm:)" if sig == "logprobs"
+             else "agents whose models report their own confidence")
+    raise OptionError("decision", f"rule {get_decision(rule).spec!r} weighs the agents' {SIGNALS[sig]}, which the synthetic agents "
+                                  f"{', '.join(map(str, flat))} only simulate, with no calibration stated: noise by construction. "
+                                  f"State one in each spec (e.g. synthetic:strong,calibration=0.5) or use {other}")
 
 # %% ../nbs/05a_decisions.ipynb #fa11ad10
 class LogprobWeighted(DecisionRule):
@@ -433,21 +480,27 @@ class LogprobWeighted(DecisionRule):
 def _gives_logprobs(backend) -> bool: return bool(getattr(backend, "logprobs", False))
 
 def check_logprobs(rule, agents) -> None:
-    "Before any call: an `OptionError` naming the voters whose backends cannot give token log-probabilities when `rule` needs them; else each voter is asked for them (`logprobs=True`)."
+    "Before any call: an `OptionError` naming the voters whose backends cannot give token log-probabilities when `rule` needs them, or only simulate them with no calibration stated (`check_signal`); else each voter is asked for them (`logprobs=True`)."
     rule = get_decision(rule)
     if "logprobs" not in rule.needs_backend: return
     voters = [a for a in agents if getattr(a, "role", None) not in HELPER_ROLES]
     cannot = [f"{a.name} ({a.backend.spec})" for a in voters if not _gives_logprobs(a.backend)]
     if cannot: raise OptionError("decision", f"rule {rule.spec!r} needs token log-probabilities, which these agents' backends cannot give: {', '.join(cannot)}; "
-                                             "use hf:, openai:, vllm: or synthetic: backends")
+                                             "use hf:, openai:, vllm: or synthetic: backends (with a calibration stated)")
+    check_signal(rule, agents)
     for a in voters: a.params["logprobs"] = True
 
-register_decision("confidence:logprob", _no_arg(LogprobWeighted), "the largest sum of exp(mean token log-probability) of the replies (hf:, openai:, vllm:, synthetic: backends)")
+register_decision("confidence:logprob", _no_arg(LogprobWeighted), "the largest sum of exp(mean token log-probability) of the replies (hf:, openai:, vllm: backends; synthetic: with a calibration stated)")
 
 def check_logprobs_recorded(rule, transcripts) -> None:
-    "Before re-deciding finished debates: an `OptionError` when `rule` weighs by log-probabilities and none of their final answers recorded one (a run made without them)."
+    "Before re-deciding finished debates: an `OptionError` when `rule` weighs a signal (log-probabilities, confidences) that none of their final answers recorded (a run made without them), or that their synthetic voters simulated with no calibration stated."
     rule = get_decision(rule)
-    if "logprobs" not in rule.needs_backend: return
-    if not any(b.logprob is not None for t in transcripts for b in ballots(t)):
-        raise OptionError("decision", f"rule {rule.spec!r} weighs answers by their token log-probabilities, which these debates did not record: "
-                                      "run them again with --decision confidence:logprob (hf:, openai:, vllm: or synthetic: backends)")
+    sig = rule_signal(rule)
+    if sig is None: return
+    ts = [t for t in transcripts if _voted(t)] or list(transcripts)
+    have = (lambda b: b.logprob is not None) if sig == "logprobs" else (lambda b: b.confidence is not None)
+    if ts and not any(have(b) for t in ts for b in ballots(t)):
+        how = ("run them again with --decision confidence:logprob (hf:, openai:, vllm: backends, or synthetic: with a calibration stated)" if sig == "logprobs"
+               else "run them again with agents whose answers report a confidence")
+        raise OptionError("decision", f"rule {rule.spec!r} weighs answers by their {SIGNALS[sig]}, which these debates did not record: {how}")
+    for t in ts[:1]: check_signal(rule, t.team)

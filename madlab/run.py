@@ -19,7 +19,7 @@ from .backends import *
 from .agents import *
 from .scoring import answer_format, score_result
 from .debate import *
-from .decisions import get_decision, check_decision, check_logprobs, check_logprobs_recorded, aredecide
+from .decisions import get_decision, check_decision, check_logprobs, check_logprobs_recorded, aredecide, signal_note, check_signal
 from .cost import Prices, load_prices, item_cost, cost_lines, cost_table
 from .store import StorePath, StoreLock, LockLost, store_path, read_table, put_tree
 
@@ -49,6 +49,8 @@ def debate_row(t: Transcript) -> dict:
            "prompt_tokens": sum(tu.usage.prompt_tokens for tu in ok), "completion_tokens": sum(tu.usage.completion_tokens for tu in ok),
            "seconds": round((t.meta.get("finished") or 0) - (t.meta.get("started") or 0), 4) if t.meta.get("started") else None,
            "synthetic": t.synthetic, "decision_rule": (t.result or {}).get("decision_rule", "protocol")}
+    note = signal_note(row["decision_rule"], t.team) if row["decision_rule"] != "protocol" else None
+    if note: row["decision_signal"] = note             # a decision weighed by a simulated signal says so in every row
     for k, v in (t.result or {}).items():
         if k != "decision_rule": row[f"result_{k}" if k in row else k] = _cell(v)
     try: score = score_result(t.item, t.result)
@@ -267,6 +269,7 @@ class RunResult:
         if len(df) and "calls" in df or self.made: s += "; " + _calls_text(df, self.made)
         if self.seconds is not None: s += f"; {self.seconds:.1f} s"
         L = [s]
+        if "decision_signal" in df and df.decision_signal.notna().any(): L += list(dict.fromkeys(df.decision_signal.dropna()))   # the accuracy rests on a simulated signal
         if self.report: L.append(self.report)
         if self.failed: L.append(f"{self.failed} debate{'s' if self.failed != 1 else ''} failed in this run; first error: "
                                  + str(df[df.status == 'failed'].error.dropna().iloc[0] if (df.status == 'failed').any() else '?')[:300])
@@ -684,7 +687,8 @@ def resolve_run(protocol, task: str|None = None, data=None, items=None, team=Non
         said.append(f"{f} is deprecated: say --decision {options[k]}")
     try: check_api_keys(agents, [rule.backend if rule.judge else None, options.get("supervisor")])   # before any call and any folder
     except OptionError as e: raise _usage(e.option, e.message) from None
-    check_logprobs(rule, agents)                    # confidence:logprob: backends that give log-probabilities (a bad --decision), asked for them
+    check_logprobs(rule, agents)                    # confidence:logprob: backends that give log-probabilities (a bad --decision), asked for them; a simulated signal calibrated
+    if (note := signal_note(rule, agents)): notes["simulated_signal"] = note; said.append(note)     # config.json and the command say it
     if majority_error and item_filter is not None: raise OptionError("item_filter", "give item_filter or majority_error (a MajorityErrorFilter's agents), not both")
     f = item_filter if item_filter is not None else (MajorityErrorFilter(majority_error) if majority_error else None)
     if f is not None:
@@ -695,6 +699,7 @@ def resolve_run(protocol, task: str|None = None, data=None, items=None, team=Non
         topology_neighbours(settings["topology"], [a.name for a in agents if a.role not in EXTRA_ROLES], seed)
     items = _check_items(proto, items)
     for it in items: check_decision(rule, it, proto.name, settings)       # what the rule needs, before any call
+    check_signal(rule, agents)                      # and a signal it weighs that synthetic agents simulate: calibrated, as their specs state
     if name is None:
         name = run_name(proto, items, [a for a in agents if a.role != "supervisor"], settings, seed)
         if not rule.protocol: name += "_decision-" + re.sub(r"[^A-Za-z0-9.+-]+", "-", rule.spec)

@@ -296,34 +296,39 @@ def compare_runs(a, b, names: tuple = ("a", "b")) -> pd.DataFrame:
     return m[first + [c for c in m.columns if c not in first]]
 
 # %% ../nbs/23_runs.ipynb #e937f96f
-DEFAULT_RULES = ("protocol", "plurality", "majority", "supermajority:0.75", "unanimity", "confidence", "borda", "approval:2", "freemad")
+DEFAULT_RULES = ("protocol", "plurality", "majority", "supermajority:0.75", "unanimity", "confidence", "borda", "approval:2", "freemad", "confidence:logprob")
 
-def _boot(x, n_boot, rng):
-    "The 2.5 and 97.5 percentiles of the mean of `x` over `n_boot` resamples."
+def _boot(x, idx):
+    "The 2.5 and 97.5 percentiles of the mean of `x` (one entry per item; NaN: not scored) over the resamples `idx` (rows of item positions), shared by every rule."
     import numpy as np
-    if len(x) == 0: return (None, None)
-    m = rng.integers(0, len(x), (n_boot, len(x)))
-    lo, hi = np.percentile(np.asarray(x, float)[m].mean(axis=1), [2.5, 97.5])
+    x = np.asarray(x, float)
+    if not len(x) or np.isnan(x).all(): return (None, None)
+    s = x[idx]
+    ok = ~np.isnan(s)
+    means = np.where(ok.any(axis=1), np.nansum(s, axis=1) / np.maximum(ok.sum(axis=1), 1), np.nan)
+    lo, hi = np.nanpercentile(means, [2.5, 97.5])
     return round(float(lo), 3), round(float(hi), 3)
 
 @patch
 def decisions(self: OpenRun, rules=None, n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
-    "Every rule in `rules` (default: each of `DEFAULT_RULES` the run's answers can serve) on this run's debates: items, accuracy [ci_low, ci_high], no_decision, changed."
+    "Every rule in `rules` (default: each of `DEFAULT_RULES` the run's answers and signals can serve) on this run's debates, on the same bootstrap resamples: items, accuracy [ci_low, ci_high], no_decision, changed; `signal` marks a row decided by a simulated signal, which `attrs['notes']` describe."
     import asyncio, numpy as np
     from madlab.core import answer_key, runtime_loop
-    from madlab.decisions import get_decision, check_decision, aredecide
+    from madlab.decisions import get_decision, check_decision, check_logprobs_recorded, aredecide, signal_note
     from madlab.run import _judge
     from madlab.scoring import score_result
     found, _ = self.folder.transcripts()
     ts = [t for t in found.values() if t.meta.get("status") == "done"]
     asked = [get_decision(r) for r in (rules or DEFAULT_RULES)]
     def fits(r, t):
-        try: check_decision(r, t.item, t.protocol, {k: v for k, v in t.settings.items() if k not in ("seed", "decision")}); return True
+        try: check_decision(r, t.item, t.protocol, {k: v for k, v in t.settings.items() if k not in ("seed", "decision")}); check_logprobs_recorded(r, ts); return True
         except Exception:
             if rules: raise
             return False
     use = [r for r in asked if not ts or fits(r, ts[0])]
-    rng, rows = np.random.default_rng(seed), []
+    idx = np.random.default_rng(seed).integers(0, len(ts), (n_boot, len(ts))) if ts else None   # one set of resamples for every rule
+    own = str(self.config.get("decision") or "protocol")          # the rule the run was decided by
+    rows, notes = [], []
     for rule in use:
         judge = _judge(rule, ts, True)
         async def every(): return await asyncio.gather(*(aredecide(t, rule, judge) for t in ts))
@@ -331,13 +336,21 @@ def decisions(self: OpenRun, rules=None, n_boot: int = 2000, seed: int = 0) -> p
         ok, none, changed = [], 0, 0
         for t, (r, _) in zip(ts, res):
             c = score_result(t.item, r).get("correct")
-            if c is not None: ok.append(bool(c))
+            ok.append(float(bool(c)) if c is not None else np.nan)
             none += r.get("answer") is None or r.get("decision_reason", "decided") != "decided"   # a part left undecided counts too
             changed += answer_key(r.get("answer")) != answer_key((t.result or {}).get("answer"))
-        lo, hi = _boot(ok, n_boot, rng)
-        rows.append({"rule": rule.spec, "items": len(ts), "accuracy": round(float(np.mean(ok)), 3) if ok else None, "ci_low": lo, "ci_high": hi,
-                     "no_decision": none, "changed": round(changed / len(ts), 3) if ts else None})
-    return pd.DataFrame(rows, columns=["rule", "items", "accuracy", "ci_low", "ci_high", "no_decision", "changed"])
+        lo, hi = _boot(ok, idx)
+        decided_by = own if rule.protocol else rule.spec
+        note = signal_note(decided_by, ts[0].team) if ts and decided_by != "protocol" else None
+        if note and note not in notes: notes.append(note)
+        scored = [x for x in ok if x == x]
+        rows.append({"rule": f"protocol ({own})" if rule.protocol and own != "protocol" else rule.spec, "items": len(ts),
+                     "accuracy": round(float(np.mean(scored)), 3) if scored else None, "ci_low": lo, "ci_high": hi,
+                     "no_decision": none, "changed": round(changed / len(ts), 3) if ts else None, "signal": "simulated" if note else ""})
+    cols = ["rule", "items", "accuracy", "ci_low", "ci_high", "no_decision", "changed"] + (["signal"] if notes else [])
+    df = pd.DataFrame(rows, columns=cols)
+    df.attrs["notes"] = notes
+    return df
 
 # %% ../nbs/23_runs.ipynb #8b5bb0a7
 def _settings(cfg: dict) -> dict:

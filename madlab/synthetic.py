@@ -1,4 +1,4 @@
-"""Offline, seeded synthetic agents: personas that are right at a set rate, follow their peers' majority, report a confidence that tracks correctness, and answer every registered format.
+"""Offline, seeded synthetic agents: personas that are right at a set rate, follow their peers' majority, report simulated signals (confidence, log-probability) that track correctness only as far as their persona states, and answer every registered format.
 
 Docs: https://madlab.github.io/madlab/synthetic.html.md"""
 
@@ -15,7 +15,7 @@ from .formats import FORMATS, answer_format
 
 # %% auto #0
 __all__ = ['PERSONAS', 'MALFORMED_REPLIES', 'Persona', 'synthetic_rng', 'item_difficulty', 'believes_gold', 'conform',
-           'synthetic_confidence', 'SyntheticBackend', 'synthetic_backend']
+           'synthetic_confidence', 'SyntheticBackend', 'synthetic_backend', 'stated_calibration']
 
 # %% ../nbs/01b_synthetic.ipynb #adb67f30
 @serializable
@@ -25,7 +25,7 @@ class Persona:
     skill: float = 0.7            # chance of a right answer per item (or per player)
     susceptibility: float = 0.3   # chance of adopting the peers' majority when it differs
     malformed: float = 0.0        # chance of an unparseable reply
-    calibration: float = 0.8      # how strongly confidence tracks correctness (0: none, 1: perfect)
+    calibration: float = 0.0      # how far its simulated signals (confidence, log-probability) track correctness; 0 (unless stated): not at all, 1: fully
     seed: int = 0
     latency: float = 0.0          # seconds per call (simulated)
     defer: float = 0.0            # chance of adopting a peer's differing answer that has no majority (a lone, confident voice)
@@ -35,13 +35,13 @@ class Persona:
     conviction: float = 0.0       # chance, times how easy the item is, of holding its own belief against its peers
 
 PERSONAS = {
-    "oracle": Persona(skill=1.0, susceptibility=0.0, calibration=1.0),
+    "oracle": Persona(skill=1.0, susceptibility=0.0),
     "strong": Persona(skill=0.85, susceptibility=0.2),
     "medium": Persona(skill=0.7, susceptibility=0.35),
     "weak":   Persona(skill=0.55, susceptibility=0.5, malformed=0.05),
-    "random": Persona(skill=0.0, susceptibility=0.0, calibration=0.0),
+    "random": Persona(skill=0.0, susceptibility=0.0),
     "susceptible": Persona(skill=0.8, susceptibility=0.6, defer=0.3),
-    "saboteur": Persona(skill=0.0, susceptibility=0.0, calibration=0.0, anchor=1.0),   # always wrong, sure of itself, never moves
+    "saboteur": Persona(skill=0.0, susceptibility=0.0, anchor=1.0),   # always wrong, never moves
 }
 
 # %% ../nbs/01b_synthetic.ipynb #389e9b15
@@ -98,7 +98,7 @@ def conform(persona: Persona, rng: random.Random, own, peer_answers: list, ask: 
 
 # %% ../nbs/01b_synthetic.ipynb #bc466395
 def synthetic_confidence(persona: Persona, rng: random.Random, correct: bool, scale=10) -> int:
-    "A confidence on 1..`scale` that tracks correctness as much as `calibration` says."
+    "A confidence on 1..`scale`: the same draw for a right and a wrong answer, but for the share of it the persona's stated `calibration` ties to `correct`."
     base = 0.85 if correct else 0.45
     c = persona.calibration * base + (1 - persona.calibration) * 0.65 + rng.gauss(0, 0.08)
     return int(min(scale, max(1, round(c * scale))))
@@ -117,15 +117,14 @@ def _own_value(persona, ask, gold, wrong):
 
 # %% ../nbs/01b_synthetic.ipynb #e7a1c0d5
 def _synthetic_logprob(persona: Persona, ask: Ask, text: str, rng: random.Random) -> float:
-    """A simulated mean token log-probability: the log of a probability that tracks whether the reply is right as much as `calibration`
-    says (as `synthetic_confidence` does), so synthetic runs can use `confidence:logprob`; an unreadable reply gets log 0.2."""
+    """A simulated mean token log-probability: the log of a probability drawn as `synthetic_confidence` draws a confidence, tied to whether the
+    reply is right (an unreadable one is wrong) only as far as the persona's stated `calibration` says; at the default 0 the draw is the same for every reply."""
     try:
         fmt = answer_format(ask.item)
         a = fmt.parse(text)
         gold = getattr(ask.item, "gold", None)
         right = a is not None and gold is not None and bool(fmt.score(a, gold))
     except Exception: a, right = None, False
-    if a is None: return round(math.log(0.2), 6)
     q = persona.calibration * (0.85 if right else 0.45) + (1 - persona.calibration) * 0.65 + rng.gauss(0, 0.08)
     return round(math.log(min(0.99, max(0.01, q))), 6)
 
@@ -182,3 +181,10 @@ def synthetic_backend(rest: str = "") -> SyntheticBackend:
         elif k == "latency" and v < 0: raise ValueError(f"synthetic option latency must be >= 0 seconds; got {v!r}")
         elif k != "latency" and not 0 <= v <= 1: raise ValueError(f"synthetic option {k} must be between 0 and 1; got {v!r}")
     return SyntheticBackend(replace(base, **kw), spec=f"synthetic:{rest}")
+
+# %% ../nbs/01b_synthetic.ipynb #c4e1a0b3
+def stated_calibration(spec) -> float|None:
+    "The calibration of its simulated signals that a `synthetic:` spec's persona states (0: none stated); None for any other backend's spec, whose signals are its model's own."
+    if not isinstance(spec, str) or not spec.startswith("synthetic:"): return None
+    try: return float(synthetic_backend(spec.removeprefix("synthetic:")).persona.calibration)
+    except ValueError: return 0.0

@@ -20,6 +20,7 @@ from madlab.scoring import toy_arith_items
 def invoke(*args): return CliRunner().invoke(main, [str(a) for a in args])
 
 TEAM = ["synthetic:strong", "synthetic:weak", "synthetic:weak"]
+CALIBRATED = [f"{s},calibration=0.5" for s in TEAM]     # simulated log-probabilities that say they track correctness
 
 def _no_calls(monkeypatch):
     async def boom(self, *a, **k): raise AssertionError("a backend was called")
@@ -170,7 +171,7 @@ def test_a_backend_without_logprobs_is_refused_before_any_call(fake_server, tmp_
     assert not any(tmp_path.iterdir())
 
 def test_synthetic_runs_simulate_logprobs_and_rescore_reads_them(tmp_path, monkeypatch):
-    res = run_experiment("du", toy_arith_items(10), TEAM, tmp_path / "lp", rounds=1, cache=False, decision="confidence:logprob")
+    res = run_experiment("du", toy_arith_items(10), CALIBRATED, tmp_path / "lp", rounds=1, cache=False, decision="confidence:logprob")
     ts = res.transcripts if isinstance(res.transcripts, dict) else {t.item.id: t for t in res.transcripts}
     for t in ts.values():
         assert all(isinstance(tu.meta.get("logprob"), float) and tu.meta["logprob"] <= 0 for r in t.rounds for tu in r.turns)
@@ -211,7 +212,7 @@ def test_a_debate_of_hf_agents_weighs_by_their_logprobs(tiny_model_dir):
 
 @pytest.mark.parametrize("rule", ["freemad", "confidence:logprob"])
 def test_replay_and_fork_keep_the_rule(rule):
-    t = Debate("du", toy_arith_items(3)[2], TEAM, rounds=2, decision=rule).run()
+    t = Debate("du", toy_arith_items(3)[2], CALIBRATED if rule == "confidence:logprob" else TEAM, rounds=2, decision=rule).run()
     d = Debate.from_transcript(t)                                  # replayed without a call: the recorded log-probabilities come back
     assert d.done and (d.result["answer"], d.result["decision_tally"]) == (t.result["answer"], t.result["decision_tally"])
     t2 = Debate.from_transcript(t, live=True).fork(2).run()

@@ -78,9 +78,9 @@ SAFETY = _role("Safety", "what could go wrong?", "Weigh who could be harmed and 
 DEFAULT_ROLES = (UTILITY, ACCURACY, SAFETY)
 
 # %% ../../nbs/11_s4.ipynb #4c9f5709
-DEFAULT_SPECS = ("synthetic:skill=0.8,susceptibility=0.3,malformed=0.01,seed=1",
-                 "synthetic:skill=0.85,susceptibility=0.3,seed=2",
-                 "synthetic:skill=0.85,susceptibility=0.15,seed=3")
+DEFAULT_SPECS = ("synthetic:skill=0.8,susceptibility=0.3,malformed=0.01,calibration=0.8,seed=1",   # calibrated: a role's vote reads its confidence
+                 "synthetic:skill=0.85,susceptibility=0.3,calibration=0.8,seed=2",
+                 "synthetic:skill=0.85,susceptibility=0.15,calibration=0.8,seed=3")
 
 def s4_team(specs=None, roles=None) -> list[dict]:
     "Team members named after their roles (Utility, Accuracy, Safety by default), with role system prompts."
