@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 import pandas as pd
 from fastcore.basics import patch
-from .core import OptionError, Transcript, answer_key, runtime_loop, write_atomic, write_parquet
+from .core import OptionError, Transcript, answer_key, run_sync, runtime_loop, write_atomic, write_parquet
 from .store import is_url, read_table, store_path
 from .backends import CachedBackend, get_backend
 from .debate import INTERVENTIONS, _rebuild, _replayed
