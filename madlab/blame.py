@@ -98,30 +98,33 @@ async def _base(t: Transcript, backends: dict):
     d = _replayed(None, t.protocol, t.item, t.team, t.settings, t.settings.get("seed", 0), turns, live, id=t.meta.get("id"))
     return await _rebuild(d, t)
 
-async def _one_fork(base, job, sem) -> tuple:
-    "The transcript of one fork, read from its folder when a run before made it (no call), else forked, run to its end and written; and whether it was made now."
+async def _one_fork(base, job, sem, done: dict|None = None) -> tuple:
+    "The transcript of one fork, read from its folder when a run before made it (no call), else forked, run to its end and written; and whether it was made now. Each one read or written also goes into `done` by its (item, agent, round, intervention), so a blame stopped midway keeps what finished (a fork being written when it stops is finished first)."
     iid, agent, rnd, how, path, src = job
     f = path / "transcript.json"
     if f.exists():
-        try: return Transcript.from_json(f), False
-        except (ValueError, TypeError, KeyError): pass          # unreadable: made again
+        try: r = Transcript.from_json(f), False
+        except (ValueError, TypeError, KeyError): r = None      # unreadable: made again
+        if r is not None:
+            if done is not None: done[job[:4]] = r
+            return r
     async with sem:
         d = await base.afork(rnd, agent=agent, intervention=how, placebo_from=src)
         try: await d.arun()
         except Exception: pass                                  # recorded in d.meta (a failed call, a budget)
         t = d.transcript
     outs = {"transcript.json": t.to_json(), **{k: v for k, v in item_outputs(t).items() if k in ("log.html", "log.txt")}}
-    await asyncio.to_thread(lambda: [write_atomic(path / k, v) for k, v in outs.items()])
+    w = asyncio.ensure_future(asyncio.to_thread(lambda: [write_atomic(path / k, v) for k, v in outs.items()]))
+    try: await asyncio.shield(w)
+    finally:
+        if not w.done(): await w                                # stopped while writing: the fork is finished, and kept
+        if done is not None and not w.exception(): done[job[:4]] = (t, True)
     return t, True
 
 async def _item_forks(t, jobs, backends, sem, done: dict|None = None) -> list:
-    "The forks of one debate; each one, once made or read, also goes into `done` by its (item, agent, round, intervention), so a blame stopped midway keeps what finished."
+    "The forks of one debate (`_one_fork`, each recorded in `done`)."
     base = await _base(t, backends)
-    async def one(j):
-        r = await _one_fork(base, j, sem)
-        if done is not None: done[j[:4]] = r
-        return r
-    return await asyncio.gather(*(one(j) for j in jobs))
+    return await asyncio.gather(*(_one_fork(base, j, sem, done) for j in jobs))
 
 # %% ../nbs/23b_blame.ipynb #7ab48b20
 def _right(t: Transcript):

@@ -421,7 +421,7 @@ def parse_sweep_params(tokens) -> dict:
 @main.command("sweep", cls=_SweepCommand, context_settings={"ignore_unknown_options": True})
 @click.argument("notebook", type=click.Path(exists=True, dir_okay=False))
 @click.argument("params", nargs=-1, type=click.UNPROCESSED)
-@click.option("--out", default="runs", show_default=True, type=_PathOrURL(file_okay=False), help="Output folder or URL (executed notebooks, run folders, out/summary.parquet)")
+@click.option("--out", default="runs", show_default=True, type=_PathOrURL(file_okay=False), help="Output folder or URL; each combination's run and executed notebook go into OUT/<combination name>/, the table of them all into OUT/summary.parquet")
 @click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True, help="Notebooks run at once, each in its own process")
 @click.option("--scheduler", metavar="ADDRESS", default=None, help="A Dask scheduler address (tcp://host:port) to run on  [default: this machine]")
 def sweep_cmd(notebook, params, out, workers, scheduler):

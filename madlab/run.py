@@ -268,9 +268,11 @@ def reading(self: RunFolder, timeout: float = 0):
             if owner is None or _stale(owner, time.time()): return contextlib.nullcontext()
             if time.monotonic() >= end: raise _busy(self, f"process {owner.get('pid')} on {owner.get('host')}")
             time.sleep(min(0.5, max(0.05, end - time.monotonic())))
-    try: return self.lock(timeout)
+    try: lk = self.lock(timeout)
     except OptionError: raise _busy(self, self.holder()) from None
     except PermissionError: return contextlib.nullcontext()      # a folder this process may only read
+    held = contextlib.ExitStack(); held.callback(lk.release)    # released when the `with` block ends
+    return held
 
 # %% ../nbs/08_run.ipynb #a2f3222f
 def _stop_line(df: pd.DataFrame) -> str:
