@@ -15,8 +15,8 @@ from .core import OptionError, Transcript, answer_key, run_sync, runtime_loop, w
 from .store import is_url, read_table, store_path
 from .backends import CachedBackend, get_backend
 from .debate import INTERVENTIONS, _rebuild, _replayed
-from .run import _Stop, _cell, _drain, debate_row, games_at_once, item_outputs, safe_name
-from .runs import OpenRun, open_run, _whole_run
+from .run import _Stop, _cell, _drain, _read_whole, debate_row, games_at_once, item_outputs, safe_name
+from .runs import OpenRun, open_run
 from .viz import _wilson
 from .widgets import DebateStepper
 
@@ -240,7 +240,7 @@ def run_blame(run, items="wrong", intervention="gold", max_calls: int|None = Non
               lock_timeout: float = 0) -> BlameResult:
     "For each chosen item (`wrong`, `all` or ids) and each turn before its decision, fork the debate with that turn replaced by `intervention` (neutral, placebo, gold, or several) and continue it with the same team; forks already in the blame folder (`<out>/<run name>-blame` under the folder `out`, default the run's own `blame/`) are read, not made again. The calls are estimated first: more than `max_calls` is refused. Calls go through the response cache (`cache`), at most `concurrency` forks at once (default: what the endpoints take). The run's folder stays locked meanwhile: a run still writing it is waited for `lock_timeout` seconds, then refused by name. Ctrl-C stops at once: the forks that finished are kept (blame.parquet holds them), the result says it was interrupted, and the same call again resumes."
     run = run if isinstance(run, OpenRun) else open_run(run)
-    with _whole_run(run, lock_timeout) as run: return _blame(run, items, intervention, max_calls, cache, concurrency, out)
+    with _read_whole(run, lock_timeout) as run: return _blame(run, items, intervention, max_calls, cache, concurrency, out)
 
 def _blame(run: OpenRun, items, intervention, max_calls, cache, concurrency, out) -> BlameResult:
     hows, ids = _interventions(intervention), _chosen(run, items)

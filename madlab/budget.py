@@ -15,8 +15,8 @@ import pandas as pd
 from fastcore.basics import patch
 from .core import OptionError, write_atomic
 from .store import StorePath, store_path
-from .run import run_experiment, safe_name
-from .runs import OpenRun, open_run, _whole_run
+from .run import run_experiment, safe_name, _read_whole
+from .runs import OpenRun, open_run
 
 # %% auto #0
 __all__ = ['METHODS', 'MATCHES', 'item_budget', 'mean_budget', 'BaselineInterrupted', 'Baseline', 'run_baseline', 'paired_test',
@@ -149,7 +149,7 @@ def _matched(run: OpenRun, method: str, match: str, models: list, folder: Path, 
 def run_baseline(run, method: str = "self_consistency", match: str = "tokens", out=None, pilot: int = 3, pooled: bool = True, lock_timeout: float = 0, **kw) -> list[Baseline]:
     "Run `method` (self_consistency or single) on `run`'s items with a team of its size into sibling folders `<run>-baseline-<method>-<match>` (under `out` when given): the debate's own team; a heterogeneous team gets one per model (every agent of that model, suffixed by its spec) and one pooling every model's samples (the debate's team) when `pooled`; `single` asks the team's first agent; self-consistency's samples match the debate's mean `match` per item within 10 % (estimated from a `pilot` of one sample on the first items, adjusted once if needed). Other options go to `run_experiment` (concurrency, cache, prices...). The debate's folder stays locked meanwhile: a run still writing it is waited for `lock_timeout` seconds, then refused by name. Ctrl-C stops at once (`BaselineInterrupted`); the same call again resumes."
     run = run if isinstance(run, OpenRun) else open_run(run)
-    with _whole_run(run, lock_timeout) as run: return _baselines(run, method, match, out, pilot, pooled, kw)
+    with _read_whole(run, lock_timeout) as run: return _baselines(run, method, match, out, pilot, pooled, kw)
 
 def _baselines(run: OpenRun, method, match, out, pilot, pooled, kw) -> list[Baseline]:
     _check("method", method, METHODS); _check("match", match, MATCHES)

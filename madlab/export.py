@@ -13,8 +13,8 @@ from fastcore.basics import patch
 from .core import OptionError, Transcript, answer_key, answer_summary, scrub_secrets, stable_hash, to_jsonable, write_atomic
 from .decisions import HELPER_ROLES
 from .dynamics import answer_rounds, _NO_POSITION, _scorer, _stated, _top
-from .run import safe_name
-from .runs import OpenRun, open_run, _whole_run
+from .run import safe_name, _read_whole
+from .runs import OpenRun, open_run
 from .store import StorePath, store_path
 
 # %% auto #0
@@ -105,7 +105,7 @@ def _decided_right(run: OpenRun) -> dict:
 def chat_examples(run, keep: str = "all", lock_timeout: float = 0) -> list[dict]:
     "Every agent turn of a finished run (an `OpenRun` or its folder) as a chat-format training example; `keep` (one of `KEEPS`): `all` the turns answered, `correct` those of debates decided right, `consistent` each debater's turns whose answer is the final majority. A run still being written is waited for `lock_timeout` seconds, then refused by name."
     _check("keep", keep, KEEPS)
-    with _whole_run(_open(run), lock_timeout) as run: return _examples(run, keep)
+    with _read_whole(_open(run), lock_timeout) as run: return _examples(run, keep)
 
 def _examples(run: OpenRun, keep: str) -> list[dict]:
     decided = _decided_right(run)
@@ -124,7 +124,7 @@ def _out_path(run: OpenRun, out, name: str) -> Path|StorePath:
 def export_chat(run, keep: str = "all", out=None, lock_timeout: float = 0) -> Exported:
     "Write `chat_examples(run, keep)` as JSON lines to `out` (default: the run's `exports/chat-KEEP.jsonl`), atomically; a run still being written is waited for `lock_timeout` seconds, then refused by name."
     _check("keep", keep, KEEPS)
-    with _whole_run(_open(run), lock_timeout) as run:
+    with _read_whole(_open(run), lock_timeout) as run:
         exs = _examples(run, keep)
         p = _out_path(run, out, f"chat-{keep}.jsonl")
         write_atomic(p, "".join(json.dumps(to_jsonable(e), ensure_ascii=False) + "\n" for e in exs))
@@ -215,7 +215,7 @@ def _sample(ia, t: Transcript, row: dict):
 def inspect_log(run, lock_timeout: float = 0) -> "inspect_ai.log.EvalLog":
     "A finished run (an `OpenRun` or its folder) as an Inspect `EvalLog`: one sample per debate, madlab's score as the `madlab` scorer's (its accuracy the run's), usage per model spec; a run still being written is waited for `lock_timeout` seconds, then refused by name."
     _inspect()
-    with _whole_run(_open(run), lock_timeout) as run: return _eval_log(run)
+    with _read_whole(_open(run), lock_timeout) as run: return _eval_log(run)
 
 def _eval_log(run: OpenRun):
     ia = _inspect(); log = ia[0]
@@ -241,7 +241,7 @@ def export_inspect(run, out=None, lock_timeout: float = 0) -> Exported:
     "Write `inspect_log(run)` through inspect_ai's `write_eval_log` to `out` (`.eval`, or `.json` for Inspect's JSON format; default: the run's `exports/inspect/` folder, named as Inspect names its logs), for `inspect view --log-dir`; a run still being written is waited for `lock_timeout` seconds, then refused by name."
     if out is not None and Path(str(out)).suffix not in (".eval", ".json"): raise OptionError("out", f"an Inspect log ends in .eval or .json; got {Path(str(out)).name}")
     _inspect()
-    with _whole_run(_open(run), lock_timeout) as run: el = _eval_log(run)
+    with _read_whole(_open(run), lock_timeout) as run: el = _eval_log(run)
     name = f"{el.eval.created[:19].replace(':', '-')}_{safe_name(el.eval.task.replace('/', '-'))}_{el.eval.task_id}.eval"
     p = _out_path(run, out, f"inspect/{name}")
     from concurrent.futures import ThreadPoolExecutor

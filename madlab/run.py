@@ -274,6 +274,17 @@ def reading(self: RunFolder, timeout: float = 0):
     held = contextlib.ExitStack(); held.callback(lk.release)    # released when the `with` block ends
     return held
 
+# %% ../nbs/08_run.ipynb #c1a0d008
+@contextlib.contextmanager
+def _read_whole(run, lock_timeout: float = 0):
+    "`run` (an open run: its `folder`, `path`, results `df` and `prices`) with its folder's lock held (`RunFolder.reading`); opened again (as `type(run)(path, prices)`) when its table changed since."
+    with run.folder.reading(lock_timeout):
+        try: now = read_table(run.folder.path / "results.parquet")
+        except Exception: now = None                     # no table (yet): opened again, from the transcripts
+        col = lambda df, c: list(df[c].astype(str)) if c in df else None
+        same = now is not None and len(now) == len(run.df) and all(col(now, c) == col(run.df, c) for c in ("item_id", "status", "correct"))
+        yield run if same else type(run)(run.path, run.prices)
+
 # %% ../nbs/08_run.ipynb #a2f3222f
 def _stop_line(df: pd.DataFrame) -> str:
     "The summary's line on a `stop_on` rule: how many debates ended early, the rounds not run and the tokens that saved (each debate's estimate: its mean tokens per round run × its rounds not run)."

@@ -6,7 +6,7 @@ Docs: https://madlab.github.io/madlab/runs.html.md"""
 
 # %% ../nbs/23_runs.ipynb #8a55ab0f
 from __future__ import annotations
-import contextlib, html, json, os
+import html, json, os
 from pathlib import Path
 import ipywidgets as W
 import pandas as pd
@@ -71,15 +71,6 @@ class OpenRun:
 def open_run(path, prices=None) -> OpenRun:
     "Open the run folder `path` (what `madlab run` printed after 'outputs:', or the `--out` folder that holds it); `prices` (a CSV path) re-prices its cost at that table."
     return OpenRun(path, prices)
-
-# %% ../nbs/23_runs.ipynb #c1a0d012
-@contextlib.contextmanager
-def _whole_run(run: OpenRun, lock_timeout: float = 0):
-    "`run` (read again when its table changed since it was opened), with its folder's lock held: a run writing it is waited for `lock_timeout` seconds, then refused by name."
-    with run.folder.reading(lock_timeout):
-        now = _results(run.folder)
-        same = lambda c: c not in now and c not in run.df or (c in now and c in run.df and list(now[c].astype(str)) == list(run.df[c].astype(str)))
-        yield run if len(now) == len(run.df) and all(map(same, ("item_id", "status", "correct"))) else OpenRun(run.path, run.prices)
 
 # %% ../nbs/23_runs.ipynb #e2425ff1
 @patch
