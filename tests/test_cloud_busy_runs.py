@@ -7,8 +7,8 @@ from test_cloud_runs import BUCKET, _keys, s3  # noqa: F401 (s3, the fixture: sk
 
 
 def test_analyses_of_a_run_in_a_bucket_that_another_host_is_writing_are_refused(s3, tmp_path):
-    "A run folder whose lock object another host holds with a fresh heartbeat: export, blame and baseline refuse it (exit 2)"
-    " naming that host's process, without writing a lock of their own; once the lock is gone they read it."
+    """A run folder whose lock object another host holds with a fresh heartbeat: export, blame and baseline refuse
+    it (exit 2) naming that host's process, without writing a lock of their own; once the lock is gone they read it."""
     from madlab.cli import main
     from madlab.export import chat_examples
     out = f"s3://{BUCKET}/t11"
@@ -17,7 +17,8 @@ def test_analyses_of_a_run_in_a_bucket_that_another_host_is_writing_are_refused(
     assert r.exit_code == 0, r.output
     lock = {"host": "other-host", "pid": 4242, "token": "theirs", "since": time.time(), "heartbeat": time.time()}
     s3.pipe_file(f"{BUCKET}/t11/r/.lock", json.dumps(lock).encode())
-    for args in (["export", f"{out}/r"], ["blame", f"{out}/r", "--items", "all"], ["baseline", f"{out}/r", "--method", "single"]):
+    for args in (["export", f"{out}/r"], ["blame", f"{out}/r", "--items", "all"],
+                 ["baseline", f"{out}/r", "--method", "single"]):
         r = CliRunner().invoke(main, args)
         assert r.exit_code == 2 and "still being written by process 4242 on other-host" in r.output, (args, r.output)
     assert json.loads(s3.cat_file(f"{BUCKET}/t11/r/.lock"))["token"] == "theirs"
