@@ -12,8 +12,8 @@ def test_analyses_of_a_run_in_a_bucket_that_another_host_is_writing_are_refused(
     from madlab.cli import main
     from madlab.export import chat_examples
     out = f"s3://{BUCKET}/t11"
-    r = CliRunner().invoke(main, ["run", "du", "--task", "arith", "--n", "2", "--rounds", "1", "--out", out, "--name", "r",
-                                  "--no-progress"])
+    r = CliRunner().invoke(main, ["run", "du", "--task", "arith", "--n", "2", "--rounds", "1", "--out", out,
+                                  "--name", "r", "--no-progress"])
     assert r.exit_code == 0, r.output
     lock = {"host": "other-host", "pid": 4242, "token": "theirs", "since": time.time(), "heartbeat": time.time()}
     s3.pipe_file(f"{BUCKET}/t11/r/.lock", json.dumps(lock).encode())
