@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 import pandas as pd
 from fastcore.basics import patch
-from .core import OptionError, Transcript, answer_key, run_sync, write_atomic, write_parquet
+from .core import OptionError, Transcript, answer_key, run_sync, runtime_loop, write_atomic, write_parquet
 from .store import is_url, read_table, store_path
 from .backends import CachedBackend, get_backend
 from .debate import INTERVENTIONS, _rebuild, _replayed
-from .run import _cell, debate_row, games_at_once, item_outputs, safe_name
+from .run import _Stop, _cell, _drain, _read_whole, debate_row, games_at_once, item_outputs, safe_name
 from .runs import OpenRun, open_run
 from .viz import _wilson
 from .widgets import DebateStepper
@@ -98,25 +98,33 @@ async def _base(t: Transcript, backends: dict):
     d = _replayed(None, t.protocol, t.item, t.team, t.settings, t.settings.get("seed", 0), turns, live, id=t.meta.get("id"))
     return await _rebuild(d, t)
 
-async def _one_fork(base, job, sem) -> tuple:
-    "The transcript of one fork, read from its folder when a run before made it (no call), else forked, run to its end and written; and whether it was made now."
+async def _one_fork(base, job, sem, done: dict|None = None) -> tuple:
+    "The transcript of one fork, read from its folder when a run before made it (no call), else forked, run to its end and written; and whether it was made now. Each one read or written also goes into `done` by its (item, agent, round, intervention), so a blame stopped midway keeps what finished (a fork being written when it stops is finished first)."
     iid, agent, rnd, how, path, src = job
     f = path / "transcript.json"
     if f.exists():
-        try: return Transcript.from_json(f), False
-        except (ValueError, TypeError, KeyError): pass          # unreadable: made again
+        try: r = Transcript.from_json(f), False
+        except (ValueError, TypeError, KeyError): r = None      # unreadable: made again
+        if r is not None:
+            if done is not None: done[job[:4]] = r
+            return r
     async with sem:
         d = await base.afork(rnd, agent=agent, intervention=how, placebo_from=src)
         try: await d.arun()
         except Exception: pass                                  # recorded in d.meta (a failed call, a budget)
         t = d.transcript
     outs = {"transcript.json": t.to_json(), **{k: v for k, v in item_outputs(t).items() if k in ("log.html", "log.txt")}}
-    await asyncio.to_thread(lambda: [write_atomic(path / k, v) for k, v in outs.items()])
+    w = asyncio.ensure_future(asyncio.to_thread(lambda: [write_atomic(path / k, v) for k, v in outs.items()]))
+    try: await asyncio.shield(w)
+    finally:
+        if not w.done(): await w                                # stopped while writing: the fork is finished, and kept
+        if done is not None and not w.exception(): done[job[:4]] = (t, True)
     return t, True
 
-async def _item_forks(t, jobs, backends, sem) -> list:
+async def _item_forks(t, jobs, backends, sem, done: dict|None = None) -> list:
+    "The forks of one debate (`_one_fork`, each recorded in `done`)."
     base = await _base(t, backends)
-    return await asyncio.gather(*(_one_fork(base, j, sem) for j in jobs))
+    return await asyncio.gather(*(_one_fork(base, j, sem, done) for j in jobs))
 
 # %% ../nbs/23b_blame.ipynb #7ab48b20
 def _right(t: Transcript):
@@ -210,6 +218,7 @@ class BlameResult:
     estimate: int = 0
     calls: int = 0
     seconds: float = 0.0
+    interrupted: bool = False                   # stopped by Ctrl-C / SIGTERM: `df` holds the forks that finished
     def table(self, by=("intervention", "agent", "round")) -> pd.DataFrame: return blame_table(self.df, by)
     def ranking(self) -> pd.DataFrame: return blame_ranking(self.df)
     def first(self) -> pd.DataFrame: return blame_first(self.df)
@@ -219,38 +228,47 @@ class BlameResult:
         return float((f["first"] == agent).mean()) if len(f) else float("nan")
     def summary(self) -> str:
         n, items = len(self.df), self.df.item.nunique() if len(self.df) else 0
-        if not n: return f"blame of {self.run.name}: nothing to fork (no item chosen; `wrong` picks the items the run decided wrong: try `all` or ids)"
         made = int(self.df.made.sum()) if "made" in self.df else 0
-        return (f"blame of {self.run.name}: {n} forks of {items} items ({', '.join(sorted(set(self.df.intervention)))}); {made} made now, "
-                f"{n - made} read from {self.folder}; {self.calls} calls made (estimated at most {self.estimate}); {self.seconds:.1f} s")
+        if not n and not self.interrupted: return f"blame of {self.run.name}: nothing to fork (no item chosen; `wrong` picks the items the run decided wrong: try `all` or ids)"
+        s = (f"blame of {self.run.name}: {n} forks of {items} items ({', '.join(sorted(set(self.df.intervention)))}); {made} made now, "
+             f"{n - made} read from {self.folder}; {self.calls} calls made (estimated at most {self.estimate}); {self.seconds:.1f} s") if n else f"blame of {self.run.name}: no fork finished"
+        return s + ("\ninterrupted: blame.parquet holds the forks that finished; run the same command again to resume" if self.interrupted else "")
     def __repr__(self): return f"BlameResult({self.summary()})"
 
 # %% ../nbs/23b_blame.ipynb #d6dbdc7f
-def run_blame(run, items="wrong", intervention="gold", max_calls: int|None = None, cache=True, concurrency: int|None = None, out=None) -> BlameResult:
-    "For each chosen item (`wrong`, `all` or ids) and each turn before its decision, fork the debate with that turn replaced by `intervention` (neutral, placebo, gold, or several) and continue it with the same team; forks already in the folder (`out`, default RUN/blame) are read, not made again. The calls are estimated first: more than `max_calls` is refused. Calls go through the response cache (`cache`), at most `concurrency` forks at once (default: what the endpoints take)."
+def run_blame(run, items="wrong", intervention="gold", max_calls: int|None = None, cache=True, concurrency: int|None = None, out=None,
+              lock_timeout: float = 0) -> BlameResult:
+    "For each chosen item (`wrong`, `all` or ids) and each turn before its decision, fork the debate with that turn replaced by `intervention` (neutral, placebo, gold, or several) and continue it with the same team; forks already in the blame folder (`<out>/<run name>-blame` under the folder `out`, default the run's own `blame/`) are read, not made again. The calls are estimated first: more than `max_calls` is refused. Calls go through the response cache (`cache`), at most `concurrency` forks at once (default: what the endpoints take). The run's folder stays locked meanwhile: a run still writing it is waited for `lock_timeout` seconds, then refused by name. Ctrl-C stops at once: the forks that finished are kept (blame.parquet holds them), the result says it was interrupted, and the same call again resumes."
     run = run if isinstance(run, OpenRun) else open_run(run)
+    with _read_whole(run, lock_timeout) as run: return _blame(run, items, intervention, max_calls, cache, concurrency, out)
+
+def _blame(run: OpenRun, items, intervention, max_calls, cache, concurrency, out) -> BlameResult:
     hows, ids = _interventions(intervention), _chosen(run, items)
     if max_calls is not None and (isinstance(max_calls, bool) or not isinstance(max_calls, int) or max_calls < 0): raise OptionError("max_calls", f"must be a whole number >= 0; got {max_calls!r}")
     if concurrency is not None and (isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1): raise OptionError("concurrency", f"must be a whole number >= 1; got {concurrency!r}")
-    folder = store_path(out, "out") if out is not None else run.path / "blame"
+    folder = store_path(out, "out") / f"{run.name}-blame" if out is not None else run.path / "blame"
     found, jobs, estimate = _plan(run, ids, hows, folder)
     if max_calls is not None and estimate > max_calls:
         raise OptionError("max_calls", f"blame would make up to {estimate} calls ({len(jobs)} forks of {len(ids)} items); allow at least that many, or choose fewer items or interventions")
     t0, backends = time.perf_counter(), _backends(found, ids, cache)
     sem_n = concurrency or games_at_once([types.SimpleNamespace(backend=backends[str(a["spec"])]) for i in ids for a in found[i].team])
+    stop, done = _Stop(), {}
     async def go():
-        sem, by = asyncio.Semaphore(sem_n), {}
+        stop.bind()
+        sem, by, status = asyncio.Semaphore(sem_n), {}, {"interrupted": False}
         for j in jobs: by.setdefault(j[0], []).append(j)
-        got = await asyncio.gather(*(_item_forks(found[i], js, backends, sem) for i, js in by.items()))
-        return [(j, r) for (i, js), rs in zip(by.items(), got) for j, r in zip(js, rs)]
-    done = run_sync(go())
-    df = pd.DataFrame([_row(run, found[j[0]], ft, j, made) for j, (ft, made) in done], columns=COLUMNS)
+        await _drain([asyncio.ensure_future(_item_forks(found[i], js, backends, sem, done)) for i, js in by.items()], stop, status)
+        return status["interrupted"]
+    fut = asyncio.run_coroutine_threadsafe(go(), runtime_loop())
+    try: interrupted = fut.result()
+    except KeyboardInterrupt: stop.set(); interrupted = fut.result()      # Ctrl-C: the forks in flight are cancelled, those finished kept
+    df = pd.DataFrame([_row(run, found[j[0]], done[j[:4]][0], j, done[j[:4]][1]) for j in jobs if j[:4] in done], columns=COLUMNS)
     calls = int(df.calls[df.made].sum()) if len(df) else 0
     meta = {"run": str(run.path), "items": items if isinstance(items, str) else list(map(str, items)), "interventions": hows, "forks": len(df),
-            "estimate": estimate, "calls": calls, "made": int(df.made.sum()) if len(df) else 0}
+            "estimate": estimate, "calls": calls, "made": int(df.made.sum()) if len(df) else 0, **({"interrupted": True} if interrupted else {})}
     folder.mkdir(parents=True, exist_ok=True)
     _write(folder, df, meta)
-    return BlameResult(run, df, folder, estimate, calls, time.perf_counter() - t0)
+    return BlameResult(run, df, folder, estimate, calls, time.perf_counter() - t0, interrupted)
 
 @patch
 def blame(self: OpenRun, items="wrong", intervention="gold", **kw) -> BlameResult:

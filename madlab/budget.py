@@ -15,12 +15,12 @@ import pandas as pd
 from fastcore.basics import patch
 from .core import OptionError, write_atomic
 from .store import StorePath, store_path
-from .run import run_experiment, safe_name
+from .run import run_experiment, safe_name, _read_whole
 from .runs import OpenRun, open_run
 
 # %% auto #0
-__all__ = ['METHODS', 'MATCHES', 'item_budget', 'mean_budget', 'Baseline', 'run_baseline', 'paired_test', 'BudgetComparison',
-           'vs_budget']
+__all__ = ['METHODS', 'MATCHES', 'item_budget', 'mean_budget', 'BaselineInterrupted', 'Baseline', 'run_baseline', 'paired_test',
+           'BudgetComparison', 'vs_budget']
 
 # %% ../nbs/23a_baselines_budget.ipynb #35937e1a
 METHODS = ("self_consistency", "single")
@@ -68,6 +68,18 @@ def _pass_on(run: OpenRun) -> dict:
     c = run.config
     return {**{k: c[k] for k in ("seed", "max_tokens", "temperature") if c.get(k) is not None}, "prices": run.prices}
 
+# %% ../nbs/23a_baselines_budget.ipynb #c1a0d022
+class BaselineInterrupted(KeyboardInterrupt):
+    "Ctrl-C stopped `run_baseline`: `done`, the baselines that finished; `result`, the `RunResult` of the run it stopped (None: in a pilot, which keeps nothing)."
+    def __init__(self, result=None, done=()):
+        super().__init__("baseline interrupted; run the same call again to resume")
+        self.result, self.done = result, list(done)
+    def summary(self) -> str:
+        L = [f"{b!r}\noutputs: {b.run.path}" for b in self.done] + ([self.result.summary()] if self.result is not None else [])
+        if self.result is None or not self.result.interrupted:
+            L.append(f"interrupted: {len(self.done)} baseline(s) finished, the next one stopped; run the same command again to resume")
+        return "\n".join(L)
+
 # %% ../nbs/23a_baselines_budget.ipynb #e1740408
 def _samples_for(target: float, per_sample: float, lo: int = 1, hi: int = 100) -> int:
     "The number of samples whose budget comes nearest `target`, each costing `per_sample`."
@@ -75,13 +87,16 @@ def _samples_for(target: float, per_sample: float, lo: int = 1, hi: int = 100) -
     return int(min(hi, max(lo, round(target / per_sample))))
 
 def _one_run(method: str, items, team, folder: Path, samples: int, kw: dict) -> OpenRun:
+    "The baseline run into `folder` (resumed when it holds one); Ctrl-C: `BaselineInterrupted`, its finished items kept."
     opts = {"samples": samples} if method == "self_consistency" else {}
-    run_experiment(method, items=items, team=team, out=folder, **opts, **kw)
+    res = run_experiment(method, items=items, team=team, out=folder, **opts, **kw)
+    if res.interrupted: raise BaselineInterrupted(res)
     return open_run(folder)
 
 def _pilot(items, team, match: str, pilot: int, kw: dict) -> float:
     "The mean budget per item of one sample per model on the first `pilot` items (in memory; its replies stay in the cache)."
     r = run_experiment("self_consistency", items=items[:pilot], team=team, samples=1, **kw)
+    if r.interrupted: raise BaselineInterrupted()
     return mean_budget(r.df, match)
 
 # %% ../nbs/23a_baselines_budget.ipynb #73b1d6c4
@@ -110,7 +125,7 @@ class Baseline:
 
 # %% ../nbs/23a_baselines_budget.ipynb #0e02d94d
 def _matched(run: OpenRun, method: str, match: str, models: list, folder: Path, pilot: int, kw: dict) -> Baseline:
-    "One baseline of `models` into `folder`: samples from the pilot (or from the folder's own record), run, then adjusted once when outside 10 %."
+    "One baseline of `models` into `folder`: samples from the pilot (or from the folder's own record, written before its run so that an interrupted one resumes at the same count), run, then adjusted once when outside 10 %."
     target, items, said = mean_budget(run.df, match), _run_items(run), folder / "baseline.json"
     team = list(models)
     if method == "single":
@@ -118,23 +133,29 @@ def _matched(run: OpenRun, method: str, match: str, models: list, folder: Path, 
         return Baseline(b, method, match, team[:1], 1, target, mean_budget(b.df, match))
     old = json.loads(said.read_text()) if said.exists() else None
     per = old.get("per_sample") if old else _pilot(items, team, match, pilot, kw)
-    k = int(old["samples"]) if old else _samples_for(target, per)
+    k, adjusted = (int(old["samples"]), bool(old.get("adjusted"))) if old else (_samples_for(target, per), False)
+    note = lambda: write_atomic(said, json.dumps({"method": method, "match": match, "models": team, "samples": k, "per_sample": per, "adjusted": adjusted}, indent=1))
+    if not old: note()
     b = _one_run(method, items, team, folder, k, kw)
-    got, adjusted = mean_budget(b.df, match), bool(old and old.get("adjusted"))
-    if not old and abs(got / target - 1) > 0.1:
+    got = mean_budget(b.df, match)
+    if not adjusted and abs(got / target - 1) > 0.1:
         k2 = _samples_for(target, got / k)
         if k2 != k:
             folder.fs.rm(folder.path, recursive=True) if isinstance(folder, StorePath) else shutil.rmtree(folder)   # this call's own folder, rerun at the new count (the cache answers the shared samples)
             k, adjusted = k2, True
+            note()
             b = _one_run(method, items, team, folder, k, kw)
             got = mean_budget(b.df, match)
     return Baseline(b, method, match, team, k, target, got, per, adjusted)
 
 # %% ../nbs/23a_baselines_budget.ipynb #49d1dc5d
 def run_baseline(run, method: str = "self_consistency", match: str = "tokens", out=None, pilot: int = 3, pooled: bool = True, prices=None,
-                 **kw) -> list[Baseline]:
-    "Run `method` (self_consistency or single) on `run`'s items with a team of its size into sibling folders `<run>-baseline-<method>-<match>` (under `out` when given): the debate's own team; a heterogeneous team gets one per model (every agent of that model, suffixed by its spec) and one pooling every model's samples (the debate's team) when `pooled`; `single` asks the team's first agent; self-consistency's samples match the debate's mean `match` per item within 10 % (estimated from a `pilot` of one sample on the first items, adjusted once if needed). `prices` (a CSV path or a `Prices`): the price table of the debate's cost and the baselines' (default: the one the run recorded). Other options go to `run_experiment` (concurrency, cache...)."
+                 lock_timeout: float = 0, **kw) -> list[Baseline]:
+    "Run `method` (self_consistency or single) on `run`'s items with a team of its size into sibling folders `<run>-baseline-<method>-<match>` (under `out` when given): the debate's own team; a heterogeneous team gets one per model (every agent of that model, suffixed by its spec) and one pooling every model's samples (the debate's team) when `pooled`; `single` asks the team's first agent; self-consistency's samples match the debate's mean `match` per item within 10 % (estimated from a `pilot` of one sample on the first items, adjusted once if needed). `prices` (a CSV path or a `Prices`): the price table of the debate's cost and the baselines' (default: the one the run recorded). Other options go to `run_experiment` (concurrency, cache...). The debate's folder stays locked meanwhile: a run still writing it is waited for `lock_timeout` seconds, then refused by name. Ctrl-C stops at once (`BaselineInterrupted`); the same call again resumes."
     if prices is not None or not isinstance(run, OpenRun): run = open_run(run.path if isinstance(run, OpenRun) else run, prices=prices)
+    with _read_whole(run, lock_timeout) as run: return _baselines(run, method, match, out, pilot, pooled, kw)
+
+def _baselines(run: OpenRun, method, match, out, pilot, pooled, kw) -> list[Baseline]:
     _check("method", method, METHODS); _check("match", match, MATCHES)
     if not isinstance(pilot, int) or isinstance(pilot, bool) or pilot < 1: raise OptionError("pilot", f"must be a positive integer; got {pilot!r}")
     mean_budget(run.df, match)                            # an unpriced run refuses `cost` before any call
@@ -145,7 +166,8 @@ def run_baseline(run, method: str = "self_consistency", match: str = "tokens", o
     kw = {**_pass_on(run), **kw}
     out_ = []
     for folder_name, team in groups:
-        b = _matched(run, method, match, team, base / folder_name, pilot, kw)
+        try: b = _matched(run, method, match, team, base / folder_name, pilot, kw)
+        except BaselineInterrupted as e: raise BaselineInterrupted(e.result, out_) from None
         write_atomic(b.run.path / "baseline.json", json.dumps({**b.record(), "debate": str(run.path)}, indent=1))
         out_.append(b)
     return out_

@@ -6,7 +6,7 @@ Docs: https://madlab.github.io/madlab/cli.html.md"""
 
 # %% ../nbs/40_cli.ipynb #e65bccc5
 from __future__ import annotations
-import hashlib, inspect, json, math, os, re, signal, sys, typing, types
+import contextlib, hashlib, inspect, json, math, os, re, signal, sys, typing, types
 from pathlib import Path
 import click
 from .core import OptionError
@@ -207,6 +207,8 @@ def _sized_tasks(proto) -> list:
     from madlab.tasks import TASKS
     return [k for k in (proto.tasks or TASKS) if k in TASKS and TASKS[k].size]
 
+
+# %% ../nbs/40_cli.ipynb #a286d2ee
 def _common_params(proto):
     "The options every run shares, less those `proto` cannot use: --size and --games where no task it runs on takes a size, --topology and --stop-on where it does not honour them (its `axes`)."
     from madlab.tasks import TASKS
@@ -274,6 +276,17 @@ def _gc_restore(was):
 class _Interrupt(KeyboardInterrupt): pass
 
 def _raise_interrupt(signum, frame): raise _Interrupt()
+
+@contextlib.contextmanager
+def _stoppable():
+    "SIGTERM stops what runs inside as Ctrl-C does (in the main thread; elsewhere Ctrl-C only)."
+    try: old = signal.signal(signal.SIGTERM, _raise_interrupt)
+    except (ValueError, AttributeError): old = None
+    try: yield
+    finally:
+        if old is not None: signal.signal(signal.SIGTERM, old)
+
+_STOPPED = "interrupted: what finished is kept; run the same command again to resume"
 
 # %% ../nbs/40_cli.ipynb #9353d5d2
 class _ProtocolCommand(click.Command):
@@ -429,19 +442,21 @@ def rescore_cmd(run_dir, decision, compare, cache, allow_fewer_scores, prices):
               help="The baseline: self-consistency (independent answers, plurality vote) or a single agent")
 @click.option("--match", type=click.Choice(["tokens", "calls", "cost"]), default="tokens", show_default=True,
               help="The budget per item self-consistency's samples match, within 10 %")
-@click.option("--out", default=None, type=_PathOrURL(file_okay=False), help="Where the baseline runs go (a folder or a URL)  [default: beside the run]")
+@click.option("--out", default=None, type=_PathOrURL(file_okay=False), help="Output folder or URL; each baseline run goes into OUT/<run name>-baseline-METHOD-MATCH/  [default: the folder holding the run]")
 @click.option("--pilot", type=click.IntRange(min=1), default=3, show_default=True, help="Items of the pilot that estimates one sample's budget")
 @click.option("--concurrency", type=click.IntRange(1, 10_000), default=None, help="Items run at once  [default: as many as the endpoints take]")
 @click.option("--cache/--no-cache", default=True, show_default=True, help="Calls go through the response cache ($MADLAB_CACHE)")
 @click.option("--prices", metavar="FILE", type=click.Path(dir_okay=False), default=None,
               help="Price the debate's cost column and the baselines' at this price table (CSV)  [default: the one the run recorded]")
 def baseline_cmd(run_dir, method, match, out, pilot, concurrency, cache, prices):
-    "Run a baseline on a finished run's items with its models, at the debate's budget, into RUN-baseline-METHOD-MATCH beside it; print each baseline's budget ratio and the runs side by side (accuracy with 95% bootstrap intervals, tokens per item, Pareto frontier, McNemar test against the debate)."
-    from madlab.budget import run_baseline, vs_budget
+    "Run a baseline on a finished run's items with its models, at the debate's budget, into RUN-baseline-METHOD-MATCH beside it; print each baseline's budget ratio and the runs side by side (accuracy with 95% bootstrap intervals, tokens per item, Pareto frontier, McNemar test against the debate). A run still being written is refused; Ctrl-C stops at once, and the same command again resumes."
+    from madlab.budget import BaselineInterrupted, run_baseline, vs_budget
     from madlab.runs import open_run
     try:
+        with _stoppable(): found = run_baseline(run_dir, method, match, out, pilot=pilot, concurrency=concurrency, cache=cache, prices=prices)
         run = open_run(run_dir, prices=prices)
-        found = run_baseline(run, method, match, out, pilot=pilot, concurrency=concurrency, cache=cache)
+    except BaselineInterrupted as e: click.echo(e.summary()); sys.exit(130)
+    except KeyboardInterrupt: click.echo(_STOPPED); sys.exit(130)
     except OptionError as e: raise click.BadParameter(e.message, param_hint="RUN_DIR" if e.option in ("out", "path", "run") else f"'{e.flag}'") from None
     except ValueError as e: raise click.ClickException(str(e)) from None
     for b in found:
@@ -500,7 +515,7 @@ def _sweep_table(df, grid: dict):
 @main.command("sweep", cls=_SweepCommand, context_settings={"ignore_unknown_options": True})
 @click.argument("notebook", type=click.Path(exists=True, dir_okay=False))
 @click.argument("params", nargs=-1, type=click.UNPROCESSED)
-@click.option("--out", default="runs", show_default=True, type=_PathOrURL(file_okay=False), help="Output folder or URL (executed notebooks, run folders, out/summary.parquet)")
+@click.option("--out", default="runs", show_default=True, type=_PathOrURL(file_okay=False), help="Output folder or URL; each combination's run and executed notebook go into OUT/<combination name>/, the table of them all into OUT/summary.parquet")
 @click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True, help="Notebooks run at once, each in its own process")
 @click.option("--scheduler", metavar="ADDRESS", default=None, help="A Dask scheduler address (tcp://host:port) to run on  [default: this machine]")
 def sweep_cmd(notebook, params, out, workers, scheduler):
@@ -524,15 +539,17 @@ def _log_format_cb(ctx, param, value):
 @main.command("import")
 @click.argument("format", metavar="FORMAT", callback=_log_format_cb)
 @click.argument("path", type=click.Path(exists=True))
-@click.option("--out", metavar="DIRECTORY", required=True, callback=_out_cb, help="The run folder to write (a folder or a URL)")
+@click.option("--out", metavar="DIRECTORY", default="results", show_default=True, type=_PathOrURL(file_okay=False), callback=_out_cb, help="Output folder or URL (s3://, gs://, az://, memory://); the run goes into OUT/<run name>/")
+@click.option("--name", metavar="NAME", default=None, help="The run folder's name  [default: from the protocol, task and log file: PROTOCOL_TASK_imported-FILE]")
 @click.option("--task", metavar="TASK", default=None, help="The task whose gold and answer format score the items [default: the format's: gsm8k; kks for controlmad]")
 @click.option("--games", type=click.Path(exists=True), default=None, help="controlmad: ControlMAD's games (<size>.jsonl or a folder of them), to find each logged game by its text")
 @click.option("--model", metavar="MODEL", default=None, help="The model that wrote the log, recorded as the agents' spec imported:MODEL")
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="Import the first N records only")
-def import_cmd(format, path, out, task, model, limit, games):
+def import_cmd(format, path, out, name, task, model, limit, games):
     "Import a published debate log (FORMAT: du, critic_actor: one JSON file; controlmad: a game's session file or a folder of ControlMAD's results) as a run folder: transcripts, logs and a results table scored by the task, no call made."
-    from madlab.import_run import import_run
-    try: res = import_run(format, path, out, task=task, model=model, limit=limit, games=games)
+    from madlab.import_run import import_name, import_run
+    from madlab.store import store_path
+    try: res = import_run(format, path, store_path(out) / (name or import_name(format, path, task, model)), task=task, model=model, limit=limit, games=games)
     except OptionError as e: raise click.BadParameter(e.message, param_hint="PATH" if e.option == "path" else f"'{e.flag}'") from None
     except ValueError as e: raise click.ClickException(str(e)) from None
     click.echo(res.summary())
@@ -615,16 +632,19 @@ def data_get(names, to, mirror):
 @click.option("--intervention", metavar="NAME,...", default="gold", show_default=True,
               help="What replaces each turn: neutral (no position), placebo (the agent's reply to another item), gold (the right answer); several, comma-separated")
 @click.option("--max-calls", type=click.IntRange(min=0), default=None, help="Refuse when the estimated calls exceed N  [default: no limit]")
-@click.option("--out", default=None, type=_PathOrURL(file_okay=False), help="Where blame.parquet and the forks go, a folder or a URL  [default: RUN/blame]")
+@click.option("--out", default=None, type=_PathOrURL(file_okay=False), help="Output folder or URL; blame.parquet and the forks go into OUT/<run name>-blame/  [default: RUN/blame/]")
 @click.option("--concurrency", type=click.IntRange(1, 10_000), default=None, help="Forks run at once  [default: as many as the endpoints take]")
 @click.option("--cache/--no-cache", default=True, show_default=True, help="Calls go through the response cache ($MADLAB_CACHE)")
 def blame_cmd(run_dir, items, intervention, max_calls, out, concurrency, cache):
-    "Blame a finished run's turns by experiment: fork each chosen item's debate at every turn with the turn replaced by the intervention, continue with the same team, and print per agent and round how often the decision changed and became right (95% Wilson intervals) and the agent ranked first per item; forks already made are read, not made again."
+    "Blame a finished run's turns by experiment: fork each chosen item's debate at every turn with the turn replaced by the intervention, continue with the same team, and print per agent and round how often the decision changed and became right (95% Wilson intervals) and the agent ranked first per item; forks already made are read, not made again. A run still being written is refused; Ctrl-C stops at once, and the same command again resumes."
     from madlab.blame import run_blame
-    try: b = run_blame(run_dir, items, intervention, max_calls=max_calls, cache=cache, concurrency=concurrency, out=out)
+    try:
+        with _stoppable(): b = run_blame(run_dir, items, intervention, max_calls=max_calls, cache=cache, concurrency=concurrency, out=out)
+    except KeyboardInterrupt: click.echo(_STOPPED); sys.exit(130)
     except OptionError as e: raise click.BadParameter(e.message, param_hint=f"'{e.flag}'" if e.option != "run" else "RUN_DIR") from None
     except ValueError as e: raise click.ClickException(str(e)) from None
     click.echo(b.summary())
+    if b.interrupted: click.echo(f"outputs: {b.folder / 'blame.parquet'}"); sys.exit(130)
     if not len(b.df): return
     import pandas as pd
     with pd.option_context("display.width", 200, "display.max_columns", 20, "display.precision", 3):

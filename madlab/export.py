@@ -13,7 +13,7 @@ from fastcore.basics import patch
 from .core import OptionError, Transcript, answer_key, answer_summary, decision_summary, scrub_secrets, stable_hash, to_jsonable, write_atomic
 from .decisions import HELPER_ROLES
 from .dynamics import answer_rounds, _NO_POSITION, _scorer, _stated, _top
-from .run import safe_name
+from .run import safe_name, _read_whole
 from .runs import OpenRun, open_run
 from .store import StorePath, store_path
 
@@ -102,10 +102,12 @@ def _decided_right(run: OpenRun) -> dict:
     if "correct" not in run.df: return {}
     return {str(i): (None if c is None or c != c else bool(c)) for i, c in zip(run.df.item_id, run.df.correct)}
 
-def chat_examples(run, keep: str = "all") -> list[dict]:
-    "Every agent turn of a finished run (an `OpenRun` or its folder) as a chat-format training example; `keep` (one of `KEEPS`): `all` the turns answered, `correct` those of debates decided right, `consistent` each debater's turns whose answer is the final majority."
+def chat_examples(run, keep: str = "all", lock_timeout: float = 0) -> list[dict]:
+    "Every agent turn of a finished run (an `OpenRun` or its folder) as a chat-format training example; `keep` (one of `KEEPS`): `all` the turns answered, `correct` those of debates decided right, `consistent` each debater's turns whose answer is the final majority. A run still being written is waited for `lock_timeout` seconds, then refused by name."
     _check("keep", keep, KEEPS)
-    run = _open(run)
+    with _read_whole(_open(run), lock_timeout) as run: return _examples(run, keep)
+
+def _examples(run: OpenRun, keep: str) -> list[dict]:
     decided = _decided_right(run)
     return [ex for t in _debates(run) for ex in _examples_of(t, keep, decided.get(str(t.meta.get("id"))), run.name)]
 
@@ -119,13 +121,13 @@ def _out_path(run: OpenRun, out, name: str) -> Path|StorePath:
     except OSError as e: raise OptionError("out", f"cannot create {p.parent}: {e.strerror or e}") from None
     return p
 
-def export_chat(run, keep: str = "all", out=None) -> Exported:
-    "Write `chat_examples(run, keep)` as JSON lines to `out` (default: the run's `exports/chat-KEEP.jsonl`), atomically."
+def export_chat(run, keep: str = "all", out=None, lock_timeout: float = 0) -> Exported:
+    "Write `chat_examples(run, keep)` as JSON lines to `out` (default: the run's `exports/chat-KEEP.jsonl`), atomically; a run still being written is waited for `lock_timeout` seconds, then refused by name."
     _check("keep", keep, KEEPS)
-    run = _open(run)
-    exs = chat_examples(run, keep)
-    p = _out_path(run, out, f"chat-{keep}.jsonl")
-    write_atomic(p, "".join(json.dumps(to_jsonable(e), ensure_ascii=False) + "\n" for e in exs))
+    with _read_whole(_open(run), lock_timeout) as run:
+        exs = _examples(run, keep)
+        p = _out_path(run, out, f"chat-{keep}.jsonl")
+        write_atomic(p, "".join(json.dumps(to_jsonable(e), ensure_ascii=False) + "\n" for e in exs))
     return Exported(p, "chat-jsonl", len(exs), len({e["source"]["item"] for e in exs}), keep)
 
 # %% ../nbs/23c_export.ipynb #8f3d97d7
@@ -216,10 +218,13 @@ def _sample(ia, t: Transcript, row: dict):
                           error=log.EvalError(message=err, traceback="", traceback_ansi="") if err else None)
 
 # %% ../nbs/23c_export.ipynb #c7203446
-def inspect_log(run) -> "inspect_ai.log.EvalLog":
-    "A finished run (an `OpenRun` or its folder) as an Inspect `EvalLog`: one sample per debate, madlab's score as the `madlab` scorer's (its accuracy the run's), usage per model spec."
+def inspect_log(run, lock_timeout: float = 0) -> "inspect_ai.log.EvalLog":
+    "A finished run (an `OpenRun` or its folder) as an Inspect `EvalLog`: one sample per debate, madlab's score as the `madlab` scorer's (its accuracy the run's), usage per model spec; a run still being written is waited for `lock_timeout` seconds, then refused by name."
+    _inspect()
+    with _read_whole(_open(run), lock_timeout) as run: return _eval_log(run)
+
+def _eval_log(run: OpenRun):
     ia = _inspect(); log = ia[0]
-    run = _open(run)
     cfg, rows, ts = run.config, {str(r["item_id"]): r for r in run.df.to_dict("records")}, _debates(run)
     samples = [_sample(ia, t, rows.get(str(t.meta.get("id")), {})) for t in ts]
     scored = [s.scores["madlab"].value == "C" for s in samples if s.scores]
@@ -238,11 +243,11 @@ def inspect_log(run) -> "inspect_ai.log.EvalLog":
                        stats=log.EvalStats(started_at=created, completed_at=created, model_usage={k: _usage(ia, u) for k, u in _by_model(ts).items()}), samples=samples)
 
 # %% ../nbs/23c_export.ipynb #b33f2763
-def export_inspect(run, out=None) -> Exported:
-    "Write `inspect_log(run)` through inspect_ai's `write_eval_log` to `out` (`.eval`, or `.json` for Inspect's JSON format; default: the run's `exports/inspect/` folder, named as Inspect names its logs), for `inspect view --log-dir`."
+def export_inspect(run, out=None, lock_timeout: float = 0) -> Exported:
+    "Write `inspect_log(run)` through inspect_ai's `write_eval_log` to `out` (`.eval`, or `.json` for Inspect's JSON format; default: the run's `exports/inspect/` folder, named as Inspect names its logs), for `inspect view --log-dir`; a run still being written is waited for `lock_timeout` seconds, then refused by name."
     if out is not None and Path(str(out)).suffix not in (".eval", ".json"): raise OptionError("out", f"an Inspect log ends in .eval or .json; got {Path(str(out)).name}")
-    run = _open(run)
-    el = inspect_log(run)
+    _inspect()
+    with _read_whole(_open(run), lock_timeout) as run: el = _eval_log(run)
     name = f"{el.eval.created[:19].replace(':', '-')}_{safe_name(el.eval.task.replace('/', '-'))}_{el.eval.task_id}.eval"
     p = _out_path(run, out, f"inspect/{name}")
     from concurrent.futures import ThreadPoolExecutor
@@ -255,10 +260,10 @@ def export_inspect(run, out=None) -> Exported:
 
 # %% ../nbs/23c_export.ipynb #0ce6c302
 @patch
-def export(self: OpenRun, format: str = "chat-jsonl", keep: str = "all", out=None) -> Exported:
-    "Write the run as `format` (one of `FORMATS`): chat-format training examples (`keep`: one of `KEEPS`; `export_chat`) or an Inspect eval log (`export_inspect`)."
+def export(self: OpenRun, format: str = "chat-jsonl", keep: str = "all", out=None, lock_timeout: float = 0) -> Exported:
+    "Write the run as `format` (one of `FORMATS`): chat-format training examples (`keep`: one of `KEEPS`; `export_chat`) or an Inspect eval log (`export_inspect`); a run still being written is waited for `lock_timeout` seconds, then refused by name."
     _check("format", format, FORMATS)
     if format == "inspect":
         if keep != "all": raise OptionError("keep", f"chooses training examples (chat-jsonl); an Inspect log holds every debate, got {keep!r}")
-        return export_inspect(self, out)
-    return export_chat(self, keep, out)
+        return export_inspect(self, out, lock_timeout)
+    return export_chat(self, keep, out, lock_timeout)

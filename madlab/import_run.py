@@ -6,7 +6,7 @@ Docs: https://madlab.github.io/madlab/import_run.html.md"""
 
 # %% ../nbs/24a_import_run.ipynb #314c7843
 from __future__ import annotations
-import hashlib, json, time
+import hashlib, json, re, time
 from pathlib import Path
 import madlab
 from .core import *
@@ -16,7 +16,7 @@ from .run import RunFolder, RunResult, write_item_outputs, _finish_run
 from .imports import LogError, get_log_format, log_transcripts
 
 # %% auto #0
-__all__ = ['import_run']
+__all__ = ['import_run', 'import_name']
 
 # %% ../nbs/24a_import_run.ipynb #f899b05e
 def _sha256(path) -> str:
@@ -55,3 +55,10 @@ def import_run(format, path, out, task: str|None = None, model: str|None = None,
             write_item_outputs(t, folder.item_dir(t.meta["id"]))
         return _finish_run(get_protocol(fmt.protocol), ids, {t.meta["id"]: t for t in ts}, {}, folder, [],
                            {"reason": None, "failed": 0, "interrupted": False}, [], t0, resumed={})
+
+# %% ../nbs/24a_import_run.ipynb #c1a0d032
+def import_name(format, path, task: str|None = None, model: str|None = None) -> str:
+    "The run folder's name of log `path` imported in `format`: protocol, task, `imported-` and the log's name (and the model's)."
+    fmt = get_log_format(format)
+    stem = Path(str(path).rstrip("/")).stem or "log"
+    return re.sub(r"[^A-Za-z0-9._+-]+", "_", "_".join([fmt.protocol, task or fmt.task, f"imported-{stem}", *([model] if model else [])]))[:200]

@@ -6,7 +6,7 @@ Docs: https://madlab.github.io/madlab/run.html.md"""
 
 # %% ../nbs/08_run.ipynb #5a8ffaad
 from __future__ import annotations
-import asyncio, collections, hashlib, html, inspect, json, math, re, time
+import asyncio, collections, contextlib, hashlib, html, inspect, json, math, os, re, time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -21,7 +21,7 @@ from .scoring import answer_format, score_result
 from .debate import *
 from .decisions import get_decision, check_decision, check_logprobs, check_logprobs_recorded, aredecide, signal_note, check_signal
 from .cost import Prices, load_prices, item_cost, cost_lines, cost_table
-from .store import StorePath, StoreLock, LockLost, store_path, read_table, put_tree
+from .store import StorePath, StoreLock, LockLost, store_path, read_table, put_tree, _stale
 
 # %% auto #0
 __all__ = ['MAX_GAMES_AT_ONCE', 'debate_row', 'safe_name', 'transcript_text', 'chat_histories', 'item_outputs',
@@ -217,7 +217,7 @@ def lock(self: RunFolder, timeout: float = 0):
     lk = filelock.FileLock(str(self.path / ".lock"), timeout=timeout)
     try: lk.acquire()
     except filelock.Timeout:
-        raise OptionError("out", f"{self.path} is in use by another madlab run (lock file {self.path / '.lock'}); wait for it to finish or choose another output folder") from None
+        raise OptionError("out", f"{self.path} is in use by another madlab run ({self.holder()}; lock file {self.path / '.lock'}); wait for it to finish or choose another output folder") from None
     return lk
 
 @patch
@@ -225,6 +225,67 @@ def check_lock(self: RunFolder, fresh: bool = False):
     "Refuse to write (`madlab.store.LockLost`) when the store lock this folder holds was taken over (`fresh`: read the lock object now; else what the heartbeat saw). A local lock cannot be taken over."
     lk = getattr(self, "_held", None)
     if isinstance(lk, StoreLock) and not lk._stop.is_set(): lk.verify() if fresh else lk.check()
+
+# %% ../nbs/08_run.ipynb #c1a0d002
+def _lock_holder(path) -> str|None:
+    "The process holding the local lock file `path`, as 'process PID: its command line', read from /proc/locks (Linux); '' when none holds it; None where that cannot be told."
+    try:
+        st = os.stat(path)
+        where = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+        pids = [f[4] for f in (l.split() for l in Path("/proc/locks").read_text().splitlines()) if len(f) > 5 and "->" not in f and f[5] == where]
+    except FileNotFoundError: return "" if Path("/proc/locks").exists() else None
+    except (OSError, ValueError): return None
+    if not pids: return ""
+    pid = pids[0]
+    if pid == str(os.getpid()): return f"process {pid} (this one)"
+    try: args = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError: return f"process {pid}"
+    cmd = " ".join(Path(a).name if i < 2 and os.sep in a else a for i, a in enumerate(a for a in args if a))
+    return f"process {pid}: {cmd[:120]}{' ...' if len(cmd) > 120 else ''}"
+
+@patch
+def holder(self: RunFolder) -> str:
+    "Who holds the folder's lock now, in words (a process and its command line, or its host); 'no one' when it is free as far as this system can tell."
+    if isinstance(self.path, StorePath):
+        owner, _ = StoreLock(self.path)._owner()
+        return "no one" if owner is None else f"process {owner.get('pid')} on {owner.get('host')}"
+    who = _lock_holder(self.path / ".lock")
+    return "a process this system does not name" if who is None else who or "no one"
+
+# %% ../nbs/08_run.ipynb #c1a0d005
+def _busy(folder: RunFolder, who: str) -> OptionError:
+    "The refusal of an analysis of a run that `who` is still writing: how far it got, and what to do."
+    n = len((folder.read_config() or {}).get("items") or [])
+    k = sum(1 for _ in (folder.path / "debates").glob("*/transcript.json"))
+    return OptionError("run", f"{folder.path} is still being written by {who}: {k} of {n} items finished so far, and an analysis now would use only those; "
+                              "wait for that run to finish (or stop it), then run this again")
+
+@patch
+def reading(self: RunFolder, timeout: float = 0):
+    "The folder's lock, held (a context manager) while an analysis reads the run whole: a run writing it makes this wait `timeout` seconds, then refuse (`OptionError` for `run`) naming it."
+    end = time.monotonic() + (timeout or 0)
+    if isinstance(self.path, StorePath):                # looked at, not taken: reading a run needs no write access to its store
+        while True:
+            owner, _ = StoreLock(self.path)._owner()
+            if owner is None or _stale(owner, time.time()): return contextlib.nullcontext()
+            if time.monotonic() >= end: raise _busy(self, f"process {owner.get('pid')} on {owner.get('host')}")
+            time.sleep(min(0.5, max(0.05, end - time.monotonic())))
+    try: lk = self.lock(timeout)
+    except OptionError: raise _busy(self, self.holder()) from None
+    except PermissionError: return contextlib.nullcontext()      # a folder this process may only read
+    held = contextlib.ExitStack(); held.callback(lk.release)    # released when the `with` block ends
+    return held
+
+# %% ../nbs/08_run.ipynb #c1a0d008
+@contextlib.contextmanager
+def _read_whole(run, lock_timeout: float = 0):
+    "`run` (an open run: its `folder`, `path`, results `df` and `prices`) with its folder's lock held (`RunFolder.reading`); opened again (as `type(run)(path, prices)`) when its table changed since."
+    with run.folder.reading(lock_timeout):
+        try: now = read_table(run.folder.path / "results.parquet")
+        except Exception: now = None                     # no table (yet): opened again, from the transcripts
+        col = lambda df, c: list(df[c].astype(str)) if c in df else None
+        same = now is not None and len(now) == len(run.df) and all(col(now, c) == col(run.df, c) for c in ("item_id", "status", "correct"))
+        yield run if same else type(run)(run.path, run.prices)
 
 # %% ../nbs/08_run.ipynb #a2f3222f
 def _stop_line(df: pd.DataFrame) -> str:
@@ -588,14 +649,21 @@ def _config_task(proto, opts: dict, task, data):
     return task, data if data is not None else want.get("data"), own
 
 # %% ../nbs/08_run.ipynb #ddb7ea97
+_PLAIN_SPEC = re.compile(r"[A-Za-z][\w-]*:[A-Za-z0-9._-]+")      # KIND:NAME, all of which the agent's name says
+
+def _team_digest(team) -> str|None:
+    "A short stable digest of the team as its run folder records it (specs with their options, system prompts, parameters, roles), when the agents' names do not say it all: a spec with options (`seed=`, `latency=`), an empty spec, a path or a URL, a system prompt, parameters, a `structured` mode. None for a team of plain `KIND:NAME` specs."
+    if all(_PLAIN_SPEC.fullmatch(str(a.spec)) and not a.system and not a.params and a.structured == "auto" for a in team): return None
+    return stable_hash([{k: r.get(k) for k in ("spec", "system", "params", "role", "structured")} for r in team_config(team)])[:6]
+
 def run_name(proto, items, team, settings, seed=0) -> str:
-    "The run folder's name: protocol, task (and game sizes), team, the options that differ from their defaults, seed."
+    "The run folder's name: protocol, task (and game sizes), team (with `team-<digest>` when its names do not say all of it: `_team_digest`), the options that differ from their defaults, seed."
     tasks = sorted({str(getattr(it, "task", "")) for it in items})
     sizes = sorted({it.meta["n_players"] for it in items if isinstance(getattr(it, "meta", None), dict) and "n_players" in it.meta})
     size = (f"{sizes[0]}" if len(sizes) == 1 else f"{sizes[0]}-{sizes[-1]}") if sizes else ""
     names = "+".join(a.name for a in team)
     if len(names) > 80: names = f"{len(team)}agents-" + hashlib.sha256(names.encode()).hexdigest()[:8]
-    parts = [proto.name, "+".join(tasks) + size, names]
+    parts = [proto.name, "+".join(tasks) + size, names] + ([f"team-{d}"] if (d := _team_digest(team)) else [])
     for k, v in settings.items():
         if v == proto.options.get(k): continue
         if isinstance(v, bool): parts.append(k if v else f"no-{k}")

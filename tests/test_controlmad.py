@@ -36,7 +36,8 @@ def test_demo_run_is_fast_and_writes_everything(tmp_path):
     took = time.perf_counter() - t0
     assert took < 30, f"20 synthetic games took {took:.1f} s"
     for s in ("per-player accuracy by phase", "team decision", "flips initial→final", "tokens"): assert s in text
-    assert run_dir.parent == tmp_path / "results" and run_dir.name == "controlmad_kks6_Synthetic-strong+Synthetic-medium+Synthetic-weak"
+    team = "Synthetic-strong+Synthetic-medium+Synthetic-weak_team-4211a2"     # the default team seeds its agents
+    assert run_dir.parent == tmp_path / "results" and run_dir.name == f"controlmad_kks6_{team}"
     res = pd.read_parquet(run_dir / "results.parquet")
     assert len(res) == 20 and res.correct.dtype == bool and set(res.status) == {"done"}
     assert list(res.item_id) == [f"kks-6-{i:04d}" for i in range(1, 21)] and (res.protocol == "controlmad").all()
@@ -127,8 +128,9 @@ def test_resume_after_a_run_stopped_halfway(tmp_path):
     for name, mtime in keep.items(): assert (run_dir / "debates" / name / "transcript.json").stat().st_mtime_ns == mtime
     cfg = json.loads((run_dir / "config.json").read_text())
     assert len(cfg["items"]) == 20
-    # a changed setting in the same folder is refused rather than mixed in
-    r = CliRunner().invoke(main, ["run", "controlmad", "--size", "5", "--games", "1-3", "--out", out, "--max-tokens", "50", "--no-progress"])
+    # a changed setting in the same folder is refused rather than mixed in (by default it names a folder of its own)
+    r = CliRunner().invoke(main, ["run", "controlmad", "--size", "5", "--games", "1-3", "--out", out, "--name", run_dir.name,
+                                  "--max-tokens", "50", "--no-progress"])
     assert r.exit_code == 2 and "--out" in r.output and "holds a run with different" in r.output and "max_tokens" in r.output
 
 @needs_public_data("ControlMAD's games", "controlmad", "6.jsonl")
