@@ -155,6 +155,7 @@ class Protocol:
     axes: tuple = ()                               # the debate-wide settings it honours besides its options: "topology", "stop_on" (see `AXES`)
     decides: tuple = ()                            # options that choose its own decision rule: deprecated beside a `decision` (see `resolve_run`)
     planned: Callable|None = None                  # the settings -> the rounds it runs when nothing ends it early (None: it does not say)
+    weighs: tuple = ()                             # the signals its own rule weighs besides the answers ("confidence", "logprobs"): a table on simulated ones says so
 
     def check_option(self, k, v):
         "Raise `OptionError` unless `v` is an allowed value of option `k`."
@@ -200,8 +201,8 @@ PROTOCOLS: dict[str, Protocol] = {}
 _PENDING_HOOKS: dict[str, dict] = {}
 
 # %% ../nbs/06_debate.ipynb #ee082d53
-def protocol(name: str, tasks=None, limits: dict|None = None, axes=(), decides=(), planned: Callable|None = None):
-    "Register an async-generator protocol under `name`, running on `tasks` (None: any task with an answer format), numbers within `limits`, honouring the debate-wide settings `axes` (\"topology\", \"stop_on\": see `AXES`); `decides`: its options that choose its own decision rule (deprecated beside a `decision`); `planned`: the settings -> the rounds it runs when nothing ends it early."
+def protocol(name: str, tasks=None, limits: dict|None = None, axes=(), decides=(), planned: Callable|None = None, weighs=()):
+    "Register an async-generator protocol under `name`, running on `tasks` (None: any task with an answer format), numbers within `limits`, honouring the debate-wide settings `axes` (\"topology\", \"stop_on\": see `AXES`); `decides`: its options that choose its own decision rule (deprecated beside a `decision`); `planned`: the settings -> the rounds it runs when nothing ends it early; `weighs`: the signals its own rule weighs besides the answers (`confidence`, `logprobs`)."
     def deco(fn):
         if not inspect.isasyncgenfunction(fn): raise TypeError(f"protocol {name!r} must be an async generator function (async def ... yield)")
         sig = list(inspect.signature(fn).parameters.values())[1:]
@@ -213,7 +214,7 @@ def protocol(name: str, tasks=None, limits: dict|None = None, axes=(), decides=(
         old = PROTOCOLS.get(name)
         PROTOCOLS[name] = Protocol(name, fn, {p.name: p.default for p in sig}, {p.name: docs.get(p.name) for p in sig}, (inspect.getdoc(fn) or "").split("\n")[0],
                                    {p.name: hints[p.name] for p in sig if p.name in hints}, tuple(tasks) if tasks is not None else None, dict(limits or {}),
-                                   axes=tuple(axes), decides=tuple(decides), planned=planned)
+                                   axes=tuple(axes), decides=tuple(decides), planned=planned, weighs=tuple(weighs))
         if old is not None: PROTOCOLS[name].hooks.update(old.hooks)   # defined again (a re-run cell, a reload): its report and logs stay registered
         PROTOCOLS[name].hooks.update(_PENDING_HOOKS.pop(name, {}))   # hooks registered before the protocol was
         fn.protocol_name = name

@@ -445,14 +445,16 @@ def _simulated(team) -> list:
     return [(n, c) for n, role, c in map(_member, team) if role not in HELPER_ROLES and c is not None]
 
 # %% ../nbs/05a_decisions.ipynb #5a11ad03
-def signal_note(rule, team) -> str|None:
+def signal_note(rule, team, weighs=()) -> str|None:
     """The note a table decided by `rule` carries when the signal it weighs is simulated by `team`'s synthetic voters
-    (agents, or a transcript's team); None when the rule weighs none, or the models' own."""
-    sig = rule_signal(rule)
+    (agents, or a transcript's team); None when the rule weighs none, or the models' own. `weighs`: the signals a
+    protocol's own rule weighs (`Protocol.weighs`), read when `rule` is `protocol`."""
+    sig = rule_signal(rule) or (weighs[0] if weighs and get_decision(rule).protocol else None)
     sim = _simulated(team) if sig else []
     if not sim: return None
     cals = sorted({c for _, c in sim})
-    said = (f"calibration {cals[0]:g} stated by the persona{'s' * (len(sim) > 1)}" if len(cals) == 1
+    said = ("no calibration stated: noise by construction" if cals == [0] else
+            f"calibration {cals[0]:g} stated by the persona{'s' * (len(sim) > 1)}" if len(cals) == 1
             else "calibrations stated by the personas: " + ", ".join(f"{n} {c:g}" for n, c in sim))
     return f"simulated signal: synthetic agents' {SIGNALS[sig]} ({said})"
 

@@ -49,8 +49,8 @@ def debate_row(t: Transcript) -> dict:
            "prompt_tokens": sum(tu.usage.prompt_tokens for tu in ok), "completion_tokens": sum(tu.usage.completion_tokens for tu in ok),
            "seconds": round((t.meta.get("finished") or 0) - (t.meta.get("started") or 0), 4) if t.meta.get("started") else None,
            "synthetic": t.synthetic, "decision_rule": (t.result or {}).get("decision_rule", "protocol")}
-    note = signal_note(row["decision_rule"], t.team) if row["decision_rule"] != "protocol" else None
-    if note: row["decision_signal"] = note             # a decision weighed by a simulated signal says so in every row
+    note = signal_note(row["decision_rule"], t.team, getattr(PROTOCOLS.get(t.protocol), "weighs", ()))
+    if note: row["decision_signal"] = note             # a decision weighed by a simulated signal (its rule's, or the protocol's own) says so in every row
     for k, v in (t.result or {}).items():
         if k != "decision_rule": row[f"result_{k}" if k in row else k] = _cell(v)
     try: score = score_result(t.item, t.result)
@@ -756,7 +756,7 @@ def resolve_run(protocol, task: str|None = None, data=None, items=None, team=Non
     try: check_api_keys(agents, [rule.backend if rule.judge else None, options.get("supervisor")])   # before any call and any folder
     except OptionError as e: raise _usage(e.option, e.message) from None
     check_logprobs(rule, agents)                    # confidence:logprob: backends that give log-probabilities (a bad --decision), asked for them; a simulated signal calibrated
-    if (note := signal_note(rule, agents)): notes["simulated_signal"] = note; said.append(note)     # config.json and the command say it
+    if (note := signal_note(rule, agents, proto.weighs)): notes["simulated_signal"] = note; said.append(note)     # config.json and the command say it
     if majority_error and item_filter is not None: raise OptionError("item_filter", "give item_filter or majority_error (a MajorityErrorFilter's agents), not both")
     f = item_filter if item_filter is not None else (MajorityErrorFilter(majority_error) if majority_error else None)
     if f is not None:

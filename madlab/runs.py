@@ -315,6 +315,7 @@ def decisions(self: OpenRun, rules=None, n_boot: int = 2000, seed: int = 0) -> p
     import asyncio, numpy as np
     from madlab.core import answer_key, runtime_loop
     from madlab.decisions import get_decision, check_decision, check_logprobs_recorded, aredecide, signal_note
+    from madlab.debate import PROTOCOLS
     from madlab.run import _judge
     from madlab.scoring import score_result
     found, _ = self.folder.transcripts()
@@ -341,7 +342,7 @@ def decisions(self: OpenRun, rules=None, n_boot: int = 2000, seed: int = 0) -> p
             changed += answer_key(r.get("answer")) != answer_key((t.result or {}).get("answer"))
         lo, hi = _boot(ok, idx)
         decided_by = own if rule.protocol else rule.spec
-        note = signal_note(decided_by, ts[0].team) if ts and decided_by != "protocol" else None
+        note = signal_note(decided_by, ts[0].team, getattr(PROTOCOLS.get(ts[0].protocol), "weighs", ())) if ts else None
         if note and note not in notes: notes.append(note)
         scored = [x for x in ok if x == x]
         rows.append({"rule": f"protocol ({own})" if rule.protocol and own != "protocol" else rule.spec, "items": len(ts),

@@ -341,3 +341,19 @@ def test_counting_rules_compare_s4_votes_by_their_decision(tmp_path):
         got = redecide(t, "plurality")
         assert got["answer"] is not None and answer_key(got["answer"]) == ("REFUSE" if own == "VETO" else own), (got, own)
         assert answer_format(it).score(got["answer"], it.gold) == (own == it.gold or (own == "VETO" and it.gold == "REFUSE"))
+
+
+def test_s4_tables_say_its_decisions_rest_on_simulated_confidences(tmp_path):
+    """S4's own rule reads each role's confidence (its thresholds), so a run of synthetic roles is decided on a simulated
+    signal: the summary, config.json, every row and `rescore --compare` say so, calibrated (the default team) or not."""
+    from madlab.runs import open_run
+    calibrated = run_experiment("s4", n=3, out=tmp_path / "cal", cache=False)
+    note = "simulated signal: synthetic agents' self-reported confidences (calibration 0.8 stated by the personas)"
+    assert set(calibrated.df.decision_signal) == {note}
+    assert json.loads((tmp_path / "cal" / "config.json").read_text())["simulated_signal"] == note
+    assert note in (tmp_path / "cal" / "summary.txt").read_text()
+    assert note in open_run(tmp_path / "cal").decisions(["protocol"]).attrs["notes"]
+    flat = run_experiment("s4", n=2, out=tmp_path / "flat", cache=False,
+                          team=["synthetic:strong", "synthetic:medium", "synthetic:weak"])
+    assert set(flat.df.decision_signal) == {"simulated signal: synthetic agents' self-reported confidences "
+                                            "(no calibration stated: noise by construction)"}

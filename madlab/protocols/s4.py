@@ -579,7 +579,7 @@ def _vote_round(d, team, roles_of, initial, revised, rules, confidence_cap, scre
     return r
 
 # %% ../../nbs/11_s4.ipynb #7c34fa91
-@protocol("s4", tasks=("safety",), limits={"max_chars": (1, 10_000_000), "confidence_cap": (0, 100)})
+@protocol("s4", tasks=("safety",), limits={"max_chars": (1, 10_000_000), "confidence_cap": (0, 100)}, weighs=("confidence",))
 async def s4(d,
              roles: list|None = None, # roles (`Role`s or dicts) matched to agents by `Agent.role`, else by position; None: Utility, Accuracy, Safety
              rules: str|Callable = "default", # decision rules: "default", "strict" (the public S4 rules), another registered rule set (`s4:NAME` in `decisions.DECISIONS`), or a function of the votes
