@@ -209,16 +209,23 @@ def transcripts(self: RunFolder, known: dict|None = None) -> tuple[dict, list]:
         found[str(t.meta.get("id"))] = t
     return found, problems
 
+class _LocalLock:
+    "A local folder's lock, taken once by `RunFolder.lock`: `release()`; as a context manager it is released when the `with` block ends (a `filelock.FileLock` entered again would count a second hold, kept until it is collected)."
+    def __init__(self, lk): self.lock = lk
+    def release(self): self.lock.release()
+    def __enter__(self): return self
+    def __exit__(self, *a): self.release()
+
 @patch
 def lock(self: RunFolder, timeout: float = 0):
-    "Hold the folder's lock (a context manager); another run holding it makes this wait `timeout` seconds, then refuse. In a store: a `madlab.store.StoreLock`."
+    "Hold the folder's lock (a context manager that releases it when its `with` block ends); another run holding it makes this wait `timeout` seconds, then refuse. In a store: a `madlab.store.StoreLock`."
     if isinstance(self.path, StorePath): self._held = StoreLock(self.path).acquire(timeout); return self._held
     import filelock
     lk = filelock.FileLock(str(self.path / ".lock"), timeout=timeout)
     try: lk.acquire()
     except filelock.Timeout:
         raise OptionError("out", f"{self.path} is in use by another madlab run ({self.holder()}; lock file {self.path / '.lock'}); wait for it to finish or choose another output folder") from None
-    return lk
+    return _LocalLock(lk)
 
 @patch
 def check_lock(self: RunFolder, fresh: bool = False):

@@ -206,6 +206,32 @@ def test_locked_folder_refuses_python_and_cli(tmp_path):
     assert not (run / "results.csv").exists()
 
 
+# 5b -----------------------------------------------------------------------------------------------------------------
+def test_lock_is_released_when_its_with_block_ends(tmp_path):
+    "A folder lock taken with `with folder.lock() as held:` is free once the block ends (also on an exception), though "
+    "`held` lives on: this process can rescore and add items, and another process's `madlab run` resumes at once."
+    out = tmp_path / "O"
+    run = out / "r"
+    r = cli("run", "du", "--task", "arith", "--n", 2, "--out", out, "--name", "r", "--no-cache", "--no-progress")
+    assert r.exit_code == 0, show(r)
+    folder = RunFolder(run)
+    with folder.lock() as held:
+        pass
+    RunFolder(run).reading(0).close()                   # another taker in this process is not refused
+    rescore(run)
+    with pytest.raises(ValueError):
+        with folder.lock() as held_too:
+            raise ValueError("stop")
+    rescore(run, decision="plurality")
+    r2 = run_experiment("du", toy_arith_items(3, seed=0), out=run, cache=False)
+    assert len(r2.df) == 3 and (r2.df.status == "done").all(), r2.summary()
+    p = subprocess.run([MADLAB, "run", "du", "--task", "arith", "--n", "4", "--out", str(out), "--name", "r", "--no-cache",
+                        "--no-progress"], env=proc_env(tmp_path), capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "in use" not in p.stdout + p.stderr
+    assert held is not None and held_too is not None    # both still referenced while the others took the lock
+
+
 # 6 ------------------------------------------------------------------------------------------------------------------
 def test_two_concurrent_runs_never_duplicate_an_item(tmp_path):
     out = tmp_path / "O"
