@@ -329,18 +329,19 @@ def _log_to_stderr():
     log.addHandler(h)
     return lambda: log.removeHandler(h)
 
-# %% ../nbs/40_cli.ipynb #2a19dfb9
-def _option_error(e: OptionError) -> click.ClickException:
-    "The command line's form of an `OptionError`: a usage error, or a bad value of the option it names."
-    if getattr(e, "usage", False): return click.UsageError(e.message)
-    return click.BadParameter(e.message, param_hint=_hint(e))
-
+# %% ../nbs/40_cli.ipynb #2a19dfb8
 def _hint(e: OptionError) -> str:
     "The flags an error names: for `items`, those of --items and --games the command offers (--games: a protocol on a sized task)."
     ctx = click.get_current_context(silent=True)
     if e.option != "items" or ctx is None: return f"'{e.flag}'"
     offered = {o for p in ctx.command.params for o in getattr(p, "opts", ())}
     return " / ".join(f"'{f}'" for f in ("--items", "--games") if f in offered) or f"'{e.flag}'"
+
+# %% ../nbs/40_cli.ipynb #2a19dfb9
+def _option_error(e: OptionError) -> click.ClickException:
+    "The command line's form of an `OptionError`: a usage error, or a bad value of the option it names."
+    if getattr(e, "usage", False): return click.UsageError(e.message)
+    return click.BadParameter(e.message, param_hint=_hint(e))
 
 class _LockLostError(click.ClickException):
     "A run whose folder's lock another process took over: it stopped writing (exit 2, as a refused lock)."
