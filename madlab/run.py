@@ -487,7 +487,8 @@ def check_api_keys(agents, specs=()) -> None:
     need = {}
     for a in agents: need.setdefault((a.spec, _key_env(a.backend)), []).append(a.name)
     for by, s in (specs.items() if isinstance(specs, dict) else ((None, s) for s in specs)):
-        if isinstance(s, str) and s.split(":", 1)[0] in PRESETS: need.setdefault((s, _key_env(get_backend(s))), []).append(by or s.split(":", 1)[0])
+        if isinstance(s, str) and s.split(":", 1)[0] in PRESETS:
+            need.setdefault((s, _key_env(get_backend(s))), []).append(by or s.split(":", 1)[0])
     missing = [(spec, env, names) for (spec, env), names in need.items() if env]
     if not missing: return
     envs = sorted({env for _, env, _ in missing})
@@ -757,8 +758,8 @@ def resolve_run(protocol, task: str|None = None, data=None, items=None, team=Non
         f = "--" + k.replace("_", "-")
         if not rule.protocol: raise _usage(k, f"{f} and --decision both say how the team decides; give --decision only ({f} is deprecated: --decision {options[k]} decides as {f} {options[k]} did)")
         said.append(f"{f} is deprecated: say --decision {options[k]}")
-    specs = {"--decision": rule.backend if rule.judge else None, **{"--" + k.replace("_", "-"): options.get(k) for k in spec_options(proto)}}
-    try: check_api_keys(agents, specs)              # the team, a judge and every role spec the protocol takes: before any call and any folder
+    specs = {"--" + k.replace("_", "-"): options.get(k) for k in spec_options(proto)}     # --judge, --moderator, --supervisor
+    try: check_api_keys(agents, {"--decision": rule.backend if rule.judge else None, **specs})   # before any call and any folder
     except OptionError as e: raise _usage(e.option, e.message) from None
     check_logprobs(rule, agents)                    # confidence:logprob: backends that give log-probabilities (a bad --decision), asked for them; a simulated signal calibrated
     if (note := signal_note(rule, agents, proto.weighs)): notes["simulated_signal"] = note; said.append(note)     # config.json and the command say it

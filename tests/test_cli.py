@@ -262,12 +262,13 @@ def test_a_missing_api_key_is_refused_before_the_run_folder_exists(tmp_path, no_
     (["controlmad", "--supervisor", "openai:gpt-4o-mini"], "--supervisor"),
 ])
 def test_every_role_spec_a_protocol_documents_is_checked_for_its_key(tmp_path, args, flag):
-    "Each option whose documented line says it holds a backend spec (the SPEC metavar): its missing key refused before any call and any folder."
+    "Each option whose documented line says it holds a backend spec (the SPEC metavar): a missing key refused, no folder."
     env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "OPENAI_BASE_URL")}
     env["MADLAB_CACHE"] = str(tmp_path / "cache")
     exe = shutil.which("madlab", path=str(Path(sys.executable).parent))
-    cmd = ([exe] if exe else [sys.executable, "-m", "madlab.cli"]) + ["run", *args, "--n", "1", "--out", str(tmp_path / "out"), "--no-progress"]
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=Path(__file__).resolve().parent.parent, timeout=120)
+    cmd = ([exe] if exe else [sys.executable, "-m", "madlab.cli"]) + ["run", *args, "--n", "1", "--no-progress"]
+    root = Path(__file__).resolve().parent.parent
+    r = subprocess.run(cmd + ["--out", str(tmp_path / "out")], capture_output=True, text=True, env=env, cwd=root, timeout=120)
     assert r.returncode == 2, r.stdout + r.stderr
     assert "OPENAI_API_KEY" in r.stderr and f"({flag})" in r.stderr and "Traceback" not in r.stderr, r.stderr
     assert not (tmp_path / "out").exists()

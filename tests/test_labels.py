@@ -182,7 +182,7 @@ def test_an_item_range_error_names_only_the_options_the_command_offers(tmp_path,
 def test_protocols_that_end_early_by_their_own_rule_count_at_most_their_planned_rounds():
     from madlab.widgets import DebateStepper
     item = toy_arith_items(1)[0]
-    s = DebateStepper(Debate("eot", item, ["synthetic:strong"] * 3, rounds=2))           # consensus may end it after any round
+    s = DebateStepper(Debate("eot", item, ["synthetic:strong"] * 3, rounds=2))         # consensus may end it sooner
     s.step(); assert "Round 1 of at most 3</b>" in s.w_header.value, s.w_header.value
     s = DebateStepper(Debate("eot", item, ["synthetic:strong"] * 3, rounds=2, stop="none"))
     s.step(); assert "Round 1 of 3</b>" in s.w_header.value, s.w_header.value

@@ -242,11 +242,14 @@ def test_command_line(tmp_path):
         assert r.exit_code == 2 and flag in r.output and "Traceback" not in r.output, r.output
 
 def test_the_planned_rounds_are_the_rounds_it_runs_when_no_verdict_ends_it():
-    "Each round's debate and moderator rounds, then the judge's: 2 * rounds + 1 at most, fewer once a verdict ends the debate."
+    "Each round's debate and moderator rounds, then the judge's: 2 * rounds + 1 at most, fewer once a verdict ends it."
     for rounds, adaptive in ((1, True), (3, True), (2, False)):
         judge = Scripted("Candidates.", json.dumps({"Reason": "r", "debate_answer": "23"}))
-        d = Debate("multi_persona", ITEM, _team(Scripted(_args(1)), Scripted(_args(2)), Scripted(_verdict("No")), judge), rounds=rounds, adaptive_break=adaptive)
+        team = _team(Scripted(_args(1)), Scripted(_args(2)), Scripted(_verdict("No")), judge)
+        d = Debate("multi_persona", ITEM, team, rounds=rounds, adaptive_break=adaptive)
         t = d.run()
-        assert t.result["decided_by"] == "judge" and len(t.rounds) == d.planned_rounds == 2 * rounds + 1 and d.may_end_early
-    d = Debate("multi_persona", ITEM, _team(Scripted(_args(1)), Scripted(_args(2)), Scripted(_verdict("Yes", "Affirmative", "35"))), rounds=3)
+        assert t.result["decided_by"] == "judge" and d.may_end_early
+        assert len(t.rounds) == d.planned_rounds == 2 * rounds + 1
+    team = _team(Scripted(_args(1)), Scripted(_args(2)), Scripted(_verdict("Yes", "Affirmative", "35")))
+    d = Debate("multi_persona", ITEM, team, rounds=3)
     assert len(d.run().rounds) == 2 < d.planned_rounds                      # the moderator's first verdict ends it
