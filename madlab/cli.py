@@ -176,7 +176,8 @@ def _option_doc(proto, name) -> str:
 # %% ../nbs/40_cli.ipynb #e6402d77
 def _takes_spec(proto, name) -> bool:
     "Whether a protocol's option holds a backend spec (its documented line says so: `backend spec of the judge; ...`)."
-    return (proto.docs.get(name) or "").lower().startswith("backend spec")
+    from madlab.run import spec_options
+    return name in spec_options(proto)
 
 def _option_param(proto, name):
     "The click option of one protocol option: SPEC for a backend spec (checked), FILE for a mapping or a list, else its name as the metavar."
@@ -328,13 +329,19 @@ def _log_to_stderr():
     log.addHandler(h)
     return lambda: log.removeHandler(h)
 
+# %% ../nbs/40_cli.ipynb #2a19dfb8
+def _hint(e: OptionError) -> str:
+    "The flags an error names: for `items`, those of --items and --games the command offers (--games: a protocol on a sized task)."
+    ctx = click.get_current_context(silent=True)
+    if e.option != "items" or ctx is None: return f"'{e.flag}'"
+    offered = {o for p in ctx.command.params for o in getattr(p, "opts", ())}
+    return " / ".join(f"'{f}'" for f in ("--items", "--games") if f in offered) or f"'{e.flag}'"
+
 # %% ../nbs/40_cli.ipynb #2a19dfb9
 def _option_error(e: OptionError) -> click.ClickException:
     "The command line's form of an `OptionError`: a usage error, or a bad value of the option it names."
     if getattr(e, "usage", False): return click.UsageError(e.message)
-    return click.BadParameter(e.message, param_hint=_HINTS.get(e.option, f"'{e.flag}'"))
-
-_HINTS = {"items": "'--items' / '--games'"}
+    return click.BadParameter(e.message, param_hint=_hint(e))
 
 class _LockLostError(click.ClickException):
     "A run whose folder's lock another process took over: it stopped writing (exit 2, as a refused lock)."

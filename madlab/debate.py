@@ -154,7 +154,7 @@ class Protocol:
     hooks: dict = field(default_factory=dict)      # "team", "report", "log_html", "log_text", "row" -> function (see `run`)
     axes: tuple = ()                               # the debate-wide settings it honours besides its options: "topology", "stop_on" (see `AXES`)
     decides: tuple = ()                            # options that choose its own decision rule: deprecated beside a `decision` (see `resolve_run`)
-    planned: Callable|None = None                  # the settings -> the rounds it runs when nothing ends it early (None: it does not say)
+    planned: Callable|None = None                  # the settings -> the rounds it runs when nothing ends it early (None: it does not say), or (at most these, True) when its own rule may end it sooner
     weighs: tuple = ()                             # the signals its own rule weighs besides the answers ("confidence", "logprobs"): a table on simulated ones says so
 
     def check_option(self, k, v):
@@ -202,7 +202,7 @@ _PENDING_HOOKS: dict[str, dict] = {}
 
 # %% ../nbs/06_debate.ipynb #ee082d53
 def protocol(name: str, tasks=None, limits: dict|None = None, axes=(), decides=(), planned: Callable|None = None, weighs=()):
-    "Register an async-generator protocol under `name`, running on `tasks` (None: any task with an answer format), numbers within `limits`, honouring the debate-wide settings `axes` (\"topology\", \"stop_on\": see `AXES`); `decides`: its options that choose its own decision rule (deprecated beside a `decision`); `planned`: the settings -> the rounds it runs when nothing ends it early; `weighs`: the signals its own rule weighs besides the answers (`confidence`, `logprobs`)."
+    "Register an async-generator protocol under `name`, running on `tasks` (None: any task with an answer format), numbers within `limits`, honouring the debate-wide settings `axes` (\"topology\", \"stop_on\": see `AXES`); `decides`: its options that choose its own decision rule (deprecated beside a `decision`); `planned`: the settings -> the rounds it runs when nothing ends it early, or `(n, True)`: at most n, its own rule may end it sooner; `weighs`: the signals its own rule weighs besides the answers (`confidence`, `logprobs`)."
     def deco(fn):
         if not inspect.isasyncgenfunction(fn): raise TypeError(f"protocol {name!r} must be an async generator function (async def ... yield)")
         sig = list(inspect.signature(fn).parameters.values())[1:]
@@ -305,7 +305,14 @@ class Debate:
     @property
     def planned_rounds(self) -> int|None:
         "The rounds the protocol runs with these settings when nothing ends it early (None: it does not say)."
-        return self.protocol.planned(self.settings) if self.protocol.planned is not None else None
+        p = self.protocol.planned(self.settings) if self.protocol.planned is not None else None
+        return p[0] if isinstance(p, tuple) else p
+
+    @property
+    def may_end_early(self) -> bool:
+        "Whether the debate may run fewer than its planned rounds: under a `stop_on` rule, or by the protocol's own rule (its `planned` says `(n, True)`)."
+        p = self.protocol.planned(self.settings) if self.protocol.planned is not None else None
+        return bool(self.settings.get("stop_on")) or (isinstance(p, tuple) and bool(p[1]))
 
     def __repr__(self): return f"Debate({self.protocol.name!r}, item={self.meta['id']!r}, agents={[a.name for a in self.agents]}, rounds={len(self.rounds)}, status={self.meta['status']!r})"
 

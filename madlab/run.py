@@ -26,8 +26,8 @@ from .store import StorePath, StoreLock, LockLost, store_path, read_table, put_t
 # %% auto #0
 __all__ = ['MAX_GAMES_AT_ONCE', 'debate_row', 'safe_name', 'transcript_text', 'chat_histories', 'item_outputs',
            'write_item_outputs', 'write_table', 'team_config', 'RunFolder', 'RunResult', 'games_at_once',
-           'check_api_keys', 'default_task', 'load_items', 'run_name', 'RunPlan', 'resolve_run', 'arun_experiment',
-           'run_experiment', 'arun_many', 'run_many', 'ItemFilter', 'MajorityErrorFilter', 'rescore',
+           'spec_options', 'check_api_keys', 'default_task', 'load_items', 'run_name', 'RunPlan', 'resolve_run',
+           'arun_experiment', 'run_experiment', 'arun_many', 'run_many', 'ItemFilter', 'MajorityErrorFilter', 'rescore',
            'decision_table_name', 'aredecide_run', 'redecide_run', 'parse_stats']
 
 # %% ../nbs/08_run.ipynb #b92f3f7e
@@ -485,12 +485,17 @@ def _key_env(b) -> str|None:
     providers = {"api.openai.com"} | {urlsplit(q["base_url"]).hostname for q in PRESETS.values() if q["base_url"]}
     return p["key_env"] if urlsplit(url).hostname in providers else None
 
+def spec_options(proto) -> list:
+    "The options of protocol `proto` that hold a backend spec: those its documented line says so of (`backend spec of the judge; ...`)."
+    return [k for k in proto.options if (proto.docs.get(k) or "").lower().startswith("backend spec")]
+
 def check_api_keys(agents, specs=()) -> None:
-    "Refuse (an `OptionError` for `agents`) a team, or extra backend `specs` (a judge, a supervisor), whose endpoint needs an API key that is not set."
+    "Refuse (an `OptionError` for `agents`) a team, or extra backend `specs` (a judge, a supervisor; a dict names each by its option), whose endpoint needs an API key that is not set."
     need = {}
     for a in agents: need.setdefault((a.spec, _key_env(a.backend)), []).append(a.name)
-    for s in specs:
-        if isinstance(s, str) and s.split(":", 1)[0] in PRESETS: need.setdefault((s, _key_env(get_backend(s))), []).append(s.split(":", 1)[0])
+    for by, s in (specs.items() if isinstance(specs, dict) else ((None, s) for s in specs)):
+        if isinstance(s, str) and s.split(":", 1)[0] in PRESETS:
+            need.setdefault((s, _key_env(get_backend(s))), []).append(by or s.split(":", 1)[0])
     missing = [(spec, env, names) for (spec, env), names in need.items() if env]
     if not missing: return
     envs = sorted({env for _, env, _ in missing})
@@ -760,7 +765,8 @@ def resolve_run(protocol, task: str|None = None, data=None, items=None, team=Non
         f = "--" + k.replace("_", "-")
         if not rule.protocol: raise _usage(k, f"{f} and --decision both say how the team decides; give --decision only ({f} is deprecated: --decision {options[k]} decides as {f} {options[k]} did)")
         said.append(f"{f} is deprecated: say --decision {options[k]}")
-    try: check_api_keys(agents, [rule.backend if rule.judge else None, options.get("supervisor")])   # before any call and any folder
+    specs = {"--" + k.replace("_", "-"): options.get(k) for k in spec_options(proto)}     # --judge, --moderator, --supervisor
+    try: check_api_keys(agents, {"--decision": rule.backend if rule.judge else None, **specs})   # before any call and any folder
     except OptionError as e: raise _usage(e.option, e.message) from None
     check_logprobs(rule, agents)                    # confidence:logprob: backends that give log-probabilities (a bad --decision), asked for them; a simulated signal calibrated
     if (note := signal_note(rule, agents, proto.weighs)): notes["simulated_signal"] = note; said.append(note)     # config.json and the command say it

@@ -529,7 +529,7 @@ def _snapshot(self: DebateStepper) -> dict:
     b = self.branch
     d = b.debate
     return {"b": b, "rounds": list(b.rounds), "pos": b.pos, "done": b.done, "status": b.status, "result": b.result, "busy": self.busy,
-            "planned": d.planned_rounds if d is not None else None, "early": bool(d is not None and d.settings.get("stop_on")),
+            "planned": d.planned_rounds if d is not None else None, "early": bool(d is not None and d.may_end_early),
             "running": self._running, "stop": self._stop, "label": self._label, "calls": self._calls, "note": b.note,
             "error": b.error or (b.src.meta.get("error") if b.status in ("failed", "stopped") else None)}
 

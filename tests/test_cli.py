@@ -1,7 +1,7 @@
 """The `madlab` command line: help lists every option, usage errors exit 2 naming the option, `madlab run s4` passes its options on
 and writes its run folder, `madlab protocols`, `madlab rescore`, the sweep wrapper."""
 from __future__ import annotations
-import json, shutil, subprocess, sys, time, types
+import json, os, shutil, subprocess, sys, time, types
 from pathlib import Path
 import pandas as pd
 import pytest
@@ -253,6 +253,24 @@ def test_a_missing_api_key_is_refused_before_the_run_folder_exists(tmp_path, no_
     r = invoke("run", *args, "--n", "1", "--out", str(tmp_path / "out"), "--no-progress")
     assert r.exit_code == 2 and isinstance(r.exception, SystemExit), r.output
     assert env in r.output and "--agents synthetic:" in r.output and "Traceback" not in r.output, r.output
+    assert not (tmp_path / "out").exists()
+
+@pytest.mark.parametrize("args, flag", [
+    (["multi_persona", "--judge", "openai:gpt-4o-mini"], "--judge"),
+    (["multi_persona", "--moderator", "openai:gpt-4o-mini"], "--moderator"),
+    (["s4", "--judge", "openai:gpt-4o-mini"], "--judge"),
+    (["controlmad", "--supervisor", "openai:gpt-4o-mini"], "--supervisor"),
+])
+def test_every_role_spec_a_protocol_documents_is_checked_for_its_key(tmp_path, args, flag):
+    "Each option whose documented line says it holds a backend spec (the SPEC metavar): a missing key refused, no folder."
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "OPENAI_BASE_URL")}
+    env["MADLAB_CACHE"] = str(tmp_path / "cache")
+    exe = shutil.which("madlab", path=str(Path(sys.executable).parent))
+    cmd = ([exe] if exe else [sys.executable, "-m", "madlab.cli"]) + ["run", *args, "--n", "1", "--no-progress"]
+    root = Path(__file__).resolve().parent.parent
+    r = subprocess.run(cmd + ["--out", str(tmp_path / "out")], capture_output=True, text=True, env=env, cwd=root, timeout=120)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "OPENAI_API_KEY" in r.stderr and f"({flag})" in r.stderr and "Traceback" not in r.stderr, r.stderr
     assert not (tmp_path / "out").exists()
 
 def test_a_missing_api_key_is_refused_from_python(tmp_path, no_keys):

@@ -142,3 +142,14 @@ def test_solutions_held_to_json_are_read_as_prose():
     p = bs["A"].calls[1]["messages"][-1]["content"]
     assert "### B's solution\nWorking of round 0: 2.\n\nThe answer is 2." in p and "Your previous solution:\nWorking of round 0: 1.\n\nThe answer is 1." in p
     assert '{"reasoning": "Working' not in p
+
+def test_the_planned_rounds_are_the_rounds_it_runs_when_no_stop_ends_it():
+    "The first answers and `rounds` exchange rounds: exactly so without a stop rule, at most so under one."
+    for stop, rounds in (("none", 3), ("consensus", 2), ("majority", 0)):
+        _, team = _recorders({"A": [1, 2, 3, 4], "B": [5, 6, 7, 8], "C": [9, 10, 11, 12]})  # never agree, never repeat
+        d = Debate("eot", Q, team, rounds=rounds, stop=stop)
+        t = d.run()
+        assert len(t.rounds) == d.planned_rounds == rounds + 1 and d.may_end_early == (stop != "none")
+    _, team = _recorders({"A": [7], "B": [7], "C": [7]})
+    d = Debate("eot", Q, team, rounds=3)
+    assert len(d.run().rounds) == 1 < d.planned_rounds                     # agreed at once: consensus ends it sooner

@@ -168,3 +168,23 @@ def test_rounds_count_from_1_in_the_exports_the_dynamics_and_blame(tmp_path):
     steps = [e.name for e in s.events if getattr(e, "type", None) == "round" and e.event == "step" and e.action == "begin"]
     assert steps == ["round 1: independent answers", "round 2: debate round 1", "round 3: debate round 2"]
     assert s.messages[1].content.startswith("[") and " · round 1: independent answers]" in s.messages[1].content
+
+@pytest.mark.parametrize("args, flags, not_named", [
+    (["s4", "--items", "9999"], "'--items'", "--games"),                # s4's task takes no size: no --games to name
+    (["controlmad", "--games", "999"], "'--items' / '--games'", None),    # a sized task: both names of the option
+])
+def test_an_item_range_error_names_only_the_options_the_command_offers(tmp_path, args, flags, not_named):
+    r = invoke("run", *args, "--out", str(tmp_path / "out"), "--no-progress")
+    assert r.exit_code == 2 and f"Invalid value for {flags}:" in r.output, r.output
+    assert not_named is None or not_named not in r.output
+    assert not (tmp_path / "out").exists()
+
+def test_protocols_that_end_early_by_their_own_rule_count_at_most_their_planned_rounds():
+    from madlab.widgets import DebateStepper
+    item = toy_arith_items(1)[0]
+    s = DebateStepper(Debate("eot", item, ["synthetic:strong"] * 3, rounds=2))         # consensus may end it sooner
+    s.step(); assert "Round 1 of at most 3</b>" in s.w_header.value, s.w_header.value
+    s = DebateStepper(Debate("eot", item, ["synthetic:strong"] * 3, rounds=2, stop="none"))
+    s.step(); assert "Round 1 of 3</b>" in s.w_header.value, s.w_header.value
+    s = DebateStepper(Debate("multi_persona", item, ["synthetic:strong", "synthetic:weak"], rounds=2))
+    s.step(); assert "Round 1 of at most 5</b>" in s.w_header.value, s.w_header.value

@@ -240,3 +240,16 @@ def test_command_line(tmp_path):
     for bad, flag in ((["--tit-for-tat", "4"], "--tit-for-tat"), (["--judge-sees", "all"], "--judge-sees"), (["--break-test", "maybe"], "--break-test"), (["--rounds", "0"], "--rounds"), (["--moderator", "nosuch:x"], "--moderator")):
         r = CliRunner().invoke(main, ["run", "multi_persona", *bad, "--n", "1", "--no-progress", "--out", str(tmp_path)])
         assert r.exit_code == 2 and flag in r.output and "Traceback" not in r.output, r.output
+
+def test_the_planned_rounds_are_the_rounds_it_runs_when_no_verdict_ends_it():
+    "Each round's debate and moderator rounds, then the judge's: 2 * rounds + 1 at most, fewer once a verdict ends it."
+    for rounds, adaptive in ((1, True), (3, True), (2, False)):
+        judge = Scripted("Candidates.", json.dumps({"Reason": "r", "debate_answer": "23"}))
+        team = _team(Scripted(_args(1)), Scripted(_args(2)), Scripted(_verdict("No")), judge)
+        d = Debate("multi_persona", ITEM, team, rounds=rounds, adaptive_break=adaptive)
+        t = d.run()
+        assert t.result["decided_by"] == "judge" and d.may_end_early
+        assert len(t.rounds) == d.planned_rounds == 2 * rounds + 1
+    team = _team(Scripted(_args(1)), Scripted(_args(2)), Scripted(_verdict("Yes", "Affirmative", "35")))
+    d = Debate("multi_persona", ITEM, team, rounds=3)
+    assert len(d.run().rounds) == 2 < d.planned_rounds                      # the moderator's first verdict ends it

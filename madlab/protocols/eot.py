@@ -138,7 +138,8 @@ def _systems(agents, personas: bool) -> dict:
     return {a.name: a.system or (PERSONAS[names[i % len(names)]] if personas else None) for i, a in enumerate(agents)}
 
 # %% ../../nbs/17_exchange_of_thought.ipynb #0d2819dc
-@protocol("eot", limits={"rounds": (0, 20)})
+@protocol("eot", limits={"rounds": (0, 20)},
+          planned=lambda s: (s["rounds"] + 1, s["stop"] != "none"))    # first answers + rounds; a stop may end it sooner
 async def eot(d,
               paradigm: Literal["memory", "report", "relay", "debate"] = "memory", # who sees whom: memory (all), report (star around the first agent), relay (ring), debate (tree)
               rounds: int = 5, # exchange rounds at most after the first answers

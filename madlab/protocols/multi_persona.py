@@ -200,7 +200,8 @@ async def _judge(d, spec, topic, fmt, src, system):
     return r, t2
 
 # %% ../../nbs/16_multi_persona.ipynb #a17c52c3
-@protocol("multi_persona", limits={"rounds": (1, 10), "tit_for_tat": (0, 3)})
+@protocol("multi_persona", limits={"rounds": (1, 10), "tit_for_tat": (0, 3)},
+          planned=lambda s: (2 * s["rounds"] + 1, True))   # debate and moderator each round, then the judge; a verdict may end it
 async def multi_persona(d,
                         rounds: int = 3, # debate rounds at most (the moderator may end the debate sooner)
                         tit_for_tat: int = 1, # how much the debaters must disagree: 0 full consensus, 1 not necessarily agree (the released code), 2 mostly disagree, 3 disagree on every point
