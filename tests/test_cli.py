@@ -101,7 +101,11 @@ def test_run_s4_passes_its_options_and_writes_the_run_folder(tmp_path, monkeypat
     run_dir = _run_dir(r.output)
     assert run_dir.parent == out and run_dir.name.startswith("s4_safety_") and run_dir.name.endswith("_seed4"), run_dir
     for s in ("confusion matrix", "veto rate", "change-of-mind rate"): assert s in r.output
-    assert (run_dir / "summary.txt").read_text().strip() == r.output.strip()
+    # the command first says what its decisions rest on (S4's roles vote by simulated confidences), then prints the summary
+    said, summary = r.output.split("s4: 3 items", 1)
+    note = "simulated signal: synthetic agents' self-reported confidences (no calibration stated: noise by construction)"
+    assert said.strip() == note and note in summary
+    assert (run_dir / "summary.txt").read_text().strip() == ("s4: 3 items" + summary).strip()
     cfg = json.loads((run_dir / "config.json").read_text())
     assert cfg["protocol"] == "s4" and cfg["seed"] == 4 and cfg["data"] == str(csv) and cfg["task"] == "safety"
     assert cfg["items"] == ["xstest-1", "xstest-2", "xstest-3"]                       # --n 3 of the 4 prompts
