@@ -22,6 +22,7 @@ from .debate import *
 from .decisions import get_decision, check_decision, check_logprobs, check_logprobs_recorded, aredecide, signal_note, check_signal
 from .cost import Prices, load_prices, item_cost, cost_lines, cost_table
 from .store import StorePath, StoreLock, LockLost, store_path, read_table, put_tree, _stale
+from .public_sets import task_data
 
 # %% auto #0
 __all__ = ['MAX_GAMES_AT_ONCE', 'debate_row', 'safe_name', 'transcript_text', 'chat_histories', 'item_outputs',
@@ -751,6 +752,7 @@ def resolve_run(protocol, task: str|None = None, data=None, items=None, team=Non
         pos = items if items is not None else (list(range(1, 21)) if task == "kks" and n is None else None)
         m = None if majority_error or item_filter is not None else n
         items = _pick(own, pos, m, "the config") if own else load_items(task, data, size, pos, m)
+        if not own: data = task_data(task, data)       # the file a public set's name or the task's default named: config.json records it
         notes = {"data": str(data) if data else None, "task": task, **({"items_from": "config"} if own else {}), **notes}
         if own: said.append(f"items: {', '.join(it.id for it in items)}, built from the config (its prompts take no task item): no gold, not scored")
     members = make_team(_team_members(proto, team, options, _team_hook))

@@ -150,3 +150,16 @@ def test_the_registry_describes_the_publishers_files(tmp_path):
         code, out = _cli("data", "get", "all", "--to", tmp_path / "data", "--mirror", srv.url)
         assert code == 0 and "controlmad: 7 fetched" in out and "mmlu: 11 fetched" in out, out
     finally: srv.stop()
+
+
+def test_a_run_records_the_file_a_public_set_s_name_or_default_named(tmp_path, monkeypatch):
+    "`--task gsm8k` without `--data`, or `data=\"gsm8k\"`, reads the set in $MADLAB_DATA: config.json records that file, not null or a name."
+    import json
+    from madlab.run import run_experiment
+    root = tmp_path / "data"; (root / "gsm8k").mkdir(parents=True)
+    f = root / "gsm8k" / "test.jsonl"
+    f.write_text("".join(json.dumps({"question": f"What is {i} + {i}?", "answer": f"{i} + {i} = {2 * i}\n#### {2 * i}"}) + "\n" for i in range(3)))
+    monkeypatch.setenv("MADLAB_DATA", str(root))
+    for name, data in (("default", None), ("named", "gsm8k")):
+        run_experiment("du", task="gsm8k", data=data, n=2, out=tmp_path / name, cache=False, rounds=0)
+        assert json.loads((tmp_path / name / "config.json").read_text())["data"] == str(f), name
