@@ -40,6 +40,8 @@ from __future__ import annotations
 import argparse, asyncio, json, os, random, signal, subprocess, sys, threading, time, urllib.request, uuid
 from collections import deque
 
+_USED_PORTS: set = set()      # every port a server of this process listened on (see `FakeOpenAIServer._listen`)
+
 __all__ = ["FakeOpenAIServer", "ServerProcess"]
 
 _REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 429: "Too Many Requests",
@@ -186,13 +188,28 @@ class FakeOpenAIServer:
         async def go(): self._server = await asyncio.start_server(self._conn, self.host, self.port, backlog=512, reuse_address=True)
         asyncio.run_coroutine_threadsafe(go(), self._loop).result(5)
 
+    async def _listen(self):
+        """Listen on `port`; a free port (0) is one no earlier server of this process had: madlab shares an endpoint's breaker
+        and limit per URL while a backend that used it lives, so a new server must not take an old one's URL."""
+        if self.port: return await asyncio.start_server(self._conn, self.host, self.port, backlog=512)
+        held = []                                   # ports this process used before, kept bound until a new one is found
+        try:
+            for _ in range(200):
+                srv = await asyncio.start_server(self._conn, self.host, 0, backlog=512)
+                if srv.sockets[0].getsockname()[1] not in _USED_PORTS: return srv
+                held.append(srv)
+            raise RuntimeError("no fresh port in 200 tries")
+        finally:
+            for h in held: h.close()
+
     def start(self) -> FakeOpenAIServer:
         ready = threading.Event()
         def run():
             self._loop = asyncio.new_event_loop()
             asyncio.set_event_loop(self._loop)
-            self._server = self._loop.run_until_complete(asyncio.start_server(self._conn, self.host, self.port, backlog=512))
+            self._server = self._loop.run_until_complete(self._listen())
             self.port = self._server.sockets[0].getsockname()[1]
+            _USED_PORTS.add(self.port)
             ready.set()
             self._loop.run_forever()
             for t in asyncio.all_tasks(self._loop): t.cancel()
