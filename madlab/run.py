@@ -747,12 +747,11 @@ def resolve_run(protocol, task: str|None = None, data=None, items=None, team=Non
     except (ValueError, TypeError) as e: raise OptionError("prices", str(e)) from None
     items = None if items is None else list(items)      # a generator of items, a range of positions
     if items is None or (len(items) and all(isinstance(i, int) and not isinstance(i, bool) for i in items)):      # the task's items
-        task, data, own = _config_task(proto, options, task, data)
-        task = task or default_task(proto)
+        task, data, own = _config_task(proto, options, task, data); task = task or default_task(proto)
         pos = items if items is not None else (list(range(1, 21)) if task == "kks" and n is None else None)
         m = None if majority_error or item_filter is not None else n
         items = _pick(own, pos, m, "the config") if own else load_items(task, data, size, pos, m)
-        if not own: data = task_data(task, data)       # the file a public set's name or the task's default named: config.json records it
+        data = data if own else task_data(task, data)    # the file a public set's name or the task's default named, as config.json records it
         notes = {"data": str(data) if data else None, "task": task, **({"items_from": "config"} if own else {}), **notes}
         if own: said.append(f"items: {', '.join(it.id for it in items)}, built from the config (its prompts take no task item): no gold, not scored")
     members = make_team(_team_members(proto, team, options, _team_hook))
