@@ -191,7 +191,7 @@ def _judge_reply(ask, persona, rng):
 
 register_format(AnswerFormat("decision.judge", reply=_judge_reply))   # the judge's prompt and parser come with the request
 
-# %% ../nbs/05a_decisions.ipynb #fb3f4a2a
+# %% ../nbs/05a_decisions.ipynb #c88936c8
 @dataclass(frozen=True)
 class DecisionEntry:
     "A registered decision rule: `factory(argument)` returns the `DecisionRule` (argument: the text after 'NAME:', or None)."
