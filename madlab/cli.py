@@ -539,9 +539,9 @@ def sweep_cmd(notebook, params, out, workers, scheduler):
 
 # %% ../nbs/40_cli.ipynb #fb80ac9e
 def _log_format_cb(ctx, param, value):
-    from madlab.imports import LOG_FORMATS
-    if value not in LOG_FORMATS: raise click.BadParameter(f"must be one of {', '.join(sorted(LOG_FORMATS))}; got {value!r}")
-    return value
+    from madlab.imports import get_log_format
+    try: return get_log_format(value).name
+    except OptionError as e: raise click.BadParameter(e.message) from None
 
 @main.command("import")
 @click.argument("format", metavar="FORMAT", callback=_log_format_cb)
