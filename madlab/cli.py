@@ -13,9 +13,10 @@ from .core import OptionError
 from .agents import split_specs
 
 # %% auto #0
-__all__ = ['parse_items', 'main', 'run', 'parse_games', 'load_items', 'protocol_command', 'protocols_cmd', 'rescore_cmd',
-           'baseline_cmd', 'parse_sweep_params', 'sweep_cmd', 'import_cmd', 'models_cmd', 'models_list', 'models_get',
-           'data_cmd', 'data_list', 'data_get', 'blame_cmd', 'export_cmd', 'console']
+__all__ = ['parse_items', 'main', 'run', 'parse_games', 'load_items', 'protocol_command', 'protocols_cmd', 'tasks_cmd',
+           'decisions_cmd', 'backends_cmd', 'rescore_cmd', 'baseline_cmd', 'parse_sweep_params', 'sweep_cmd',
+           'import_cmd', 'models_cmd', 'models_list', 'models_get', 'data_cmd', 'data_list', 'data_get', 'blame_cmd',
+           'export_cmd', 'console']
 
 # %% ../nbs/40_cli.ipynb #5ed24ad8
 class _Protocols(click.Group):
@@ -23,7 +24,7 @@ class _Protocols(click.Group):
     def list_commands(self, ctx):
         from madlab.debate import PROTOCOLS, _load_protocol_modules
         _load_protocol_modules()
-        return sorted(k for k in PROTOCOLS if not k.startswith("_") and k != "example_echo")
+        return sorted(k for k in PROTOCOLS.names() if not k.startswith("_") and k != "example_echo")   # installed packages' too
     def get_command(self, ctx, name):
         from madlab.debate import get_protocol
         try: return protocol_command(get_protocol(name))
@@ -413,6 +414,34 @@ def protocols_cmd():
         for k, v in p.options.items():
             click.echo(f"    {_flag(k)} (default {v!r}): {_option_doc(p, k)}")
         if p.axes: click.echo(f"    honours {', '.join(_flag(k) for k in p.axes)}")
+
+# %% ../nbs/40_cli.ipynb #fec7371a
+def _echo_listing(rows):
+    "Print each (name, doc) row as a `name: doc` line."
+    for name, doc in rows: click.echo(f"{name}: {doc}".rstrip())
+
+# %% ../nbs/40_cli.ipynb #d7a6111b
+@main.command("tasks")
+def tasks_cmd():
+    "List every task `--task` takes (or give a YAML task file) with what it is."
+    from madlab.tasks import TASKS
+    _echo_listing(TASKS.listing())
+
+# %% ../nbs/40_cli.ipynb #db0e29d1
+@main.command("decisions")
+def decisions_cmd():
+    "List every decision rule `--decision` and `rescore --decision` take, the protocols' own rule sets (s4:NAME) included."
+    from madlab.decisions import DECISIONS
+    from madlab.debate import _load_protocol_modules
+    _load_protocol_modules()                    # a protocol's rule sets register with its module
+    _echo_listing(DECISIONS.listing())
+
+# %% ../nbs/40_cli.ipynb #db051a14
+@main.command("backends")
+def backends_cmd():
+    "List every backend kind an agent spec `KIND:NAME` may start with."
+    from madlab.backends import BACKEND_PROVIDERS
+    _echo_listing((n, d.replace("`PRESET:", f"`{n}:")) for n, d in BACKEND_PROVIDERS.listing())
 
 # %% ../nbs/40_cli.ipynb #75c2850b
 @main.command("rescore")
