@@ -69,13 +69,16 @@ parse_items = parse_games
 # %% ../nbs/40_cli.ipynb #0d23b0a4
 def _task_cb(ctx, param, value):
     "A registered task or a YAML task file; a bad task file names its field."
-    from madlab.tasks import TASKS, get_task, _is_task_file
+    from madlab.tasks import get_task, _is_task_file
     if _is_task_file(value):
         try: get_task(value)
         except OptionError as e: raise click.BadParameter(e.message) from None
         return value
-    allowed = getattr(ctx.command, "tasks", None) or list(TASKS)
-    if value not in allowed: raise click.BadParameter(f"{value!r} is not one of {', '.join(map(repr, allowed))} (or a YAML task file)")
+    allowed = getattr(ctx.command, "tasks", None)
+    if not allowed:                             # any task: the registry's, an installed package's included (did-you-mean when none)
+        try: get_task(value)
+        except OptionError as e: raise click.BadParameter(e.message) from None
+    elif value not in allowed: raise click.BadParameter(f"{value!r} is not one of {', '.join(map(repr, allowed))} (or a YAML task file)")
     return value
 
 
