@@ -1500,12 +1500,15 @@ class ReplayBackend(Backend):
 
 # %% ../nbs/01_backends.ipynb #03ec24d0
 ENTRY_POINT_GROUP = "madlab.backends"         # where another installed package offers its providers
-BACKEND_PROVIDERS: Registry[Callable] = Registry("backend kind", collections.abc.Callable, ENTRY_POINT_GROUP)  # prefix -> factory(rest, **kw) -> Backend
+# spec prefix -> factory(rest, **kw) -> Backend
+BACKEND_PROVIDERS: Registry[Callable] = Registry("backend kind", collections.abc.Callable, ENTRY_POINT_GROUP)
 BACKEND_REQUIRES: dict[str, tuple] = {}       # spec prefix -> (modules its backends import, madlab's pip extra installing them)
 
-def register_backend(prefix: str, factory: Callable, requires=(), extra: str|None = None, replace: bool = False) -> Callable:
-    """Make specs `PREFIX:REST` build `factory(rest, **kw)` (a `Backend`); a prefix taken by a factory defined elsewhere needs
-    `replace`. `requires`: the modules its backends need, looked for before one is built; `extra`: madlab's pip extra that installs them."""
+def register_backend(prefix: str, factory: Callable, requires=(), extra: str|None = None,
+                     replace: bool = False) -> Callable:
+    """Make specs `PREFIX:REST` build `factory(rest, **kw)` (a `Backend`); a prefix taken by a factory defined elsewhere
+    needs `replace`. `requires`: the modules its backends need, looked for before one is built; `extra`: madlab's pip
+    extra that installs them."""
     if not isinstance(prefix, str) or not re.fullmatch(r"[A-Za-z][\w-]*", prefix):
         raise ValueError(f"a backend prefix is a letter then letters, digits, '_' or '-' (no ':'); got {prefix!r}")
     if not callable(factory): raise TypeError(f"the factory of {prefix}: must be callable; got {type(factory).__name__}")
@@ -1552,7 +1555,7 @@ def check_requirements(spec: str) -> None:
 
 # %% ../nbs/01_backends.ipynb #0d386702
 def backend_kinds() -> tuple[str, ...]:
-    "The spec prefixes madlab can build now: those registered, then those installed packages offer in the `madlab.backends` group (loaded on first use)."
+    "The spec prefixes madlab can build now: those registered, then those installed packages offer (loaded on first use)."
     return BACKEND_PROVIDERS.names()
 
 def get_backend(spec: str, **kw) -> Backend:
@@ -1561,7 +1564,7 @@ def get_backend(spec: str, **kw) -> Backend:
     if not isinstance(spec, str) or ":" not in spec:
         raise ValueError(f"backend spec must look like KIND:NAME with KIND one of {', '.join(backend_kinds())}; got {spec!r}")
     kind, rest = spec.split(":", 1)
-    make = BACKEND_PROVIDERS.lookup(kind, lambda m: ValueError(f"{m} (in {spec!r})"))   # an entry point loads on first use
+    make = BACKEND_PROVIDERS.lookup(kind, lambda m: ValueError(f"{m} (in {spec!r})"))   # an entry point loads now
     check_requirements(spec)                    # a missing package is named before anything is built or called
     b = make(rest, **kw)
     if not callable(getattr(b, "complete", None)): raise TypeError(f"the {kind}: provider built {type(b).__name__}, not a backend (it has no `complete`)")

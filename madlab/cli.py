@@ -24,7 +24,8 @@ class _Protocols(click.Group):
     def list_commands(self, ctx):
         from madlab.debate import PROTOCOLS, _load_protocol_modules
         _load_protocol_modules()
-        return sorted(k for k in PROTOCOLS.names() if not k.startswith("_") and k != "example_echo")   # installed packages' too
+        names = PROTOCOLS.names()                   # those installed packages offer too
+        return sorted(k for k in names if not k.startswith("_") and k != "example_echo")
     def get_command(self, ctx, name):
         from madlab.debate import get_protocol
         try: return protocol_command(get_protocol(name))
@@ -75,10 +76,11 @@ def _task_cb(ctx, param, value):
         except OptionError as e: raise click.BadParameter(e.message) from None
         return value
     allowed = getattr(ctx.command, "tasks", None)
-    if not allowed:                             # any task: the registry's, an installed package's included (did-you-mean when none)
+    if not allowed:                             # any task, an installed package's included (did-you-mean when none)
         try: get_task(value)
         except OptionError as e: raise click.BadParameter(e.message) from None
-    elif value not in allowed: raise click.BadParameter(f"{value!r} is not one of {', '.join(map(repr, allowed))} (or a YAML task file)")
+    elif value not in allowed:
+        raise click.BadParameter(f"{value!r} is not one of {', '.join(map(repr, allowed))} (or a YAML task file)")
     return value
 
 
@@ -433,7 +435,7 @@ def tasks_cmd():
 # %% ../nbs/40_cli.ipynb #db0e29d1
 @main.command("decisions")
 def decisions_cmd():
-    "List every decision rule `--decision` and `rescore --decision` take, the protocols' own rule sets (s4:NAME) included."
+    "List every decision rule `--decision` and `rescore --decision` take, protocols' rule sets (s4:NAME) included."
     from madlab.decisions import DECISIONS
     from madlab.debate import _load_protocol_modules
     _load_protocol_modules()                    # a protocol's rule sets register with its module

@@ -217,7 +217,8 @@ def protocol(name: str, tasks=None, limits: dict|None = None, axes=(), decides=(
         try: hints = typing.get_type_hints(fn)
         except Exception: hints = {}
         old = PROTOCOLS._items.get(name)
-        new = Protocol(name, fn, {p.name: p.default for p in sig}, {p.name: docs.get(p.name) for p in sig}, (inspect.getdoc(fn) or "").split("\n")[0],
+        new = Protocol(name, fn, {p.name: p.default for p in sig}, {p.name: docs.get(p.name) for p in sig},
+                       (inspect.getdoc(fn) or "").split("\n")[0],
                                    {p.name: hints[p.name] for p in sig if p.name in hints}, tuple(tasks) if tasks is not None else None, dict(limits or {}),
                                    axes=tuple(axes), decides=tuple(decides), planned=planned, weighs=tuple(weighs))
         PROTOCOLS.register(name, new, replace)       # a name taken by a protocol defined elsewhere is refused

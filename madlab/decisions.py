@@ -194,14 +194,17 @@ register_format(AnswerFormat("decision.judge", reply=_judge_reply))   # the judg
 # %% ../nbs/05a_decisions.ipynb #c88936c8
 @dataclass(frozen=True)
 class DecisionEntry:
-    "A registered decision rule: `factory(argument)` returns the `DecisionRule` (argument: the text after 'NAME:', or None)."
+    "A registered decision rule: `factory(argument)` (the text after 'NAME:', or None) returns the `DecisionRule`."
     name: str
     factory: Callable
     doc: str = ""
 
+def _decision_entry(name: str, make: Callable) -> DecisionEntry:
+    "What an entry point of the `madlab.decisions` group gives when it is the factory itself: its entry."
+    return DecisionEntry(name, make, (make.__doc__ or "").split("\n")[0])
+
 DECISIONS: Registry[DecisionEntry] = Registry("decision rule", DecisionEntry, "madlab.decisions",
-                                              error=lambda m: OptionError("decision", m),
-                                              coerce=lambda name, make: DecisionEntry(name, make, (make.__doc__ or "").split("\n")[0]))
+                                              error=lambda m: OptionError("decision", m), coerce=_decision_entry)
 
 # %% ../nbs/05a_decisions.ipynb #950356c0
 class ProtocolRule(DecisionRule):
@@ -244,8 +247,8 @@ def get_decision(spec=None) -> DecisionRule:
     if isinstance(spec, DecisionRule): return spec
     if not isinstance(spec, str) or not spec.strip(): raise OptionError("decision", f"must name a rule ({', '.join(DECISIONS)}); got {spec!r}")
     spec = spec.strip()
-    if spec in DECISIONS: return DECISIONS[spec].factory(None)     # a name with a colon in it: a protocol's rule set (s4:strict)
-    names = DECISIONS.names()                                     # those registered, then those installed packages offer
+    if spec in DECISIONS: return DECISIONS[spec].factory(None)   # a name with a colon too (s4:strict)
+    names = DECISIONS.names()                                   # those registered, then those installed packages offer
     if spec in names: return DECISIONS.lookup(spec).factory(None)
     name, colon, arg = spec.partition(":")
     said = spec if name not in names and any(k.startswith(name + ":") for k in names) else name

@@ -45,7 +45,8 @@ class LogFormat:
     def transcript(self, key, record, where: str, task: str, model: str|None) -> Transcript: raise NotImplementedError
     def __repr__(self): return f"{type(self).__name__}({self.name!r}: {self.expects})"
 
-LOG_FORMATS: Registry[LogFormat] = Registry("log format", LogFormat, "madlab.log_formats", error=lambda m: OptionError("format", m))
+LOG_FORMATS: Registry[LogFormat] = Registry("log format", LogFormat, "madlab.log_formats",
+                                            error=lambda m: OptionError("format", m))
 
 def register_log_format(fmt: LogFormat, replace: bool = False) -> LogFormat:
     "Make `fmt` importable by its name (a name taken by a format defined elsewhere needs `replace`)."

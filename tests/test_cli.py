@@ -141,7 +141,8 @@ def test_tasks_decisions_and_backends_list_their_registries():
         names = [line.split(": ", 1)[0] for line in r.output.splitlines()]
         assert names == [n for n, _ in reg.listing()] and len(names) >= 5, (cmd, names)
     assert "kks: Knight-Knave-Spy games" in invoke("tasks").output
-    assert "s4:strict: " in invoke("decisions").output and "borda: Borda count over rankings" in invoke("decisions").output
+    decisions = invoke("decisions").output
+    assert "s4:strict: " in decisions and "borda: Borda count over rankings" in decisions
     assert "hf: `hf:PATH" in invoke("backends").output
 
 def test_rescore_rewrites_the_table_without_calls(tmp_path, monkeypatch):
