@@ -90,5 +90,5 @@ def register_task(task: Task, replace: bool = False) -> Task:
 def answer_format(item) -> AnswerFormat:
     "The answer format of `item`'s task, bound to `item`."
     task = getattr(item, "task", None)
-    fmt = TASKS.lookup(task).format         # an unknown task: the registry's did-you-mean
+    fmt = TASKS.lookup(task, lambda m: ValueError(f"no answer format for task {task!r}: {m}")).format   # did-you-mean
     return fmt.bind(item) if fmt.bind is not None else fmt
