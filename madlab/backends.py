@@ -12,10 +12,12 @@ from typing import Any, Callable
 from fastcore.basics import patch
 from .core import *
 from .formats import schema_for
+from .registry import Registry
+import collections.abc
 
 # %% auto #0
 __all__ = ['ADAPTIVE_START', 'DOWN_PROBE_CAP', 'GIVE_UP_FIRST', 'PRESETS', 'RETRY_AFTER_MAX', 'END_OF_TURN_TOKENS',
-           'AUTO_BATCH_CAP', 'BACKEND_PROVIDERS', 'BACKEND_REQUIRES', 'ENTRY_POINT_GROUP', 'ENDPOINT_OPTIONS',
+           'AUTO_BATCH_CAP', 'ENTRY_POINT_GROUP', 'BACKEND_PROVIDERS', 'BACKEND_REQUIRES', 'ENDPOINT_OPTIONS',
            'HF_OPTIONS', 'ReplayMiss', 'held_call', 'EndpointLimit', 'EndpointDown', 'CircuitBreaker',
            'response_format', 'OpenAIBackend', 'HFBackend', 'CachedBackend', 'ReplayBackend', 'register_backend',
            'backend_provider', 'unregister_backend', 'MissingPackages', 'missing_packages', 'check_requirements',
@@ -1497,32 +1499,35 @@ class ReplayBackend(Backend):
         return self.fallback.count_tokens(text) if self.fallback is not None else super().count_tokens(text)
 
 # %% ../nbs/01_backends.ipynb #03ec24d0
-BACKEND_PROVIDERS: dict[str, Callable] = {}   # spec prefix -> factory(rest, **kw) -> Backend
-BACKEND_REQUIRES: dict[str, tuple] = {}       # spec prefix -> (modules its backends import, madlab's pip extra installing them)
 ENTRY_POINT_GROUP = "madlab.backends"         # where another installed package offers its providers
+# spec prefix -> factory(rest, **kw) -> Backend
+BACKEND_PROVIDERS: Registry[Callable] = Registry("backend kind", collections.abc.Callable, ENTRY_POINT_GROUP)
+BACKEND_REQUIRES: dict[str, tuple] = {}       # spec prefix -> (modules its backends import, madlab's pip extra installing them)
 
-def register_backend(prefix: str, factory: Callable, requires=(), extra: str|None = None) -> Callable:
-    """Make specs `PREFIX:REST` build `factory(rest, **kw)` (a `Backend`); registering a prefix again replaces it. `requires`: the
-    modules its backends need, looked for before one is built; `extra`: madlab's pip extra that installs them."""
+def register_backend(prefix: str, factory: Callable, requires=(), extra: str|None = None,
+                     replace: bool = False) -> Callable:
+    """Make specs `PREFIX:REST` build `factory(rest, **kw)` (a `Backend`); a prefix taken by a factory defined elsewhere
+    needs `replace`. `requires`: the modules its backends need, looked for before one is built; `extra`: madlab's pip
+    extra that installs them."""
     if not isinstance(prefix, str) or not re.fullmatch(r"[A-Za-z][\w-]*", prefix):
         raise ValueError(f"a backend prefix is a letter then letters, digits, '_' or '-' (no ':'); got {prefix!r}")
     if not callable(factory): raise TypeError(f"the factory of {prefix}: must be callable; got {type(factory).__name__}")
     requires = (requires,) if isinstance(requires, str) else tuple(requires)
     if not all(isinstance(m, str) and re.fullmatch(r"[A-Za-z_][\w.]*", m) for m in requires):
         raise ValueError(f"the requires of {prefix}: must be module names; got {requires!r}")
-    BACKEND_PROVIDERS[prefix] = factory
+    BACKEND_PROVIDERS.register(prefix, factory, replace)
     if requires: BACKEND_REQUIRES[prefix] = (requires, extra)
     else: BACKEND_REQUIRES.pop(prefix, None)
     return factory
 
-def backend_provider(prefix: str, requires=(), extra: str|None = None) -> Callable:
+def backend_provider(prefix: str, requires=(), extra: str|None = None, replace: bool = False) -> Callable:
     "Decorator: register the function as the factory of `prefix:` specs (see `register_backend`)."
-    return lambda factory: register_backend(prefix, factory, requires, extra)
+    return lambda factory: register_backend(prefix, factory, requires, extra, replace)
 
 def unregister_backend(prefix: str) -> Callable|None:
     "Forget the provider of `prefix:` (its factory, or None when there was none)."
     BACKEND_REQUIRES.pop(prefix, None)
-    return BACKEND_PROVIDERS.pop(prefix, None)
+    return BACKEND_PROVIDERS.unregister(prefix)
 
 
 # %% ../nbs/01_backends.ipynb #ffed304e
@@ -1549,28 +1554,9 @@ def check_requirements(spec: str) -> None:
                           name=missing[0])
 
 # %% ../nbs/01_backends.ipynb #0d386702
-def _entry_points() -> dict:
-    "Prefix -> entry point of the providers installed packages offer in the `madlab.backends` group (the first of a name wins); none is loaded."
-    from importlib.metadata import entry_points
-    out = {}
-    for ep in entry_points(group=ENTRY_POINT_GROUP): out.setdefault(ep.name, ep)
-    return out
-
 def backend_kinds() -> tuple[str, ...]:
     "The spec prefixes madlab can build now: those registered, then those installed packages offer (loaded on first use)."
-    return tuple(dict.fromkeys([*BACKEND_PROVIDERS, *_entry_points()]))
-
-def _provider(kind: str) -> Callable|None:
-    "The factory of `kind:` specs; an installed package's entry point is loaded on first use (it may register itself, or be the factory)."
-    if kind in BACKEND_PROVIDERS: return BACKEND_PROVIDERS[kind]
-    ep = _entry_points().get(kind)
-    if ep is None: return None
-    try: obj = ep.load()
-    except Exception as e: raise ValueError(f"{kind}: the package offering it failed to load ({ep.value}): {type(e).__name__}: {e}") from None
-    if kind not in BACKEND_PROVIDERS:
-        if not callable(obj): raise ValueError(f"{kind}: entry point {ep.value} neither registered {kind}: nor is a factory")
-        register_backend(kind, obj)
-    return BACKEND_PROVIDERS[kind]
+    return BACKEND_PROVIDERS.names()
 
 def get_backend(spec: str, **kw) -> Backend:
     "Build the backend named by `spec`, `KIND:REST`, with the provider registered for `KIND` (see `backend_kinds`); `kw` go to it."
@@ -1578,8 +1564,7 @@ def get_backend(spec: str, **kw) -> Backend:
     if not isinstance(spec, str) or ":" not in spec:
         raise ValueError(f"backend spec must look like KIND:NAME with KIND one of {', '.join(backend_kinds())}; got {spec!r}")
     kind, rest = spec.split(":", 1)
-    make = _provider(kind)
-    if make is None: raise ValueError(f"unknown backend kind {kind!r} in {spec!r}; choose from {', '.join(backend_kinds())}")
+    make = BACKEND_PROVIDERS.lookup(kind, lambda m: ValueError(f"{m} (in {spec!r})"))   # an entry point loads now
     check_requirements(spec)                    # a missing package is named before anything is built or called
     b = make(rest, **kw)
     if not callable(getattr(b, "complete", None)): raise TypeError(f"the {kind}: provider built {type(b).__name__}, not a backend (it has no `complete`)")

@@ -13,9 +13,10 @@ from .core import OptionError
 from .agents import split_specs
 
 # %% auto #0
-__all__ = ['parse_items', 'main', 'run', 'parse_games', 'load_items', 'protocol_command', 'protocols_cmd', 'rescore_cmd',
-           'baseline_cmd', 'parse_sweep_params', 'sweep_cmd', 'import_cmd', 'models_cmd', 'models_list', 'models_get',
-           'data_cmd', 'data_list', 'data_get', 'blame_cmd', 'export_cmd', 'console']
+__all__ = ['parse_items', 'main', 'run', 'parse_games', 'load_items', 'protocol_command', 'protocols_cmd', 'tasks_cmd',
+           'decisions_cmd', 'backends_cmd', 'rescore_cmd', 'baseline_cmd', 'parse_sweep_params', 'sweep_cmd',
+           'import_cmd', 'models_cmd', 'models_list', 'models_get', 'data_cmd', 'data_list', 'data_get', 'blame_cmd',
+           'export_cmd', 'console']
 
 # %% ../nbs/40_cli.ipynb #5ed24ad8
 class _Protocols(click.Group):
@@ -23,7 +24,8 @@ class _Protocols(click.Group):
     def list_commands(self, ctx):
         from madlab.debate import PROTOCOLS, _load_protocol_modules
         _load_protocol_modules()
-        return sorted(k for k in PROTOCOLS if not k.startswith("_") and k != "example_echo")
+        names = PROTOCOLS.names()                   # those installed packages offer too
+        return sorted(k for k in names if not k.startswith("_") and k != "example_echo")
     def get_command(self, ctx, name):
         from madlab.debate import get_protocol
         try: return protocol_command(get_protocol(name))
@@ -68,13 +70,17 @@ parse_items = parse_games
 # %% ../nbs/40_cli.ipynb #0d23b0a4
 def _task_cb(ctx, param, value):
     "A registered task or a YAML task file; a bad task file names its field."
-    from madlab.tasks import TASKS, get_task, _is_task_file
+    from madlab.tasks import get_task, _is_task_file
     if _is_task_file(value):
         try: get_task(value)
         except OptionError as e: raise click.BadParameter(e.message) from None
         return value
-    allowed = getattr(ctx.command, "tasks", None) or list(TASKS)
-    if value not in allowed: raise click.BadParameter(f"{value!r} is not one of {', '.join(map(repr, allowed))} (or a YAML task file)")
+    allowed = getattr(ctx.command, "tasks", None)
+    if not allowed:                             # any task, an installed package's included (did-you-mean when none)
+        try: get_task(value)
+        except OptionError as e: raise click.BadParameter(e.message) from None
+    elif value not in allowed:
+        raise click.BadParameter(f"{value!r} is not one of {', '.join(map(repr, allowed))} (or a YAML task file)")
     return value
 
 
@@ -414,6 +420,34 @@ def protocols_cmd():
             click.echo(f"    {_flag(k)} (default {v!r}): {_option_doc(p, k)}")
         if p.axes: click.echo(f"    honours {', '.join(_flag(k) for k in p.axes)}")
 
+# %% ../nbs/40_cli.ipynb #fec7371a
+def _echo_listing(rows):
+    "Print each (name, doc) row as a `name: doc` line."
+    for name, doc in rows: click.echo(f"{name}: {doc}".rstrip())
+
+# %% ../nbs/40_cli.ipynb #d7a6111b
+@main.command("tasks")
+def tasks_cmd():
+    "List every task `--task` takes (or give a YAML task file) with what it is."
+    from madlab.tasks import TASKS
+    _echo_listing(TASKS.listing())
+
+# %% ../nbs/40_cli.ipynb #db0e29d1
+@main.command("decisions")
+def decisions_cmd():
+    "List every decision rule `--decision` and `rescore --decision` take, protocols' rule sets (s4:NAME) included."
+    from madlab.decisions import DECISIONS
+    from madlab.debate import _load_protocol_modules
+    _load_protocol_modules()                    # a protocol's rule sets register with its module
+    _echo_listing(DECISIONS.listing())
+
+# %% ../nbs/40_cli.ipynb #db051a14
+@main.command("backends")
+def backends_cmd():
+    "List every backend kind an agent spec `KIND:NAME` may start with."
+    from madlab.backends import BACKEND_PROVIDERS
+    _echo_listing((n, d.replace("`PRESET:", f"`{n}:")) for n, d in BACKEND_PROVIDERS.listing())
+
 # %% ../nbs/40_cli.ipynb #75c2850b
 @main.command("rescore")
 @click.argument("run_dir", type=_PathOrURL(exists=True, file_okay=False), callback=_run_dir_cb)
@@ -539,9 +573,9 @@ def sweep_cmd(notebook, params, out, workers, scheduler):
 
 # %% ../nbs/40_cli.ipynb #fb80ac9e
 def _log_format_cb(ctx, param, value):
-    from madlab.imports import LOG_FORMATS
-    if value not in LOG_FORMATS: raise click.BadParameter(f"must be one of {', '.join(sorted(LOG_FORMATS))}; got {value!r}")
-    return value
+    from madlab.imports import get_log_format
+    try: return get_log_format(value).name
+    except OptionError as e: raise click.BadParameter(e.message) from None
 
 @main.command("import")
 @click.argument("format", metavar="FORMAT", callback=_log_format_cb)

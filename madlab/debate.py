@@ -13,6 +13,7 @@ from fastcore.basics import patch
 from fastcore.docments import docments
 import madlab
 from .core import *
+from .registry import Registry
 from .backends import *
 from .agents import *
 from .decisions import check_decision, check_logprobs, check_signal, aredecide
@@ -197,12 +198,16 @@ class Protocol:
         return f"**{self.name}**: {self.doc}\n\n| option | default | meaning |\n|---|---|---|\n{rows}"
 
 # %% ../nbs/06_debate.ipynb #000cda47
-PROTOCOLS: dict[str, Protocol] = {}
+def _protocol_entry(name: str, obj) -> Protocol:
+    "What an entry point of the `madlab.protocols` group gives: a function `@protocol` registered (under its own name)."
+    return get_protocol(obj) if hasattr(obj, "protocol_name") else obj
+
+PROTOCOLS: Registry[Protocol] = Registry("protocol", Protocol, "madlab.protocols", coerce=_protocol_entry)
 _PENDING_HOOKS: dict[str, dict] = {}
 
 # %% ../nbs/06_debate.ipynb #ee082d53
-def protocol(name: str, tasks=None, limits: dict|None = None, axes=(), decides=(), planned: Callable|None = None, weighs=()):
-    "Register an async-generator protocol under `name`, running on `tasks` (None: any task with an answer format), numbers within `limits`, honouring the debate-wide settings `axes` (\"topology\", \"stop_on\": see `AXES`); `decides`: its options that choose its own decision rule (deprecated beside a `decision`); `planned`: the settings -> the rounds it runs when nothing ends it early, or `(n, True)`: at most n, its own rule may end it sooner; `weighs`: the signals its own rule weighs besides the answers (`confidence`, `logprobs`)."
+def protocol(name: str, tasks=None, limits: dict|None = None, axes=(), decides=(), planned: Callable|None = None, weighs=(), replace: bool = False):
+    "Register an async-generator protocol under `name`, running on `tasks` (None: any task with an answer format), numbers within `limits`, honouring the debate-wide settings `axes` (\"topology\", \"stop_on\": see `AXES`); `decides`: its options that choose its own decision rule (deprecated beside a `decision`); `planned`: the settings -> the rounds it runs when nothing ends it early, or `(n, True)`: at most n, its own rule may end it sooner; `weighs`: the signals its own rule weighs besides the answers (`confidence`, `logprobs`); `replace`: take the name from a protocol defined elsewhere (one defined again where it was, as a re-run cell does, replaces it anyway)."
     def deco(fn):
         if not inspect.isasyncgenfunction(fn): raise TypeError(f"protocol {name!r} must be an async generator function (async def ... yield)")
         sig = list(inspect.signature(fn).parameters.values())[1:]
@@ -211,10 +216,12 @@ def protocol(name: str, tasks=None, limits: dict|None = None, axes=(), decides=(
         docs = {k: v for k, v in docments(fn).items() if k != "return"}
         try: hints = typing.get_type_hints(fn)
         except Exception: hints = {}
-        old = PROTOCOLS.get(name)
-        PROTOCOLS[name] = Protocol(name, fn, {p.name: p.default for p in sig}, {p.name: docs.get(p.name) for p in sig}, (inspect.getdoc(fn) or "").split("\n")[0],
+        old = PROTOCOLS._items.get(name)
+        new = Protocol(name, fn, {p.name: p.default for p in sig}, {p.name: docs.get(p.name) for p in sig},
+                       (inspect.getdoc(fn) or "").split("\n")[0],
                                    {p.name: hints[p.name] for p in sig if p.name in hints}, tuple(tasks) if tasks is not None else None, dict(limits or {}),
                                    axes=tuple(axes), decides=tuple(decides), planned=planned, weighs=tuple(weighs))
+        PROTOCOLS.register(name, new, replace)       # a name taken by a protocol defined elsewhere is refused
         if old is not None: PROTOCOLS[name].hooks.update(old.hooks)   # defined again (a re-run cell, a reload): its report and logs stay registered
         PROTOCOLS[name].hooks.update(_PENDING_HOOKS.pop(name, {}))   # hooks registered before the protocol was
         fn.protocol_name = name
@@ -249,8 +256,7 @@ def get_protocol(name) -> Protocol:
     if callable(name) and hasattr(name, "protocol_name"): name = name.protocol_name
     if name not in PROTOCOLS: _load_protocol_modules(name)      # its own modules first (a second of imports saved), then all
     if name not in PROTOCOLS: _load_protocol_modules()
-    if name not in PROTOCOLS: raise ValueError(f"unknown protocol {name!r}; choose from {', '.join(sorted(PROTOCOLS))}")
-    return PROTOCOLS[name]
+    return PROTOCOLS.lookup(name)          # an installed package's entry point, or the registry's did-you-mean
 
 # %% ../nbs/06_debate.ipynb #cdee4a60
 def protocol_team(proto: Protocol, team, options: dict|None = None):

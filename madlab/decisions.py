@@ -12,17 +12,18 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 from .core import *
 from .core import Ask
+from .registry import Registry
 from .formats import AnswerFormat, register_format, answer_format
 from .synthetic import synthetic_rng, believes_gold, stated_calibration
 
 # %% auto #0
 __all__ = ['JUDGE_PROMPT', 'DECISIONS', 'PROTOCOL_FEATURES', 'BALLOTS', 'HELPER_ROLES', 'NOT_VOTING', 'FREEMAD_WEIGHTS',
            'SIGNALS', 'Ballot', 'Decision', 'ballot', 'DecisionRule', 'Plurality', 'Majority', 'Supermajority',
-           'Unanimity', 'ConfidenceWeighted', 'Borda', 'Approval', 'Judge', 'judge_decision', 'ProtocolRule',
-           'register_decision', 'get_decision', 'protocol_features', 'answer_features', 'check_decision',
-           'ballots_from', 'final_turns', 'ballots', 'decide', 'latest_turns', 'redecide', 'aredecide', 'trajectories',
-           'FreeMAD', 'rule_signal', 'signal_note', 'check_signal', 'LogprobWeighted', 'check_logprobs',
-           'check_logprobs_recorded']
+           'Unanimity', 'ConfidenceWeighted', 'Borda', 'Approval', 'Judge', 'judge_decision', 'DecisionEntry',
+           'ProtocolRule', 'register_decision', 'get_decision', 'protocol_features', 'answer_features',
+           'check_decision', 'ballots_from', 'final_turns', 'ballots', 'decide', 'latest_turns', 'redecide',
+           'aredecide', 'trajectories', 'FreeMAD', 'rule_signal', 'signal_note', 'check_signal', 'LogprobWeighted',
+           'check_logprobs', 'check_logprobs_recorded']
 
 # %% ../nbs/05a_decisions.ipynb #d8f1c993
 @dataclass
@@ -190,17 +191,30 @@ def _judge_reply(ask, persona, rng):
 
 register_format(AnswerFormat("decision.judge", reply=_judge_reply))   # the judge's prompt and parser come with the request
 
+# %% ../nbs/05a_decisions.ipynb #c88936c8
+@dataclass(frozen=True)
+class DecisionEntry:
+    "A registered decision rule: `factory(argument)` (the text after 'NAME:', or None) returns the `DecisionRule`."
+    name: str
+    factory: Callable
+    doc: str = ""
+
+def _decision_entry(name: str, make: Callable) -> DecisionEntry:
+    "What an entry point of the `madlab.decisions` group gives when it is the factory itself: its entry."
+    return DecisionEntry(name, make, (make.__doc__ or "").split("\n")[0])
+
+DECISIONS: Registry[DecisionEntry] = Registry("decision rule", DecisionEntry, "madlab.decisions",
+                                              error=lambda m: OptionError("decision", m), coerce=_decision_entry)
+
 # %% ../nbs/05a_decisions.ipynb #950356c0
 class ProtocolRule(DecisionRule):
     "The protocol's own decision, as it made it."
     name, protocol = "protocol", True
     def decide(self, ballots): raise ValueError("the protocol's own rule is what the protocol decided: read `result['answer']`")
 
-DECISIONS: dict[str, tuple[Callable, str]] = {}
-
-def register_decision(name: str, make: Callable, doc: str = ""):
+def register_decision(name: str, make: Callable, doc: str = "", replace: bool = False):
     "Register a rule: `make(argument)` (the text after 'NAME:', or None) returns the `DecisionRule`."
-    DECISIONS[name] = (make, doc); return make
+    DECISIONS.register(name, DecisionEntry(name, make, doc), replace); return make
 
 def _no_arg(cls):
     def make(arg):
@@ -232,12 +246,13 @@ def get_decision(spec=None) -> DecisionRule:
     if spec is None: return ProtocolRule()
     if isinstance(spec, DecisionRule): return spec
     if not isinstance(spec, str) or not spec.strip(): raise OptionError("decision", f"must name a rule ({', '.join(DECISIONS)}); got {spec!r}")
-    if spec.strip() in DECISIONS: return DECISIONS[spec.strip()][0](None)     # a name with a colon in it: a protocol's rule set (s4:strict)
-    name, _, arg = spec.strip().partition(":")
-    if name not in DECISIONS:
-        said = spec.strip() if any(k.startswith(name + ":") for k in DECISIONS) else name
-        raise OptionError("decision", f"unknown decision rule {said!r}; choose from {', '.join(DECISIONS)}")
-    return DECISIONS[name][0](arg if _ else None)
+    spec = spec.strip()
+    if spec in DECISIONS: return DECISIONS[spec].factory(None)   # a name with a colon too (s4:strict)
+    names = DECISIONS.names()                                   # those registered, then those installed packages offer
+    if spec in names: return DECISIONS.lookup(spec).factory(None)
+    name, colon, arg = spec.partition(":")
+    said = spec if name not in names and any(k.startswith(name + ":") for k in names) else name
+    return DECISIONS.lookup(said).factory(arg if colon else None)   # an unknown name: the registry's did-you-mean
 
 # %% ../nbs/05a_decisions.ipynb #bb2e1297
 PROTOCOL_FEATURES: dict[str, Callable] = {}      # protocol -> fn(settings, features) -> features

@@ -10,6 +10,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable
 from .core import *
+from .registry import Registry
 
 # %% auto #0
 __all__ = ['FORMATS', 'TASKS', 'AnswerFormat', 'register_format', 'get_format', 'schema_for', 'reasoned', 'answer_field', 'Task',
@@ -37,17 +38,16 @@ class AnswerFormat:
     def __post_init__(self): self.features = frozenset(self.features)
 
 # %% ../nbs/00a_formats.ipynb #78130506
-FORMATS: dict[str, AnswerFormat] = {}    # kind -> its format: the one registry of answer formats
+FORMATS: Registry[AnswerFormat] = Registry("answer format", AnswerFormat, "madlab.formats")   # kind -> its format
 
-def register_format(fmt: AnswerFormat) -> AnswerFormat:
-    "Register `fmt` under its kind; returns it."
+def register_format(fmt: AnswerFormat, replace: bool = False) -> AnswerFormat:
+    "Register `fmt` under its kind (a kind taken by a format defined elsewhere needs `replace`); returns it."
     if not isinstance(fmt, AnswerFormat): raise TypeError(f"register_format takes an AnswerFormat (its kind is its key); got {type(fmt).__name__}")
-    FORMATS[fmt.kind] = fmt; return fmt
+    return FORMATS.register(fmt.kind, fmt, replace)
 
 def get_format(kind: str) -> AnswerFormat:
-    "The registered format of `kind`."
-    if kind not in FORMATS: raise ValueError(f"no answer format of kind {kind!r}; known kinds: {', '.join(sorted(FORMATS))}")
-    return FORMATS[kind]
+    "The registered format of `kind` (an installed package's entry point is loaded on first use)."
+    return FORMATS.lookup(kind)
 
 # %% ../nbs/00a_formats.ipynb #f6509f1d
 def schema_for(ask: Ask|None) -> AnswerSchema|None:
@@ -79,17 +79,16 @@ class Task:
     own_data: bool = False      # the loader needs no data (it makes its items, or a task file reads the data it names)
     size: str = ""              # what `size` picks in its data (e.g. players per game); empty: the task takes no size
 
-TASKS: dict[str, Task] = {}     # name -> task: the one registry of tasks
+TASKS: Registry[Task] = Registry("task", Task, "madlab.tasks")     # name -> task: the one registry of tasks
 
-def register_task(task: Task) -> Task:
-    "Register `task` under its name; returns it."
+def register_task(task: Task, replace: bool = False) -> Task:
+    "Register `task` under its name (a name taken by a task defined elsewhere needs `replace`); returns it."
     if not isinstance(task, Task) or not isinstance(task.format, AnswerFormat): raise TypeError(f"register_task takes a Task with an AnswerFormat; got {task!r:.80}")
-    TASKS[task.name] = task; return task
+    return TASKS.register(task.name, task, replace)
 
 # %% ../nbs/00a_formats.ipynb #6b7a78c9
 def answer_format(item) -> AnswerFormat:
     "The answer format of `item`'s task, bound to `item`."
     task = getattr(item, "task", None)
-    if task not in TASKS: raise ValueError(f"no answer format for task {task!r}; known tasks: {', '.join(sorted(TASKS))}")
-    fmt = TASKS[task].format
+    fmt = TASKS.lookup(task, lambda m: ValueError(f"no answer format for task {task!r}: {m}")).format   # did-you-mean
     return fmt.bind(item) if fmt.bind is not None else fmt

@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 import madlab
 from .core import *
+from .registry import Registry
 from .debate import register_log_continuation
 from .scoring import answer_format, plurality_vote, agreement
 from .tasks import gsm8k_gold
@@ -44,19 +45,19 @@ class LogFormat:
     def transcript(self, key, record, where: str, task: str, model: str|None) -> Transcript: raise NotImplementedError
     def __repr__(self): return f"{type(self).__name__}({self.name!r}: {self.expects})"
 
-LOG_FORMATS: dict[str, LogFormat] = {}
+LOG_FORMATS: Registry[LogFormat] = Registry("log format", LogFormat, "madlab.log_formats",
+                                            error=lambda m: OptionError("format", m))
 
-def register_log_format(fmt: LogFormat) -> LogFormat:
-    "Make `fmt` importable by its name."
-    LOG_FORMATS[fmt.name] = fmt
+def register_log_format(fmt: LogFormat, replace: bool = False) -> LogFormat:
+    "Make `fmt` importable by its name (a name taken by a format defined elsewhere needs `replace`)."
+    LOG_FORMATS.register(fmt.name, fmt, replace)
     register_log_continuation(fmt.name, None if fmt.continuable else fmt.why_not)   # what `madlab.debate.continue_log` checks
     return fmt
 
 def get_log_format(name) -> LogFormat:
     "The registered format `name` (or `name` itself when it is a `LogFormat`)."
     if isinstance(name, LogFormat): return name
-    if name not in LOG_FORMATS: raise OptionError("format", f"must be one of {', '.join(sorted(LOG_FORMATS))}; got {name!r}")
-    return LOG_FORMATS[name]
+    return LOG_FORMATS.lookup(name)          # an installed package's entry point, or the registry's did-you-mean
 
 # %% ../nbs/24_imports.ipynb #a6d76131
 def _gold(task: str, gold, where: str):

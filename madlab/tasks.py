@@ -131,8 +131,7 @@ def get_task(name) -> Task:
     "The registered task `name`, or the task a YAML task file defines."
     if isinstance(name, Task): return name
     if _is_task_file(name): return load_task_file(name)
-    if name not in TASKS: raise OptionError("task", f"unknown task {name!r}; choose from {', '.join(TASKS)} or give a YAML task file")
-    return TASKS[name]
+    return TASKS.lookup(name, lambda m: OptionError("task", f"{m} or give a YAML task file"))
 
 def task_items(task, data=None, size=None) -> list[Item]:
     "The items of `task` from `data` (a path, or a public set's name); default: the task's own, else its public set (GSM8K, MMLU) in `$MADLAB_DATA`. Bad or missing data is an `OptionError` naming `data` (or `size`)."

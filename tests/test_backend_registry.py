@@ -57,7 +57,8 @@ def test_entry_point_module_that_registers_itself(tmp_path):
 
 @pytest.mark.parametrize("entry,module,says", [
     ("bad = brokenprov:make", "raise ImportError('no such thing')\n", "bad: the package offering it failed to load (brokenprov:make): ImportError: no such thing"),
-    ("bad = brokenprov", "X = 1\n", "bad: entry point brokenprov neither registered bad: nor is a factory"),
+    ("bad = brokenprov", "X = 1\n",
+     "bad: entry point brokenprov neither registered this backend kind nor is one (got module)"),
 ])
 def test_a_broken_entry_point_is_a_clear_error_for_its_prefix_only(tmp_path, entry, module, says):
     path = _package(tmp_path, "brokenprov", entry, module)

@@ -130,6 +130,21 @@ def test_protocols_lists_every_protocol_and_its_options():
     for o in ["--depth (default 1)", "--order (default 'truth')", "--rules (default 'default')", "--rounds (default 2)", "--samples (default 1)"]:
         assert o in r.output, o
 
+def test_tasks_decisions_and_backends_list_their_registries():
+    "Each listing command prints one `name: doc` line per entry of its registry, in registration order."
+    from madlab.tasks import TASKS
+    from madlab.decisions import DECISIONS
+    from madlab.backends import BACKEND_PROVIDERS
+    for cmd, reg in (("tasks", TASKS), ("decisions", DECISIONS), ("backends", BACKEND_PROVIDERS)):
+        r = invoke(cmd)
+        assert r.exit_code == 0, r.output
+        names = [line.split(": ", 1)[0] for line in r.output.splitlines()]
+        assert names == [n for n, _ in reg.listing()] and len(names) >= 5, (cmd, names)
+    assert "kks: Knight-Knave-Spy games" in invoke("tasks").output
+    decisions = invoke("decisions").output
+    assert "s4:strict: " in decisions and "borda: Borda count over rankings" in decisions
+    assert "hf: `hf:PATH" in invoke("backends").output
+
 def test_rescore_rewrites_the_table_without_calls(tmp_path, monkeypatch):
     monkeypatch.setenv("MADLAB_CACHE", str(tmp_path / "cache"))
     r = invoke("run", "du", "--n", "4", "--rounds", "1", "--out", str(tmp_path / "o"), "--no-cache", "--no-progress")

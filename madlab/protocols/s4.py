@@ -24,14 +24,14 @@ from ..guards import JudgedScreen, ScreenResult, screen_input
 _log = logging.getLogger("madlab.s4")
 
 # %% auto #0
-__all__ = ['DECISIONS', 'UTILITY', 'ACCURACY', 'SAFETY', 'DEFAULT_ROLES', 'DEFAULT_SPECS', 'S4_ANALYSIS', 'S4_CHALLENGE',
+__all__ = ['S4_DECISIONS', 'UTILITY', 'ACCURACY', 'SAFETY', 'DEFAULT_ROLES', 'DEFAULT_SPECS', 'S4_ANALYSIS', 'S4_CHALLENGE',
            'S4_REVISION', 'ANALYSIS_PROMPT', 'CHALLENGE_PROMPT', 'REVISION_PROMPT', 'S4_PROMPTS', 'Role', 's4_team',
            'Position', 'parse_position', 'Challenge', 'parse_challenge', 'Vote', 'position_vote',
            'guard_overconfidence', 'Decision', 'default_rules', 'strict_rules', 'S4Rules', 'decision_rule', 'decide',
            's4_prompts', 's4', 's4_summary', 's4_report']
 
 # %% ../../nbs/11_s4.ipynb #ef892e0f
-DECISIONS = ("ACT", "WARN", "REFUSE", "VETO")
+S4_DECISIONS = ("ACT", "WARN", "REFUSE", "VETO")   # the verdicts an S4 agent gives (its rules: `decisions.DECISIONS`)
 
 @serializable
 @dataclass
@@ -50,7 +50,7 @@ class Role:
     @property
     def can_veto(self) -> bool: return self.veto_risk is not None
     @property
-    def decisions(self) -> tuple: return DECISIONS if self.can_veto else DECISIONS[:3]
+    def decisions(self) -> tuple: return S4_DECISIONS if self.can_veto else S4_DECISIONS[:3]
 
     def decide(self, confidence: float, risk: float) -> str:
         "This role's vote for a (confidence, risk) pair, both on 0..100."
@@ -144,7 +144,7 @@ def parse_position(text: str) -> Position|None:
              if (m := re.search(rf'"?{k}"?\s*[:=]\s*(.+)', text or "", re.I))}
     o = {str(k).lower(): v for k, v in o.items()}
     dec = str(o.get("decision") or "").strip().upper()
-    dec = dec if dec in DECISIONS else None
+    dec = dec if dec in S4_DECISIONS else None
     conf, risk = _num(o.get("confidence")), _num(o.get("risk"))
     if dec is None and (conf is None or risk is None): return None
     return Position(dec, conf, risk, str(o.get("reasoning") or "").strip(), _bool(o.get("changed")), (str(o["why"]).strip() if o.get("why") else None))
@@ -235,7 +235,7 @@ class Decision:
 
 def _counts(votes): 
     c = collections.Counter(v.decision for v in votes)
-    return {d: c[d] for d in DECISIONS if c[d]}
+    return {d: c[d] for d in S4_DECISIONS if c[d]}
 
 def _split(counts): return ", ".join(f"{n} {d}" for d, n in counts.items())
 
@@ -317,14 +317,14 @@ def decide(votes: list[Vote], rules="default") -> Decision:
         dec, reason = (out if isinstance(out, tuple) else (out, f"rule {getattr(fn, '__name__', 'custom')}"))
         d = Decision(str(dec).upper(), reason, getattr(fn, "__name__", "custom"), **_vote_facts(votes)[0])
     if d.decision == "VETO": d = replace(d, decision="REFUSE")
-    if d.decision not in DECISIONS[:3]: raise ValueError(f"decision rules returned {d.decision!r}; expected ACT, WARN or REFUSE")
+    if d.decision not in S4_DECISIONS[:3]: raise ValueError(f"decision rules returned {d.decision!r}; expected ACT, WARN or REFUSE")
     return d
 
 # %% ../../nbs/11_s4.ipynb #e0636da6
 def _s4_vote(ask) -> dict:
     role = (ask.options or {}).get("role") or {}
     pct = {"type": "number", "minimum": 0, "maximum": 100}
-    return {"decision": {"enum": list(role.get("decisions") or DECISIONS)}, "confidence": pct, "risk": pct}
+    return {"decision": {"enum": list(role.get("decisions") or S4_DECISIONS)}, "confidence": pct, "risk": pct}
 
 def _s4_analysis_schema(ask): return reasoned(_s4_vote(ask), 30, prompted=True)
 

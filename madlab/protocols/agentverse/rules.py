@@ -10,6 +10,7 @@ import copy, dataclasses, json, random, re, string
 from dataclasses import dataclass, field, fields
 from typing import Any
 from ...core import *
+from ...registry import Registry
 
 # %% auto #0
 __all__ = ['RULE_KINDS', 'RULES', 'ConfigError', 'template_vars', 'fill', 'Rule', 'rule_type', 'make_rule', 'Order', 'Sequential',
@@ -52,7 +53,8 @@ def _public(cls):
 
 # %% ../../../nbs/14a_agentverse_rules.ipynb #6295f4a9
 RULE_KINDS = ("order", "describer", "selector", "updater", "visibility")
-RULES: dict[str, dict[str, type]] = {k: {} for k in RULE_KINDS}
+RULES: dict[str, Registry[type]] = {k: Registry(f"{k} type", type, f"madlab.agentverse.{k}", choose="valid types:")
+                                     for k in RULE_KINDS}   # kind -> its types
 
 class Rule:
     "Base of every rule: parameters are dataclass fields, the state is the dict `st` (see `reset`)."
@@ -66,8 +68,8 @@ def rule_type(kind: str, name: str):
     if kind not in RULE_KINDS: raise ValueError(f"rule kind must be one of {', '.join(RULE_KINDS)}; got {kind!r}")
     def deco(cls):
         cls.kind, cls.type = kind, name
-        RULES[kind][name] = serializable(_public(cls if dataclasses.is_dataclass(cls) else dataclass(cls)))
-        return RULES[kind][name]
+        cls = cls if dataclasses.is_dataclass(cls) else dataclass(cls)
+        return RULES[kind].register(name, serializable(_public(cls)))
     return deco
 
 def make_rule(kind: str, spec, where: str|None = None) -> Rule:
@@ -79,8 +81,8 @@ def make_rule(kind: str, spec, where: str|None = None) -> Rule:
     if isinstance(spec, str): spec = {"type": spec}
     if not isinstance(spec, dict): raise ConfigError(where, f"must be a {kind} type name or a mapping with 'type'; got {type(spec).__name__}")
     t = spec.get("type")
-    if t not in RULES[kind]: raise ConfigError(f"{where}.type", f"unknown {kind} type {t!r}; valid types: {', '.join(RULES[kind])}")
-    cls, params = RULES[kind][t], {k: v for k, v in spec.items() if k != "type"}
+    cls = RULES[kind].lookup(t, lambda m: ConfigError(f"{where}.type", m))   # group madlab.agentverse.KIND too
+    params = {k: v for k, v in spec.items() if k != "type"}
     allowed = [f.name for f in fields(cls)]
     bad = [k for k in params if k not in allowed]
     if bad: raise ConfigError(f"{where}.{bad[0]}", f"unknown parameter of {kind} {t!r}; valid parameters: {', '.join(allowed) or '(none)'}")
