@@ -116,6 +116,7 @@ async def ask(self: Agent, prompt: str|None, *, kind="text", parse: Callable|Non
     ask = replace(ask or Ask(), kind=ask.kind if ask and ask.kind != "text" else kind, agent=self.name, focus=focus if focus is not None else (ask.focus if ask else None),
                   phase=phase if phase is not None else (ask.phase if ask else None), round=round if round is not None else (ask.round if ask else None))
     params, note = self._structure(ask, params)
+    self._note = note                                    # the schema note the next prompt of this kind carries too (`Debate._round_growth`)
     if prompt is not None or note: self.history.add(role, (prompt or "") + note if prompt is not None else note.strip(), phase=phase, round=round, focus=focus, receivers=[self.name])
     messages = self.history.to_messages()
     turn = Turn(self.name, messages=messages, receivers=receivers, focus=focus)

@@ -483,13 +483,17 @@ def argument(t) -> str|None:
     rest = [f"The answer is {val(v)}." if k == "answer" else f"{k.replace('_', ' ').capitalize()}: {val(v)}" for k, v in fields]
     return "\n\n".join(x for x in (why.strip(), "\n".join(rest)) if x)
 
+def _heard(t) -> str:
+    "What a peer is shown of turn `t` by `deliver`: its `argument`, or why there is none."
+    return argument(t) if t.reply is not None else f"(no reply: {t.error or 'empty'})"
+
 # %% ../nbs/06_debate.ipynb #0beb6fb3
 @patch
 def deliver(self: Debate, turns, to="others", *, text=None, among=None, **kw) -> int:
     "Show each turn's `argument` (its reply; prose for a reply held to a schema) or `text(turn)` (None skips it) to `to`: 'others', 'self', names, or a function of the turn; under a topology a debater hears only its neighbours' turns. The number of messages delivered."
     pool, n = self.members(among), 0
     for t in turns:
-        msg = text(t) if text is not None else (argument(t) if t.reply is not None else f"(no reply: {t.error or 'empty'})")
+        msg = text(t) if text is not None else _heard(t)
         if msg is None: continue
         if to == "others": names = [a.name for a in pool if a.name != t.agent]
         elif to == "self": names = []
@@ -828,9 +832,9 @@ def _round_growth(self: Debate, turns, prompt: str|None = None) -> dict:
         h = ChatHistory(list(a.history.messages))                  # what it was sent, then its own reply
         for o in turns:                                              # what `deliver` routes to it: the replies of the peers it sees
             if o.agent == a.name or not self.sees(a.name, o.agent): continue
-            h.add("other_agent", o.reply if o.reply is not None else f"(no reply: {o.error or 'empty'})", sender=o.agent)
+            h.add("other_agent", _heard(o), sender=o.agent)
         said = [m.content for m in a.history.messages if m.role == "moderator"]
-        if prompt or said: h.add("moderator", prompt or said[-1])
+        if prompt or said: h.add("moderator", prompt + getattr(a, "_note", "") if prompt else said[-1])
         count = lambda ms: sum(a.count_tokens(m.get("content") or "") + 4 for m in ms)
         sent, p = count(t.messages or []), t.usage.prompt_tokens
         out[a.name] = (p, t.usage.completion_tokens, max(count(h.to_messages()) - sent, 0) * (p / sent if sent and p else 1))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib, os, urllib.error, urllib.parse, urllib.request
 from dataclasses import dataclass, replace
 from pathlib import Path
-from .core import OptionError, _public_data_dir
+from .core import OptionError, public_data, _public_data_dir
 
 # %% auto #0
 __all__ = ['PUBLIC_SETS', 'TASK_SETS', 'PublicFile', 'PublicSet', 'data_root', 'file_problem', 'PublicDataError', 'get_set',
@@ -173,9 +173,8 @@ def get_set(name, to=None, mirror: str|None = None, say=None) -> dict[str, list[
 # %% ../nbs/04c_public_data.ipynb #0a3e6800
 def public_set_path(name: str) -> Path|None:
     "The path a task reads in the public set `name` (its `use`) under `$MADLAB_DATA` (or `../shared/data`); None if absent."
-    s, root = _set(name), _public_data_dir()
-    p = None if root is None else (root / s.name / s.use if s.use else root / s.name)
-    return p if p is not None and p.exists() else None
+    s = _set(name)
+    return public_data(s.name, s.use or "")
 
 def missing_set(name: str) -> str:
     "Where the public set `name` was looked for, and the command that fetches it."

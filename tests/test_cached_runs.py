@@ -25,6 +25,13 @@ def test_a_run_made_twice_reads_the_same_the_second_time(tmp_path, monkeypatch):
     first, second = runs.loc["r1"], runs.loc["r2"]
     assert (second.calls, second.tokens, second.made, second.cached, second.spent) == (first.calls, first.tokens, 0, calls, 0.0)
     assert first.calls == calls and first.cost > 0 and abs(second.cost - first.cost) < 1e-12
+    by_hand = {"strong": (3, 12), "medium": (1, 4), "weak": (0.25, 1)}   # PRICES: every reply of the transcripts, cached or not
+    found, _ = open_run(second.path).folder.transcripts()
+    turns = [(t, tu) for t in found.values() for r in t.rounds for tu in r.turns]
+    model = lambda t, name: next(a["spec"] for a in t.team if a["name"] == name).split(":", 1)[1].split(",", 1)[0]
+    dollars = sum((tu.usage.prompt_tokens * by_hand[model(t, tu.agent)][0] + tu.usage.completion_tokens * by_hand[model(t, tu.agent)][1]) / 1e6
+                  for t, tu in turns)
+    assert len(turns) == calls and sum(tu.usage.total_tokens for _, tu in turns) == first.tokens and abs(second.cost - dollars) < 1e-9
     b = RunBrowser(tmp_path / "runs")
     labels = {p.split("/runs/")[1].split("/")[0]: l for l, p in b.w_runs.options}
     for k in ("r1", "r2"): assert f"· {calls} calls · {first.tokens:,} tokens · {usd(first.cost)} ·" in labels[k], labels[k]

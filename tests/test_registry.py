@@ -110,7 +110,7 @@ def test_outside_entries_are_offered_unloaded_then_found_and_listed(outside):
 
 def test_without_the_package_the_names_are_unknown(tmp_path):
     r = _madlab(["run", "ext_solo", "--n", "1"], None)
-    assert r.returncode == 2 and "ext_solo" in r.stdout + r.stderr, r.stdout + r.stderr
+    assert r.returncode == 2 and "no protocol 'ext_solo'; protocols: " in " ".join((r.stdout + r.stderr).split()), r.stdout + r.stderr
 
 @pytest.mark.parametrize("lookup, words", [
     ("from madlab.tasks import get_task as f; f('arth')", "task: unknown task 'arth' (did you mean 'arith'"),
@@ -153,6 +153,9 @@ def test_a_name_taken_elsewhere_needs_replace():
     with pytest.raises(ValueError, match="task 'arith' is already registered"):
         register_task(Task("arith", lambda d, s: [], arith.format))
     assert TASKS["arith"] is arith
-    try: register_task(Task("arith", lambda d, s: [], arith.format), replace=True)
+    other = Task("arith", lambda d, s: [], arith.format)
+    try:
+        register_task(other, replace=True)
+        assert TASKS["arith"] is other                 # `replace=True` took the name
     finally: register_task(arith, replace=True)
     assert TASKS["arith"] is arith

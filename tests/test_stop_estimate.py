@@ -33,3 +33,26 @@ def test_tokens_saved_matches_the_run_without_the_stop(name, tmp_path):
     assert abs(estimate / measured - 1) <= 0.15, (estimate, measured)
     line = next(l for l in stopped.summary().splitlines() if l.startswith("stop on consensus"))
     assert f"≈{estimate:,} tokens saved" in line and "an estimate, not measured" in line and "routed to it" in line
+
+
+def test_the_estimate_counts_what_peers_are_shown_of_a_held_reply():
+    """A reply held to the answer schema reaches its peers as prose (`argument`), not as the JSON it was written in; the
+    estimate grows each prompt by what `deliver` sends, so it matches the same debate run to the end."""
+    import json
+    from madlab.agents import Agent
+    from madlab.core import Backend, Completion, Usage
+    from madlab.debate import Debate
+    from madlab.scoring import toy_arith_items
+    class Held(Backend):
+        structured = "requested"
+        async def complete(self, messages, ctx=None, **kw):
+            reply = json.dumps({"reasoning": "Step by step: " + "I add the numbers, then check them. " * 6, "answer": 42})
+            return Completion(reply, Usage(sum(self.count_tokens(m["content"]) + 4 for m in messages), self.count_tokens(reply), 1))
+    def run(**kw):
+        team = [Agent(n, "held:", backend=Held()) for n in "ABC"]
+        return Debate("du", toy_arith_items(1)[0], team, rounds=3, **kw).run()
+    def tokens(t): return sum(tu.usage.prompt_tokens + tu.usage.completion_tokens for r in t.rounds for tu in r.turns)
+    stopped, full = run(stop_on="consensus"), run()
+    assert stopped.result["rounds_saved"] == 3
+    measured = tokens(full) - tokens(stopped)
+    assert abs(stopped.result["tokens_saved"] / measured - 1) <= 0.02, (stopped.result["tokens_saved"], measured)
