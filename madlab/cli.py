@@ -71,12 +71,8 @@ parse_items = parse_games
 def _task_cb(ctx, param, value):
     "A registered task or a YAML task file; a bad task file names its field."
     from madlab.tasks import get_task, _is_task_file
-    if _is_task_file(value):
-        try: get_task(value)
-        except OptionError as e: raise click.BadParameter(e.message) from None
-        return value
     allowed = getattr(ctx.command, "tasks", None)
-    if not allowed:                             # any task, an installed package's included (did-you-mean when none)
+    if _is_task_file(value) or not allowed:     # a task file, or any task (an installed package's included; did-you-mean when none)
         try: get_task(value)
         except OptionError as e: raise click.BadParameter(e.message) from None
     elif value not in allowed:
@@ -375,17 +371,14 @@ def _run_protocol(proto, kw):
     except ValueError as e: raise click.ClickException(str(e)) from None
     for line in plan.messages: click.echo(line, err=True)
     if kw.get("dry_run"): click.echo(repr(plan)); return
-    try: old = signal.signal(signal.SIGTERM, _raise_interrupt)      # SIGTERM stops the run as Ctrl-C does
-    except (ValueError, AttributeError): old = None                 # not the main thread (e.g. a notebook kernel): Ctrl-C only
     gc_settings, said = _gc_for_a_run(), _log_to_stderr()
-    try: res = run_experiment(plan)
+    try:
+        with _stoppable(): res = run_experiment(plan)              # SIGTERM stops the run as Ctrl-C does
     except LockLost as e: raise _LockLostError(e.message) from None
     except OptionError as e: raise _option_error(e) from None
     except ValueError as e: raise click.ClickException(str(e)) from None
     except OSError as e: raise click.ClickException(f"writing the outputs failed: {e}") from None
-    finally:
-        if old is not None: signal.signal(signal.SIGTERM, old)
-        _gc_restore(gc_settings); said()
+    finally: _gc_restore(gc_settings); said()
     click.echo(res.summary())
     if res.interrupted: sys.exit(130)
     if res.failed or res.df.empty: sys.exit(1)

@@ -311,14 +311,17 @@ class Debate:
     @property
     def planned_rounds(self) -> int|None:
         "The rounds the protocol runs with these settings when nothing ends it early (None: it does not say)."
+        return self._planned()[0]
+
+    def _planned(self) -> tuple:
+        "(rounds, whether its own rule may end it sooner) as the protocol's `planned` says; (None, False) when it says nothing."
         p = self.protocol.planned(self.settings) if self.protocol.planned is not None else None
-        return p[0] if isinstance(p, tuple) else p
+        return p if isinstance(p, tuple) else (p, False)
 
     @property
     def may_end_early(self) -> bool:
         "Whether the debate may run fewer than its planned rounds: under a `stop_on` rule, or by the protocol's own rule (its `planned` says `(n, True)`)."
-        p = self.protocol.planned(self.settings) if self.protocol.planned is not None else None
-        return bool(self.settings.get("stop_on")) or (isinstance(p, tuple) and bool(p[1]))
+        return bool(self.settings.get("stop_on")) or bool(self._planned()[1])
 
     def __repr__(self): return f"Debate({self.protocol.name!r}, item={self.meta['id']!r}, agents={[a.name for a in self.agents]}, rounds={len(self.rounds)}, status={self.meta['status']!r})"
 
