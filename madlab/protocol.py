@@ -285,11 +285,12 @@ def _load_protocol_modules(name: str|None = None):
 _OWN_LOADED: set = set()
 
 def _with_own_modules(p: Protocol) -> Protocol:
-    "`p`, once its own modules (`NAME_*`, a report) are imported: they attach its parts, which its module cannot import."
-    if p.name not in _OWN_LOADED:
+    "`p`, once the modules named after it (`NAME_*`: a report, a log format) are imported: they attach parts its module cannot import."
+    if p.name not in _OWN_LOADED and getattr(p.fn, "__module__", "").startswith("madlab.protocols."):   # madlab's own protocols
         _OWN_LOADED.add(p.name)
         import importlib
-        for m in _protocol_modules(p.name): importlib.import_module(f"madlab.protocols.{m}")
+        for m in _protocol_modules(p.name):
+            if m != p.name: importlib.import_module(f"madlab.protocols.{m}")
     return p
 
 # %% ../nbs/04d_protocol.ipynb #b46a7e2b
