@@ -9,6 +9,7 @@ from __future__ import annotations
 import inspect, math, random, re, types, typing
 from dataclasses import dataclass, field, fields
 from typing import Callable, Literal
+from fastcore.basics import patch
 from fastcore.docments import docments
 from .core import *
 from .registry import Registry
@@ -188,26 +189,6 @@ class Protocol:
         if isinstance(v, (int, float)) and not isinstance(v, bool) and ((lo is not None and v < lo) or (hi is not None and v > hi)):
             raise OptionError(k, f"must be in {lo}..{hi}; got {v!r}")
 
-    def validate(self, opts: dict) -> dict:
-        "All options with defaults filled in; an unknown option or a bad value is an `OptionError`."
-        axes = {k: opts[k] for k in AXES if k in opts and k not in self.options}     # the debate-wide settings (a topology, a stop rule)
-        opts = {k: v for k, v in opts.items() if k not in axes}
-        bad = [k for k in opts if k not in self.options]
-        if bad: raise OptionError(bad[0], f"unknown option for protocol {self.name!r}; valid options: {', '.join(self.options) or '(none)'}")
-        for k, v in opts.items(): self.check_option(k, v)
-        settings = {**self.options, **opts}
-        for k, v in axes.items():
-            v = AXES[k](v)                                             # normalised; None: the default, not recorded
-            if v is None: continue
-            if k not in self.axes:
-                _load_protocol_modules()                                   # every protocol, to name those that can
-                can = sorted(n for n, p in PROTOCOLS.items() if k in p.axes and not n.startswith("_"))
-                raise OptionError(k, f"protocol {self.name!r} cannot honour {k} {v if isinstance(v, str) else '(a file)'!s} (its agents do not see their peers' answers "
-                                     f"through the debate's routing, round by round); protocols that can: {', '.join(can) or 'none loaded'}")
-            settings[k] = v
-        if self.parts.check is not None: self.parts.check(settings)     # its own checks (a rule name, a hook to import), before any call
-        return settings
-
     def check_item(self, item):
         "Raise `ValueError` unless the protocol runs on `item`'s task."
         task = getattr(item, "task", None)
@@ -218,6 +199,28 @@ class Protocol:
     def _repr_markdown_(self):
         rows = "\n".join(f"| `{k}` | `{v!r}` | {self.docs.get(k) or ''} |" for k, v in self.options.items())
         return f"**{self.name}**: {self.doc}\n\n| option | default | meaning |\n|---|---|---|\n{rows}"
+
+# %% ../nbs/04d_protocol.ipynb #a8b2f573
+@patch
+def validate(self: Protocol, opts: dict) -> dict:
+    "All options with defaults filled in; an unknown option or a bad value is an `OptionError`."
+    axes = {k: opts[k] for k in AXES if k in opts and k not in self.options}     # the debate-wide settings (a topology, a stop rule)
+    opts = {k: v for k, v in opts.items() if k not in axes}
+    bad = [k for k in opts if k not in self.options]
+    if bad: raise OptionError(bad[0], f"unknown option for protocol {self.name!r}; valid options: {', '.join(self.options) or '(none)'}")
+    for k, v in opts.items(): self.check_option(k, v)
+    settings = {**self.options, **opts}
+    for k, v in axes.items():
+        v = AXES[k](v)                                             # normalised; None: the default, not recorded
+        if v is None: continue
+        if k not in self.axes:
+            _load_protocol_modules()                                   # every protocol, to name those that can
+            can = sorted(n for n, p in PROTOCOLS.items() if k in p.axes and not n.startswith("_"))
+            raise OptionError(k, f"protocol {self.name!r} cannot honour {k} {v if isinstance(v, str) else '(a file)'!s} (its agents do not see their peers' answers "
+                                 f"through the debate's routing, round by round); protocols that can: {', '.join(can) or 'none loaded'}")
+        settings[k] = v
+    if self.parts.check is not None: self.parts.check(settings)     # its own checks (a rule name, a hook to import), before any call
+    return settings
 
 # %% ../nbs/04d_protocol.ipynb #bc344d1d
 def _attacher(kind: str) -> Callable:
