@@ -1,4 +1,4 @@
-"""The report of a ControlMAD run: the frames of its debates (positions, flips, consensus, decisions, usage), six figures, per-game logs and a summary, registered as the protocol's hooks so `run_experiment` writes them.
+"""The report of a ControlMAD run: the frames of its debates (positions, flips, consensus, decisions, usage), six figures, per-game logs and a summary, attached to the protocol as its parts (`@controlmad.report`) so `run_experiment` writes them.
 
 Docs: https://madlab.github.io/madlab/controlmad_report.html.md"""
 
