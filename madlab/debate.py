@@ -443,7 +443,8 @@ def continue_log(t, round: int, agents, *, agent: str|None = None, reply: str|No
     if not src: raise ValueError("not an imported transcript: fork a madlab debate with Debate.fork (or Debate.from_transcript(t, live=True))")
     name = src.get("format") if isinstance(src, dict) else None
     if name not in LOG_CONTINUATIONS: _load_protocol_modules()    # a protocol's log format says whether its logs go on
-    if name not in LOG_CONTINUATIONS: raise ValueError(f"an imported {name} log: no log format of that name is registered")
+    if name not in LOG_CONTINUATIONS:
+        raise ValueError(f"an imported {name} log: no log format of that name is registered")
     if LOG_CONTINUATIONS[name] is not None: raise ValueError(f"an imported {name} log cannot be continued with a model: {LOG_CONTINUATIONS[name]}")
     names = [a["name"] for a in t.team]
     specs = [agents] * len(names) if isinstance(agents, str) else list(agents)

@@ -255,7 +255,8 @@ def get_decision(spec=None) -> DecisionRule:
 
 # %% ../nbs/05a_decisions.ipynb #bb2e1297
 def answer_features(item, protocol=None, settings: dict|None = None) -> frozenset:
-    "What the final answers of `protocol` (a name or a `Protocol`) on `item`'s task carry: its answer format's `features`, as its `features` part changes them."
+    """What the final answers of `protocol` (a name or a `Protocol`) on `item`'s task carry: its answer format's
+    `features`, as its `features` part changes them."""
     f = set(answer_format(item).features)
     part = getattr(find_protocol(protocol), "parts", None)
     return frozenset(part.features(settings or {}, f) if part is not None and part.features else f)
@@ -267,7 +268,9 @@ def check_decision(rule, item, protocol=None, settings: dict|None = None) -> Dec
     missing = sorted(rule.needs - have)
     if missing:
         carry = ", ".join(sorted(have)) or "only the answer"
-        raise OptionError("decision", f"rule {rule.spec!r} needs answers with a {' and a '.join(missing)}; the answers of {getattr(protocol, 'name', protocol) or 'this protocol'} on task "
+        who = getattr(protocol, "name", protocol) or "this protocol"
+        raise OptionError("decision", f"rule {rule.spec!r} needs answers with a {' and a '.join(missing)}; "
+                                      f"the answers of {who} on task "
                                       f"{getattr(item, 'task', None)!r} carry {carry}")
     return rule
 

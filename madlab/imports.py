@@ -33,7 +33,7 @@ def _read_json(path, fmt_name, expects):
 
 class LogFormat:
     "How one tool writes debate logs. Subclasses set `name`, `protocol`, `task` (the default), `expects` and implement `recognise` and `transcript` (and `read` for logs that are not one JSON file)."
-    name, protocol, expects, task, takes_games = "", "", "", "gsm8k", False     # a format that takes games reads them: `read_games`
+    name, protocol, expects, task, takes_games = "", "", "", "gsm8k", False     # one taking games: `read_games`
     continuable, why_not = False, "the format keeps no agent's chat"       # whether `continue_log` can go on from its logs, and why not
     def read(self, path): return _read_json(path, self.name, self.expects)
     def recognise(self, data) -> bool: raise NotImplementedError
@@ -51,7 +51,7 @@ def register_log_format(fmt: LogFormat, replace: bool = False) -> LogFormat:
     return fmt
 
 def get_log_format(name) -> LogFormat:
-    "The registered format `name` (or `name` itself when it is a `LogFormat`): a protocol's `log_format` part, found by its modules."
+    "The registered format `name` (or `name` itself, a `LogFormat`): a protocol's `log_format` part."
     if isinstance(name, LogFormat): return name
     if name not in LOG_FORMATS: _load_protocol_modules(name)       # the protocol named after it attaches its format
     if name not in LOG_FORMATS: _load_protocol_modules()
@@ -110,7 +110,9 @@ def _key(k) -> str: return (str(k)[:60] + "...") if len(str(k)) > 60 else str(k)
 def log_transcripts(fmt, path, task: str|None = None, model: str|None = None, limit: int|None = None, games=None) -> list[Transcript]:
     "One transcript per record of log `path` in format `fmt` (the first `limit`); a malformed record raises `LogError` naming `path:key`."
     fmt = get_log_format(fmt)
-    if games is not None and not fmt.takes_games: raise OptionError("games", f"the {fmt.name} format has no games to match; only {', '.join(f.name for f in _formats() if f.takes_games)} does")
+    if games is not None and not fmt.takes_games:
+        takes = ", ".join(f.name for f in _formats() if f.takes_games)
+        raise OptionError("games", f"the {fmt.name} format has no games to match; only {takes} does")
     kw = {"games": games if isinstance(games, dict) else fmt.read_games(games)} if games is not None else {}
     recs = fmt.records(read_log(fmt, path))[:limit]
     ts = [fmt.transcript(k, r, f"{path}:{_key(k)}", task or fmt.task, model, **kw) for k, r in recs]

@@ -113,7 +113,7 @@ def parse_stop_on(value) -> str|None:
     return "consensus" if q == 1 else f"consensus:{q:g}"
 
 # %% ../nbs/04d_protocol.ipynb #6fd222a9
-AXES = {"topology": parse_topology, "stop_on": parse_stop_on}     # a debate-wide setting -> its parser (None: the default, not recorded)
+AXES = {"topology": parse_topology, "stop_on": parse_stop_on}     # a debate-wide setting -> its parser (None: the default)
 
 # %% ../nbs/04d_protocol.ipynb #a8ec8595
 def _type_name(tp) -> str:
@@ -186,14 +186,16 @@ class Protocol:
         tp = self.types.get(k)
         if tp is not None and not _fits(v, tp): raise OptionError(k, f"must be {_type_name(tp)}; got {v!r}")
         lo, hi = self.limits.get(k, (None, None))
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and ((lo is not None and v < lo) or (hi is not None and v > hi)):
+        number = isinstance(v, (int, float)) and not isinstance(v, bool)
+        if number and ((lo is not None and v < lo) or (hi is not None and v > hi)):
             raise OptionError(k, f"must be in {lo}..{hi}; got {v!r}")
 
     def check_item(self, item):
         "Raise `ValueError` unless the protocol runs on `item`'s task."
         task = getattr(item, "task", None)
         if self.tasks is not None and task not in self.tasks:
-            raise ValueError(f"protocol {self.name!r} runs on {' or '.join(map(repr, self.tasks))} items; item {getattr(item, 'id', '?')!r} is a {task!r} item")
+            raise ValueError(f"protocol {self.name!r} runs on {' or '.join(map(repr, self.tasks))} items; "
+                             f"item {getattr(item, 'id', '?')!r} is a {task!r} item")
         if self.tasks is None: answer_format(item)     # needs an answer format; the error lists the known tasks
 
     def _repr_markdown_(self):
@@ -204,10 +206,12 @@ class Protocol:
 @patch
 def validate(self: Protocol, opts: dict) -> dict:
     "All options with defaults filled in; an unknown option or a bad value is an `OptionError`."
-    axes = {k: opts[k] for k in AXES if k in opts and k not in self.options}     # the debate-wide settings (a topology, a stop rule)
+    axes = {k: opts[k] for k in AXES if k in opts and k not in self.options}     # debate-wide: a topology, a stop rule
     opts = {k: v for k, v in opts.items() if k not in axes}
     bad = [k for k in opts if k not in self.options]
-    if bad: raise OptionError(bad[0], f"unknown option for protocol {self.name!r}; valid options: {', '.join(self.options) or '(none)'}")
+    if bad:
+        valid = ", ".join(self.options) or "(none)"
+        raise OptionError(bad[0], f"unknown option for protocol {self.name!r}; valid options: {valid}")
     for k, v in opts.items(): self.check_option(k, v)
     settings = {**self.options, **opts}
     for k, v in axes.items():
@@ -216,10 +220,12 @@ def validate(self: Protocol, opts: dict) -> dict:
         if k not in self.axes:
             _load_protocol_modules()                                   # every protocol, to name those that can
             can = sorted(n for n, p in PROTOCOLS.items() if k in p.axes and not n.startswith("_"))
-            raise OptionError(k, f"protocol {self.name!r} cannot honour {k} {v if isinstance(v, str) else '(a file)'!s} (its agents do not see their peers' answers "
-                                 f"through the debate's routing, round by round); protocols that can: {', '.join(can) or 'none loaded'}")
+            said = v if isinstance(v, str) else "(a file)"
+            raise OptionError(k, f"protocol {self.name!r} cannot honour {k} {said} (its agents do not see their peers' "
+                                 "answers through the debate's routing, round by round); "
+                                 f"protocols that can: {', '.join(can) or 'none loaded'}")
         settings[k] = v
-    if self.parts.check is not None: self.parts.check(settings)     # its own checks (a rule name, a hook to import), before any call
+    if self.parts.check is not None: self.parts.check(settings)     # its own checks, before any call
     return settings
 
 # %% ../nbs/04d_protocol.ipynb #bc344d1d
@@ -242,8 +248,8 @@ def _protocol_entry(name: str, obj) -> Protocol:
 PROTOCOLS: Registry[Protocol] = Registry("protocol", Protocol, "madlab.protocols", coerce=_protocol_entry)
 
 # %% ../nbs/04d_protocol.ipynb #599ae861
-def protocol(name: str, tasks=None, limits: dict|None = None, axes=(), decides=(), planned: Callable|None = None, weighs=(),
-             side_roles=(), listed: bool = True, replace: bool = False) -> Callable:
+def protocol(name: str, tasks=None, limits: dict|None = None, axes=(), decides=(), planned: Callable|None = None,
+             weighs=(), side_roles=(), listed: bool = True, replace: bool = False) -> Callable:
     """Register an async-generator protocol under `name` and return its `Protocol` (called, it runs the function;
     its parts attach to it: `@p.report`). `tasks`: the tasks it runs on (None: any with an answer format); `limits`:
     option -> (lowest, highest); `axes`: the debate-wide settings it honours ("topology", "stop_on": see `AXES`);
@@ -253,7 +259,8 @@ def protocol(name: str, tasks=None, limits: dict|None = None, axes=(), decides=(
     a run's name); `listed`: whether help texts list it (False: an example); `replace`: take the name from a protocol
     defined elsewhere (one defined again where it was, as a re-run cell does, replaces it and keeps its parts)."""
     def deco(fn):
-        if not inspect.isasyncgenfunction(fn): raise TypeError(f"protocol {name!r} must be an async generator function (async def ... yield)")
+        if not inspect.isasyncgenfunction(fn):
+            raise TypeError(f"protocol {name!r} must be an async generator function (async def ... yield)")
         sig = list(inspect.signature(fn).parameters.values())[1:]
         missing = [p.name for p in sig if p.default is inspect.Parameter.empty]
         if missing: raise TypeError(f"protocol {name!r}: options need defaults: {', '.join(missing)}")
@@ -262,11 +269,13 @@ def protocol(name: str, tasks=None, limits: dict|None = None, axes=(), decides=(
         except Exception: hints = {}
         old = PROTOCOLS._items.get(name)
         new = Protocol(name, fn, {p.name: p.default for p in sig}, {p.name: docs.get(p.name) for p in sig},
-                       (inspect.getdoc(fn) or "").split("\n")[0], {p.name: hints[p.name] for p in sig if p.name in hints},
-                       tuple(tasks) if tasks is not None else None, dict(limits or {}), axes=tuple(axes), decides=tuple(decides),
-                       planned=planned, weighs=tuple(weighs), side_roles=tuple(side_roles), listed=listed)
+                       (inspect.getdoc(fn) or "").split("\n")[0],
+                       {p.name: hints[p.name] for p in sig if p.name in hints},
+                       tuple(tasks) if tasks is not None else None, dict(limits or {}), axes=tuple(axes),
+                       decides=tuple(decides), planned=planned, weighs=tuple(weighs), side_roles=tuple(side_roles),
+                       listed=listed)
         PROTOCOLS.register(name, new, replace)       # a name taken by a protocol defined elsewhere is refused
-        if old is not None: new.parts = ProtocolParts(**vars(old.parts))   # defined again (a re-run cell): its parts stay
+        if old is not None: new.parts = ProtocolParts(**vars(old.parts))   # defined again (a cell re-run): parts stay
         fn.protocol_name = name
         return new
     return deco
@@ -277,7 +286,8 @@ def _protocol_modules(name: str|None = None) -> list:
     import pkgutil
     import madlab.protocols as P
     mods = [m.name for m in pkgutil.iter_modules(P.__path__)]
-    return mods if name is None else [m for m in mods if isinstance(name, str) and (m == name or m.startswith(name + "_"))]
+    if name is None: return mods
+    return [m for m in mods if isinstance(name, str) and (m == name or m.startswith(name + "_"))]
 
 def _load_protocol_modules(name: str|None = None):
     "Import madlab's protocol modules: for protocol `name` only the ones named after it where there are some, else all."
@@ -288,8 +298,9 @@ def _load_protocol_modules(name: str|None = None):
 _OWN_LOADED: set = set()
 
 def _with_own_modules(p: Protocol) -> Protocol:
-    "`p`, once the modules named after it (`NAME_*`: a report, a log format) are imported: they attach parts its module cannot import."
-    if p.name not in _OWN_LOADED and getattr(p.fn, "__module__", "").startswith("madlab.protocols."):   # madlab's own protocols
+    "`p`, once the modules named after it (`NAME_*`: a report, a log format) attach the parts its module cannot import."
+    own = getattr(p.fn, "__module__", "").startswith("madlab.protocols.")      # madlab's own protocols only
+    if p.name not in _OWN_LOADED and own:
         _OWN_LOADED.add(p.name)
         import importlib
         for m in _protocol_modules(p.name):
@@ -298,10 +309,10 @@ def _with_own_modules(p: Protocol) -> Protocol:
 
 # %% ../nbs/04d_protocol.ipynb #b46a7e2b
 def get_protocol(name) -> Protocol:
-    "The registered protocol called `name` (or the one a decorated function registered), with the parts its modules attach."
+    "The registered protocol called `name` (or the one a decorated function registered), with its modules' parts."
     if isinstance(name, Protocol): return _with_own_modules(name)
     if callable(name) and hasattr(name, "protocol_name"): name = name.protocol_name
-    if name not in PROTOCOLS: _load_protocol_modules(name)      # its own modules first (a second of imports saved), then all
+    if name not in PROTOCOLS: _load_protocol_modules(name)      # its own modules first (a second saved), then all
     if name not in PROTOCOLS: _load_protocol_modules()
     return _with_own_modules(PROTOCOLS.lookup(name))          # an installed package's entry point, or the did-you-mean
 
@@ -314,7 +325,7 @@ def find_protocol(name) -> Protocol|None:
 
 # %% ../nbs/04d_protocol.ipynb #113ea5b7
 def protocol_team(proto: Protocol, team, options: dict|None = None):
-    "`team` through protocol `proto`'s `team` part, which may read the `options` (specs become its members); `team` when it has none."
+    "`team` through `proto`'s `team` part, which may read the `options` (specs become its members); else `team`."
     h = proto.parts.team
     if h is None: return team
     return h(team, options=dict(options or {})) if "options" in inspect.signature(h).parameters else h(team)

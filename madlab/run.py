@@ -21,7 +21,8 @@ from .scoring import answer_format, score_result
 from .protocol import *
 from .protocol import _load_protocol_modules
 from .debate import *
-from .decisions import HELPER_ROLES, get_decision, check_decision, check_logprobs, check_logprobs_recorded, aredecide, signal_note, check_signal
+from .decisions import HELPER_ROLES
+from .decisions import get_decision, check_decision, check_logprobs, check_logprobs_recorded, aredecide, signal_note, check_signal
 from .cost import Prices, load_prices, item_cost, cost_lines, cost_table
 from .store import StorePath, StoreLock, LockLost, store_path, read_table, put_tree, _stale
 from .public_sets import task_data
@@ -742,7 +743,8 @@ def resolve_run(protocol, task: str|None = None, data=None, items=None, team=Non
     proto = get_protocol(protocol)
     if concurrency is not None and (not isinstance(concurrency, int) or isinstance(concurrency, bool) or not 1 <= concurrency <= 10_000): raise OptionError("concurrency", f"must be an integer in 1..10000; got {concurrency!r}")
     if not isinstance(seed, int) or isinstance(seed, bool): raise OptionError("seed", f"must be an integer; got {seed!r}")
-    if screen is not None and not callable(screen) and "screen" in proto.options: options["screen"], screen = screen, None   # its own option, not an input screen
+    if screen is not None and not callable(screen) and "screen" in proto.options:     # its option, not an input screen
+        options["screen"], screen = screen, None
     endpoint = {k: options.pop(k) for k in ("max_concurrency", "timeout", "max_retries", "give_up_after", "give_up_first") if k in options and k not in proto.options}
     endpoint = {k: v for k, v in endpoint.items() if v is not None}
     params, notes, said = _params(max_tokens, temperature), dict(notes or {}), []
@@ -819,7 +821,7 @@ async def arun_experiment(protocol, items=None, team=None, out=None, *, _stop: _
         config = {"protocol": proto.name, "options": to_jsonable(settings), "tasks": sorted({str(getattr(it, "task", None)) for it in items}),
                   "team": team_config(agents), "seed": seed, "max_tokens": x.get("max_tokens"), "temperature": x.get("temperature"), "madlab": madlab.__version__,
                   "decision": rule.spec}
-        if proto.parts.inputs: config["inputs"] = proto.parts.inputs(settings)     # the files the options name, by content
+        if proto.parts.inputs: config["inputs"] = proto.parts.inputs(settings)     # the files its options name
         if _task_file_records(items): config["task_files"] = _task_file_records(items)      # found again by rescore, by content
         if folder: config = _start_folder(folder, config, ids, plan.notes or None)
         todo = _unfinished(folder, ids, items, transcripts, problems) if folder and x.get("resume", True) else list(zip(ids, items))
@@ -935,7 +937,7 @@ class ItemFilter:
 
 # %% ../nbs/08_run.ipynb #f9b8270a
 def _voting_protocol() -> Protocol:
-    "The protocol whose independent answers the majority-error rule counts: the one with a `vote` part (madlab's: self-consistency)."
+    "The protocol whose independent answers the majority-error rule counts: the one with a `vote` (self-consistency)."
     _load_protocol_modules()
     p = next((p for p in PROTOCOLS.values() if p.parts.vote is not None), None)
     if p is None: raise OptionError("majority_error", "no protocol has a `vote` part to count independent answers with")
@@ -944,7 +946,8 @@ def _voting_protocol() -> Protocol:
 def _voters(team, agents: int, params: dict) -> list:
     "`agents` voters: the team's actors in order (their names, backends and system prompts), cycled under new names when there are fewer."
     members = [a for a in make_team(list(team)) if (a.role or "").lower() not in HELPER_ROLES]
-    if not members: raise OptionError("majority_error", f"the team has no actor to vote (only {', '.join(HELPER_ROLES)})")
+    roles = ", ".join(HELPER_ROLES)
+    if not members: raise OptionError("majority_error", f"the team has no actor to vote: each has a helper role ({roles})")
     out = []
     for i in range(agents):
         m, lap = members[i % len(members)], i // len(members)
@@ -952,7 +955,8 @@ def _voters(team, agents: int, params: dict) -> list:
     return out
 
 def _vote_row(it, t) -> dict:
-    "An item's vote: the plurality of its first round's answers by the voting protocol's `vote` and whether it is right; None when a vote failed."
+    """An item's vote: the plurality of its first round's answers by the voting protocol's `vote`, and whether it is
+    right; None when a vote failed."""
     if t is None: return {"item_id": it.id, "votes": None, "answer": None, "correct": None, "error": "the vote did not run"}
     turns = t.rounds[0].turns if t.rounds else []
     failed = [tu.error for tu in turns if tu.error] or ([t.meta.get("error") or "no answer"] if not turns else [])
@@ -973,7 +977,9 @@ class MajorityErrorFilter(ItemFilter):
         "Per item: the voters' plurality (`answer`), the vote counts, whether it is right (`correct`; None when the vote failed) and the error."
         items = list(items)
         voters = _voters(team, self.agents, {"temperature": 0.7, "top_p": 0.9} if self.params is None else self.params)
-        plan = resolve_run(_voting_protocol(), items=items, team=voters, seed=seed, cache=cache, concurrency=concurrency or 8, on_error="continue", _team_hook=False)
+        plan = resolve_run(_voting_protocol(), items=items, team=voters, seed=seed, cache=cache,
+                           concurrency=concurrency or 8,
+                           on_error="continue", _team_hook=False)
         res = run_sync(arun_experiment(plan))
         return pd.DataFrame([_vote_row(it, res.transcripts.get(str(it.id))) for it in items], columns=["item_id", "votes", "answer", "correct", "error"])
     def select(self, items, team, *, seed: int = 0, cache=True, concurrency: int|None = None) -> list:

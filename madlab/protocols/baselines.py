@@ -68,7 +68,7 @@ _UNPARSED = "(unparsed)"
 
 @self_consistency.vote
 def earliest_plurality(answers) -> tuple:
-    "(decision, votes): the plurality of `answers` (in team order); unparsed ones (None) form a class; a tie goes to the earliest."
+    "(decision, votes): the plurality of `answers` (in team order); unparsed ones (None) are a class; ties: the first."
     answers = list(answers)
     keys = [k if (k := answer_key(a)) is not None else _UNPARSED for a in answers]
     if not keys: return None, {}

@@ -120,7 +120,7 @@ def parse_global_critique(text, agents) -> GlobalCritique:
     return GlobalCritique({a: got.get(a, {"score": 0.0, "flaw": ""}) for a in agents}, fails)
 
 # %% ../../nbs/13_critic_actor.ipynb #13767c11
-critic_actor_vote = earliest_plurality     # critic-actor's vote: the plurality, unparsed answers a class, a tie to the earliest actor
+critic_actor_vote = earliest_plurality     # critic-actor's vote: the plurality, ties to the earliest actor
 
 # %% ../../nbs/13_critic_actor.ipynb #0b46ddb7
 _SCORE = {"type": "number", "minimum": 1, "maximum": 10}
