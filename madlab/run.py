@@ -632,6 +632,13 @@ def _usage(option: str, message: str) -> OptionError:
     e = OptionError(option, message); e.usage = True
     return e
 
+def _runner_or_own(proto, options: dict, name: str, value, runner: Callable):
+    """`value` given for the runner's keyword `name`: the runner's when `runner(value)` says so (an input screen is
+    callable); else the protocol's own option of that name (moved into `options`), where it has one."""
+    if value is None or runner(value) or name not in proto.options: return value
+    options[name] = value
+    return None
+
 def default_task(proto) -> str:
     "The task a protocol runs when none is named: its first task, else `arith`."
     proto = get_protocol(proto)
@@ -743,8 +750,7 @@ def resolve_run(protocol, task: str|None = None, data=None, items=None, team=Non
     proto = get_protocol(protocol)
     if concurrency is not None and (not isinstance(concurrency, int) or isinstance(concurrency, bool) or not 1 <= concurrency <= 10_000): raise OptionError("concurrency", f"must be an integer in 1..10000; got {concurrency!r}")
     if not isinstance(seed, int) or isinstance(seed, bool): raise OptionError("seed", f"must be an integer; got {seed!r}")
-    if screen is not None and not callable(screen) and "screen" in proto.options:     # its option, not an input screen
-        options["screen"], screen = screen, None
+    screen = _runner_or_own(proto, options, "screen", screen, callable)     # a protocol's own `screen`, or an input screen
     endpoint = {k: options.pop(k) for k in ("max_concurrency", "timeout", "max_retries", "give_up_after", "give_up_first") if k in options and k not in proto.options}
     endpoint = {k: v for k, v in endpoint.items() if v is not None}
     params, notes, said = _params(max_tokens, temperature), dict(notes or {}), []
