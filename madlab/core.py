@@ -82,8 +82,13 @@ def to_jsonable(o):
 
 # %% ../nbs/00_core.ipynb #8692c50b
 # types that moved to a module of their own: JSON written before still reads
-_MOVED = {"madlab.scoring.StockAnswer": "madlab.market.StockAnswer", "madlab.tasks.MarketRecord": "madlab.market.MarketRecord",
-          "madlab.scoring.PairwiseVerdict": "madlab.pairwise.PairwiseVerdict"}
+_MOVED = {"madlab.scoring.StockAnswer": "madlab.tasks.market.StockAnswer",
+          "madlab.market.StockAnswer": "madlab.tasks.market.StockAnswer",
+          "madlab.tasks.MarketRecord": "madlab.tasks.market.MarketRecord",
+          "madlab.market.MarketRecord": "madlab.tasks.market.MarketRecord",
+          "madlab.scoring.PairwiseVerdict": "madlab.tasks.pairwise.PairwiseVerdict",
+          "madlab.pairwise.PairwiseVerdict": "madlab.tasks.pairwise.PairwiseVerdict",
+          "madlab.puzzles.KKSAnswer": "madlab.tasks.kks.KKSAnswer"}
 
 def _lookup_type(name):
     name = _MOVED.get(name, name)

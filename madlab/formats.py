@@ -78,6 +78,8 @@ class Task:
     doc: str = ""
     own_data: bool = False      # the loader needs no data (it makes its items, or a task file reads the data it names)
     size: str = ""              # what `size` picks in its data (e.g. players per game); empty: the task takes no size
+    default_items: tuple|None = None   # the 1-based positions a run takes when it names neither items nor --n (None: all)
+    public_set: str|None = None        # the public set (`madlab data get`) read when `data` is None and `--data` is left out
 
 TASKS: Registry[Task] = Registry("task", Task, "madlab.tasks")     # name -> task: the one registry of tasks
 

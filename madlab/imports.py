@@ -13,12 +13,14 @@ import madlab
 from .core import *
 from .registry import Registry
 from .debate import register_log_continuation
-from .scoring import answer_format, plurality_vote, agreement
-from .tasks import gsm8k_gold
+from .formats import answer_format
+from .scoring import plurality_vote, agreement
+from .tasks.gsm8k import gsm8k_gold
 import madlab.protocols.baselines
 from .protocols.critic_actor import Critique, parse_critique, critic_actor_vote
-from .puzzles import KKS_ROLES, parse_kks_answer
-from .kks import kks_players, roles_of
+from .puzzles import KKS_ROLES
+from .tasks.kks import parse_kks_answer
+from .tasks.kks import kks_players, roles_of
 from .protocols.controlmad import parse_position
 
 # %% auto #0
@@ -283,7 +285,7 @@ def _cm_read(path) -> dict:
 # %% ../nbs/24_imports.ipynb #09090ec0
 def kks_games(path) -> dict:
     "Game text -> `Puzzle` for ControlMAD's games at `path` (a `<size>.jsonl` or a folder of them); None for a text that two different games share."
-    from madlab.puzzles import load_controlmad
+    from madlab.puzzle_sets import load_controlmad
     path, out = Path(path), {}
     files = sorted(path.glob("*.jsonl")) if path.is_dir() else [path]
     if not files: raise OptionError("games", f"{path} holds no .jsonl files")

@@ -1,4 +1,4 @@
-"""The Knight-Knave-Spy task's answers: the `kks` answer format (parsing and scoring of full answers), synthetic agents' replies, its schema, and the metrics of Knight-Knave-Spy debates (positions, flips, consensus, games, decisions).
+"""The metrics of Knight-Knave-Spy debates: positions, flips, consensus, games and decisions (the `kks` task itself, its answers and format, is `madlab.tasks.kks`).
 
 Docs: https://madlab.github.io/madlab/kks.html.md"""
 
@@ -6,101 +6,15 @@ Docs: https://madlab.github.io/madlab/kks.html.md"""
 
 # %% ../nbs/05b_kks.ipynb #b73b456a
 from __future__ import annotations
-import dataclasses, json
-from pathlib import Path
+import json
 from .core import *
-from .core import Ask, AnswerSchema
-from .formats import AnswerFormat, Task, register_format, register_task, answer_format
-from .synthetic import Persona, synthetic_rng, believes_gold, conform, synthetic_confidence, _convinced
-from .puzzles import KKS_ROLES, kks_answer_format, kks_schema, parse_kks_answer, score_kks
+from .puzzles import KKS_ROLES
+from .tasks.kks import kks_players, roles_of, score_kks
 from .scoring import majority_vote, _transcripts
 
 # %% auto #0
-__all__ = ['KKS_FULL', 'KKS', 'KKS_PHASES', 'CHANGE_KINDS', 'kks_players', 'roles_of', 'synthetic_kks_belief',
-           'synthetic_kks_position', 'kks_positions', 'phase_accuracy', 'kks_flips', 'position_changes', 'flip_summary',
+__all__ = ['KKS_PHASES', 'CHANGE_KINDS', 'kks_positions', 'phase_accuracy', 'kks_flips', 'position_changes', 'flip_summary',
            'kks_consensus', 'kks_games', 'kks_decisions']
-
-# %% ../nbs/05b_kks.ipynb #7367b7b6
-def kks_players(item) -> list:
-    "The players of a Knight-Knave-Spy item, in game order."
-    data = getattr(item, "data", None)
-    if getattr(data, "players", None): return list(data.players)
-    return list(getattr(item, "gold", None) or {})
-
-def _kks_metrics(answer, gold) -> dict:
-    sc = score_kks(roles_of(answer) or {}, gold)
-    return {"n_correct": sc["n_correct"], "accuracy": sc["n_correct"] / max(1, len(gold)), "n_invalid": sc["n_invalid"], "per_player": sc["per_player"]}
-
-def _kks_bind(item):
-    players = kks_players(item)
-    return dataclasses.replace(KKS_FULL, instructions="Deduce the role of every player. " + kks_answer_format(players, confidence=True),
-                               parse=lambda s: parse_kks_answer(s, players), score=lambda a, g: a is not None and bool(score_kks(a, g)["correct"]),
-                               options={"players": players, "confidence": True}, metrics=_kks_metrics, bind=None)
-
-# %% ../nbs/05b_kks.ipynb #8b3ec98f
-def _kks_schema(ask):
-    o = ask.options or {}
-    players = list(o.get("players") or kks_players(ask.item))
-    return AnswerSchema(kks_schema(players, bool(o.get("confidence"))), "explanation", 16 + 14 * len(players), prompted=True)
-
-# %% ../nbs/05b_kks.ipynb #b5a93bd0
-def roles_of(answer) -> dict|None:
-    "The player -> role dict of a full answer (a `KKSAnswer` or a plain dict), or None."
-    if answer is None: return None
-    if isinstance(answer, dict): return answer
-    r = getattr(answer, "roles", None)
-    return r if isinstance(r, dict) else None
-
-def synthetic_kks_belief(persona: Persona, ask: Ask, player: str) -> str:
-    "A synthetic agent's own (initial) role for `player`: gold with probability `skill`, else a wrong role fixed per agent, game and player."
-    gold = (getattr(ask.item, "gold", None) or {}).get(player)
-    item_id = getattr(ask.item, "id", None)
-    wrong = synthetic_rng(persona, "wrong", ask.agent, item_id, player).choice([r for r in KKS_ROLES if r != gold])
-    if gold is None: return wrong
-    return gold if believes_gold(persona, ask, player) else wrong
-
-def synthetic_kks_position(persona, ask, rng, player, previous=None, peer_roles=()):
-    "The role a synthetic agent states for `player`: its current position (else its own belief), possibly moved to the peers' majority."
-    if _convinced(persona, ask): return synthetic_kks_belief(persona, ask, player)      # sure of the game: its own belief, whatever it said before
-    own = (previous or {}).get(player) or synthetic_kks_belief(persona, ask, player)
-    return conform(persona, rng, own, list(peer_roles)) if peer_roles else own
-
-def _kks_full_reply(ask, persona, rng):
-    players = ask.options.get("players") or kks_players(ask.item)
-    gold = getattr(ask.item, "gold", None) or {}
-    prev = roles_of(ask.previous) or {}
-    peers = [roles_of(v) or {} for v in (ask.peers or {}).values()]
-    roles = {}
-    for p in players:
-        moving = peers and (ask.focus is None or ask.focus == p)
-        roles[p] = synthetic_kks_position(persona, ask, rng, p, prev, [pr.get(p) for pr in peers] if moving else ())
-    conf = round(sum(synthetic_confidence(persona, rng, roles[p] == gold.get(p)) for p in players) / max(1, len(players)))
-    out = {"players": [{"name": p, "role": roles[p]} for p in players]}
-    if ask.options.get("confidence", True): out["confidence"] = conf
-    p0 = players[0] if players else "the first player"
-    out["explanation"] = f"Assuming {p0} tells the truth and checking each statement against the hint, the assignment above is the only consistent one I found."
-    return json.dumps(out)
-
-# %% ../nbs/05b_kks.ipynb #b5a93bd1
-KKS_FULL = register_format(AnswerFormat("kks.full", bind=_kks_bind, schema=_kks_schema, reply=_kks_full_reply, features={"confidence", "parts"}))
-
-def _kks_load(path, size):
-    from madlab.puzzles import load_controlmad, load_puzzles
-    path = Path(path)
-    if path.is_dir():
-        f = path / f"{size or 6}.jsonl"
-        if not f.exists():
-            have = sorted(int(p.stem) for p in path.glob("*.jsonl") if p.stem.isdigit())
-            raise OptionError("size", f"no games of size {size or 6} in {path} (sizes there: {', '.join(map(str, have)) or 'none'})")
-        games = load_controlmad(f)
-    else:
-        games = load_puzzles(path)             # ControlMAD's format or the classic mem-kk-logic one
-        if size is not None: games = [g for g in games if g.n_players == size]
-        if not games: raise (OptionError("size", f"{path} holds no games of size {size}") if size is not None else ValueError(f"{path} holds no games"))
-    return [g.to_item() for g in games]
-
-KKS = register_task(Task("kks", _kks_load, KKS_FULL, "kks", "a file of Knight-Knave-Spy games in ControlMAD's JSONL format or of classic puzzles in mem-kk-logic's, or a folder of <size>.jsonl",
-                         "Knight-Knave-Spy games", size="Knight-Knave-Spy players per game: picks <size>.jsonl in the data folder  [default: 6]"))
 
 # %% ../nbs/05b_kks.ipynb #2030f589
 KKS_PHASES = ("initial", "debate", "self_adjustment", "final")

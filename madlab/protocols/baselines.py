@@ -10,7 +10,8 @@ from typing import Literal
 from ..core import Ask
 from ..debate import protocol
 from ..decisions import ballots_from, latest_turns
-from ..scoring import answer_format, majority_vote, plurality_vote, agreement
+from ..formats import answer_format
+from ..scoring import majority_vote, plurality_vote, agreement
 
 # %% auto #0
 __all__ = ['DU_UPDATE', 'single', 'self_consistency', 'du']

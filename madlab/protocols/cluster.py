@@ -16,7 +16,7 @@ from ..agents import Agent
 from ..debate import protocol, protocol_hook, argument
 from ..formats import AnswerFormat, register_format, answer_format, answer_field, reasoned
 from ..scoring import plurality_vote
-from ..market import MarketRecord, stock_position, parse_stock_answer, StockAnswer
+from ..tasks.market import MarketRecord, stock_position, parse_stock_answer, StockAnswer
 
 # %% auto #0
 __all__ = ['PERSONAS', 'CATEGORY_PATTERN', 'TOPICS', 'POSITION_COLORS', 'cluster_counts', 'diversity', 'greedy_clusters',

@@ -15,8 +15,9 @@ from ..formats import AnswerFormat, register_format, schema_for
 from ..synthetic import Persona, synthetic_rng, believes_gold
 from ..agents import Agent
 from ..debate import Debate, protocol, protocol_hook, argument
-from ..scoring import answer_format, agreement, parse_number, reasoned
-from ..tasks import extract_number, numbers_match
+from ..formats import answer_format, reasoned
+from ..scoring import agreement, parse_number
+from ..scoring import extract_number, numbers_match
 
 # %% auto #0
 __all__ = ['PROMPTS', 'ROLE_PROMPTS', 'CRITIC_ACTOR_TEAM', 'ANSWER_PHASES', 'FLIP_KINDS', 'Critique', 'parse_critique',
