@@ -39,7 +39,7 @@ def kks_answer_format(players=None, confidence: bool = False) -> str:
             '"knight", "knave" or "spy":\n{\n    "explanation": "your reasoning",\n    "players": [\n' + rows + "\n    ]" + conf + '\n}')
 
 # %% ../../nbs/05d_kks_task.ipynb #32144ab5
-@serializable
+@serializable(name="madlab.puzzles.KKSAnswer")   # the name its JSON has always carried
 @dataclass
 class KKSAnswer(Answer):
     "A parsed answer to a KKS game: a role (or None: missing or unreadable) for every player."

@@ -21,7 +21,7 @@ __all__ = ['RELIABILITY_LABELS', 'MARKET_QUESTION', 'STOCK_POSITIONS', 'STOCK_FI
            'parse_stock_answer']
 
 # %% ../../nbs/04a_market.ipynb #3a864e60
-@serializable
+@serializable(name="madlab.market.MarketRecord")   # the name its JSON has always carried
 @dataclass
 class MarketRecord:
     "One piece of market news."
@@ -95,7 +95,7 @@ def stock_position(x) -> str|None:
     m = re.search(r"[A-Za-z]+", x) if isinstance(x, str) else None
     return _POSITION_WORDS.get(m.group(0).lower()) if m else None
 
-@serializable
+@serializable(name="madlab.market.StockAnswer")   # the name its JSON has always carried
 @dataclass
 class StockAnswer(Answer, collections.abc.Mapping):
     "A reply in the stock format; it reads as a mapping of the format's fields too (`a['Position']`)."

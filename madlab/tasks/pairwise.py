@@ -57,7 +57,7 @@ def load_pairwise(path) -> list[Item]:
     return out
 
 # %% ../../nbs/04b_pairwise.ipynb #b94355ce
-@serializable
+@serializable(name="madlab.pairwise.PairwiseVerdict")   # the name its JSON has always carried
 @dataclass
 class PairwiseVerdict(Answer):
     "Scores of Assistant 1 and Assistant 2; `decision` is the preferred one (1 or 2, 0 for a tie)."
