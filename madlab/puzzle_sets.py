@@ -23,33 +23,43 @@ class KKSFormatError(ValueError):
         super().__init__(f"{path}:{line}: field {field}: {msg}" if field else f"{path}:{line}: {msg}")
 
 # %% ../nbs/05e_puzzle_sets.ipynb #8462f1f2
-_KINDS = {c: cls for cls in (RoleCount, TruthCount, SameRole, SameTruth, NotSameRole, RoleParity, TruthParity, ExactlyOne) for c in cls.codes}
+_KINDS = {c: cls for cls in (RoleCount, TruthCount, SameRole, SameTruth, NotSameRole, RoleParity, TruthParity,
+                             ExactlyOne) for c in cls.codes}
 
 def _err(where, field, msg): raise KKSFormatError(where[0], where[1], field, msg)
 
 def _from_raw(code, raw, n, where, fld, nested=False):
     "A statement from ControlMAD's `code` and raw list; `fld` names the field for errors."
     if isinstance(code, bool) or not isinstance(code, int) or code not in _KINDS or (nested and code == 15):
-        _err(where, fld.replace("raw_statement", "raw_schema") if not nested else fld + "[0]", f"unknown schema code {code!r}")
+        _err(where, fld.replace("raw_statement", "raw_schema") if not nested else fld + "[0]",
+             f"unknown schema code {code!r}")
     cls = _KINDS[code]
     sf = fld if not nested else fld + "[1]"
     if not isinstance(raw, list): _err(where, sf, f"expected a list, got {raw!r}")
     if cls is ExactlyOne:
-        if len(raw) != 2 or not all(isinstance(x, list) and len(x) == 2 for x in raw): _err(where, sf, "code 15 takes [[code1, statement1], [code2, statement2]]")
+        if len(raw) != 2 or not all(isinstance(x, list) and len(x) == 2 for x in raw):
+            _err(where, sf, "code 15 takes [[code1, statement1], [code2, statement2]]")
         return ExactlyOne(*[_from_raw(raw[k][0], raw[k][1], n, where, f"{sf}[{k}]", nested=True) for k in range(2)])
     width = {RoleCount: 3, TruthCount: 3, RoleParity: 3, TruthParity: 3}.get(cls, 1)
     if len(raw) != width: _err(where, sf, f"code {code} takes {width} entries, got {len(raw)}")
     people = raw[0]
-    if not isinstance(people, list) or not people: _err(where, f"{sf}[0]", f"expected a non-empty list of player indices, got {people!r}")
+    if not isinstance(people, list) or not people:
+        _err(where, f"{sf}[0]", f"expected a non-empty list of player indices, got {people!r}")
     for k, i in enumerate(people):
-        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < n: _err(where, f"{sf}[0][{k}]", f"player index {i!r} out of range 0..{n-1}")
+        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < n:
+            _err(where, f"{sf}[0][{k}]", f"player index {i!r} out of range 0..{n-1}")
     def pick(k, allowed, what):
         v = raw[k]
-        if isinstance(v, bool) or v not in allowed: _err(where, f"{sf}[{k}]", f"{what} must be one of {allowed}, got {v!r}")
+        if isinstance(v, bool) or v not in allowed:
+            _err(where, f"{sf}[{k}]", f"{what} must be one of {allowed}, got {v!r}")
         return v
-    if cls is RoleCount: return RoleCount(people, pick(1, list(range(len(people) + 1)), "count"), KKS_ROLES[pick(2, [1, 2, 3], "role") - 1], code)
-    if cls is TruthCount: return TruthCount(people, pick(1, list(range(len(people) + 1)), "count"), pick(2, [1, 2], "tf") == 1, code)
-    if cls is RoleParity: return RoleParity(people, KKS_ROLES[pick(1, [1, 2, 3], "role") - 1], pick(2, [1, 2], "eo") == 2, code)
+    if cls is RoleCount:
+        return RoleCount(people, pick(1, list(range(len(people) + 1)), "count"),
+                         KKS_ROLES[pick(2, [1, 2, 3], "role") - 1], code)
+    if cls is TruthCount:
+        return TruthCount(people, pick(1, list(range(len(people) + 1)), "count"), pick(2, [1, 2], "tf") == 1, code)
+    if cls is RoleParity:
+        return RoleParity(people, KKS_ROLES[pick(1, [1, 2, 3], "role") - 1], pick(2, [1, 2], "eo") == 2, code)
     if cls is TruthParity: return TruthParity(people, pick(1, [1, 2], "tf") == 1, pick(2, [1, 2], "eo") == 2, code)
     return cls(people, code)
 
@@ -61,7 +71,8 @@ def _puzzle_from_record(d, where, prefix):
     for k in ("num_player", "raw_schema", "raw_statement", "text_game"):
         if k not in d: _err(where, k, "missing")
     n = d["num_player"]
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1: _err(where, "num_player", f"expected a positive integer, got {n!r}")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        _err(where, "num_player", f"expected a positive integer, got {n!r}")
     names = _NAME_RE.findall(d["text_game"]) if isinstance(d["text_game"], str) else []
     if len(names) != n: _err(where, "text_game", f"found {len(names)} 'Player name:' lines for num_player={n}")
     sch, raw = d["raw_schema"], d["raw_statement"]
@@ -71,11 +82,15 @@ def _puzzle_from_record(d, where, prefix):
     sts = [_from_raw(sch[i], raw[i], n, where, f"raw_statement[{i}]") for i in range(len(raw))]
     sol = d.get("raw_solution")
     if sol is not None:
-        if not isinstance(sol, list) or len(sol) != n: _err(where, "raw_solution", f"expected {n} role codes, got {sol!r}")
+        if not isinstance(sol, list) or len(sol) != n:
+            _err(where, "raw_solution", f"expected {n} role codes, got {sol!r}")
         for k, r in enumerate(sol):
-            if isinstance(r, bool) or r not in (1, 2, 3): _err(where, f"raw_solution[{k}]", f"role code must be 1, 2 or 3, got {r!r}")
+            if isinstance(r, bool) or r not in (1, 2, 3):
+                _err(where, f"raw_solution[{k}]", f"role code must be 1, 2 or 3, got {r!r}")
         sol = {p: KKS_ROLES[r - 1] for p, r in zip(names, sol)}
-    try: return Puzzle(names, sts[:n], sts[n:], sol, d.get("game_id"), f"{where[0].name}:{where[1]}", f"{prefix}-{where[0].stem}-{where[1]:04d}")
+    try:
+        return Puzzle(names, sts[:n], sts[n:], sol, d.get("game_id"), f"{where[0].name}:{where[1]}",
+                      f"{prefix}-{where[0].stem}-{where[1]:04d}")
     except ValueError as e: _err(where, "text_game", str(e))
 
 # %% ../nbs/05e_puzzle_sets.ipynb #b869c4ec
@@ -89,20 +104,26 @@ def _jsonl_files(path):
     return [path]
 
 def _jsonl_records(f):
-    "(line number, JSON value) of every non-blank line of `f`; a `KKSFormatError` naming the line that is not UTF-8 JSON."
+    """(line number, JSON value) of every non-blank line of `f`; a `KKSFormatError` naming the line that is not UTF-8
+    JSON."""
     with open(f, "rb") as fh:
         for ln, raw in enumerate(fh, 1):
             try: line = raw.decode("utf-8-sig" if ln == 1 else "utf-8")
-            except UnicodeDecodeError as e: raise KKSFormatError(f, ln, None, f"not UTF-8 text ({e.reason} at byte {e.start + 1} of the line)") from None
+            except UnicodeDecodeError as e:
+                raise KKSFormatError(f, ln, None, f"not UTF-8 text ({e.reason} at byte {e.start + 1} of the "
+                                     f"line)") from None
             if not line.strip(): continue
             try: d = json.loads(line)
-            except json.JSONDecodeError as e: raise KKSFormatError(f, ln, None, f"malformed JSON ({e.msg} at column {e.colno})") from None
+            except json.JSONDecodeError as e:
+                raise KKSFormatError(f, ln, None, f"malformed JSON ({e.msg} at column {e.colno})") from None
             except RecursionError: raise KKSFormatError(f, ln, None, "malformed JSON (nested too deeply)") from None
-            except ValueError as e: raise KKSFormatError(f, ln, None, f"malformed JSON ({str(e)[:200]})") from None   # e.g. an integer of 5000 digits
+            # e.g. an integer of 5000 digits
+            except ValueError as e: raise KKSFormatError(f, ln, None, f"malformed JSON ({str(e)[:200]})") from None
             yield ln, d
 
 def load_controlmad(path, prefix: str|None=None) -> list[Puzzle]:
-    "Puzzles (with gold solutions) from a ControlMAD JSONL file, or every `*.jsonl` in a folder (sizes in numeric order)."
+    """Puzzles (with gold solutions) from a ControlMAD JSONL file, or every `*.jsonl` in a folder (sizes in numeric
+    order)."""
     out = []
     for f in _jsonl_files(path):
         pre = prefix or f.resolve().parent.name
@@ -113,37 +134,46 @@ def load_controlmad(path, prefix: str|None=None) -> list[Puzzle]:
 def controlmad_record(p: Puzzle, game_id=None) -> dict:
     "`p` as a ControlMAD record (same keys, same meaning of every raw field)."
     if p.solution is None: raise ValueError(f"puzzle {p.id}: ControlMAD records need the gold solution")
-    if not p.hints: raise ValueError(f"puzzle {p.id}: ControlMAD games always carry the game manager's hint (the number of spies)")
-    if any(s is None for s in p.statements): raise ValueError(f"puzzle {p.id}: every player needs a statement in ControlMAD's format")
+    if not p.hints:
+        raise ValueError(f"puzzle {p.id}: ControlMAD games always carry the game manager's hint (the number of spies)")
+    if any(s is None for s in p.statements):
+        raise ValueError(f"puzzle {p.id}: every player needs a statement in ControlMAD's format")
     sts = list(p.statements) + list(p.hints)
     for s in sts:
-        if s.code is None: raise ValueError(f"puzzle {p.id}: {type(s).__name__} statements have no ControlMAD code; write such games with to_kk")
+        if s.code is None:
+            raise ValueError(f"puzzle {p.id}: {type(s).__name__} statements have no ControlMAD code; write such games "
+                             f"with to_kk")
     roles = p.roles()
-    return {"game_id": game_id if game_id is not None else p.game_id, "num_player": p.n_players, "num_spy": roles.count(2),
+    return {"game_id": game_id if game_id is not None else p.game_id, "num_player": p.n_players,
+            "num_spy": roles.count(2),
             "num_hint": len(p.hints) - 1, "raw_schema": [s.code for s in sts], "raw_statement": [s.raw() for s in sts],
             "raw_solution": [r + 1 for r in roles], "text_game": p.text(), "text_solution": p.solution_text()}
 
 # %% ../nbs/05e_puzzle_sets.ipynb #3f348ebe
 def to_controlmad(puzzles, path) -> list[Path]:
-    "Write `puzzles` as ControlMAD JSONL: to `path` if it ends in .jsonl, else one `<size>.jsonl` per size in folder `path`."
+    """Write `puzzles` as ControlMAD JSONL: to `path` if it ends in .jsonl, else one `<size>.jsonl` per size in folder
+    `path`."""
     path = Path(path)
     groups = {path: list(puzzles)} if path.suffix == ".jsonl" else {}
     if not groups:
         for p in puzzles: groups.setdefault(path / f"{p.n_players}.jsonl", []).append(p)
     for f, ps in groups.items():
         f.parent.mkdir(parents=True, exist_ok=True)
-        lines = [json.dumps(controlmad_record(p, p.game_id if p.game_id is not None else k + 1)) for k, p in enumerate(ps)]
+        lines = [json.dumps(controlmad_record(p, p.game_id if p.game_id is not None else k + 1)) for k,
+                 p in enumerate(ps)]
         with open(f, "w", encoding="utf-8", newline="\n") as fh: fh.write("".join(l + "\n" for l in lines))
     return sorted(groups)
 
 # %% ../nbs/05e_puzzle_sets.ipynb #caecd063
-_KIND_CODES = {"role_count": (1, 2, 3), "truth_count": (4, 5), "same_role": (6, 7), "same_truth": (8, 9), "not_same_role": (10,),
+_KIND_CODES = {"role_count": (1, 2, 3), "truth_count": (4, 5), "same_role": (6, 7), "same_truth": (8, 9),
+               "not_same_role": (10,),
                "role_parity": (11, 12), "truth_parity": (13, 14), "exactly_one": (15,)}
 
 DIFFICULTY = {
     "easy": {"role_count": 3, "same_role": 2, "not_same_role": 1, "truth_count": 2},
     "medium": {k: len(v) for k, v in _KIND_CODES.items()},          # ControlMAD: codes 1-15 drawn uniformly
-    "hard": {"role_count": 1, "truth_count": 2, "same_role": 1, "same_truth": 2, "not_same_role": 1, "role_parity": 2, "truth_parity": 3, "exactly_one": 4},
+    "hard": {"role_count": 1, "truth_count": 2, "same_role": 1, "same_truth": 2, "not_same_role": 1, "role_parity": 2,
+             "truth_parity": 3, "exactly_one": 4},
     "kk": {"is": 1, "not": 1, "and": 1, "or": 1, "implies": 1, "iff": 1},   # the classic puzzles: operators over atoms
 }
 
@@ -213,7 +243,8 @@ def _draw(rng, kind, sp, want, R, T, n, n_spies, mix):
     return None
 
 def _draw_bool(rng, kind, want, R, n, n_spies):
-    "A classic-puzzle statement of `kind` (an atom, a negated atom, or an operator over two different atoms) that is `want` under roles `R`, or None."
+    """A classic-puzzle statement of `kind` (an atom, a negated atom, or an operator over two different atoms) that is
+    `want` under roles `R`, or None."""
     roles = KKS_ROLES if n_spies else KKS_ROLES[:2]
     atom = lambda: Is(rng.randrange(n), rng.choice(roles))
     for _ in range(12):
@@ -221,7 +252,8 @@ def _draw_bool(rng, kind, want, R, n, n_spies):
         else:
             a, b = atom(), atom()
             if a == b: continue
-            s = {"and": lambda: And([a, b]), "or": lambda: Or([a, b]), "implies": lambda: Implies(a, b), "iff": lambda: Iff(a, b)}[kind]()
+            s = {"and": lambda: And([a, b]), "or": lambda: Or([a, b]), "implies": lambda: Implies(a, b),
+                 "iff": lambda: Iff(a, b)}[kind]()
         if s.holds(R, None) == want: return s
     return None
 
@@ -235,7 +267,8 @@ def _statement(rng, sp, want, R, T, n, n_spies, mix):
     return None
 
 def _solutions(p, limit, skip=None):
-    "All (roles, truth) solutions, sorted, with player `skip`'s statement left out (its truth value free); None when more than `limit`."
+    """All (roles, truth) solutions, sorted, with player `skip`'s statement left out (its truth value free); None when
+    more than `limit`."""
     sols = _Model(p, skip).solve(limit + 1, with_truth=True)
     return sorted(sols) if len(sols) <= limit else None
 
@@ -253,7 +286,8 @@ def _one_game(rng, n, n_spies, hints, mix, names):
         if s is None: return None
         sts.append(s)
     hs = [RoleCount(list(range(n)), n_spies, "spy")] if hints else []
-    hint_mix = {k: w for k, w in mix.items() if k in ("role_count", "truth_count", "same_role", "same_truth", "not_same_role")} or {"role_count": 1}
+    hint_mix = {k: w for k, w in mix.items()
+                if k in ("role_count", "truth_count", "same_role", "same_truth", "not_same_role")} or {"role_count": 1}
     while len(hs) < hints:
         h = _statement(rng, n + len(hs), True, R, T, n, n_spies, hint_mix)
         if h is None: return None
@@ -281,38 +315,48 @@ def _one_game(rng, n, n_spies, hints, mix, names):
 # %% ../nbs/05e_puzzle_sets.ipynb #c9eae60f
 def generate(n_players: int, count: int = 1, seed: int = 0, n_spies: int = 1, hints: int = 1,
              statement_mix: dict|None = None, difficulty: str = "medium", names: list|None = None) -> list[Puzzle]:
-    """`count` games of `n_players`, each with exactly one solution; the same arguments give the same games on any machine.
+    """`count` games of `n_players`, each with exactly one solution; the same arguments give the same games on any
+    machine.
     `hints` game-manager hints, at least 1 (the first states the number of spies, as in ControlMAD);
     `statement_mix` weights over `STATEMENT_TYPES` (default: the `difficulty` preset of `DIFFICULTY`)."""
     if isinstance(seed, bool) or not isinstance(seed, int): raise TypeError("seed must be an int")
-    if isinstance(n_players, bool) or not isinstance(n_players, int) or n_players < 2: raise ValueError(f"n_players must be an int >= 2; got {n_players!r}")
-    if isinstance(count, bool) or not isinstance(count, int) or count < 0: raise ValueError(f"count must be an int >= 0; got {count!r}")
+    if isinstance(n_players, bool) or not isinstance(n_players, int) or n_players < 2:
+        raise ValueError(f"n_players must be an int >= 2; got {n_players!r}")
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        raise ValueError(f"count must be an int >= 0; got {count!r}")
     if isinstance(hints, bool) or not isinstance(hints, int) or hints < 1:
-        raise ValueError(f"hints must be an int >= 1 (the first is the spy count: without it spies are unconstrained and no game "
+        raise ValueError("hints must be an int >= 1 (the first is the spy count: without it spies are unconstrained "
+                         f"and no game "
                          f"has a unique solution; ControlMAD's format needs it too); got {hints!r}")
     if not 0 <= n_spies <= n_players: raise ValueError(f"n_spies must be in 0..{n_players}")
     if difficulty not in DIFFICULTY: raise ValueError(f"difficulty must be one of {', '.join(DIFFICULTY)}")
     mix = dict(statement_mix if statement_mix is not None else DIFFICULTY[difficulty])
     for k in mix:
-        if k not in STATEMENT_TYPES: raise ValueError(f"unknown statement type {k!r}; known: {', '.join(STATEMENT_TYPES)}")
+        if k not in STATEMENT_TYPES:
+            raise ValueError(f"unknown statement type {k!r}; known: {', '.join(STATEMENT_TYPES)}")
     pool = list(names) if names is not None else (NAMES[:26] if n_players <= 26 else NAMES)
     if len(set(pool)) < n_players: raise ValueError(f"{n_players} players need at least {n_players} distinct names")
     rng, out, tries = random.Random(seed), [], 0
     while len(out) < count:
         tries += 1
-        if tries > 50 * count + 50: raise RuntimeError(f"could not make {count} unique games with these settings (made {len(out)})")
+        if tries > 50 * count + 50:
+            raise RuntimeError(f"could not make {count} unique games with these settings (made {len(out)})")
         p = _one_game(rng, n_players, n_spies, hints, mix, pool)
         if p is None: continue
         k = len(out) + 1
-        p.game_id, p.source, p.id = k, f"madlab.generate(n_players={n_players}, seed={seed})", f"kks-{n_players}-s{seed}-{k:04d}"
+        p.game_id, p.source = k, f"madlab.generate(n_players={n_players}, seed={seed})"
+        p.id = f"kks-{n_players}-s{seed}-{k:04d}"
         out.append(p)
     return out
 
 # %% ../nbs/05e_puzzle_sets.ipynb #b0015k01
 KK_TEMPLATES = ['{name} said that {s}.', '{name} told you that {s}.', '{name} said, "{s}."', '{name} stated, "{s}".',
-                'According to {name}, "{s}".', "In {name}'s words: \"{s}\".", '{name} remarked, "{s}".', '"{s}," {name} declared.',
-                '{name} was heard saying, "{s}".', '{name} expressed that {s}.', '"{s}" - {name}.', 'As {name} put it, "{s}".',
-                '{name} asserted: "{s}".', '"{s}," {name} mentioned.', '{name} commented, "{s}".', 'In a statement by {name}: "{s}".',
+                'According to {name}, "{s}".', "In {name}'s words: \"{s}\".", '{name} remarked, "{s}".',
+                '"{s}," {name} declared.',
+                '{name} was heard saying, "{s}".', '{name} expressed that {s}.', '"{s}" - {name}.',
+                'As {name} put it, "{s}".',
+                '{name} asserted: "{s}".', '"{s}," {name} mentioned.', '{name} commented, "{s}".',
+                'In a statement by {name}: "{s}".',
                 '{name} noted, "{s}".', '"{s}," {name} claimed.']
 
 # %% ../nbs/05e_puzzle_sets.ipynb #71715074
@@ -323,34 +367,48 @@ def _is_classic(p: Puzzle) -> bool: return p.hints == [_no_spies(p.n_players)]
 def _names_list(names): return ", ".join(names[:-1]) + ", and " + names[-1] if len(names) > 1 else names[0]
 
 def kk_quiz(p: Puzzle, seed: int = 0, template: int|None = None) -> str:
-    "`p` as a classic quiz; each sentence's wording drawn from `KK_TEMPLATES` with `seed` (or always `KK_TEMPLATES[template]`)."
-    if not _is_classic(p): raise ValueError(f"puzzle {p.id}: a classic quiz has exactly one hint, that there are no spies")
+    """`p` as a classic quiz; each sentence's wording drawn from `KK_TEMPLATES` with `seed` (or always
+    `KK_TEMPLATES[template]`)."""
+    if not _is_classic(p):
+        raise ValueError(f"puzzle {p.id}: a classic quiz has exactly one hint, that there are no spies")
     rng, out = random.Random(seed), []
     for i, (name, s) in enumerate(zip(p.players, p.statements)):
-        if not isinstance(s, _Bool): raise ValueError(f"puzzle {p.id}: {name}'s statement ({type(s).__name__}) is not a boolean statement; a quiz cannot state it")
-        if any(isinstance(a, Is) and a.role == "spy" for a in _atoms(s)): raise ValueError(f"puzzle {p.id}: {name}'s statement mentions a spy")
+        if not isinstance(s, _Bool):
+            raise ValueError(f"puzzle {p.id}: {name}'s statement ({type(s).__name__}) is not a boolean statement; a "
+                             f"quiz cannot state it")
+        if any(isinstance(a, Is) and a.role == "spy" for a in _atoms(s)):
+            raise ValueError(f"puzzle {p.id}: {name}'s statement mentions a spy")
         t = KK_TEMPLATES[template if template is not None else rng.randrange(len(KK_TEMPLATES))]
         out.append(t.format(name=name, s=s.clause(p.players)))
-    return ("A very special island is inhabited only by knights and knaves. Knights always tell the truth, and knaves always lie. "
-            f"You meet {p.n_players} inhabitants: {_names_list(p.players)}. " + " ".join(out) + " So who is a knight and who is a knave?")
+    return ("A very special island is inhabited only by knights and knaves. Knights always tell the truth, and knaves "
+            "always lie. "
+            f"You meet {p.n_players} inhabitants: {_names_list(p.players)}. " + " ".join(out)
+            + " So who is a knight and who is a knave?")
 
-def _atoms(s): return [s] if isinstance(s, Is) else [a for x in (s.parts() if isinstance(s, _Bool) else []) for a in _atoms(x)]
+def _atoms(s):
+    return [s] if isinstance(s, Is) else [a for x in (s.parts() if isinstance(s, _Bool) else []) for a in _atoms(x)]
 
 # %% ../nbs/05e_puzzle_sets.ipynb #b0015k03
 class KKQuizError(ValueError):
     "A quiz that cannot be read; names the sentence."
 
 # %% ../nbs/05e_puzzle_sets.ipynb #eab8e1e0
-_KK_HEAD = re.compile(r"\s*A very special island is inhabited only by (\w+?)s and (\w+?)s\.\s+(\w+?)s always tell the truth,? and (\w+?)s always lie\.\s+"
+_KK_HEAD = re.compile(r"\s*A very special island is inhabited only by (\w+?)s and (\w+?)s\.\s+(\w+?)s always tell the "
+                      r"truth,? and (\w+?)s always lie\.\s+"
                       r"You meet (\d+) inhabitants?: (.*?)\.(?=\s|$)", re.I | re.S)
 _KK_TAIL = re.compile(r"\s*So who is an? \w+ and who is an? \w+\?\s*$", re.I)
 
 def _kk_words(quiz) -> dict:
-    "The quiz's words for the truth-teller and the liar (the benchmark swaps or replaces them in some copies) -> madlab's roles."
+    """The quiz's words for the truth-teller and the liar (the benchmark swaps or replaces them in some copies) ->
+    madlab's roles."""
     m = _KK_HEAD.match(quiz or "")
-    if not m: raise KKQuizError("the quiz does not open with 'A very special island is inhabited only by knights and knaves. ... You meet N inhabitants: ...'")
+    if not m:
+        raise KKQuizError("the quiz does not open with 'A very special island is inhabited only by knights and "
+                          "knaves. ... You meet N inhabitants: ...'")
     truth, lie = m.group(3).lower(), m.group(4).lower()
-    if {truth, lie} != {m.group(1).lower(), m.group(2).lower()} or truth == lie: raise KKQuizError(f"the quiz's opening names {m.group(1)}s and {m.group(2)}s but says {truth}s tell the truth and {lie}s lie")
+    if {truth, lie} != {m.group(1).lower(), m.group(2).lower()} or truth == lie:
+        raise KKQuizError(f"the quiz's opening names {m.group(1)}s and {m.group(2)}s but says {truth}s tell the truth "
+                          f"and {lie}s lie")
     return {truth: "knight", lie: "knave", "spy": "spy"}
 
 def _split_top(s, sep):
@@ -372,7 +430,9 @@ def _kk_statement(s, names, words):
     if len(parts) == 2: return Iff(*[_kk_statement(x, names, words) for x in parts])
     ands, ors = _split_top(s, " and "), _split_top(s, " or ")
     if len(ands) > 1 and len(ors) > 1: raise ValueError(f"'and' and 'or' mixed without brackets in {s!r}")
-    if len(ands) > 1 or len(ors) > 1: return (And if len(ands) > 1 else Or)([_kk_statement(x, names, words) for x in (ands if len(ands) > 1 else ors)])
+    if len(ands) > 1 or len(ors) > 1:
+        return (And if len(ands) > 1
+                else Or)([_kk_statement(x, names, words) for x in (ands if len(ands) > 1 else ors)])
     if s.lower().startswith("it is not the case that "): return Not(_kk_statement(s[24:], names, words))
     alt = "|".join(re.escape(w) for w in sorted(words, key=len, reverse=True))
     who = "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
@@ -391,15 +451,18 @@ def _balanced(s):
 
 # %% ../nbs/05e_puzzle_sets.ipynb #b0015k04
 def parse_kk_quiz(text, id: str|None = None) -> Puzzle:
-    "A classic quiz (the forms of `KK_TEMPLATES`) as a `Puzzle` with the no-spies hint and no solution; a `KKQuizError` names what it cannot read."
+    """A classic quiz (the forms of `KK_TEMPLATES`) as a `Puzzle` with the no-spies hint and no solution; a
+    `KKQuizError` names what it cannot read."""
     words = _kk_words(text)
     m = _KK_HEAD.match(text)
     names = [x for x in re.split(r"\s*,\s*(?:and\s+)?|\s+and\s+", m.group(6).strip()) if x]
-    if len(names) != int(m.group(5)): raise KKQuizError(f"the quiz says {m.group(5)} inhabitants but lists {len(names)}: {m.group(6)!r}")
+    if len(names) != int(m.group(5)):
+        raise KKQuizError(f"the quiz says {m.group(5)} inhabitants but lists {len(names)}: {m.group(6)!r}")
     tail = _KK_TAIL.search(text)
     if not tail: raise KKQuizError("the quiz does not end with 'So who is a knight and who is a knave?'")
     who = "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
-    forms = [re.compile(re.escape(t).replace(r"\{name\}", f"(?P<name>{who})").replace(r"\{s\}", r'(?P<s>[^".]+?)') + r"(?=\s|$)") for t in KK_TEMPLATES]
+    forms = [re.compile(re.escape(t).replace(r"\{name\}", f"(?P<name>{who})").replace(r"\{s\}", r'(?P<s>[^".]+?)')
+                        + r"(?=\s|$)") for t in KK_TEMPLATES]
     body, pos, said, k = text[:tail.start()], m.end(), {}, 0
     while True:
         while pos < len(body) and body[pos].isspace(): pos += 1
@@ -425,10 +488,13 @@ def _from_kk_tuple(t, n, field):
         if len(t) != 2 or isinstance(t[1], bool) or not isinstance(t[1], int) or not 0 <= t[1] < n:
             raise ValueError(f"{field}: ({op!r}, i) takes a person index 0..{n-1}, got {t!r}")
         return Is(t[1], "knight" if op == "telling-truth" else "knave")
-    if op not in _KK_OPS: raise ValueError(f"{field}: unknown operator {op!r}; known: 'telling-truth', 'lying', {', '.join(map(repr, _KK_OPS))}")
+    if op not in _KK_OPS:
+        raise ValueError(f"{field}: unknown operator {op!r}; known: 'telling-truth', 'lying', "
+                         f"{', '.join(map(repr, _KK_OPS))}")
     cls, lo, hi = _KK_OPS[op]
     args = [_from_kk_tuple(x, n, f"{field}[{k+1}]") for k, x in enumerate(t[1:])]
-    if len(args) < lo or (hi is not None and len(args) > hi): raise ValueError(f"{field}: {op!r} takes {lo if lo == hi else f'{lo} or more'} statements, got {len(args)}")
+    if len(args) < lo or (hi is not None and len(args) > hi):
+        raise ValueError(f"{field}: {op!r} takes {lo if lo == hi else f'{lo} or more'} statements, got {len(args)}")
     return cls(args) if cls in (And, Or) else cls(*args)
 
 def _to_kk_tuple(s, name):
@@ -443,10 +509,13 @@ def _to_kk_tuple(s, name):
 def _kk_statements(text, n, field="statements"):
     "The `statements` string: a literal of nested tuples, read with `ast.literal_eval` (never evaluated as code)."
     import ast
-    if not isinstance(text, str) or len(text) > 100_000: raise ValueError(f"{field}: expected a string of at most 100,000 characters")
+    if not isinstance(text, str) or len(text) > 100_000:
+        raise ValueError(f"{field}: expected a string of at most 100,000 characters")
     try: t = ast.literal_eval(text)
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError) as e: raise ValueError(f"{field}: not a Python literal ({type(e).__name__})") from None
-    if not isinstance(t, tuple) or len(t) != n: raise ValueError(f"{field}: expected a tuple of {n} statements, one per name")
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError) as e:
+        raise ValueError(f"{field}: not a Python literal ({type(e).__name__})") from None
+    if not isinstance(t, tuple) or len(t) != n:
+        raise ValueError(f"{field}: expected a tuple of {n} statements, one per name")
     return [_from_kk_tuple(x, n, f"{field}[{k}]") for k, x in enumerate(t)]
 
 # %% ../nbs/05e_puzzle_sets.ipynb #b0015k08
@@ -459,7 +528,8 @@ def _kk_solution_text(text, names, words, field="solution_text_format"):
     sol = {}
     for k, line in enumerate(l for l in text.splitlines() if l.strip()):
         m = _SOL_LINE.match(line)
-        if not m or m.group(2) not in names or m.group(3).lower() not in words: raise ValueError(f"{field}: cannot read line {k+1}: {line!r}")
+        if not m or m.group(2) not in names or m.group(3).lower() not in words:
+            raise ValueError(f"{field}: cannot read line {k+1}: {line!r}")
         sol[m.group(2)] = words[m.group(3).lower()]
     if set(sol) != set(names): raise ValueError(f"{field}: gives roles to {sorted(sol)}, the quiz has {names}")
     return sol
@@ -474,7 +544,8 @@ def _kk_puzzle(d, where, prefix):
         if "statements" in d:
             field = "names"
             names = d.get("names")
-            if not isinstance(names, list) or not names or not all(isinstance(x, str) for x in names): raise ValueError("expected a list of names")
+            if not isinstance(names, list) or not names or not all(isinstance(x, str) for x in names):
+                raise ValueError("expected a list of names")
             field = "statements"
             p = Puzzle(list(names), _kk_statements(d["statements"], len(names)), [_no_spies(len(names))])
         elif "quiz" in d: p = parse_kk_quiz(d["quiz"])
@@ -485,12 +556,14 @@ def _kk_puzzle(d, where, prefix):
         if d.get("solution") is not None:
             field = "solution"
             sol = d["solution"]
-            if not isinstance(sol, list) or len(sol) != p.n_players or not all(isinstance(b, bool) for b in sol): raise ValueError(f"expected {p.n_players} booleans (true = knight)")
+            if not isinstance(sol, list) or len(sol) != p.n_players or not all(isinstance(b, bool) for b in sol):
+                raise ValueError(f"expected {p.n_players} booleans (true = knight)")
             p.solution = {n: "knight" if b else "knave" for n, b in zip(p.players, sol)}
         elif "solution_text_format" in d:
             field = "solution_text_format"
             p.solution = _kk_solution_text(d["solution_text_format"], p.players, words)
-        p.game_id, p.source, p.id = d.get("index"), f"{where[0].name}:{where[1]}", f"{prefix}-{where[0].stem}-{where[1]:04d}"
+        p.game_id, p.source = d.get("index"), f"{where[0].name}:{where[1]}"
+        p.id = f"{prefix}-{where[0].stem}-{where[1]:04d}"
         return p.check()
     except KKSFormatError: raise
     except (ValueError, TypeError, KeyError) as e:
@@ -503,11 +576,13 @@ def _kk_records(f):
     head = f.open("rb").read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")
     if not head.startswith(b"["): yield from _jsonl_records(f); return
     try: data = json.loads(f.read_text(encoding="utf-8-sig"))
-    except (UnicodeDecodeError, ValueError) as e: raise KKSFormatError(f, 1, None, f"not a JSON list ({str(e)[:200]})") from None
+    except (UnicodeDecodeError, ValueError) as e:
+        raise KKSFormatError(f, 1, None, f"not a JSON list ({str(e)[:200]})") from None
     yield from enumerate(data, 1)
 
 def load_kk(path, prefix: str = "kk") -> list[Puzzle]:
-    """Classic knights-and-knaves puzzles (with gold solutions when the records carry them) from a mem-kk-logic file: JSONL,
+    """Classic knights-and-knaves puzzles (with gold solutions when the records carry them) from a mem-kk-logic file:
+    JSONL,
     or one JSON list (then errors give the record number in place of the line), or every such file of a folder."""
     path = Path(path)
     files = sorted(f for f in path.iterdir() if f.suffix in (".jsonl", ".json")) if path.is_dir() else [path]
@@ -516,9 +591,11 @@ def load_kk(path, prefix: str = "kk") -> list[Puzzle]:
 
 # %% ../nbs/05e_puzzle_sets.ipynb #b0015k09
 def kk_record(p: Puzzle, index=None, seed: int = 0) -> dict:
-    "`p` as a mem-kk-logic record (`quiz`, `names`, `knight_knave`, `solution`, `solution_text`, `solution_text_format`, `statements`, `index`)."
+    """`p` as a mem-kk-logic record (`quiz`, `names`, `knight_knave`, `solution`, `solution_text`,
+    `solution_text_format`, `statements`, `index`)."""
     if p.solution is None: raise ValueError(f"puzzle {p.id}: a record needs the gold solution")
-    if set(p.solution.values()) - {"knight", "knave"}: raise ValueError(f"puzzle {p.id}: the classic format has no spies")
+    if set(p.solution.values()) - {"knight", "knave"}:
+        raise ValueError(f"puzzle {p.id}: the classic format has no spies")
     sts = tuple(_to_kk_tuple(s, n) for n, s in zip(p.players, p.statements))
     said = [f"{n} is {_a(p.solution[n])}" for n in p.players]
     return {"quiz": kk_quiz(p, seed), "names": list(p.players),
@@ -533,18 +610,21 @@ def to_kk(puzzles, path, seed: int = 0) -> Path:
     "Write `puzzles` as a mem-kk-logic JSONL file (puzzle k's quiz wordings drawn with seed `seed + k`)."
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    lines = [json.dumps(kk_record(p, p.game_id if p.game_id is not None else k, seed + k)) for k, p in enumerate(puzzles)]
+    lines = [json.dumps(kk_record(p, p.game_id if p.game_id is not None else k, seed + k)) for k,
+             p in enumerate(puzzles)]
     with open(path, "w", encoding="utf-8", newline="\n") as fh: fh.write("".join(l + "\n" for l in lines))
     return path
 
 # %% ../nbs/05e_puzzle_sets.ipynb #b0015k12
 def load_puzzles(path) -> list[Puzzle]:
-    "Puzzles from a file of either format, told apart by its first record: mem-kk-logic's (`quiz` or `statements`) or ControlMAD's."
+    """Puzzles from a file of either format, told apart by its first record: mem-kk-logic's (`quiz` or `statements`) or
+    ControlMAD's."""
     path = Path(path)
     if path.is_dir() or not path.exists(): return load_controlmad(path)
     head = path.open("rb").read(1 << 16).lstrip(b"\xef\xbb\xbf \t\r\n")
     first = head.split(b"\n", 1)[0]
-    return load_kk(path) if head.startswith(b"[") or b'"quiz"' in first or b'"statements"' in first else load_controlmad(path)
+    classic = head.startswith(b"[") or b'"quiz"' in first or b'"statements"' in first
+    return load_kk(path) if classic else load_controlmad(path)
 
 # %% ../nbs/05e_puzzle_sets.ipynb #9f8e198f
 def make_kks_sets(out, sizes=range(4, 13), count: int = 100, **kw) -> list[Path]:

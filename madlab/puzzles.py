@@ -24,7 +24,8 @@ _RI = {r: k for k, r in enumerate(KKS_ROLES)}
 # %% ../nbs/05_puzzles.ipynb #72d07ad5
 # ControlMAD's name pool (26 names), then 26 more distinct names for games of more than 26 players
 NAMES = ["Alice", "Bob", "Charlie", "David", "Eve", "Frank", "Grace", "Hank", "Ivy", "Jack", "Kate", "Liam", "Mia",
-         "Noah", "Olivia", "Peter", "Quinn", "Rachel", "Sam", "Tina", "Uma", "Violet", "Wendy", "Xavier", "Yara", "Zane",
+         "Noah", "Olivia", "Peter", "Quinn", "Rachel", "Sam", "Tina", "Uma", "Violet", "Wendy", "Xavier",
+         "Yara", "Zane",
          "Abel", "Bella", "Cyrus", "Daisy", "Ethan", "Fiona", "Gavin", "Helen", "Isaac", "Julia", "Kevin", "Laura",
          "Mason", "Nora", "Oscar", "Paula", "Quentin", "Rosa", "Simon", "Thea", "Ulrich", "Vera", "Walter", "Xena",
          "Yusuf", "Zoe"]
@@ -56,7 +57,8 @@ class _Statement:
     "Shared behaviour of the statement types."
     codes: tuple = ()
     def __post_init__(self):
-        if self.code not in self.codes: raise ValueError(f"{type(self).__name__} takes ControlMAD codes {self.codes}; got {self.code!r}")
+        if self.code not in self.codes:
+            raise ValueError(f"{type(self).__name__} takes ControlMAD codes {self.codes}; got {self.code!r}")
         if hasattr(self, "people"):
             self.people = [int(i) for i in self.people]
             if not self.people: raise ValueError(f"{type(self).__name__} needs at least one person")
@@ -114,7 +116,8 @@ class TruthCount(_Statement):
             if n == 2: return f"{_people(names, S, speaker)} are both {tf}."
             if n == len(names): return f"All are {tf}."
             return f"{_people(names, S, speaker)} are all {tf}."
-        return _among(names, S, speaker) + (f"exactly one person is {tf}." if n == 1 else f"exactly {_num(n)} people are {tf}.")
+        return _among(names, S, speaker) + (f"exactly one person is {tf}." if n == 1 else f"exactly {_num(n)} people "
+                                            f"are {tf}.")
 
 # %% ../nbs/05_puzzles.ipynb #a6ce5536
 @serializable
@@ -175,13 +178,15 @@ class RoleParity(_Statement):
         return (sum(roles[i] == r for i in self.people) % 2 == 0) == self.even
     def raw(self): return [list(self.people), KKS_ROLES.index(self.role) + 1, 2 if self.even else 1]
     def render(self, names, speaker=None):
-        return _among(names, self.people, speaker) + f"the number of {_plural(self.role)} is {'even' if self.even else 'odd'}."
+        parity = "even" if self.even else "odd"
+        return _among(names, self.people, speaker) + f"the number of {_plural(self.role)} is {parity}."
 
 # %% ../nbs/05_puzzles.ipynb #7261e360
 @serializable
 @dataclass
 class TruthParity(_Statement):
-    "Among `people`, the number telling the truth (or lying) is even (or odd) (ControlMAD codes 13-14: `[set, tf, eo]`)."
+    """Among `people`, the number telling the truth (or lying) is even (or odd) (ControlMAD codes 13-14: `[set, tf,
+    eo]`)."""
     people: list
     truthful: bool
     even: bool
@@ -191,7 +196,8 @@ class TruthParity(_Statement):
     def refs(self): return list(self.people)
     def raw(self): return [list(self.people), 1 if self.truthful else 2, 2 if self.even else 1]
     def render(self, names, speaker=None):
-        return _among(names, self.people, speaker) + f"the number of people who are {_tf(self.truthful)} is {'even' if self.even else 'odd'}."
+        parity = "even" if self.even else "odd"
+        return _among(names, self.people, speaker) + f"the number of people who are {_tf(self.truthful)} is {parity}."
 
 # %% ../nbs/05_puzzles.ipynb #7300d897
 @serializable
@@ -205,7 +211,8 @@ class ExactlyOne(_Statement):
     def __post_init__(self):
         super().__post_init__()
         for s in (self.first, self.second):
-            if not isinstance(s, _Statement) or isinstance(s, ExactlyOne): raise ValueError("ExactlyOne takes two simple statements")
+            if not isinstance(s, _Statement) or isinstance(s, ExactlyOne):
+                raise ValueError("ExactlyOne takes two simple statements")
     def holds(self, roles, truth): return self.first.holds(roles, truth) != self.second.holds(roles, truth)
     def refs(self): return self.first.refs() + self.second.refs()
     def mentions(self): return self.first.mentions() + self.second.mentions()
@@ -216,7 +223,8 @@ class ExactlyOne(_Statement):
 
 # %% ../nbs/05_puzzles.ipynb #d5cede37
 STATEMENT_TYPES = {"role_count": RoleCount, "truth_count": TruthCount, "same_role": SameRole, "same_truth": SameTruth,
-                   "not_same_role": NotSameRole, "role_parity": RoleParity, "truth_parity": TruthParity, "exactly_one": ExactlyOne}
+                   "not_same_role": NotSameRole, "role_parity": RoleParity, "truth_parity": TruthParity,
+                   "exactly_one": ExactlyOne}
 
 # %% ../nbs/05_puzzles.ipynb #b0012a01
 def _a(role): return "an " + role if role[0] in "aeiou" else "a " + role
@@ -247,7 +255,8 @@ def _operand(s, names, speaker):
 @serializable
 @dataclass
 class Is(_Bool):
-    "`person` is a `role`: the classic puzzles' atom (their ('telling-truth', i) is `Is(i, 'knight')`, ('lying', i) is `Is(i, 'knave')`)."
+    """`person` is a `role`: the classic puzzles' atom (their ('telling-truth', i) is `Is(i, 'knight')`, ('lying', i) is
+    `Is(i, 'knave')`)."""
     person: int
     role: str
     def __post_init__(self): self.person = int(self.person); _check_role(self.role)
@@ -276,7 +285,8 @@ class _Many(_Bool):
         if len(self.statements) < 2: raise ValueError(f"{type(self).__name__} takes at least two statements")
         super().__post_init__()
     def parts(self): return self.statements
-    def clause(self, names, speaker=None): return f" {self.word} ".join(_operand(s, names, speaker) for s in self.statements)
+    def clause(self, names, speaker=None):
+        return f" {self.word} ".join(_operand(s, names, speaker) for s in self.statements)
 
 # %% ../nbs/05_puzzles.ipynb #981f23bf
 @serializable
@@ -305,7 +315,8 @@ class Implies(_Bool):
     second: Any
     def parts(self): return [self.first, self.second]
     def holds(self, roles, truth): return not self.first.holds(roles, truth) or self.second.holds(roles, truth)
-    def clause(self, names, speaker=None): return f"If {_operand(self.first, names, speaker)} then {_operand(self.second, names, speaker)}"
+    def clause(self, names, speaker=None):
+        return f"If {_operand(self.first, names, speaker)} then {_operand(self.second, names, speaker)}"
 
 # %% ../nbs/05_puzzles.ipynb #8a315f25
 @serializable
@@ -316,7 +327,8 @@ class Iff(_Bool):
     second: Any
     def parts(self): return [self.first, self.second]
     def holds(self, roles, truth): return self.first.holds(roles, truth) == self.second.holds(roles, truth)
-    def clause(self, names, speaker=None): return f"{_operand(self.first, names, speaker)} if and only if {_operand(self.second, names, speaker)}"
+    def clause(self, names, speaker=None):
+        return f"{_operand(self.first, names, speaker)} if and only if {_operand(self.second, names, speaker)}"
 
 # %% ../nbs/05_puzzles.ipynb #e785e51e
 STATEMENT_TYPES.update({"is": Is, "not": Not, "and": And, "or": Or, "implies": Implies, "iff": Iff})
@@ -335,25 +347,32 @@ class Puzzle:
     id: str|None = None                  # unique item id, e.g. "controlmad-6-0012"
 
     def __post_init__(self):
-        if len(self.statements) != len(self.players): raise ValueError(f"{len(self.players)} players but {len(self.statements)} statements")
+        if len(self.statements) != len(self.players):
+            raise ValueError(f"{len(self.players)} players but {len(self.statements)} statements")
         if len(set(self.players)) != len(self.players): raise ValueError("player names must be distinct")
 
     @property
     def n_players(self) -> int: return len(self.players)
 
     def check(self):
-        "Raise `ValueError` when a statement mentions a player who does not exist or the truth of a player who says nothing."
+        """Raise `ValueError` when a statement mentions a player who does not exist or the truth of a player who says
+        nothing."""
         n = self.n_players
-        for who, s in [(self.players[i], s) for i, s in enumerate(self.statements)] + [(f"hint {k+1}", h) for k, h in enumerate(self.hints)]:
+        for who, s in [(self.players[i], s) for i, s in enumerate(self.statements)] + [(f"hint {k+1}", h) for k,
+                h in enumerate(self.hints)]:
             if s is None: continue
-            if not isinstance(s, _Statement): raise TypeError(f"{who}'s statement is not a statement type ({', '.join(STATEMENT_TYPES)}): {s!r}")
+            if not isinstance(s, _Statement):
+                raise TypeError(f"{who}'s statement is not a statement type ({', '.join(STATEMENT_TYPES)}): {s!r}")
             for j in s.mentions():
-                if not 0 <= j < n: raise ValueError(f"{who}'s statement mentions player index {j}, but players are 0..{n-1}")
+                if not 0 <= j < n:
+                    raise ValueError(f"{who}'s statement mentions player index {j}, but players are 0..{n-1}")
             for j in s.refs():
                 if self.statements[j] is None:
-                    raise ValueError(f"{who}'s statement refers to whether {self.players[j]} is telling the truth, but {self.players[j]} makes no statement")
+                    raise ValueError(f"{who}'s statement refers to whether {self.players[j]} is telling the truth, "
+                                     f"but {self.players[j]} makes no statement")
         if self.solution is not None:
-            if set(self.solution) != set(self.players): raise ValueError("the solution must give a role to every player and only to them")
+            if set(self.solution) != set(self.players):
+                raise ValueError("the solution must give a role to every player and only to them")
             for r in self.solution.values(): _check_role(r)
         return self
 
@@ -366,7 +385,8 @@ def roles(self: Puzzle, solution=None) -> list:
 
 # %% ../nbs/05_puzzles.ipynb #0738bd70
 @patch
-def statement_text(self: Puzzle, i) -> str: return self.statements[i].render(self.players, i) if self.statements[i] else ""
+def statement_text(self: Puzzle, i) -> str:
+    return self.statements[i].render(self.players, i) if self.statements[i] else ""
 
 # %% ../nbs/05_puzzles.ipynb #095c7043
 @patch
@@ -375,13 +395,15 @@ def hint_text(self: Puzzle) -> str:
     hs = [h.render(self.players, self.n_players + k) for k, h in enumerate(self.hints)]
     if not hs: return ""
     if len(hs) == 1: return "I am the game manager and here is a hint for you: " + hs[0]
-    return "I am the game manager and here are some hints for you:" + "".join(f"\n {k+1}. {h}" for k, h in enumerate(hs))
+    return "I am the game manager and here are some hints for you:" + "".join(f"\n {k+1}. {h}" for k,
+            h in enumerate(hs))
 
 # %% ../nbs/05_puzzles.ipynb #78a87120
 @patch
 def text(self: Puzzle) -> str:
     "The game as ControlMAD's `text_game`."
-    out = "".join(f"---\nPlayer name: {p}\nPlayer statement: {self.statement_text(i)}\n" for i, p in enumerate(self.players))
+    out = "".join(f"---\nPlayer name: {p}\nPlayer statement: {self.statement_text(i)}\n" for i,
+                  p in enumerate(self.players))
     return out + (f"---\nMessage from the game manager: {self.hint_text()}\n" if self.hints else "")
 
 # %% ../nbs/05_puzzles.ipynb #4ad72f79
@@ -397,14 +419,17 @@ def to_item(self: Puzzle) -> Item:
     "This game as a task `Item` (task 'kks', prompt = the game text, gold = the solution)."
     return Item(id=self.id or f"kks-{self.n_players}-{self.game_id}", task="kks", prompt=self.text(),
                 gold=dict(self.solution) if self.solution else None, data=self,
-                meta={"n_players": self.n_players, "n_spies": sum(r == "spy" for r in (self.solution or {}).values()), "source": self.source})
+                meta={"n_players": self.n_players, "n_spies": sum(r == "spy" for r in (self.solution or {}).values()),
+                      "source": self.source})
 
 # %% ../nbs/05_puzzles.ipynb #a6912e5a
 @patch
 def _repr_html_(self: Puzzle):
     e = html.escape
-    rows = "".join(f"<tr><td><b>{e(p)}</b></td><td style='text-align:left;white-space:pre-wrap'>{e(self.statement_text(i))}</td>"
-                   f"<td>{e(self.solution.get(p, '')) if self.solution else ''}</td></tr>" for i, p in enumerate(self.players))
+    rows = "".join(f"<tr><td><b>{e(p)}</b></td><td "
+                   f"style='text-align:left;white-space:pre-wrap'>{e(self.statement_text(i))}</td>"
+                   f"<td>{e(self.solution.get(p, '')) if self.solution else ''}</td></tr>" for i,
+                   p in enumerate(self.players))
     hints = f"<p><i>Game manager:</i> {e(self.hint_text())}</p>" if self.hints else ""
     return (f"<div><b>Knight-Knave-Spy game {e(str(self.id or self.game_id or ''))}</b> ({self.n_players} players)"
             f"<table><tr><th>player</th><th>statement</th><th>gold</th></tr>{rows}</table>{hints}</div>")
@@ -454,7 +479,8 @@ def reify(self: _Model, s, lit):
     "Post `lit <-> s` (or `s` itself when `lit` is None)."
     m = self.m
     if isinstance(s, (RoleCount, TruthCount)):
-        xs = [self.role[j][KKS_ROLES.index(s.role)] for j in s.people] if isinstance(s, RoleCount) else self._truths(s.people, s.truthful)
+        xs = [self.role[j][KKS_ROLES.index(s.role)]
+              for j in s.people] if isinstance(s, RoleCount) else self._truths(s.people, s.truthful)
         if lit is None: m.Add(sum(xs) == s.n); return
         m.Add(sum(xs) == s.n).OnlyEnforceIf(lit)
         m.Add(sum(xs) != s.n).OnlyEnforceIf(lit.Not())
@@ -470,7 +496,8 @@ def reify(self: _Model, s, lit):
         self._eq_and(a, self._truths(s.people, True)); self._eq_and(b, self._truths(s.people, False))
         self._eq_or(lit, [a, b])
     elif isinstance(s, (RoleParity, TruthParity)):
-        xs = [self.role[j][KKS_ROLES.index(s.role)] for j in s.people] if isinstance(s, RoleParity) else self._truths(s.people, s.truthful)
+        xs = [self.role[j][KKS_ROLES.index(s.role)]
+              for j in s.people] if isinstance(s, RoleParity) else self._truths(s.people, s.truthful)
         if lit is None: lit = self._true()
         # XOR(xs) is "the count is odd"; odd wanted: XOR(xs) == lit; even wanted: XOR(xs) == not lit
         m.AddBoolXOr(xs + [lit] if s.even else xs + [lit.Not()])
@@ -495,7 +522,8 @@ def _reify_bool(self: _Model, s, lit):
     elif isinstance(s, And): self._eq_and(lit, cs)
     elif isinstance(s, Or): self._eq_or(lit, cs)
     elif isinstance(s, Implies): self._eq_or(lit, [cs[0].Not(), cs[1]])
-    elif isinstance(s, Iff): m.AddBoolXOr([cs[0], cs[1], lit if lit is not None else self._true()])   # odd sum: lit == (a == b)
+    # odd sum: lit == (a == b)
+    elif isinstance(s, Iff): m.AddBoolXOr([cs[0], cs[1], lit if lit is not None else self._true()])
     else: raise TypeError(f"not a statement: {s!r}")
 
 @patch
@@ -528,7 +556,8 @@ def solve(puzzle: Puzzle, limit: int|None=None) -> list[dict]:
     "Every solution of `puzzle` (or the first `limit`), each a dict player name -> 'knight'/'knave'/'spy'."
     puzzle.check()
     if limit is not None:
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0: raise ValueError(f"limit must be None or an int >= 0; got {limit!r}")
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+            raise ValueError(f"limit must be None or an int >= 0; got {limit!r}")
         if limit == 0: return []
     sols = _Model(puzzle).solve(limit)
     if limit is None: sols = sorted(sols)
@@ -544,7 +573,8 @@ def _brute_force(puzzle: Puzzle, limit=None) -> list[dict]:
         for bits in itertools.product((True, False), repeat=len(spies)):
             truth = [r == 0 for r in roles]
             for i, b in zip(spies, bits): truth[i] = b
-            if all(h.holds(roles, truth) for h in hints) and all(s is None or s.holds(roles, truth) == truth[i] for i, s in enumerate(sts)):
+            if all(h.holds(roles, truth) for h in hints) and all(s is None or s.holds(roles, truth) == truth[i] for i,
+                    s in enumerate(sts)):
                 out.append({p: KKS_ROLES[r] for p, r in zip(puzzle.players, roles)}); break
         if limit is not None and len(out) >= limit: break
     return out

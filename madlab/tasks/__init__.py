@@ -20,7 +20,8 @@ __all__ = ['TASK_FILES', 'task_modules', 'get_task', 'sized_tasks', 'task_data',
 _CSV_FIELD_LIMIT = 16 * 2**20   # 16 MiB: the csv module's default limit (128 KiB) rejects long prompts
 
 def _csv_text(path) -> str:
-    "The text of the CSV file `path` (UTF-8, a byte-order mark dropped); a ValueError naming the line that is not UTF-8."
+    """The text of the CSV file `path` (UTF-8, a byte-order mark dropped); a ValueError naming the line that is not
+    UTF-8."""
     b = Path(path).read_bytes()
     try: return b.decode("utf-8-sig")
     except UnicodeDecodeError as e:
@@ -28,7 +29,8 @@ def _csv_text(path) -> str:
         raise ValueError(f"{path}:{ln}: not UTF-8 text ({e.reason}); is it a CSV file?") from None
 
 def _csv_rows(path):
-    "(line, row) for every row of the CSV file `path`; fields up to `_CSV_FIELD_LIMIT`; bad CSV: a ValueError at its line."
+    """(line, row) for every row of the CSV file `path`; fields up to `_CSV_FIELD_LIMIT`; bad CSV: a ValueError at its
+    line."""
     rows = csv.reader(io.StringIO(_csv_text(path), newline=""))
     while True:
         old = csv.field_size_limit(_CSV_FIELD_LIMIT)   # process-wide: raised only while reading a row
@@ -80,7 +82,8 @@ def task_items(task, data=None, size=None) -> list[Item]:
     if size is not None and not t.size:
         raise OptionError("size", f"task {t.name!r} takes no size (only {', '.join(sized_tasks()) or 'no task'} does): "
                                   "leave --size out")
-    path = madlab_data(t.data) if data is None and t.data else (None if data is None and t.own_data else task_data(t, data))
+    path = madlab_data(t.data) if data is None and t.data else (None if data is None and t.own_data
+            else task_data(t, data))
     if path is None and not t.own_data: raise OptionError("data", f"task {t.name!r} needs --data: {t.what}")
     try: return t.load(path, size)
     except OptionError: raise
@@ -96,14 +99,19 @@ def _env():
 def _template(spec, where, field):
     "A function of a record: a jinja2 template (when `spec` holds '{{' or '{%'), else the record's field `spec`."
     import jinja2
-    if not isinstance(spec, str) or not spec.strip(): raise ValueError(f"{where}: field {field}: must be a field name or a jinja2 template; got {spec!r}")
-    if "{{" not in spec and "{%" not in spec: return lambda rec: rec[spec] if spec in rec else (_ for _ in ()).throw(KeyError(f"no field {spec!r} in the record"))
+    if not isinstance(spec, str) or not spec.strip():
+        raise ValueError(f"{where}: field {field}: must be a field name or a jinja2 template; got {spec!r}")
+    if "{{" not in spec and "{%" not in spec:
+        return lambda rec: rec[spec] if spec in rec else (_ for _ in ()).throw(KeyError(f"no field {spec!r} in the "
+                f"record"))
     try: t = _env().from_string(spec)
-    except jinja2.TemplateSyntaxError as e: raise ValueError(f"{where}: field {field}: bad template ({e.message}, line {e.lineno})") from None
+    except jinja2.TemplateSyntaxError as e:
+        raise ValueError(f"{where}: field {field}: bad template ({e.message}, line {e.lineno})") from None
     return t.render
 
 def _records(paths, columns):
-    "(where, record) of every record of the JSONL, CSV and Parquet files `paths`, with `file` (stem), `row` (in its file) and `line`."
+    """(where, record) of every record of the JSONL, CSV and Parquet files `paths`, with `file` (stem), `row` (in its
+    file) and `line`."""
     for f in paths:
         suf = f.suffix.lower()
         if suf in (".jsonl", ".json"): it = ((ln, d) for ln, d in _read_jsonl(f))
@@ -121,67 +129,94 @@ def _data_files(data, split, where):
     fs = []
     for p in (data if isinstance(data, list) else [data]):
         p = Path(p)
-        if p.is_dir(): fs += sorted(x for x in p.rglob("*") if x.suffix.lower() in (".jsonl", ".json", ".csv", ".parquet") and (not split or split in x.name))
+        if p.is_dir():
+            fs += sorted(x for x in p.rglob("*") if x.suffix.lower() in (".jsonl", ".json", ".csv", ".parquet")
+                         and (not split or split in x.name))
         elif p.exists(): fs.append(p)
         else: raise ValueError(f"{where}: field data: no file or folder {p}")
-    if not fs: raise ValueError(f"{where}: field data: no .jsonl, .csv or .parquet files" + (f" for split {split!r}" if split else ""))
+    if not fs:
+        raise ValueError(f"{where}: field data: no .jsonl, .csv or .parquet files"
+                         + (f" for split {split!r}" if split else ""))
     return fs
 
 # %% ../../nbs/04_tasks.ipynb #9cd10ede
 def _file_format(name, spec, where, instructions):
-    "The answer format a task file names: a generic one (number, choice, text, regex) set up as the file says, or a registered task's."
+    """The answer format a task file names: a generic one (number, choice, text, regex) set up as the file says, or a
+    registered task's."""
     d = spec if isinstance(spec, dict) else {"format": spec}
     kind = d.get("format")
     if kind in TASKS and kind not in ("number", "choice", "text", "regex"): fmt = TASKS[kind].format
     elif kind == "number": fmt = dataclasses.replace(NUMBER, parse=extract_number)
     elif kind == "choice":
         L = "".join(d.get("letters") or "ABCD")
-        if not re.fullmatch(r"[A-Z]{2,26}", L): raise ValueError(f"{where}: field answer.letters: must be 2 to 26 capital letters; got {L!r}")
-        fmt = dataclasses.replace(CHOICE, instructions=f"Think it through, then end with 'Answer: X' where X is one of {', '.join(L)}.", parse=lambda s: parse_choice(s, L),
-                                  score=lambda a, g: a is not None and str(a).upper() == str(g).strip().upper(), options={"choices": list(L)})
+        if not re.fullmatch(r"[A-Z]{2,26}", L):
+            raise ValueError(f"{where}: field answer.letters: must be 2 to 26 capital letters; got {L!r}")
+        fmt = dataclasses.replace(CHOICE,
+                                  instructions="Think it through, then end with 'Answer: X' where X is one of "
+                                               f"{', '.join(L)}.",
+                                  parse=lambda s: parse_choice(s, L),
+                                  score=lambda a, g: a is not None and str(a).upper() == str(g).strip().upper(),
+                                  options={"choices": list(L)})
     elif kind in ("text", "regex"):
-        norm = (lambda s: re.sub(r"\s+", " ", re.sub(r"[^\w\s]", "", str(s).lower())).strip()) if d.get("match", "normalised") in ("normalised", "normalized") else (lambda s: str(s).strip())
-        if d.get("match", "normalised") not in ("exact", "normalised", "normalized"): raise ValueError(f"{where}: field answer.match: must be exact or normalised; got {d.get('match')!r}")
+        loose = d.get("match", "normalised") in ("normalised", "normalized")
+        squash = lambda s: re.sub(r"\s+", " ", re.sub(r"[^\w\s]", "", str(s).lower())).strip()
+        norm = squash if loose else (lambda s: str(s).strip())
+        if d.get("match", "normalised") not in ("exact", "normalised", "normalized"):
+            raise ValueError(f"{where}: field answer.match: must be exact or normalised; got {d.get('match')!r}")
         if kind == "regex":
             try: pat = re.compile(d["pattern"])
-            except (KeyError, re.error, TypeError) as e: raise ValueError(f"{where}: field answer.pattern: a regular expression with a group is required ({e})") from None
-            parse = lambda s: (lambda m: (m[-1] if isinstance(m[-1], str) else m[-1][0]) if m else None)(pat.findall(s) if isinstance(s, str) else [])
+            except (KeyError, re.error, TypeError) as e:
+                raise ValueError(f"{where}: field answer.pattern: a regular expression with a group is required "
+                                 f"({e})") from None
+            parse = lambda s: (lambda m: (m[-1] if isinstance(m[-1], str) else m[-1][0]) if m
+                               else None)(pat.findall(s) if isinstance(s, str) else [])
         else: parse = lambda s: (re.split(r"(?i)\banswer\s*:", s)[-1].strip() or None) if isinstance(s, str) else None
-        fmt = dataclasses.replace(TEXT, instructions="End with 'Answer: ' and your answer.", parse=parse, score=lambda a, g: a is not None and norm(a) == norm(g))
-    else: raise ValueError(f"{where}: field answer: must be number, choice, text, regex or a registered task ({', '.join(TASKS)}); got {kind!r}")
+        fmt = dataclasses.replace(TEXT, instructions="End with 'Answer: ' and your answer.", parse=parse,
+                                  score=lambda a, g: a is not None and norm(a) == norm(g))
+    else:
+        raise ValueError(f"{where}: field answer: must be number, choice, text, regex or a registered task "
+                         f"({', '.join(TASKS)}); got {kind!r}")
     if instructions is not None: fmt = dataclasses.replace(fmt, instructions=str(instructions))
     return fmt
 
 # %% ../../nbs/04_tasks.ipynb #goldprob1
 def _gold_problem(fmt, gold) -> str|None:
-    "Why `gold` cannot be a right answer in the answer format `fmt` (None when it can): `number` needs a number, `choice` one of its letters."
+    """Why `gold` cannot be a right answer in the answer format `fmt` (None when it can): `number` needs a number,
+    `choice` one of its letters."""
     if gold is None or (isinstance(gold, str) and not gold.strip()): return "is empty"
     shown = repr(gold) if len(repr(gold)) <= 60 else repr(gold)[:57] + "..."
     if fmt.kind == "number" and (isinstance(gold, bool) or not isinstance(gold, (int, float))):
-        return (f"{shown} is not a number, which answer: number needs (render the number alone; GSM8K's solutions end in '#### N': "
+        return (f"{shown} is not a number, which answer: number needs (render the number alone; GSM8K's solutions end "
+                f"in '#### N': "
                 "gold: \"{{ answer.split('####')[-1] }}\")")
     letters = fmt.options.get("choices") if fmt.kind == "choice" else None
-    if letters and str(gold).strip().upper() not in letters: return f"{shown} is not one of {', '.join(letters)}, which answer: choice needs"
+    if letters and str(gold).strip().upper() not in letters:
+        return f"{shown} is not one of {', '.join(letters)}, which answer: choice needs"
     return None
 
 # %% ../../nbs/04_tasks.ipynb #7bc0f876
-TASK_FILES: dict[str, dict] = {}    # task name -> the task file it was loaded from: path, sha256, size (what a run folder records)
+# task name -> the task file it was loaded from: path, sha256, size (what a run folder records)
+TASK_FILES: dict[str, dict] = {}
 
+# %% ../../nbs/04_tasks.ipynb #taskfil1
 def load_task_file(path) -> Task:
-    "The task a YAML task file defines: its loader and answer format, registered under its name like any task (the file recorded in `TASK_FILES`)."
+    """The task a YAML task file defines: its loader and answer format, registered under its name like any task (the
+    file recorded in `TASK_FILES`)."""
     import yaml
     path = Path(path)
     try: raw = path.read_bytes(); spec = yaml.safe_load(raw.decode("utf-8"))
     except (OSError, UnicodeDecodeError) as e: raise OptionError("task", f"{path}: not readable ({e})") from None
     except yaml.YAMLError as e: raise OptionError("task", f"{path}: not YAML ({str(e).splitlines()[0]})") from None
     try:
-        if not isinstance(spec, dict): raise ValueError(f"{path}: a task file is a mapping of {', '.join(sorted(_TASK_FIELDS))}")
+        if not isinstance(spec, dict):
+            raise ValueError(f"{path}: a task file is a mapping of {', '.join(sorted(_TASK_FIELDS))}")
         bad = sorted(set(spec) - _TASK_FIELDS)
         if bad: raise ValueError(f"{path}: field {bad[0]}: unknown; allowed: {', '.join(sorted(_TASK_FIELDS))}")
         for k in ("name", "prompt", "gold", "answer"):
             if k not in spec: raise ValueError(f"{path}: field {k}: missing")
         name = spec["name"]
-        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z][\w.-]*", name): raise ValueError(f"{path}: field name: letters, digits, '_', '.', '-'; got {name!r}")
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z][\w.-]*", name):
+            raise ValueError(f"{path}: field name: letters, digits, '_', '.', '-'; got {name!r}")
         fs = {k: _template(spec[k], path, k) for k in ("prompt", "gold")}
         fs["id"] = _template(spec.get("id") or f"{name}-{{{{ '%04d' % index }}}}", path, "id")
         fmt = _file_format(name, spec["answer"], path, spec.get("instructions"))
@@ -194,11 +229,16 @@ def load_task_file(path) -> Task:
         d = [base / x for x in d] if isinstance(d, list) else (Path(d) if data is not None else base / d)
         try: files = _data_files(d, spec.get("split"), path)
         except ValueError as e:
-            if data is None: raise OptionError("task", f"task file {path}, field 'data': {str(e).split('field data: ', 1)[-1]}") from None   # the file's own data: field
+            # the file's own data: field
+            if data is None:
+                raise OptionError("task", f"task file {path}, field 'data': "
+                                  f"{str(e).split('field data: ', 1)[-1]}") from None
             raise
         return _file_items(name, fs, _records(files, spec.get("columns")), path, fmt)
-    return register_task(Task(name, load, fmt, None, f"the data of {path}", str(spec.get("description") or ""), own_data=True))
+    return register_task(Task(name, load, fmt, None, f"the data of {path}", str(spec.get("description") or ""),
+                              own_data=True))
 
+# %% ../../nbs/04_tasks.ipynb #taskfil2
 def _file_items(name, fs, records, path, fmt=None) -> list[Item]:
     import jinja2.exceptions as J
     out = []
@@ -206,12 +246,16 @@ def _file_items(name, fs, records, path, fmt=None) -> list[Item]:
         vals = {}
         for k in ("id", "prompt", "gold"):
             try: vals[k] = fs[k]({**rec, "index": i})
-            except J.SecurityError as e: raise OptionError("task", f"{path}: field {k}: the template reaches for what a task file may not ({e})") from None
-            except (J.UndefinedError, KeyError, TypeError, ValueError) as e:     # the template asks for what the record lacks: the task file's field, at that record
+            except J.SecurityError as e:
+                raise OptionError("task", f"{path}: field {k}: the template reaches for what a task file may not "
+                                  f"({e})") from None
+            # the template asks for what the record lacks: the task file's field, at that record
+            except (J.UndefinedError, KeyError, TypeError, ValueError) as e:
                 msg = re.sub(r"^'([^']+)' is undefined$", r"undefined variable '\1'", str(e).strip('"'))
                 raise OptionError("task", f"task file {path}, field '{k}': {msg} (record {where})") from None
         gold = _gold(vals["gold"])
-        if fmt is not None and (why := _gold_problem(fmt, gold)):          # every debate would fail, or every reply be scored wrong
+        # every debate would fail, or every reply be scored wrong
+        if fmt is not None and (why := _gold_problem(fmt, gold)):
             raise OptionError("task", f"task file {path}, field 'gold': {why} (record {where}, id {vals['id']})")
         out.append(Item(str(vals["id"]), name, vals["prompt"], gold, meta={"line": rec["line"], "file": rec["file"]}))
     return out

@@ -26,5 +26,6 @@ def toy_arith_items(n: int = 10, seed: int = 0) -> list[Item]:
 
 # %% ../../nbs/04d_arith.ipynb #d6d2dbf5
 ARITH = register_task(Task("arith", lambda data, size: toy_arith_items(100),
-                           dataclasses.replace(NUMBER, instructions="Think step by step, then end with 'The answer is N.'"),
+                           dataclasses.replace(NUMBER,
+                                               instructions="Think step by step, then end with 'The answer is N.'"),
                            None, "anything (100 generated questions)", "toy arithmetic", own_data=True))

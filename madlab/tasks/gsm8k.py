@@ -31,7 +31,8 @@ def load_gsm8k(path, limit: int|None = None) -> list[Item]:
             if not isinstance(d.get(k), str): raise ValueError(f"{path}:{ln}: field {k}: missing or not a string")
         try: gold = gsm8k_gold(d["answer"])
         except ValueError as e: raise ValueError(f"{path}:{ln}: field answer: {e}") from None
-        out.append(Item(f"gsm8k-{len(out):04d}", "gsm8k", d["question"], gold, meta={"solution": d["answer"], "line": ln}))
+        out.append(Item(f"gsm8k-{len(out):04d}", "gsm8k", d["question"], gold,
+                        meta={"solution": d["answer"], "line": ln}))
     return out
 
 # %% ../../nbs/04e_gsm8k.ipynb #33b785c1

@@ -22,21 +22,26 @@ __all__ = ['KKS_FULL', 'KKS', 'kks_schema', 'kks_answer_format', 'KKSAnswer', 'p
 
 # %% ../../nbs/05d_kks_task.ipynb #47aa6624
 def kks_schema(players, confidence: bool = False) -> dict:
-    "The JSON schema of a full answer: the reasoning first, then exactly these players in this order, each once, with one of the roles."
-    row = lambda p: {"type": "object", "properties": {"name": {"const": p}, "role": {"enum": list(KKS_ROLES)}}, "required": ["name", "role"], "additionalProperties": False}
+    """The JSON schema of a full answer: the reasoning first, then exactly these players in this order, each once, with
+    one of the roles."""
+    row = lambda p: {"type": "object", "properties": {"name": {"const": p}, "role": {"enum": list(KKS_ROLES)}},
+                     "required": ["name", "role"], "additionalProperties": False}
     props = {"explanation": {"type": "string", "description": "your reasoning"},
-             "players": {"type": "array", "prefixItems": [row(p) for p in players], "items": False, "minItems": len(players), "maxItems": len(players)}}
+             "players": {"type": "array", "prefixItems": [row(p) for p in players], "items": False,
+                         "minItems": len(players), "maxItems": len(players)}}
     if confidence: props["confidence"] = {"type": "integer", "minimum": 1, "maximum": 10}
     return {"type": "object", "properties": props, "required": list(props), "additionalProperties": False}
 
 # %% ../../nbs/05d_kks_task.ipynb #1da99d61
 def kks_answer_format(players=None, confidence: bool = False) -> str:
-    "The answer instruction agents get (ControlMAD's JSON format, the reasoning first; with `confidence`, a 1-10 self-reported confidence); `kks_schema` is its shape."
+    """The answer instruction agents get (ControlMAD's JSON format, the reasoning first; with `confidence`, a 1-10
+    self-reported confidence); `kks_schema` is its shape."""
     names = list(players) if players else ["player_name"]
     rows = ",\n".join(f'        {{"name": "{p}", "role": "knight|knave|spy"}}' for p in names)
     conf = ',\n    "confidence": 1-10' if confidence else ""
     return ("Give your answer in this JSON format, with one entry for each player and each role one of "
-            '"knight", "knave" or "spy":\n{\n    "explanation": "your reasoning",\n    "players": [\n' + rows + "\n    ]" + conf + '\n}')
+            '"knight", "knave" or "spy":\n{\n    "explanation": "your reasoning",\n    "players": [\n' + rows
+            + "\n    ]" + conf + '\n}')
 
 # %% ../../nbs/05d_kks_task.ipynb #32144ab5
 @serializable(name="madlab.puzzles.KKSAnswer")   # the name its JSON has always carried
@@ -94,25 +99,31 @@ def _roles_from_obj(d, players):
     elif isinstance(body, dict):
         for name, r in body.items(): put(name, r)
     for name, r in d.items():
-        if isinstance(r, str) and str(name).strip().lower() in canon and str(name).strip().lower() not in {g.lower() for g in got}: put(name, r)
+        if isinstance(r, str) and str(name).strip().lower() in canon and str(name).strip().lower() not in {g.lower()
+                for g in got}: put(name, r)
     return got
 
-_COND = re.compile(r"\b(if|assume|assuming|suppose|supposing|whether|unless|then|would|could|might|either|cannot|can't)\b", re.I)
+_COND = re.compile(r"\b(if|assume|assuming|suppose|supposing|whether|unless|then|would|could|might|either|cannot"
+                   r"|can't)\b", re.I)
 
 def _conditional(text, i):
-    "Whether the sentence around position `i` is a hypothesis ('If A is a knight, B is a knave'); an escaped newline (`\\n` in JSON) ends a sentence too."
+    """Whether the sentence around position `i` is a hypothesis ('If A is a knight, B is a knave'); an escaped newline
+    (`\\n` in JSON) ends a sentence too."""
     j = text.rfind("\\n", 0, i)
     start = max([text.rfind(c, 0, i) + 1 for c in ".!?\n;"] + [j + 2 if j >= 0 else 0])
-    return bool(_COND.search(text[start:i])) or bool(re.match(r"(?:[^.!?\n\\]|\\(?!n))*?\b(would|could|might)\b", text[i:]))
+    return (bool(_COND.search(text[start:i]))
+            or bool(re.match(r"(?:[^.!?\n\\]|\\(?!n))*?\b(would|could|might)\b", text[i:])))
 
-_HEDGE = re.compile(r"\s*[,;:]?\s*\(?\s*(?:or|unless|if|when|provided|assuming|maybe|perhaps|possibly|probably|likely)\b|\s*\?", re.I)
+_HEDGE = re.compile(r"\s*[,;:]?\s*\(?\s*(?:or|unless|if|when|provided|assuming|maybe|perhaps|possibly|probably"
+                    r"|likely)\b|\s*\?", re.I)
 
 def _roles_from_text(text, players):
     "Roles from lines such as 'Alice is a knight' / '- Bob: knave', then from unconditional sentences when they agree."
     out = {}
     for p in players:
         n = re.escape(p)
-        lines = re.findall(rf"^[\s>*#\-\d.()]*\**{n}\**\s*(?:is\s+(?:a|an|the)\s+|:\s*|=\s*|-+>?\s*|\u2013\s*|\u2192\s*|\(\s*)\**(knight|knave|spy)\**\)?\s*\.?\s*$", text, re.I | re.M)
+        lines = re.findall(rf"^[\s>*#\-\d.()]*\**{n}\**\s*(?:is\s+(?:a|an|the)\s+|:\s*|=\s*|-+>?\s*|\u2013\s*|\u2192\s*"
+                           rf"|\(\s*)\**(knight|knave|spy)\**\)?\s*\.?\s*$", text, re.I | re.M)
         if lines: out[p] = lines[-1].lower(); continue
         found = {m.group(1).lower() for m in re.finditer(rf"\b{n} is (?:a|an) (knight|knave|spy)\b", text, re.I)
                  if not _conditional(text, m.start()) and not _HEDGE.match(text, m.end())}
@@ -133,15 +144,18 @@ def _confidence(d, text):
 
 _BODY_KEYS = ("players", "solution", "roles", "answer", "assignments")
 
-_ANSWER_START = re.compile(r"""\{\s*["']?(?:players|solution|roles|answer|assignments|explanation|reasoning|confidence)["']?\s*:""", re.I)
+_ANSWER_START = re.compile(r"""\{\s*["']?(?:players|solution|roles|answer|assignments|explanation|reasoning"""
+                           r"""|confidence)["']?\s*:""", re.I)
 
 def _is_answer(d, players) -> bool:
     "Whether JSON object `d` is an answer: it names roles, has a roles field (even an empty one) or an explanation."
     k = _lower_keys(d)
     return any(x in k for x in _BODY_KEYS + ("explanation", "reasoning")) or bool(_roles_from_obj(d, players))
 
+# %% ../../nbs/05d_kks_task.ipynb #c95139cb
 def _json_prefix(text, start, tries=64):
-    "The object opened at `text[start]` and cut off before it closed: its complete members, closed again; None when none is complete, False when it closed."
+    """The object opened at `text[start]` and cut off before it closed: its complete members, closed again; None when
+    none is complete, False when it closed."""
     stack, q, esc, cuts = [], None, False, []
     for i in range(start, len(text)):
         c = text[i]
@@ -162,15 +176,18 @@ def _json_prefix(text, start, tries=64):
     return None
 
 def _json_answer(text, players, start_re=_ANSWER_START, is_answer=_is_answer):
-    "(answer object or None, its span or None, whether a JSON answer was started): the last complete answer, or a cut-off one after it."
+    """(answer object or None, its span or None, whether a JSON answer was started): the last complete answer, or a
+    cut-off one after it."""
     found = [(o, sp) for o, sp in json_objects(text, spans=True) if is_answer(o, players)]
     end = found[-1][1][1] if found else 0
     m, cut = _cut_answer(text, end, start_re)
-    if cut is None and found: return found[-1][0], found[-1][1], True     # nothing complete after the last complete answer
+    # nothing complete after the last complete answer
+    if cut is None and found: return found[-1][0], found[-1][1], True
     return cut, (m, len(text)) if m is not None else None, m is not None
 
 def _cut_answer(text, pos, start_re=_ANSWER_START):
-    "(start, what it said in full or None) of the first JSON answer opened after `pos` that never closes; (None, None) when there is none."
+    """(start, what it said in full or None) of the first JSON answer opened after `pos` that never closes; (None, None)
+    when there is none."""
     for m in start_re.finditer(text, pos):
         cut = _json_prefix(text, m.start())
         if cut is not False: return m.start(), cut
@@ -192,7 +209,8 @@ def parse_kks_answer(text, players) -> KKSAnswer:
     return KKSAnswer({p: got.get(p) for p in players}, _confidence(obj, text), why)
 
 # %% ../../nbs/05d_kks_task.ipynb #7e3f9cb7
-_ROLE_START = re.compile(r"""\{\s*["']?(?:player_role|player|name|role|players|solution|roles|answer|assignments|explanation|reasoning|confidence)["']?\s*:""", re.I)
+_ROLE_START = re.compile(r"""\{\s*["']?(?:player_role|player|name|role|players|solution|roles|answer|assignments"""
+                         r"""|explanation|reasoning|confidence)["']?\s*:""", re.I)
 
 def _player_role_of(o, player):
     "(whether JSON object `o` gives `player` a role, and that role or None)."
@@ -203,7 +221,8 @@ def _player_role_of(o, player):
     return player in got, got.get(player)
 
 def parse_player_role(text, player) -> str|None:
-    "The role a debate reply gives `player` (ControlMAD's `{\"player_role\": name, \"role\": ...}`, a full answer, or prose), or None."
+    """The role a debate reply gives `player` (ControlMAD's `{\"player_role\": name, \"role\": ...}`, a full answer, or
+    prose), or None."""
     text = text if isinstance(text, str) else ""
     if _role(text): return _role(text)
     objs = [(o, sp) for o, sp in json_objects(text, spans=True) if "role" in _lower_keys(o) or _is_answer(o, [player])]
@@ -217,7 +236,8 @@ def parse_player_role(text, player) -> str|None:
 
 # %% ../../nbs/05d_kks_task.ipynb #cdbc620b
 def score_kks(answer, gold: dict) -> dict:
-    "Whole-game and per-player scores of `answer` (a `KKSAnswer`, a name->role dict, or None) against the gold solution."
+    """Whole-game and per-player scores of `answer` (a `KKSAnswer`, a name->role dict, or None) against the gold
+    solution."""
     roles = answer.roles if isinstance(answer, KKSAnswer) else (answer or {})
     per = {p: roles.get(p) is not None and roles.get(p) == r for p, r in gold.items()}
     n_invalid = sum(roles.get(p) is None for p in gold)
@@ -232,19 +252,24 @@ def kks_players(item) -> list:
 
 def _kks_metrics(answer, gold) -> dict:
     sc = score_kks(roles_of(answer) or {}, gold)
-    return {"n_correct": sc["n_correct"], "accuracy": sc["n_correct"] / max(1, len(gold)), "n_invalid": sc["n_invalid"], "per_player": sc["per_player"]}
+    return {"n_correct": sc["n_correct"], "accuracy": sc["n_correct"] / max(1, len(gold)),
+            "n_invalid": sc["n_invalid"], "per_player": sc["per_player"]}
 
 def _kks_bind(item):
     players = kks_players(item)
-    return dataclasses.replace(KKS_FULL, instructions="Deduce the role of every player. " + kks_answer_format(players, confidence=True),
-                               parse=lambda s: parse_kks_answer(s, players), score=lambda a, g: a is not None and bool(score_kks(a, g)["correct"]),
+    return dataclasses.replace(KKS_FULL,
+                               instructions="Deduce the role of every player. " + kks_answer_format(players,
+                                       confidence=True),
+                               parse=lambda s: parse_kks_answer(s, players), score=lambda a,
+                               g: a is not None and bool(score_kks(a, g)["correct"]),
                                options={"players": players, "confidence": True}, metrics=_kks_metrics, bind=None)
 
 # %% ../../nbs/05d_kks_task.ipynb #8b3ec98f
 def _kks_schema(ask):
     o = ask.options or {}
     players = list(o.get("players") or kks_players(ask.item))
-    return AnswerSchema(kks_schema(players, bool(o.get("confidence"))), "explanation", 16 + 14 * len(players), prompted=True)
+    return AnswerSchema(kks_schema(players, bool(o.get("confidence"))), "explanation", 16 + 14 * len(players),
+                        prompted=True)
 
 # %% ../../nbs/05d_kks_task.ipynb #b5a93bd0
 def roles_of(answer) -> dict|None:
@@ -254,17 +279,22 @@ def roles_of(answer) -> dict|None:
     r = getattr(answer, "roles", None)
     return r if isinstance(r, dict) else None
 
+# %% ../../nbs/05d_kks_task.ipynb #b6827092
 def synthetic_kks_belief(persona: Persona, ask: Ask, player: str) -> str:
-    "A synthetic agent's own (initial) role for `player`: gold with probability `skill`, else a wrong role fixed per agent, game and player."
+    """A synthetic agent's own (initial) role for `player`: gold with probability `skill`, else a wrong role fixed per
+    agent, game and player."""
     gold = (getattr(ask.item, "gold", None) or {}).get(player)
     item_id = getattr(ask.item, "id", None)
     wrong = synthetic_rng(persona, "wrong", ask.agent, item_id, player).choice([r for r in KKS_ROLES if r != gold])
     if gold is None: return wrong
     return gold if believes_gold(persona, ask, player) else wrong
 
+# %% ../../nbs/05d_kks_task.ipynb #b6cf090c
 def synthetic_kks_position(persona, ask, rng, player, previous=None, peer_roles=()):
-    "The role a synthetic agent states for `player`: its current position (else its own belief), possibly moved to the peers' majority."
-    if _convinced(persona, ask): return synthetic_kks_belief(persona, ask, player)      # sure of the game: its own belief, whatever it said before
+    """The role a synthetic agent states for `player`: its current position (else its own belief), possibly moved to the
+    peers' majority."""
+    # sure of the game: its own belief, whatever it said before
+    if _convinced(persona, ask): return synthetic_kks_belief(persona, ask, player)
     own = (previous or {}).get(player) or synthetic_kks_belief(persona, ask, player)
     return conform(persona, rng, own, list(peer_roles)) if peer_roles else own
 
@@ -277,11 +307,13 @@ def _kks_full_reply(ask, persona, rng):
     for p in players:
         moving = peers and (ask.focus is None or ask.focus == p)
         roles[p] = synthetic_kks_position(persona, ask, rng, p, prev, [pr.get(p) for pr in peers] if moving else ())
-    conf = round(sum(synthetic_confidence(persona, rng, roles[p] == gold.get(p)) for p in players) / max(1, len(players)))
+    conf = round(sum(synthetic_confidence(persona, rng, roles[p] == gold.get(p)) for p in players) / max(1,
+            len(players)))
     out = {"players": [{"name": p, "role": roles[p]} for p in players]}
     if ask.options.get("confidence", True): out["confidence"] = conf
     p0 = players[0] if players else "the first player"
-    out["explanation"] = f"Assuming {p0} tells the truth and checking each statement against the hint, the assignment above is the only consistent one I found."
+    out["explanation"] = (f"Assuming {p0} tells the truth and checking each statement against the hint, the assignment "
+                          "above is the only consistent one I found.")
     return json.dumps(out)
 
 # %% ../../nbs/05d_kks_task.ipynb #b5a93bd1
@@ -290,7 +322,8 @@ KKS_FULL = register_format(AnswerFormat("kks.full", bind=_kks_bind, schema=_kks_
 
 # %% ../../nbs/05d_kks_task.ipynb #kkstask1
 def _kks_load(path, size):
-    "The games of `path`: a folder's `<size>.jsonl` (default 6 players), else a file in either format, of `size` if given."
+    """The games of `path`: a folder's `<size>.jsonl` (default 6 players), else a file in either format, of `size` if
+    given."""
     path = Path(path)
     if path.is_dir():
         f = path / f"{size or 6}.jsonl"

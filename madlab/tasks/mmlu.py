@@ -32,7 +32,8 @@ def load_mmlu(path, split: str = "test", subjects=None) -> list[Item]:
         subject = re.sub(r"_(test|dev|val)$", "", f.stem)
         if subjects is not None and subject not in subjects: continue
         for k, (ln, r) in enumerate(_csv_rows(f)):
-            if len(r) != 6: raise ValueError(f"{f}:{ln}: expected 6 columns (question, A, B, C, D, answer), got {len(r)}")
+            if len(r) != 6:
+                raise ValueError(f"{f}:{ln}: expected 6 columns (question, A, B, C, D, answer), got {len(r)}")
             gold = r[5].strip().upper()
             if gold not in "ABCD" or len(gold) != 1:
                 raise ValueError(f"{f}:{ln}: field answer: expected A, B, C or D, got {r[5]!r}")
