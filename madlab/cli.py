@@ -154,14 +154,12 @@ def _file_cb(ctx, param, value):
 
 # %% ../nbs/40_cli.ipynb #da7acb01
 def _data_cb(ctx, param, value):
-    "`--data`: a file or folder, or the name of a public set (gsm8k, mmlu, xstest, controlmad): its path in $MADLAB_DATA."
+    "`--data`: a file or folder, or the name of a public set (gsm8k, mmlu, xstest, controlmad), which the task resolves."
     if value is None or Path(value).exists(): return value
-    from madlab.public_sets import PUBLIC_SETS, public_set_path, missing_set
+    from madlab.public_sets import PUBLIC_SETS
     if value not in PUBLIC_SETS:
         raise click.BadParameter(f"path {value!r} does not exist, nor is it a public set ({', '.join(PUBLIC_SETS)})")
-    p = public_set_path(value)
-    if p is None: raise click.BadParameter(missing_set(value))
-    return str(p)
+    return value            # its path in $MADLAB_DATA: `madlab.tasks.task_data`, the one place a set's name is resolved
 
 # %% ../nbs/40_cli.ipynb #855535e6
 def _flag(name): return "--" + name.replace("_", "-")

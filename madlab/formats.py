@@ -34,6 +34,7 @@ class AnswerFormat:
     schema: Callable|None = None           # Ask -> AnswerSchema|None: the JSON shape of a valid reply (None: free text)
     reply: Callable|None = None            # (ask, persona, rng) -> str: how a synthetic agent writes such a reply
     features: frozenset = frozenset()      # what the answers carry for decision rules ("confidence", "parts", "ranking")
+    gold_problem: Callable|None = None     # (gold, options) -> why `gold` cannot be a right answer ("is not a number"), or None
 
     def __post_init__(self): self.features = frozenset(self.features)
 

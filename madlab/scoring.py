@@ -98,8 +98,12 @@ def _number_reply(ask, persona, rng):
     ans = int(ans) if float(ans).is_integer() else ans
     return f"Let me work through it step by step.\nAfter the calculation, the result is {ans}.\nThe answer is {ans}."
 
+def _number_gold(gold, options) -> str|None:
+    return "is not a number" if isinstance(gold, bool) or not isinstance(gold, (int, float)) else None
+
 NUMBER = register_format(AnswerFormat("number", "Solve it step by step, then end with 'The answer is N.' where N is a number.", parse_number, numbers_match,
-                                      schema=lambda ask: reasoned({"answer": {"type": "number"}}, 12), reply=_number_reply))
+                                      schema=lambda ask: reasoned({"answer": {"type": "number"}}, 12), reply=_number_reply,
+                                      gold_problem=_number_gold))
 
 # %% ../nbs/03_scoring.ipynb #44d777d4
 def score_result(item, result) -> dict:
@@ -164,9 +168,14 @@ def _choice_reply(ask, persona, rng):
     ans = conform(persona, rng, _own_value(persona, ask, gold, wrong), _peer_values(ask), ask)
     return f"Considering each option, I choose {ans}.\nAnswer: {ans}"
 
+def _choice_gold(gold, options) -> str|None:
+    letters = options.get("choices") or []
+    return f"is not one of {', '.join(letters)}" if letters and str(gold).strip().upper() not in letters else None
+
 CHOICE = register_format(AnswerFormat("choice", "Think it through, then end with 'Answer: X' where X is one of A, B, C, D.", parse_choice,
                                       lambda a, g: a is not None and str(a).upper() == str(g).upper(), {"choices": ["A", "B", "C", "D"]},
-                                      schema=lambda ask: reasoned({"answer": {"enum": list((ask.options or {}).get("choices") or "ABCD")}}, 8), reply=_choice_reply))
+                                      schema=lambda ask: reasoned({"answer": {"enum": list((ask.options or {}).get("choices") or "ABCD")}}, 8), reply=_choice_reply,
+                                      gold_problem=_choice_gold))
 
 # %% ../nbs/03_scoring.ipynb #c73d42de
 def parse_decision(text, decisions=("ACT", "WARN", "REFUSE")):

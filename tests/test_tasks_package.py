@@ -157,3 +157,43 @@ def test_moved_answer_types_keep_the_names_their_json_carries():
                                                  MarketRecord("s", "2025-01-01", 0.5, "x"), PairwiseVerdict(7, 5))]
     assert got == ["madlab.puzzles.KKSAnswer", "madlab.market.StockAnswer", "madlab.market.MarketRecord",
                    "madlab.pairwise.PairwiseVerdict"]
+
+def test_a_task_files_gold_is_checked_by_its_formats_own_method(tmp_path):
+    "A task file's gold is checked by its answer format's `gold_problem`, whatever the format's kind is called."
+    import dataclasses
+    from madlab.core import OptionError
+    from madlab.formats import Task, register_task
+    from madlab.scoring import TEXT
+    from madlab.tasks import TASKS, task_items
+    lower = dataclasses.replace(TEXT, gold_problem=lambda gold, options: None if str(gold).islower() else "is not lower case")
+    register_task(Task("tmp_lower", lambda data, size: [], lower, None, "nothing", own_data=True))
+    try:
+        (tmp_path / "q.jsonl").write_text('{"q": "a?", "a": "yes"}\n{"q": "b?", "a": "NO"}\n')
+        (tmp_path / "t.yaml").write_text("name: tmp_lowerfile\ndata: q.jsonl\nprompt: '{{ q }}'\ngold: a\nanswer: tmp_lower\n")
+        with pytest.raises(OptionError, match="'NO' is not lower case, which answer: text needs"): task_items(tmp_path / "t.yaml")
+    finally:
+        TASKS.unregister("tmp_lower"); TASKS.unregister("tmp_lowerfile")
+
+def test_a_public_sets_name_is_resolved_by_the_task_alone(tmp_path, monkeypatch):
+    "`--data SET` is checked by the command line and resolved once, by `madlab.tasks.task_data`."
+    from madlab.cli import _data_cb
+    from madlab.tasks import task_items
+    monkeypatch.setenv("MADLAB_DATA", str(tmp_path))
+    assert _data_cb(None, None, "xstest") == "xstest"
+    (tmp_path / "xstest").mkdir()
+    (tmp_path / "xstest" / "xstest_prompts.csv").write_text("id,prompt,label\n1,hi,safe\n")
+    assert [it.id for it in task_items("safety", "xstest")] == ["xstest-1"]
+
+def test_the_sized_tasks_are_known_in_one_place():
+    "`sized_tasks` is what the command line offers --size for and what a size's refusal names."
+    from madlab.cli import _sized_tasks
+    from madlab.core import OptionError
+    from madlab.debate import get_protocol
+    from madlab.formats import Task, register_task
+    from madlab.scoring import TEXT
+    from madlab.tasks import TASKS, sized_tasks, task_items
+    register_task(Task("tmp_sized", lambda data, size: [], TEXT, None, "nothing", own_data=True, size="rows"))
+    try:
+        assert sized_tasks() == ["kks", "tmp_sized"] and _sized_tasks(get_protocol("du")) == ["kks", "tmp_sized"]
+        with pytest.raises(OptionError, match=r"only kks, tmp_sized does"): task_items("arith", size=3)
+    finally: TASKS.unregister("tmp_sized")

@@ -180,19 +180,17 @@ def _file_format(name, spec, where, instructions):
     return fmt
 
 # %% ../../nbs/04_tasks.ipynb #goldprob1
+_GSM8K_HINT = (" (render the number alone; GSM8K's solutions end in '#### N': "
+               "gold: \"{{ answer.split('####')[-1] }}\")")
+
 def _gold_problem(fmt, gold) -> str|None:
-    """Why `gold` cannot be a right answer in the answer format `fmt` (None when it can): `number` needs a number,
-    `choice` one of its letters."""
+    "Why `gold` cannot be a right answer in the answer format `fmt` (None when it can): the format's `gold_problem` says."
     if gold is None or (isinstance(gold, str) and not gold.strip()): return "is empty"
+    why = fmt.gold_problem(gold, fmt.options) if fmt.gold_problem is not None else None
+    if why is None: return None
     shown = repr(gold) if len(repr(gold)) <= 60 else repr(gold)[:57] + "..."
-    if fmt.kind == "number" and (isinstance(gold, bool) or not isinstance(gold, (int, float))):
-        return (f"{shown} is not a number, which answer: number needs (render the number alone; GSM8K's solutions end "
-                f"in '#### N': "
-                "gold: \"{{ answer.split('####')[-1] }}\")")
-    letters = fmt.options.get("choices") if fmt.kind == "choice" else None
-    if letters and str(gold).strip().upper() not in letters:
-        return f"{shown} is not one of {', '.join(letters)}, which answer: choice needs"
-    return None
+    hint = _GSM8K_HINT if isinstance(gold, str) and "####" in gold else ""
+    return f"{shown} {why}, which answer: {fmt.kind} needs{hint}"
 
 # %% ../../nbs/04_tasks.ipynb #7bc0f876
 # task name -> the task file it was loaded from: path, sha256, size (what a run folder records)
