@@ -82,8 +82,9 @@ def task_items(task, data=None, size=None) -> list[Item]:
     if size is not None and not t.size:
         raise OptionError("size", f"task {t.name!r} takes no size (only {', '.join(sized_tasks()) or 'no task'} does): "
                                   "leave --size out")
-    path = madlab_data(t.data) if data is None and t.data else (None if data is None and t.own_data
-            else task_data(t, data))
+    if data is None and t.data: path = madlab_data(t.data)          # madlab's own data
+    elif data is None and t.own_data: path = None                       # the loader makes its items
+    else: path = task_data(t, data)                                     # a path, a public set's name, or the task's
     if path is None and not t.own_data: raise OptionError("data", f"task {t.name!r} needs --data: {t.what}")
     try: return t.load(path, size)
     except OptionError: raise
@@ -184,7 +185,7 @@ _GSM8K_HINT = (" (render the number alone; GSM8K's solutions end in '#### N': "
                "gold: \"{{ answer.split('####')[-1] }}\")")
 
 def _gold_problem(fmt, gold) -> str|None:
-    "Why `gold` cannot be a right answer in the answer format `fmt` (None when it can): the format's `gold_problem` says."
+    "Why `gold` cannot be a right answer in the answer format `fmt` (None when it can), as its `gold_problem` says."
     if gold is None or (isinstance(gold, str) and not gold.strip()): return "is empty"
     why = fmt.gold_problem(gold, fmt.options) if fmt.gold_problem is not None else None
     if why is None: return None

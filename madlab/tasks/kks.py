@@ -257,11 +257,10 @@ def _kks_metrics(answer, gold) -> dict:
 
 def _kks_bind(item):
     players = kks_players(item)
-    return dataclasses.replace(KKS_FULL,
-                               instructions="Deduce the role of every player. " + kks_answer_format(players,
-                                       confidence=True),
-                               parse=lambda s: parse_kks_answer(s, players), score=lambda a,
-                               g: a is not None and bool(score_kks(a, g)["correct"]),
+    ask = "Deduce the role of every player. " + kks_answer_format(players, confidence=True)
+    return dataclasses.replace(KKS_FULL, instructions=ask,
+                               parse=lambda s: parse_kks_answer(s, players),
+                               score=lambda a, g: a is not None and bool(score_kks(a, g)["correct"]),
                                options={"players": players, "confidence": True}, metrics=_kks_metrics, bind=None)
 
 # %% ../../nbs/05d_kks_task.ipynb #8b3ec98f
