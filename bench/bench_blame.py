@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT))
 from madlab.blame import run_blame                  # noqa: E402
 from madlab.run import run_experiment               # noqa: E402
 from madlab.runs import open_run                    # noqa: E402
-from madlab.scoring import toy_arith_items          # noqa: E402
+from madlab.tasks.arith import toy_arith_items          # noqa: E402
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -20,7 +20,7 @@ from madlab.core import run_sync
 from madlab.agents import Agent
 from madlab.backends import OpenAIBackend
 from madlab.run import run_many
-from madlab.scoring import toy_arith_items
+from madlab.tasks.arith import toy_arith_items
 import madlab.protocols.baselines  # noqa: F401
 
 TARGET, AGENTS, ROUNDS = 1.15, 3, 2

@@ -9,7 +9,8 @@ from madlab.core import run_sync
 from madlab.backends import Ask, get_backend
 from madlab.agents import DEFAULT_TEAM
 from madlab.run import run_many
-from madlab.scoring import answer_format, toy_arith_items
+from madlab.formats import answer_format
+from madlab.tasks.arith import toy_arith_items
 import madlab.protocols.baselines  # noqa: F401
 
 def direct_loop(items, n_calls):

@@ -31,7 +31,7 @@ def one(kind: str, kv: str, n: int, out: str) -> dict:
         res = run_experiment("controlmad", load_items("kks", size=4, items=[1]), [spec] * 3, Path(out) / kind, depth=1,
                              self_adjustment=True, max_tokens=64, temperature=0, cache=False, progress=False)
     else:
-        from madlab.tasks import load_gsm8k
+        from madlab.tasks.gsm8k import load_gsm8k
         res = run_experiment("du", load_gsm8k(GSM8K, limit=n), [spec] * 3, Path(out) / kind, rounds=2, max_tokens=64,
                              temperature=0, cache=False, progress=False)
     wall = time.perf_counter() - t0

@@ -17,7 +17,8 @@ CONTROLMAD = public_data("controlmad")     # $MADLAB_DATA, else ../shared/data b
 
 def main(full=False):
     t0 = time.perf_counter()
-    from madlab.puzzles import _brute_force, generate, load_controlmad, solve
+    from madlab.puzzles import _brute_force, solve
+    from madlab.puzzle_sets import generate, load_controlmad
     import ortools.sat.python.cp_model  # noqa: F401  (import cost reported apart)
     t_import = time.perf_counter() - t0
     print(f"CPU cores: {os.cpu_count()}; import madlab.puzzles + ortools: {t_import:.2f} s (once per process, not counted below)")

@@ -30,7 +30,7 @@ def share(ts, ok) -> str:
 
 def tokens_per_second(b, n: int, schema, max_new: int = 64) -> float:
     from madlab.core import run_sync
-    from madlab.tasks import load_gsm8k
+    from madlab.tasks.gsm8k import load_gsm8k
     qs = [it.prompt for it in load_gsm8k(GSM8K, limit=n)]
     async def go():
         t0 = time.perf_counter()
@@ -56,7 +56,7 @@ def run(proto, items, team, out, mode, **kw):
     return run_experiment(proto, items, team, Path(out) / f"{proto}-{mode}-{time.time_ns()}", cache=False, structured=mode, temperature=0, **kw)
 
 def bench_gsm8k(out, n):
-    from madlab.tasks import load_gsm8k
+    from madlab.tasks.gsm8k import load_gsm8k
     items = load_gsm8k(GSM8K, limit=n)
     print(f"GSM8K, {n} questions, one agent, 256 new tokens: replies that give a number")
     for m in MODES:
@@ -65,7 +65,7 @@ def bench_gsm8k(out, n):
         print(f"  {m:>4}: {share(ts, lambda t: t.valid)}; accuracy {res.df.correct.mean():.2f}")
 
 def bench_critic(out, n):
-    from madlab.tasks import load_gsm8k
+    from madlab.tasks.gsm8k import load_gsm8k
     items = load_gsm8k(GSM8K, limit=n)
     team = ["hf:smollm2", "hf:smollm2", {"name": "Critic", "spec": "hf:smollm2", "role": "critic"}]
     print(f"Critic-Actor, {n} GSM8K questions, 2 actors + 1 critic, 1 round: critiques that are valid JSON with both scores; actor answers that give a number")

@@ -20,7 +20,7 @@ sys.path.insert(0, str(ROOT))
 from madlab.blame import blame_table, run_blame     # noqa: E402
 from madlab.run import run_experiment               # noqa: E402
 from madlab.runs import open_run                    # noqa: E402
-from madlab.scoring import toy_arith_items          # noqa: E402
+from madlab.tasks.arith import toy_arith_items          # noqa: E402
 
 HONEST = "synthetic:skill=1.0,susceptibility=0.9,defer={defer},conviction={conviction},seed={seed}"
 GRID = ["0.1:1", "0.15:1", "0.2:1", "0.15:0.8", "0.15:0.5", "0.2:0.8", "0.2:0.5", "0.15:0"]

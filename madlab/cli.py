@@ -154,14 +154,12 @@ def _file_cb(ctx, param, value):
 
 # %% ../nbs/40_cli.ipynb #da7acb01
 def _data_cb(ctx, param, value):
-    "`--data`: a file or folder, or the name of a public set (gsm8k, mmlu, xstest, controlmad): its path in $MADLAB_DATA."
+    "`--data`: a file or folder, or the name of a public set (gsm8k, mmlu, xstest, controlmad), which the task resolves."
     if value is None or Path(value).exists(): return value
-    from madlab.public_sets import PUBLIC_SETS, public_set_path, missing_set
+    from madlab.public_sets import PUBLIC_SETS
     if value not in PUBLIC_SETS:
         raise click.BadParameter(f"path {value!r} does not exist, nor is it a public set ({', '.join(PUBLIC_SETS)})")
-    p = public_set_path(value)
-    if p is None: raise click.BadParameter(missing_set(value))
-    return str(p)
+    return value            # its path in $MADLAB_DATA: `madlab.tasks.task_data`, the one place a set's name is resolved
 
 # %% ../nbs/40_cli.ipynb #855535e6
 def _flag(name): return "--" + name.replace("_", "-")
@@ -207,8 +205,8 @@ def _max_concurrency_cb(ctx, param, value):
 
 def _sized_tasks(proto) -> list:
     "The tasks `proto` runs on whose data a size picks from (what `Task.size` says it picks); with none, its command offers neither --size nor --games."
-    from madlab.tasks import TASKS
-    return [k for k in (proto.tasks or TASKS) if k in TASKS and TASKS[k].size]
+    from madlab.tasks import sized_tasks
+    return sized_tasks(proto.tasks or None)
 
 
 # %% ../nbs/40_cli.ipynb #a286d2ee
@@ -220,7 +218,7 @@ def _common_params(proto):
     O = click.Option
     return [
         O(["--task"], metavar="TASK|FILE.yaml", default=default_task, show_default=True, callback=_task_cb,
-          help="The task whose items are debated: " + (", ".join(proto.tasks) if proto.tasks else "a registered task (kks, safety, arith, gsm8k, mmlu, market, pairwise, scenario) or a YAML task file")),
+          help="The task whose items are debated: " + (", ".join(proto.tasks) if proto.tasks else f"a registered task ({', '.join(t for t in TASKS.names() if not t.startswith('_'))}) or a YAML task file")),
         O(["--data"], metavar="PATH|SET", callback=_data_cb,
           help="The task's data: a file or folder (ControlMAD's groundtruth/ folder for kks), or a public set that "
                "`madlab data get` fetched: gsm8k, mmlu, xstest, controlmad  "
@@ -305,7 +303,7 @@ class _ProtocolCommand(click.Command):
 def _refusal(proto, flag) -> str|None:
     "Why `madlab run PROTOCOL` offers no `flag` that other protocols take (None: no protocol takes it)."
     from madlab.debate import PROTOCOLS, _load_protocol_modules
-    from madlab.tasks import TASKS
+    from madlab.tasks import sized_tasks
     axis = {"--topology": "topology", "--stop-on": "stop_on"}.get(flag)
     if axis:
         _load_protocol_modules()
@@ -313,7 +311,7 @@ def _refusal(proto, flag) -> str|None:
         return (f"protocol {proto.name!r} cannot honour it (its agents do not see their peers' answers through the debate's routing, round by round); "
                 f"protocols that can: {', '.join(can) or 'none'}")
     if flag in ("--size", "--games"):
-        sized = [k for k, t in TASKS.items() if t.size]
+        sized = sized_tasks()
         return (f"protocol {proto.name!r} runs on {', '.join(proto.tasks or []) or 'tasks'} items, which take no size and are not games ({', '.join(sized)} only)"
                 + ("; give --items" if flag == "--games" else "; leave it out"))
     return None

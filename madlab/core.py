@@ -32,10 +32,14 @@ class OptionError(ValueError):
 
 # %% ../nbs/00_core.ipynb #8692c509
 _TYPES: dict[str, type] = {}
+_NAMES: dict[type, str] = {}     # class -> the name its JSON carries
 
-def serializable(cls):
-    "Register dataclass `cls` so `to_jsonable`/`from_jsonable` round-trip it by name."
-    _TYPES[f"{cls.__module__}.{cls.__qualname__}"] = cls
+def serializable(cls=None, *, name: str|None = None):
+    """Register dataclass `cls` so `to_jsonable`/`from_jsonable` round-trip it by name: `module.Class`, or `name`, the name
+    JSON already carries for a class that moved to another module (`@serializable(name="madlab.market.StockAnswer")`)."""
+    if cls is None: return lambda c: serializable(c, name=name)
+    _NAMES[cls] = name or f"{cls.__module__}.{cls.__qualname__}"
+    _TYPES[_NAMES[cls]] = _TYPES[f"{cls.__module__}.{cls.__qualname__}"] = cls
     return cls
 
 _PLAIN = frozenset({str, int, bool, type(None)})   # returned as they are (floats are checked: see `_NONFINITE`)
@@ -46,8 +50,8 @@ _DATACLASS_INFO: dict = {}                          # class -> (registered name,
 def _dataclass_info(cls):
     info = _DATACLASS_INFO.get(cls)
     if info is None:
-        name = f"{cls.__module__}.{cls.__qualname__}"
-        if name not in _TYPES: raise TypeError(f"{name} is not @serializable")
+        name = _NAMES.get(cls)
+        if name is None: raise TypeError(f"{cls.__module__}.{cls.__qualname__} is not @serializable")
         info = _DATACLASS_INFO[cls] = (name, tuple(f.name for f in dataclasses.fields(cls) if f.init),
                                        getattr(cls, "_json_values", None))
     return info
@@ -84,11 +88,14 @@ def to_jsonable(o):
 # types that moved to a module of their own: JSON written before still reads
 _MOVED = {"madlab.scoring.StockAnswer": "madlab.market.StockAnswer", "madlab.tasks.MarketRecord": "madlab.market.MarketRecord",
           "madlab.scoring.PairwiseVerdict": "madlab.pairwise.PairwiseVerdict"}
+# the modules that define types whose JSON name is an older module's (`serializable(name=...)`)
+_HOMES = {"madlab.market.StockAnswer": "madlab.tasks.market", "madlab.market.MarketRecord": "madlab.tasks.market",
+          "madlab.pairwise.PairwiseVerdict": "madlab.tasks.pairwise", "madlab.puzzles.KKSAnswer": "madlab.tasks.kks"}
 
 def _lookup_type(name):
     name = _MOVED.get(name, name)
     if name not in _TYPES and name.startswith("madlab."):
-        try: importlib.import_module(name.rsplit(".", 1)[0])
+        try: importlib.import_module(_HOMES.get(name) or name.rsplit(".", 1)[0])
         except ImportError: pass
     if name not in _TYPES: raise TypeError(f"unknown serialised type {name!r}; import the module that defines it first")
     return _TYPES[name]

@@ -17,8 +17,9 @@ from .protocol import _load_protocol_modules   # the protocols' log formats
 from .backends import *
 from .agents import *
 from .decisions import check_decision, check_logprobs, check_signal, aredecide
-from .scoring import answer_format, agreement
-from . import tasks as _tasks   # registers every built-in task (madlab.tasks, and through it madlab.kks, madlab.market, madlab.pairwise) for every debate
+from .formats import answer_format
+from .scoring import agreement
+from . import tasks as _tasks   # registers every built-in task (the modules of madlab.tasks) for every debate
 
 # %% auto #0
 __all__ = ['INTERVENTIONS', 'NEUTRAL_REPLIES', 'LOG_CONTINUATIONS', 'EXTRA_ROLES', 'Debate', 'argument', 'fork', 'afork',

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 import pandas as pd
 from fastcore.basics import patch
 from .core import Answer, Transcript, answer_key, answer_summary
-from .scoring import answer_format, score_result
+from .formats import answer_format
+from .scoring import score_result
 from .decisions import HELPER_ROLES, NOT_VOTING
 
 # %% auto #0

@@ -34,6 +34,7 @@ class AnswerFormat:
     schema: Callable|None = None           # Ask -> AnswerSchema|None: the JSON shape of a valid reply (None: free text)
     reply: Callable|None = None            # (ask, persona, rng) -> str: how a synthetic agent writes such a reply
     features: frozenset = frozenset()      # what the answers carry for decision rules ("confidence", "parts", "ranking")
+    gold_problem: Callable|None = None     # (gold, options) -> why `gold` cannot be a right answer ("is not a number"), or None
 
     def __post_init__(self): self.features = frozenset(self.features)
 
@@ -78,6 +79,8 @@ class Task:
     doc: str = ""
     own_data: bool = False      # the loader needs no data (it makes its items, or a task file reads the data it names)
     size: str = ""              # what `size` picks in its data (e.g. players per game); empty: the task takes no size
+    default_items: tuple|None = None   # the 1-based positions a run takes when it names neither items nor --n (None: all)
+    public_set: str|None = None        # the public set (`madlab data get`) read when `data` is None and `--data` is left out
 
 TASKS: Registry[Task] = Registry("task", Task, "madlab.tasks")     # name -> task: the one registry of tasks
 

@@ -457,7 +457,7 @@ SCREEN_DATA = madlab_data("screen")
 
 def load_screen_set(path) -> list[dict]:
     "Labelled screen texts from a JSONL file: one `{name, category, attack, text}` object per line."
-    from madlab.tasks import _read_jsonl               # the tasks' JSONL reader: errors name the file and line (guards itself needs only core)
+    from madlab.core import _read_jsonl               # the tasks' JSONL reader: errors name the file and line (guards itself needs only core)
     out = []
     for n, r in _read_jsonl(path):
         if not isinstance(r.get("text"), str) or not isinstance(r.get("attack"), bool):

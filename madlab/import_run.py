@@ -10,7 +10,7 @@ import hashlib, json, re, time
 from pathlib import Path
 import madlab
 from .core import *
-from .scoring import answer_format
+from .formats import answer_format
 from .debate import get_protocol
 from .run import RunFolder, RunResult, write_item_outputs, _finish_run
 from .imports import LogError, get_log_format, log_transcripts

@@ -13,8 +13,8 @@ from .core import *
 from .registry import Registry
 from .debate import register_log_continuation
 from .protocol import _load_protocol_modules
-from .scoring import answer_format
-from .tasks import gsm8k_gold
+from .formats import answer_format
+from .tasks.gsm8k import gsm8k_gold
 
 
 # %% auto #0

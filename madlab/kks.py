@@ -1,4 +1,4 @@
-"""The Knight-Knave-Spy task's answers: the `kks` answer format (parsing and scoring of full answers), synthetic agents' replies, its schema, and the metrics of Knight-Knave-Spy debates (positions, flips, consensus, games, decisions).
+"""The metrics of Knight-Knave-Spy debates: positions, flips, consensus, games and decisions (the `kks` task itself, its answers and format, is `madlab.tasks.kks`).
 
 Docs: https://madlab.github.io/madlab/kks.html.md"""
 
@@ -6,109 +6,25 @@ Docs: https://madlab.github.io/madlab/kks.html.md"""
 
 # %% ../nbs/05b_kks.ipynb #b73b456a
 from __future__ import annotations
-import dataclasses, json
-from pathlib import Path
+import json
 from .core import *
-from .core import Ask, AnswerSchema
-from .formats import AnswerFormat, Task, register_format, register_task, answer_format
-from .synthetic import Persona, synthetic_rng, believes_gold, conform, synthetic_confidence, _convinced
-from .puzzles import KKS_ROLES, kks_answer_format, kks_schema, parse_kks_answer, score_kks
+from .puzzles import KKS_ROLES
+from .tasks.kks import kks_players, roles_of, score_kks
 from .scoring import majority_vote, _transcripts
 
 # %% auto #0
-__all__ = ['KKS_FULL', 'KKS', 'KKS_PHASES', 'CHANGE_KINDS', 'kks_players', 'roles_of', 'synthetic_kks_belief',
-           'synthetic_kks_position', 'kks_positions', 'phase_accuracy', 'kks_flips', 'position_changes', 'flip_summary',
+__all__ = ['KKS_PHASES', 'CHANGE_KINDS', 'kks_positions', 'phase_accuracy', 'kks_flips', 'position_changes', 'flip_summary',
            'kks_consensus', 'kks_games', 'kks_decisions']
-
-# %% ../nbs/05b_kks.ipynb #7367b7b6
-def kks_players(item) -> list:
-    "The players of a Knight-Knave-Spy item, in game order."
-    data = getattr(item, "data", None)
-    if getattr(data, "players", None): return list(data.players)
-    return list(getattr(item, "gold", None) or {})
-
-def _kks_metrics(answer, gold) -> dict:
-    sc = score_kks(roles_of(answer) or {}, gold)
-    return {"n_correct": sc["n_correct"], "accuracy": sc["n_correct"] / max(1, len(gold)), "n_invalid": sc["n_invalid"], "per_player": sc["per_player"]}
-
-def _kks_bind(item):
-    players = kks_players(item)
-    return dataclasses.replace(KKS_FULL, instructions="Deduce the role of every player. " + kks_answer_format(players, confidence=True),
-                               parse=lambda s: parse_kks_answer(s, players), score=lambda a, g: a is not None and bool(score_kks(a, g)["correct"]),
-                               options={"players": players, "confidence": True}, metrics=_kks_metrics, bind=None)
-
-# %% ../nbs/05b_kks.ipynb #8b3ec98f
-def _kks_schema(ask):
-    o = ask.options or {}
-    players = list(o.get("players") or kks_players(ask.item))
-    return AnswerSchema(kks_schema(players, bool(o.get("confidence"))), "explanation", 16 + 14 * len(players), prompted=True)
-
-# %% ../nbs/05b_kks.ipynb #b5a93bd0
-def roles_of(answer) -> dict|None:
-    "The player -> role dict of a full answer (a `KKSAnswer` or a plain dict), or None."
-    if answer is None: return None
-    if isinstance(answer, dict): return answer
-    r = getattr(answer, "roles", None)
-    return r if isinstance(r, dict) else None
-
-def synthetic_kks_belief(persona: Persona, ask: Ask, player: str) -> str:
-    "A synthetic agent's own (initial) role for `player`: gold with probability `skill`, else a wrong role fixed per agent, game and player."
-    gold = (getattr(ask.item, "gold", None) or {}).get(player)
-    item_id = getattr(ask.item, "id", None)
-    wrong = synthetic_rng(persona, "wrong", ask.agent, item_id, player).choice([r for r in KKS_ROLES if r != gold])
-    if gold is None: return wrong
-    return gold if believes_gold(persona, ask, player) else wrong
-
-def synthetic_kks_position(persona, ask, rng, player, previous=None, peer_roles=()):
-    "The role a synthetic agent states for `player`: its current position (else its own belief), possibly moved to the peers' majority."
-    if _convinced(persona, ask): return synthetic_kks_belief(persona, ask, player)      # sure of the game: its own belief, whatever it said before
-    own = (previous or {}).get(player) or synthetic_kks_belief(persona, ask, player)
-    return conform(persona, rng, own, list(peer_roles)) if peer_roles else own
-
-def _kks_full_reply(ask, persona, rng):
-    players = ask.options.get("players") or kks_players(ask.item)
-    gold = getattr(ask.item, "gold", None) or {}
-    prev = roles_of(ask.previous) or {}
-    peers = [roles_of(v) or {} for v in (ask.peers or {}).values()]
-    roles = {}
-    for p in players:
-        moving = peers and (ask.focus is None or ask.focus == p)
-        roles[p] = synthetic_kks_position(persona, ask, rng, p, prev, [pr.get(p) for pr in peers] if moving else ())
-    conf = round(sum(synthetic_confidence(persona, rng, roles[p] == gold.get(p)) for p in players) / max(1, len(players)))
-    out = {"players": [{"name": p, "role": roles[p]} for p in players]}
-    if ask.options.get("confidence", True): out["confidence"] = conf
-    p0 = players[0] if players else "the first player"
-    out["explanation"] = f"Assuming {p0} tells the truth and checking each statement against the hint, the assignment above is the only consistent one I found."
-    return json.dumps(out)
-
-# %% ../nbs/05b_kks.ipynb #b5a93bd1
-KKS_FULL = register_format(AnswerFormat("kks.full", bind=_kks_bind, schema=_kks_schema, reply=_kks_full_reply, features={"confidence", "parts"}))
-
-def _kks_load(path, size):
-    from madlab.puzzles import load_controlmad, load_puzzles
-    path = Path(path)
-    if path.is_dir():
-        f = path / f"{size or 6}.jsonl"
-        if not f.exists():
-            have = sorted(int(p.stem) for p in path.glob("*.jsonl") if p.stem.isdigit())
-            raise OptionError("size", f"no games of size {size or 6} in {path} (sizes there: {', '.join(map(str, have)) or 'none'})")
-        games = load_controlmad(f)
-    else:
-        games = load_puzzles(path)             # ControlMAD's format or the classic mem-kk-logic one
-        if size is not None: games = [g for g in games if g.n_players == size]
-        if not games: raise (OptionError("size", f"{path} holds no games of size {size}") if size is not None else ValueError(f"{path} holds no games"))
-    return [g.to_item() for g in games]
-
-KKS = register_task(Task("kks", _kks_load, KKS_FULL, "kks", "a file of Knight-Knave-Spy games in ControlMAD's JSONL format or of classic puzzles in mem-kk-logic's, or a folder of <size>.jsonl",
-                         "Knight-Knave-Spy games", size="Knight-Knave-Spy players per game: picks <size>.jsonl in the data folder  [default: 6]"))
 
 # %% ../nbs/05b_kks.ipynb #2030f589
 KKS_PHASES = ("initial", "debate", "self_adjustment", "final")
 
 def _debaters(t): return [a["name"] for a in t.team if a.get("role") != "supervisor"]
 
+# %% ../nbs/05b_kks.ipynb #a4134128
 def kks_positions(transcripts) -> "pd.DataFrame":
-    "One row per (game, agent, round, player) position stated in a debate phase; `round` counts from 1, as the stepper and the logs do (the transcript's `rounds[round - 1]`)."
+    """One row per (game, agent, round, player) position stated in a debate phase; `round` counts from 1, as the stepper
+    and the logs do (the transcript's `rounds[round - 1]`)."""
     import pandas as pd
     rows = []
     for t in _transcripts(transcripts):
@@ -122,21 +38,26 @@ def kks_positions(transcripts) -> "pd.DataFrame":
                 a = tu.answer if tu.error is None else None
                 single = r.phase == "debate" or (a is not None and roles_of(a) is None and hasattr(a, "role"))
                 if single:
-                    p = getattr(a, "player", None) if a is not None and getattr(a, "player", None) in players else (r.meta.get("focus") or tu.focus)
+                    own = getattr(a, "player", None) if a is not None else None
+                    p = own if own in players else (r.meta.get("focus") or tu.focus)
                     stated = {p: getattr(a, "role", None) if a is not None else None}
                 else: stated = {p: (roles_of(a) or {}).get(p) for p in players}
                 for p, role in stated.items():
                     if role not in KKS_ROLES: role = None
-                    rows.append({"game": gid, "n_players": len(players), "agent": tu.agent, "phase": r.phase, "round": r.index + 1,
+                    rows.append({"game": gid, "n_players": len(players), "agent": tu.agent, "phase": r.phase,
+                                 "round": r.index + 1,
                                  "step": r.meta.get("depth"), "focus": r.meta.get("focus"), "player": p,
-                                 "slot": players.index(p) + 1 if p in players else None, "role": role, "gold": gold.get(p),
+                                 "slot": players.index(p) + 1 if p in players else None, "role": role,
+                                 "gold": gold.get(p),
                                  "valid": role is not None, "correct": role is not None and role == gold.get(p),
                                  "confidence": getattr(a, "confidence", None) if a is not None else None})
-    cols = ["game", "n_players", "agent", "phase", "round", "step", "focus", "player", "slot", "role", "gold", "valid", "correct", "confidence"]
+    cols = ["game", "n_players", "agent", "phase", "round", "step", "focus", "player", "slot", "role", "gold", "valid",
+            "correct", "confidence"]
     df = pd.DataFrame(rows, columns=cols)
     df["confidence"] = pd.to_numeric(df["confidence"], errors="coerce")
     return df
 
+# %% ../nbs/05b_kks.ipynb #dee33368
 def phase_accuracy(positions, by="agent") -> "pd.DataFrame":
     "Mean per-player accuracy of `by` (rows) in each phase (columns, in debate order)."
     df = positions.pivot_table(index=by, columns="phase", values="correct", aggfunc="mean")
@@ -146,30 +67,39 @@ def phase_accuracy(positions, by="agent") -> "pd.DataFrame":
 def kks_flips(positions) -> "pd.DataFrame":
     "One row per change of a stated role between an agent's consecutive valid positions on a player."
     import numpy as np, pandas as pd
-    cols = ["game", "agent", "player", "from_phase", "to_phase", "from_round", "to_round", "from_role", "to_role", "gold", "kind"]
+    cols = ["game", "agent", "player", "from_phase", "to_phase", "from_round", "to_round", "from_role", "to_role",
+            "gold", "kind"]
     key = ["game", "agent", "player"]
     v = positions[positions["valid"].to_numpy(dtype=bool)].sort_values([*key, "round"])
     k = v[key]
-    same = (k.notna().all(axis=1) & (k == k.shift()).all(axis=1)).to_numpy()   # the previous row is the same (game, agent, player)
+    # the previous row is the same (game, agent, player)
+    same = (k.notna().all(axis=1) & (k == k.shift()).all(axis=1)).to_numpy()
     role = v["role"]
     at = np.flatnonzero(same & (role != role.shift()).to_numpy())
     if not len(at): return pd.DataFrame([], columns=cols)
     now, was = v.iloc[at], v.iloc[at - 1]
-    kind = np.where(now.correct.to_numpy(dtype=bool), "incorrect→correct", np.where(was.correct.to_numpy(dtype=bool), "correct→incorrect", "incorrect→incorrect"))
-    data = zip(now.game.tolist(), now.agent.tolist(), now.player.tolist(), was.phase.tolist(), now.phase.tolist(), was["round"].tolist(),
+    kind = np.where(now.correct.to_numpy(dtype=bool), "incorrect→correct",
+                    np.where(was.correct.to_numpy(dtype=bool), "correct→incorrect", "incorrect→incorrect"))
+    data = zip(now.game.tolist(), now.agent.tolist(), now.player.tolist(), was.phase.tolist(), now.phase.tolist(),
+               was["round"].tolist(),
                now["round"].tolist(), was.role.tolist(), now.role.tolist(), now.gold.tolist(), kind.tolist())
     return pd.DataFrame([dict(zip(cols, row)) for row in data], columns=cols)
 
+# %% ../nbs/05b_kks.ipynb #188aac6d
 CHANGE_KINDS = ("kept correct", "fixed", "broken", "kept wrong", "changed, still wrong", "invalid")
 
+# %% ../nbs/05b_kks.ipynb #6de29659
 def position_changes(positions, start="initial", end="final") -> "pd.DataFrame":
-    "One row per (game, agent, player): the position at phase `start` and at `end` (`_start`/`_end` columns) and the kind of change (`CHANGE_KINDS`)."
+    """One row per (game, agent, player): the position at phase `start` and at `end` (`_start`/`_end` columns) and the
+    kind of change (`CHANGE_KINDS`)."""
     key = ["game", "agent", "player"]
     cols = ["role", "correct", "valid"]
     a = positions[positions.phase == start].drop_duplicates(key, keep="last").set_index(key)
     b = positions[positions.phase == end].drop_duplicates(key, keep="last").set_index(key)
     extra = [c for c in ("slot",) if c in a.columns]
-    j = a[cols + extra].rename(columns={c: f"{c}_start" for c in cols}).join(b[cols].rename(columns={c: f"{c}_end" for c in cols}), how="inner")
+    j = a[cols + extra].rename(columns={c: f"{c}_start"
+                                        for c in cols}).join(b[cols].rename(columns={c: f"{c}_end"
+                                                for c in cols}), how="inner")
     def kind(r):
         if not (r.valid_start and r.valid_end): return "invalid"
         if r.correct_start and r.correct_end: return "kept correct"
@@ -179,36 +109,46 @@ def position_changes(positions, start="initial", end="final") -> "pd.DataFrame":
     j["kind"] = [kind(r) for r in j.itertuples()] if len(j) else []
     return j.reset_index()
 
+# %% ../nbs/05b_kks.ipynb #f25097b7
 def flip_summary(positions, start="initial", end="final") -> "pd.DataFrame":
-    "Per agent, how many of its positions on players changed in each way (`CHANGE_KINDS`) from phase `start` to phase `end`."
+    """Per agent, how many of its positions on players changed in each way (`CHANGE_KINDS`) from phase `start` to phase
+    `end`."""
     import pandas as pd
     j = position_changes(positions, start, end)
-    out = j.pivot_table(index="agent", columns="kind", values="player", aggfunc="count", fill_value=0) if len(j) else pd.DataFrame()
+    if not len(j): out = pd.DataFrame()
+    else: out = j.pivot_table(index="agent", columns="kind", values="player", aggfunc="count", fill_value=0)
     return out.reindex(columns=list(CHANGE_KINDS), fill_value=0)
 
 # %% ../nbs/05b_kks.ipynb #ac1b05aa
 def kks_consensus(positions) -> "pd.DataFrame":
     "One row per (game, round, player): agreement among the agents' positions."
     import numpy as np, pandas as pd
-    cols = ["game", "round", "phase", "focus", "player", "agents", "valid", "agreement", "unanimous", "plurality", "majority", "majority_correct", "gold"]
+    cols = ["game", "round", "phase", "focus", "player", "agents", "valid", "agreement", "unanimous", "plurality",
+            "majority", "majority_correct", "gold"]
     group = positions.groupby(["game", "round", "player"], sort=True).ngroup()
     keep = group.notna().to_numpy()                                   # rows with a missing key belong to no group
     gid = group.to_numpy(dtype=float)
-    order = np.flatnonzero(keep)[np.argsort(gid[keep], kind="stable")]   # rows group by group, in the table's order within each
+    # rows group by group, in the table's order within each
+    order = np.flatnonzero(keep)[np.argsort(gid[keep], kind="stable")]
     g = gid[order]
     bounds = np.flatnonzero(np.r_[True, g[1:] != g[:-1], True]) if len(g) else np.array([0])
     p = positions.iloc[order]
-    game, rnd, player, phase, focus, gold = (p[c].tolist() for c in ("game", "round", "player", "phase", "focus", "gold"))
+    game, rnd, player, phase, focus, gold = (p[c].tolist() for c in ("game", "round", "player", "phase",
+            "focus", "gold"))
     role = [r if isinstance(r, str) else None for r in p["role"].tolist()]
     rows = []
     for s, e in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
         roles = role[s:e]
-        top, counts = majority_vote(roles)                 # role names are their own vote keys: `counts` counts the valid ones
+        # role names are their own vote keys: `counts` counts the valid ones
+        top, counts = majority_vote(roles)
         best, n = counts.most_common(1)[0] if counts else (None, 0)
         valid = sum(counts.values())
-        rows.append({"game": game[s], "round": rnd[s], "phase": phase[s], "focus": focus[s], "player": player[s], "agents": len(roles),
-                     "valid": valid, "agreement": n / len(roles) if roles else 0.0, "unanimous": len(counts) == 1 and valid == len(roles),
-                     "plurality": best, "majority": top, "majority_correct": top is not None and top == gold[s], "gold": gold[s]})
+        rows.append({"game": game[s], "round": rnd[s], "phase": phase[s], "focus": focus[s], "player": player[s],
+                     "agents": len(roles),
+                     "valid": valid, "agreement": n / len(roles) if roles else 0.0,
+                     "unanimous": len(counts) == 1 and valid == len(roles),
+                     "plurality": best, "majority": top, "majority_correct": top is not None and top == gold[s],
+                     "gold": gold[s]})
     return pd.DataFrame(rows, columns=cols)
 
 # %% ../nbs/05b_kks.ipynb #83ed2f00
@@ -223,14 +163,19 @@ def kks_games(transcripts) -> "pd.DataFrame":
         per = sc["per_player"]
         turns = [tu for r in t.rounds for tu in r.turns]
         live = [tu for tu in turns if not tu.cached and tu.error is None]
-        rows.append({"game": t.meta.get("id"), "n_players": len(players), "status": t.meta.get("status"), "correct": bool(sc["correct"]),
-                     "n_correct": sum(bool(v) for v in per.values()), "accuracy": sum(bool(v) for v in per.values()) / max(1, len(players)),
-                     "supervisor_used": bool(res.get("supervisor_used", False)), "n_supervised": len(res.get("supervised") or []),
+        rows.append({"game": t.meta.get("id"), "n_players": len(players), "status": t.meta.get("status"),
+                     "correct": bool(sc["correct"]),
+                     "n_correct": sum(bool(v) for v in per.values()),
+                     "accuracy": sum(bool(v) for v in per.values()) / max(1, len(players)),
+                     "supervisor_used": bool(res.get("supervisor_used", False)),
+                     "n_supervised": len(res.get("supervised") or []),
                      "rounds": len(t.rounds), "turns": len(turns), "invalid": sum(not tu.valid for tu in turns),
                      "calls": sum(tu.usage.calls for tu in live), "tokens": sum(tu.usage.total_tokens for tu in live),
-                     "assignment": json.dumps(res.get("assignment")), "gold": json.dumps(getattr(t.item, "gold", None))})
+                     "assignment": json.dumps(res.get("assignment")),
+                     "gold": json.dumps(getattr(t.item, "gold", None))})
     return pd.DataFrame(rows)
 
+# %% ../nbs/05b_kks.ipynb #6606d0ca
 def kks_decisions(transcripts) -> "pd.DataFrame":
     "One row per (game, player): the final majority, the team's decision, who made it, and whether it is right."
     import pandas as pd
@@ -239,7 +184,8 @@ def kks_decisions(transcripts) -> "pd.DataFrame":
         res, players, gold = t.result or {}, kks_players(t.item), getattr(t.item, "gold", None) or {}
         dec, maj, sup = res.get("assignment") or {}, res.get("majority") or {}, set(res.get("supervised") or [])
         for i, p in enumerate(players):
-            rows.append({"game": t.meta.get("id"), "player": p, "slot": i + 1, "gold": gold.get(p), "majority": maj.get(p), "decision": dec.get(p),
-                         "by": "supervisor" if p in sup else "majority", "correct": dec.get(p) is not None and dec.get(p) == gold.get(p)})
+            rows.append({"game": t.meta.get("id"), "player": p, "slot": i + 1, "gold": gold.get(p),
+                         "majority": maj.get(p), "decision": dec.get(p),
+                         "by": "supervisor" if p in sup else "majority",
+                         "correct": dec.get(p) is not None and dec.get(p) == gold.get(p)})
     return pd.DataFrame(rows, columns=["game", "player", "slot", "gold", "majority", "decision", "by", "correct"])
-

@@ -12,8 +12,8 @@ from pathlib import Path
 from .core import OptionError, public_data, _public_data_dir
 
 # %% auto #0
-__all__ = ['PUBLIC_SETS', 'TASK_SETS', 'PublicFile', 'PublicSet', 'data_root', 'file_problem', 'PublicDataError', 'get_set',
-           'public_set_path', 'missing_set', 'task_data', 'set_status']
+__all__ = ['PUBLIC_SETS', 'PublicFile', 'PublicSet', 'data_root', 'file_problem', 'PublicDataError', 'get_set', 'public_set_path',
+           'missing_set', 'set_status']
 
 # %% ../nbs/04c_public_data.ipynb #f30417d3
 @dataclass(frozen=True)
@@ -183,19 +183,6 @@ def missing_set(name: str) -> str:
         return f"{s.what} is not here (MADLAB_DATA is not set): `madlab data get {s.name} --to DIR` fetches it, then set MADLAB_DATA=DIR"
     return (f"{s.what} is not in {root / s.name}: `madlab data get {s.name}` fetches it"
             " (into $MADLAB_DATA, else ../shared/data beside the checkout)")
-
-# %% ../nbs/04c_public_data.ipynb #66c53950
-TASK_SETS = {"gsm8k": "gsm8k", "mmlu": "mmlu"}   # task -> the public set it reads when --data is left out
-
-def task_data(task: str, data=None):
-    "The data `task` reads: `data` (a path, or a public set's name), else the task's public set; None when neither is."
-    name = data if isinstance(data, str) and data in PUBLIC_SETS and not Path(data).exists() else None
-    if data is not None and name is None: return data
-    name = name or TASK_SETS.get(task)
-    if name is None: return None
-    p = public_set_path(name)
-    if p is None: raise OptionError("data", f"task {task!r}: " + missing_set(name))
-    return p
 
 # %% ../nbs/04c_public_data.ipynb #2ef5086c
 def set_status(name, to=None) -> str:

@@ -1,4 +1,4 @@
-"""Knight-Knave-Spy games: typed statements, an exact solver, a seeded generator, ControlMAD interop, classic knights-and-knaves quizzes, and the answer side (format, parser, scoring).
+"""Knight-Knave-Spy games: the players, their statements (ControlMAD's eight kinds and the classic benchmark's boolean ones), the game manager's hints, the solution; a game as text and as a task item; the solver. Games are made and read in `madlab.puzzle_sets`; answers to them are the `kks` task's (`madlab.tasks.kks`).
 
 Docs: https://madlab.github.io/madlab/puzzles.html.md"""
 
@@ -6,20 +6,16 @@ Docs: https://madlab.github.io/madlab/puzzles.html.md"""
 
 # %% ../nbs/05_puzzles.ipynb #82dc4d8b
 from __future__ import annotations
-import html, itertools, json, random, re
+import html, itertools
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 from fastcore.basics import patch
-from .core import Answer, Item, serializable, json_objects, _loads
+from .core import Item, serializable
 
 # %% auto #0
-__all__ = ['KKS_ROLES', 'NAMES', 'STATEMENT_TYPES', 'DIFFICULTY', 'KK_TEMPLATES', 'RoleCount', 'TruthCount', 'SameRole',
-           'SameTruth', 'NotSameRole', 'RoleParity', 'TruthParity', 'ExactlyOne', 'Is', 'Not', 'And', 'Or', 'Implies',
-           'Iff', 'Puzzle', 'kks_items', 'solve', 'KKSFormatError', 'load_controlmad', 'controlmad_record',
-           'to_controlmad', 'generate', 'kk_quiz', 'KKQuizError', 'parse_kk_quiz', 'load_kk', 'kk_record', 'to_kk',
-           'load_puzzles', 'kks_schema', 'kks_answer_format', 'KKSAnswer', 'parse_kks_answer', 'parse_player_role',
-           'score_kks', 'make_kks_sets']
+__all__ = ['KKS_ROLES', 'NAMES', 'STATEMENT_TYPES', 'RoleCount', 'TruthCount', 'SameRole', 'SameTruth', 'NotSameRole',
+           'RoleParity', 'TruthParity', 'ExactlyOne', 'Is', 'Not', 'And', 'Or', 'Implies', 'Iff', 'Puzzle', 'kks_items',
+           'solve']
 
 # %% ../nbs/05_puzzles.ipynb #65b03235
 KKS_ROLES = ("knight", "knave", "spy")   # ControlMAD raw codes 1, 2, 3
@@ -28,7 +24,8 @@ _RI = {r: k for k, r in enumerate(KKS_ROLES)}
 # %% ../nbs/05_puzzles.ipynb #72d07ad5
 # ControlMAD's name pool (26 names), then 26 more distinct names for games of more than 26 players
 NAMES = ["Alice", "Bob", "Charlie", "David", "Eve", "Frank", "Grace", "Hank", "Ivy", "Jack", "Kate", "Liam", "Mia",
-         "Noah", "Olivia", "Peter", "Quinn", "Rachel", "Sam", "Tina", "Uma", "Violet", "Wendy", "Xavier", "Yara", "Zane",
+         "Noah", "Olivia", "Peter", "Quinn", "Rachel", "Sam", "Tina", "Uma", "Violet", "Wendy", "Xavier",
+         "Yara", "Zane",
          "Abel", "Bella", "Cyrus", "Daisy", "Ethan", "Fiona", "Gavin", "Helen", "Isaac", "Julia", "Kevin", "Laura",
          "Mason", "Nora", "Oscar", "Paula", "Quentin", "Rosa", "Simon", "Thea", "Ulrich", "Vera", "Walter", "Xena",
          "Yusuf", "Zoe"]
@@ -60,7 +57,8 @@ class _Statement:
     "Shared behaviour of the statement types."
     codes: tuple = ()
     def __post_init__(self):
-        if self.code not in self.codes: raise ValueError(f"{type(self).__name__} takes ControlMAD codes {self.codes}; got {self.code!r}")
+        if self.code not in self.codes:
+            raise ValueError(f"{type(self).__name__} takes ControlMAD codes {self.codes}; got {self.code!r}")
         if hasattr(self, "people"):
             self.people = [int(i) for i in self.people]
             if not self.people: raise ValueError(f"{type(self).__name__} needs at least one person")
@@ -118,7 +116,8 @@ class TruthCount(_Statement):
             if n == 2: return f"{_people(names, S, speaker)} are both {tf}."
             if n == len(names): return f"All are {tf}."
             return f"{_people(names, S, speaker)} are all {tf}."
-        return _among(names, S, speaker) + (f"exactly one person is {tf}." if n == 1 else f"exactly {_num(n)} people are {tf}.")
+        return _among(names, S, speaker) + (f"exactly one person is {tf}." if n == 1 else f"exactly {_num(n)} people "
+                                            f"are {tf}.")
 
 # %% ../nbs/05_puzzles.ipynb #a6ce5536
 @serializable
@@ -179,13 +178,15 @@ class RoleParity(_Statement):
         return (sum(roles[i] == r for i in self.people) % 2 == 0) == self.even
     def raw(self): return [list(self.people), KKS_ROLES.index(self.role) + 1, 2 if self.even else 1]
     def render(self, names, speaker=None):
-        return _among(names, self.people, speaker) + f"the number of {_plural(self.role)} is {'even' if self.even else 'odd'}."
+        parity = "even" if self.even else "odd"
+        return _among(names, self.people, speaker) + f"the number of {_plural(self.role)} is {parity}."
 
 # %% ../nbs/05_puzzles.ipynb #7261e360
 @serializable
 @dataclass
 class TruthParity(_Statement):
-    "Among `people`, the number telling the truth (or lying) is even (or odd) (ControlMAD codes 13-14: `[set, tf, eo]`)."
+    """Among `people`, the number telling the truth (or lying) is even (or odd) (ControlMAD codes 13-14: `[set, tf,
+    eo]`)."""
     people: list
     truthful: bool
     even: bool
@@ -195,7 +196,8 @@ class TruthParity(_Statement):
     def refs(self): return list(self.people)
     def raw(self): return [list(self.people), 1 if self.truthful else 2, 2 if self.even else 1]
     def render(self, names, speaker=None):
-        return _among(names, self.people, speaker) + f"the number of people who are {_tf(self.truthful)} is {'even' if self.even else 'odd'}."
+        parity = "even" if self.even else "odd"
+        return _among(names, self.people, speaker) + f"the number of people who are {_tf(self.truthful)} is {parity}."
 
 # %% ../nbs/05_puzzles.ipynb #7300d897
 @serializable
@@ -209,7 +211,8 @@ class ExactlyOne(_Statement):
     def __post_init__(self):
         super().__post_init__()
         for s in (self.first, self.second):
-            if not isinstance(s, _Statement) or isinstance(s, ExactlyOne): raise ValueError("ExactlyOne takes two simple statements")
+            if not isinstance(s, _Statement) or isinstance(s, ExactlyOne):
+                raise ValueError("ExactlyOne takes two simple statements")
     def holds(self, roles, truth): return self.first.holds(roles, truth) != self.second.holds(roles, truth)
     def refs(self): return self.first.refs() + self.second.refs()
     def mentions(self): return self.first.mentions() + self.second.mentions()
@@ -220,7 +223,8 @@ class ExactlyOne(_Statement):
 
 # %% ../nbs/05_puzzles.ipynb #d5cede37
 STATEMENT_TYPES = {"role_count": RoleCount, "truth_count": TruthCount, "same_role": SameRole, "same_truth": SameTruth,
-                   "not_same_role": NotSameRole, "role_parity": RoleParity, "truth_parity": TruthParity, "exactly_one": ExactlyOne}
+                   "not_same_role": NotSameRole, "role_parity": RoleParity, "truth_parity": TruthParity,
+                   "exactly_one": ExactlyOne}
 
 # %% ../nbs/05_puzzles.ipynb #b0012a01
 def _a(role): return "an " + role if role[0] in "aeiou" else "a " + role
@@ -251,7 +255,8 @@ def _operand(s, names, speaker):
 @serializable
 @dataclass
 class Is(_Bool):
-    "`person` is a `role`: the classic puzzles' atom (their ('telling-truth', i) is `Is(i, 'knight')`, ('lying', i) is `Is(i, 'knave')`)."
+    """`person` is a `role`: the classic puzzles' atom (their ('telling-truth', i) is `Is(i, 'knight')`, ('lying', i) is
+    `Is(i, 'knave')`)."""
     person: int
     role: str
     def __post_init__(self): self.person = int(self.person); _check_role(self.role)
@@ -280,7 +285,8 @@ class _Many(_Bool):
         if len(self.statements) < 2: raise ValueError(f"{type(self).__name__} takes at least two statements")
         super().__post_init__()
     def parts(self): return self.statements
-    def clause(self, names, speaker=None): return f" {self.word} ".join(_operand(s, names, speaker) for s in self.statements)
+    def clause(self, names, speaker=None):
+        return f" {self.word} ".join(_operand(s, names, speaker) for s in self.statements)
 
 # %% ../nbs/05_puzzles.ipynb #981f23bf
 @serializable
@@ -309,7 +315,8 @@ class Implies(_Bool):
     second: Any
     def parts(self): return [self.first, self.second]
     def holds(self, roles, truth): return not self.first.holds(roles, truth) or self.second.holds(roles, truth)
-    def clause(self, names, speaker=None): return f"If {_operand(self.first, names, speaker)} then {_operand(self.second, names, speaker)}"
+    def clause(self, names, speaker=None):
+        return f"If {_operand(self.first, names, speaker)} then {_operand(self.second, names, speaker)}"
 
 # %% ../nbs/05_puzzles.ipynb #8a315f25
 @serializable
@@ -320,7 +327,8 @@ class Iff(_Bool):
     second: Any
     def parts(self): return [self.first, self.second]
     def holds(self, roles, truth): return self.first.holds(roles, truth) == self.second.holds(roles, truth)
-    def clause(self, names, speaker=None): return f"{_operand(self.first, names, speaker)} if and only if {_operand(self.second, names, speaker)}"
+    def clause(self, names, speaker=None):
+        return f"{_operand(self.first, names, speaker)} if and only if {_operand(self.second, names, speaker)}"
 
 # %% ../nbs/05_puzzles.ipynb #e785e51e
 STATEMENT_TYPES.update({"is": Is, "not": Not, "and": And, "or": Or, "implies": Implies, "iff": Iff})
@@ -339,25 +347,32 @@ class Puzzle:
     id: str|None = None                  # unique item id, e.g. "controlmad-6-0012"
 
     def __post_init__(self):
-        if len(self.statements) != len(self.players): raise ValueError(f"{len(self.players)} players but {len(self.statements)} statements")
+        if len(self.statements) != len(self.players):
+            raise ValueError(f"{len(self.players)} players but {len(self.statements)} statements")
         if len(set(self.players)) != len(self.players): raise ValueError("player names must be distinct")
 
     @property
     def n_players(self) -> int: return len(self.players)
 
     def check(self):
-        "Raise `ValueError` when a statement mentions a player who does not exist or the truth of a player who says nothing."
+        """Raise `ValueError` when a statement mentions a player who does not exist or the truth of a player who says
+        nothing."""
         n = self.n_players
-        for who, s in [(self.players[i], s) for i, s in enumerate(self.statements)] + [(f"hint {k+1}", h) for k, h in enumerate(self.hints)]:
+        for who, s in [(self.players[i], s) for i, s in enumerate(self.statements)] + [(f"hint {k+1}", h) for k,
+                h in enumerate(self.hints)]:
             if s is None: continue
-            if not isinstance(s, _Statement): raise TypeError(f"{who}'s statement is not a statement type ({', '.join(STATEMENT_TYPES)}): {s!r}")
+            if not isinstance(s, _Statement):
+                raise TypeError(f"{who}'s statement is not a statement type ({', '.join(STATEMENT_TYPES)}): {s!r}")
             for j in s.mentions():
-                if not 0 <= j < n: raise ValueError(f"{who}'s statement mentions player index {j}, but players are 0..{n-1}")
+                if not 0 <= j < n:
+                    raise ValueError(f"{who}'s statement mentions player index {j}, but players are 0..{n-1}")
             for j in s.refs():
                 if self.statements[j] is None:
-                    raise ValueError(f"{who}'s statement refers to whether {self.players[j]} is telling the truth, but {self.players[j]} makes no statement")
+                    raise ValueError(f"{who}'s statement refers to whether {self.players[j]} is telling the truth, "
+                                     f"but {self.players[j]} makes no statement")
         if self.solution is not None:
-            if set(self.solution) != set(self.players): raise ValueError("the solution must give a role to every player and only to them")
+            if set(self.solution) != set(self.players):
+                raise ValueError("the solution must give a role to every player and only to them")
             for r in self.solution.values(): _check_role(r)
         return self
 
@@ -370,7 +385,8 @@ def roles(self: Puzzle, solution=None) -> list:
 
 # %% ../nbs/05_puzzles.ipynb #0738bd70
 @patch
-def statement_text(self: Puzzle, i) -> str: return self.statements[i].render(self.players, i) if self.statements[i] else ""
+def statement_text(self: Puzzle, i) -> str:
+    return self.statements[i].render(self.players, i) if self.statements[i] else ""
 
 # %% ../nbs/05_puzzles.ipynb #095c7043
 @patch
@@ -379,13 +395,15 @@ def hint_text(self: Puzzle) -> str:
     hs = [h.render(self.players, self.n_players + k) for k, h in enumerate(self.hints)]
     if not hs: return ""
     if len(hs) == 1: return "I am the game manager and here is a hint for you: " + hs[0]
-    return "I am the game manager and here are some hints for you:" + "".join(f"\n {k+1}. {h}" for k, h in enumerate(hs))
+    return "I am the game manager and here are some hints for you:" + "".join(f"\n {k+1}. {h}" for k,
+            h in enumerate(hs))
 
 # %% ../nbs/05_puzzles.ipynb #78a87120
 @patch
 def text(self: Puzzle) -> str:
     "The game as ControlMAD's `text_game`."
-    out = "".join(f"---\nPlayer name: {p}\nPlayer statement: {self.statement_text(i)}\n" for i, p in enumerate(self.players))
+    out = "".join(f"---\nPlayer name: {p}\nPlayer statement: {self.statement_text(i)}\n" for i,
+                  p in enumerate(self.players))
     return out + (f"---\nMessage from the game manager: {self.hint_text()}\n" if self.hints else "")
 
 # %% ../nbs/05_puzzles.ipynb #4ad72f79
@@ -401,14 +419,17 @@ def to_item(self: Puzzle) -> Item:
     "This game as a task `Item` (task 'kks', prompt = the game text, gold = the solution)."
     return Item(id=self.id or f"kks-{self.n_players}-{self.game_id}", task="kks", prompt=self.text(),
                 gold=dict(self.solution) if self.solution else None, data=self,
-                meta={"n_players": self.n_players, "n_spies": sum(r == "spy" for r in (self.solution or {}).values()), "source": self.source})
+                meta={"n_players": self.n_players, "n_spies": sum(r == "spy" for r in (self.solution or {}).values()),
+                      "source": self.source})
 
 # %% ../nbs/05_puzzles.ipynb #a6912e5a
 @patch
 def _repr_html_(self: Puzzle):
     e = html.escape
-    rows = "".join(f"<tr><td><b>{e(p)}</b></td><td style='text-align:left;white-space:pre-wrap'>{e(self.statement_text(i))}</td>"
-                   f"<td>{e(self.solution.get(p, '')) if self.solution else ''}</td></tr>" for i, p in enumerate(self.players))
+    rows = "".join(f"<tr><td><b>{e(p)}</b></td><td "
+                   f"style='text-align:left;white-space:pre-wrap'>{e(self.statement_text(i))}</td>"
+                   f"<td>{e(self.solution.get(p, '')) if self.solution else ''}</td></tr>" for i,
+                   p in enumerate(self.players))
     hints = f"<p><i>Game manager:</i> {e(self.hint_text())}</p>" if self.hints else ""
     return (f"<div><b>Knight-Knave-Spy game {e(str(self.id or self.game_id or ''))}</b> ({self.n_players} players)"
             f"<table><tr><th>player</th><th>statement</th><th>gold</th></tr>{rows}</table>{hints}</div>")
@@ -458,7 +479,8 @@ def reify(self: _Model, s, lit):
     "Post `lit <-> s` (or `s` itself when `lit` is None)."
     m = self.m
     if isinstance(s, (RoleCount, TruthCount)):
-        xs = [self.role[j][KKS_ROLES.index(s.role)] for j in s.people] if isinstance(s, RoleCount) else self._truths(s.people, s.truthful)
+        xs = [self.role[j][KKS_ROLES.index(s.role)]
+              for j in s.people] if isinstance(s, RoleCount) else self._truths(s.people, s.truthful)
         if lit is None: m.Add(sum(xs) == s.n); return
         m.Add(sum(xs) == s.n).OnlyEnforceIf(lit)
         m.Add(sum(xs) != s.n).OnlyEnforceIf(lit.Not())
@@ -474,7 +496,8 @@ def reify(self: _Model, s, lit):
         self._eq_and(a, self._truths(s.people, True)); self._eq_and(b, self._truths(s.people, False))
         self._eq_or(lit, [a, b])
     elif isinstance(s, (RoleParity, TruthParity)):
-        xs = [self.role[j][KKS_ROLES.index(s.role)] for j in s.people] if isinstance(s, RoleParity) else self._truths(s.people, s.truthful)
+        xs = [self.role[j][KKS_ROLES.index(s.role)]
+              for j in s.people] if isinstance(s, RoleParity) else self._truths(s.people, s.truthful)
         if lit is None: lit = self._true()
         # XOR(xs) is "the count is odd"; odd wanted: XOR(xs) == lit; even wanted: XOR(xs) == not lit
         m.AddBoolXOr(xs + [lit] if s.even else xs + [lit.Not()])
@@ -499,7 +522,8 @@ def _reify_bool(self: _Model, s, lit):
     elif isinstance(s, And): self._eq_and(lit, cs)
     elif isinstance(s, Or): self._eq_or(lit, cs)
     elif isinstance(s, Implies): self._eq_or(lit, [cs[0].Not(), cs[1]])
-    elif isinstance(s, Iff): m.AddBoolXOr([cs[0], cs[1], lit if lit is not None else self._true()])   # odd sum: lit == (a == b)
+    # odd sum: lit == (a == b)
+    elif isinstance(s, Iff): m.AddBoolXOr([cs[0], cs[1], lit if lit is not None else self._true()])
     else: raise TypeError(f"not a statement: {s!r}")
 
 @patch
@@ -532,7 +556,8 @@ def solve(puzzle: Puzzle, limit: int|None=None) -> list[dict]:
     "Every solution of `puzzle` (or the first `limit`), each a dict player name -> 'knight'/'knave'/'spy'."
     puzzle.check()
     if limit is not None:
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0: raise ValueError(f"limit must be None or an int >= 0; got {limit!r}")
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+            raise ValueError(f"limit must be None or an int >= 0; got {limit!r}")
         if limit == 0: return []
     sols = _Model(puzzle).solve(limit)
     if limit is None: sols = sorted(sols)
@@ -548,746 +573,8 @@ def _brute_force(puzzle: Puzzle, limit=None) -> list[dict]:
         for bits in itertools.product((True, False), repeat=len(spies)):
             truth = [r == 0 for r in roles]
             for i, b in zip(spies, bits): truth[i] = b
-            if all(h.holds(roles, truth) for h in hints) and all(s is None or s.holds(roles, truth) == truth[i] for i, s in enumerate(sts)):
+            if all(h.holds(roles, truth) for h in hints) and all(s is None or s.holds(roles, truth) == truth[i] for i,
+                    s in enumerate(sts)):
                 out.append({p: KKS_ROLES[r] for p, r in zip(puzzle.players, roles)}); break
         if limit is not None and len(out) >= limit: break
     return out
-
-# %% ../nbs/05_puzzles.ipynb #f4feb142
-class KKSFormatError(ValueError):
-    "A ControlMAD record that cannot be read; names the file, line and field."
-    def __init__(self, path, line, field, msg):
-        self.path, self.line, self.field = str(path), line, field
-        super().__init__(f"{path}:{line}: field {field}: {msg}" if field else f"{path}:{line}: {msg}")
-
-# %% ../nbs/05_puzzles.ipynb #8462f1f2
-_KINDS = {c: cls for cls in (RoleCount, TruthCount, SameRole, SameTruth, NotSameRole, RoleParity, TruthParity, ExactlyOne) for c in cls.codes}
-
-def _err(where, field, msg): raise KKSFormatError(where[0], where[1], field, msg)
-
-def _from_raw(code, raw, n, where, fld, nested=False):
-    "A statement from ControlMAD's `code` and raw list; `fld` names the field for errors."
-    if isinstance(code, bool) or not isinstance(code, int) or code not in _KINDS or (nested and code == 15):
-        _err(where, fld.replace("raw_statement", "raw_schema") if not nested else fld + "[0]", f"unknown schema code {code!r}")
-    cls = _KINDS[code]
-    sf = fld if not nested else fld + "[1]"
-    if not isinstance(raw, list): _err(where, sf, f"expected a list, got {raw!r}")
-    if cls is ExactlyOne:
-        if len(raw) != 2 or not all(isinstance(x, list) and len(x) == 2 for x in raw): _err(where, sf, "code 15 takes [[code1, statement1], [code2, statement2]]")
-        return ExactlyOne(*[_from_raw(raw[k][0], raw[k][1], n, where, f"{sf}[{k}]", nested=True) for k in range(2)])
-    width = {RoleCount: 3, TruthCount: 3, RoleParity: 3, TruthParity: 3}.get(cls, 1)
-    if len(raw) != width: _err(where, sf, f"code {code} takes {width} entries, got {len(raw)}")
-    people = raw[0]
-    if not isinstance(people, list) or not people: _err(where, f"{sf}[0]", f"expected a non-empty list of player indices, got {people!r}")
-    for k, i in enumerate(people):
-        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < n: _err(where, f"{sf}[0][{k}]", f"player index {i!r} out of range 0..{n-1}")
-    def pick(k, allowed, what):
-        v = raw[k]
-        if isinstance(v, bool) or v not in allowed: _err(where, f"{sf}[{k}]", f"{what} must be one of {allowed}, got {v!r}")
-        return v
-    if cls is RoleCount: return RoleCount(people, pick(1, list(range(len(people) + 1)), "count"), KKS_ROLES[pick(2, [1, 2, 3], "role") - 1], code)
-    if cls is TruthCount: return TruthCount(people, pick(1, list(range(len(people) + 1)), "count"), pick(2, [1, 2], "tf") == 1, code)
-    if cls is RoleParity: return RoleParity(people, KKS_ROLES[pick(1, [1, 2, 3], "role") - 1], pick(2, [1, 2], "eo") == 2, code)
-    if cls is TruthParity: return TruthParity(people, pick(1, [1, 2], "tf") == 1, pick(2, [1, 2], "eo") == 2, code)
-    return cls(people, code)
-
-# %% ../nbs/05_puzzles.ipynb #55262501
-_NAME_RE = re.compile(r"^Player name: (.*)$", re.M)
-
-def _puzzle_from_record(d, where, prefix):
-    if not isinstance(d, dict): _err(where, None, "a record must be a JSON object")
-    for k in ("num_player", "raw_schema", "raw_statement", "text_game"):
-        if k not in d: _err(where, k, "missing")
-    n = d["num_player"]
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1: _err(where, "num_player", f"expected a positive integer, got {n!r}")
-    names = _NAME_RE.findall(d["text_game"]) if isinstance(d["text_game"], str) else []
-    if len(names) != n: _err(where, "text_game", f"found {len(names)} 'Player name:' lines for num_player={n}")
-    sch, raw = d["raw_schema"], d["raw_statement"]
-    if not isinstance(sch, list) or not isinstance(raw, list) or len(sch) != len(raw):
-        _err(where, "raw_schema", "raw_schema and raw_statement must be lists of the same length")
-    if len(raw) < n: _err(where, "raw_statement", f"{len(raw)} statements for {n} players")
-    sts = [_from_raw(sch[i], raw[i], n, where, f"raw_statement[{i}]") for i in range(len(raw))]
-    sol = d.get("raw_solution")
-    if sol is not None:
-        if not isinstance(sol, list) or len(sol) != n: _err(where, "raw_solution", f"expected {n} role codes, got {sol!r}")
-        for k, r in enumerate(sol):
-            if isinstance(r, bool) or r not in (1, 2, 3): _err(where, f"raw_solution[{k}]", f"role code must be 1, 2 or 3, got {r!r}")
-        sol = {p: KKS_ROLES[r - 1] for p, r in zip(names, sol)}
-    try: return Puzzle(names, sts[:n], sts[n:], sol, d.get("game_id"), f"{where[0].name}:{where[1]}", f"{prefix}-{where[0].stem}-{where[1]:04d}")
-    except ValueError as e: _err(where, "text_game", str(e))
-
-# %% ../nbs/05_puzzles.ipynb #b869c4ec
-def _jsonl_files(path):
-    path = Path(path)
-    if path.is_dir():
-        fs = sorted(path.glob("*.jsonl"), key=lambda f: (int(f.stem) if f.stem.isdigit() else 10**9, f.name))
-        if not fs: raise FileNotFoundError(f"no .jsonl files in {path}")
-        return fs
-    if not path.exists(): raise FileNotFoundError(path)
-    return [path]
-
-def _jsonl_records(f):
-    "(line number, JSON value) of every non-blank line of `f`; a `KKSFormatError` naming the line that is not UTF-8 JSON."
-    with open(f, "rb") as fh:
-        for ln, raw in enumerate(fh, 1):
-            try: line = raw.decode("utf-8-sig" if ln == 1 else "utf-8")
-            except UnicodeDecodeError as e: raise KKSFormatError(f, ln, None, f"not UTF-8 text ({e.reason} at byte {e.start + 1} of the line)") from None
-            if not line.strip(): continue
-            try: d = json.loads(line)
-            except json.JSONDecodeError as e: raise KKSFormatError(f, ln, None, f"malformed JSON ({e.msg} at column {e.colno})") from None
-            except RecursionError: raise KKSFormatError(f, ln, None, "malformed JSON (nested too deeply)") from None
-            except ValueError as e: raise KKSFormatError(f, ln, None, f"malformed JSON ({str(e)[:200]})") from None   # e.g. an integer of 5000 digits
-            yield ln, d
-
-def load_controlmad(path, prefix: str|None=None) -> list[Puzzle]:
-    "Puzzles (with gold solutions) from a ControlMAD JSONL file, or every `*.jsonl` in a folder (sizes in numeric order)."
-    out = []
-    for f in _jsonl_files(path):
-        pre = prefix or f.resolve().parent.name
-        for ln, d in _jsonl_records(f): out.append(_puzzle_from_record(d, (f, ln), pre))
-    return out
-
-# %% ../nbs/05_puzzles.ipynb #6ac985c2
-def controlmad_record(p: Puzzle, game_id=None) -> dict:
-    "`p` as a ControlMAD record (same keys, same meaning of every raw field)."
-    if p.solution is None: raise ValueError(f"puzzle {p.id}: ControlMAD records need the gold solution")
-    if not p.hints: raise ValueError(f"puzzle {p.id}: ControlMAD games always carry the game manager's hint (the number of spies)")
-    if any(s is None for s in p.statements): raise ValueError(f"puzzle {p.id}: every player needs a statement in ControlMAD's format")
-    sts = list(p.statements) + list(p.hints)
-    for s in sts:
-        if s.code is None: raise ValueError(f"puzzle {p.id}: {type(s).__name__} statements have no ControlMAD code; write such games with to_kk")
-    roles = p.roles()
-    return {"game_id": game_id if game_id is not None else p.game_id, "num_player": p.n_players, "num_spy": roles.count(2),
-            "num_hint": len(p.hints) - 1, "raw_schema": [s.code for s in sts], "raw_statement": [s.raw() for s in sts],
-            "raw_solution": [r + 1 for r in roles], "text_game": p.text(), "text_solution": p.solution_text()}
-
-# %% ../nbs/05_puzzles.ipynb #3f348ebe
-def to_controlmad(puzzles, path) -> list[Path]:
-    "Write `puzzles` as ControlMAD JSONL: to `path` if it ends in .jsonl, else one `<size>.jsonl` per size in folder `path`."
-    path = Path(path)
-    groups = {path: list(puzzles)} if path.suffix == ".jsonl" else {}
-    if not groups:
-        for p in puzzles: groups.setdefault(path / f"{p.n_players}.jsonl", []).append(p)
-    for f, ps in groups.items():
-        f.parent.mkdir(parents=True, exist_ok=True)
-        lines = [json.dumps(controlmad_record(p, p.game_id if p.game_id is not None else k + 1)) for k, p in enumerate(ps)]
-        with open(f, "w", encoding="utf-8", newline="\n") as fh: fh.write("".join(l + "\n" for l in lines))
-    return sorted(groups)
-
-# %% ../nbs/05_puzzles.ipynb #caecd063
-_KIND_CODES = {"role_count": (1, 2, 3), "truth_count": (4, 5), "same_role": (6, 7), "same_truth": (8, 9), "not_same_role": (10,),
-               "role_parity": (11, 12), "truth_parity": (13, 14), "exactly_one": (15,)}
-
-DIFFICULTY = {
-    "easy": {"role_count": 3, "same_role": 2, "not_same_role": 1, "truth_count": 2},
-    "medium": {k: len(v) for k, v in _KIND_CODES.items()},          # ControlMAD: codes 1-15 drawn uniformly
-    "hard": {"role_count": 1, "truth_count": 2, "same_role": 1, "same_truth": 2, "not_same_role": 1, "role_parity": 2, "truth_parity": 3, "exactly_one": 4},
-    "kk": {"is": 1, "not": 1, "and": 1, "or": 1, "implies": 1, "iff": 1},   # the classic puzzles: operators over atoms
-}
-
-# %% ../nbs/05_puzzles.ipynb #cebb3a72
-_BOOL_KINDS = ("is", "not", "and", "or", "implies", "iff")
-
-_TRUTH_KINDS = {"truth_count": 1, "same_truth": 2, "truth_parity": 3}   # kind -> earlier players needed
-
-_ENUM, _CANDIDATES = 256, 12
-
-def _pick(rng, weights):
-    "A key of `weights` drawn with probability proportional to its weight (keys in sorted order)."
-    keys = sorted(k for k, w in weights.items() if w > 0)
-    if not keys: raise ValueError("no statement type is possible here; widen statement_mix")
-    x, acc = rng.random() * sum(weights[k] for k in keys), 0.0
-    for k in keys:
-        acc += weights[k]
-        if x < acc: return k
-    return keys[-1]
-
-def _feasible(kind, n, sp):
-    m = sp if sp < n else n                                # truth statements mention earlier players only
-    if kind in _TRUTH_KINDS: return m >= _TRUTH_KINDS[kind]
-    return {"same_role": n >= 3, "not_same_role": n >= 2, "role_parity": n >= 3}.get(kind, True)
-
-# %% ../nbs/05_puzzles.ipynb #5a08b78c
-def _draw(rng, kind, sp, want, R, T, n, n_spies, mix):
-    "A random statement of `kind` by speaker `sp` whose truth value under roles `R` and truths `T` is `want`, or None."
-    if kind in _BOOL_KINDS: return _draw_bool(rng, kind, want, R, n, n_spies)
-    m = sp if sp < n else n
-    code = rng.choice(_KIND_CODES[kind])
-    for _ in range(12):
-        if kind == "exactly_one":
-            inner = {k: w for k, w in mix.items() if k != "exactly_one" and _feasible(k, n, sp)}
-            if not inner: return None
-            a_want = rng.random() < 0.5
-            a = _draw(rng, _pick(rng, inner), sp, a_want, R, T, n, n_spies, mix)
-            b = _draw(rng, _pick(rng, inner), sp, (not a_want) if want else a_want, R, T, n, n_spies, mix)
-            if a is None or b is None: continue
-            return ExactlyOne(a, b)
-        if kind in ("role_count", "truth_count"):
-            if kind == "role_count":
-                S = rng.sample(range(n), rng.randint(1, n)); role = rng.randrange(3)
-                c, hi = sum(R[j] == role for j in S), (min(n_spies, len(S)) if role == 2 else len(S))
-            else:
-                S = rng.sample(range(m), rng.randint(1, m)); tf = rng.random() < 0.5
-                c, hi = sum(T[j] == tf for j in S), len(S)
-            if want: k = c if 1 <= c <= hi else None
-            else:
-                ks = [k for k in range(1, hi + 1) if k != c]
-                k = rng.choice(ks) if ks else None
-            if k is None: continue
-            return RoleCount(S, k, KKS_ROLES[role], code) if kind == "role_count" else TruthCount(S, k, tf, code)
-        if kind == "role_parity":
-            S = rng.sample(range(n), rng.randint(3, n)); role = rng.randrange(3)
-            even = (sum(R[j] == role for j in S) % 2 == 0) == want
-            return RoleParity(S, KKS_ROLES[role], even, code)
-        if kind == "truth_parity":
-            S = rng.sample(range(m), rng.randint(3, m)); tf = rng.random() < 0.5
-            even = (sum(T[j] == tf for j in S) % 2 == 0) == want
-            return TruthParity(S, tf, even, code)
-        if kind == "same_role": s = SameRole(rng.sample(range(n), rng.randint(2, n - 1)), code)
-        elif kind == "not_same_role": s = NotSameRole(rng.sample(range(n), rng.randint(2, n)), code)
-        elif kind == "same_truth": s = SameTruth(rng.sample(range(m), rng.randint(2, m)), code)
-        else: raise ValueError(f"unknown statement type {kind!r}; known: {', '.join(STATEMENT_TYPES)}")
-        if s.holds(R, T) == want: return s
-    return None
-
-def _draw_bool(rng, kind, want, R, n, n_spies):
-    "A classic-puzzle statement of `kind` (an atom, a negated atom, or an operator over two different atoms) that is `want` under roles `R`, or None."
-    roles = KKS_ROLES if n_spies else KKS_ROLES[:2]
-    atom = lambda: Is(rng.randrange(n), rng.choice(roles))
-    for _ in range(12):
-        if kind in ("is", "not"): s = atom() if kind == "is" else Not(atom())
-        else:
-            a, b = atom(), atom()
-            if a == b: continue
-            s = {"and": lambda: And([a, b]), "or": lambda: Or([a, b]), "implies": lambda: Implies(a, b), "iff": lambda: Iff(a, b)}[kind]()
-        if s.holds(R, None) == want: return s
-    return None
-
-# %% ../nbs/05_puzzles.ipynb #631b5ef8
-def _statement(rng, sp, want, R, T, n, n_spies, mix):
-    "A statement for speaker `sp` with truth value `want` under roles `R` and truths `T`."
-    weights = {k: w for k, w in mix.items() if _feasible(k, n, sp)}
-    for _ in range(50):
-        s = _draw(rng, _pick(rng, weights), sp, want, R, T, n, n_spies, mix)
-        if s is not None: return s
-    return None
-
-def _solutions(p, limit, skip=None):
-    "All (roles, truth) solutions, sorted, with player `skip`'s statement left out (its truth value free); None when more than `limit`."
-    sols = _Model(p, skip).solve(limit + 1, with_truth=True)
-    return sorted(sols) if len(sols) <= limit else None
-
-def _score(sols): return (len({r for r, _ in sols}), len(sols))
-
-def _one_game(rng, n, n_spies, hints, mix, names):
-    R = [2] * n
-    spies = rng.sample(range(n), n_spies)
-    for i in range(n):
-        if i not in spies: R[i] = 0 if rng.random() < 0.5 else 1
-    T = [r == 0 if r != 2 else rng.random() < 0.5 for r in R]
-    sts = []
-    for i in range(n):
-        s = _statement(rng, i, T[i], R, T, n, n_spies, mix)
-        if s is None: return None
-        sts.append(s)
-    hs = [RoleCount(list(range(n)), n_spies, "spy")] if hints else []
-    hint_mix = {k: w for k, w in mix.items() if k in ("role_count", "truth_count", "same_role", "same_truth", "not_same_role")} or {"role_count": 1}
-    while len(hs) < hints:
-        h = _statement(rng, n + len(hs), True, R, T, n, n_spies, hint_mix)
-        if h is None: return None
-        if not (isinstance(h, RoleCount) and h.role == "spy" and len(h.people) == n): hs.append(h)
-    p = Puzzle(rng.sample(names, n), sts, hs)
-    sols = _solutions(p, _ENUM)
-    if sols is None: return None
-    score = _score(sols)
-    for _ in range(4 * n):
-        if score[0] == 1: break
-        i = rng.randrange(n)
-        free = _solutions(p, _ENUM, skip=i)              # solutions whatever player i says
-        if free is None: continue
-        best = None
-        for _ in range(_CANDIDATES):
-            s = _statement(rng, i, T[i], R, T, n, n_spies, mix)
-            if s is None: continue
-            sc = _score([q for q in free if s.holds(*q) == q[1][i]])
-            if best is None or sc < best[0]: best = (sc, s)
-        if best is not None and best[0] <= score: score, p.statements[i] = best
-    if score[0] != 1: return None
-    p.solution = {name: KKS_ROLES[r] for name, r in zip(p.players, R)}
-    return p
-
-# %% ../nbs/05_puzzles.ipynb #c9eae60f
-def generate(n_players: int, count: int = 1, seed: int = 0, n_spies: int = 1, hints: int = 1,
-             statement_mix: dict|None = None, difficulty: str = "medium", names: list|None = None) -> list[Puzzle]:
-    """`count` games of `n_players`, each with exactly one solution; the same arguments give the same games on any machine.
-    `hints` game-manager hints, at least 1 (the first states the number of spies, as in ControlMAD);
-    `statement_mix` weights over `STATEMENT_TYPES` (default: the `difficulty` preset of `DIFFICULTY`)."""
-    if isinstance(seed, bool) or not isinstance(seed, int): raise TypeError("seed must be an int")
-    if isinstance(n_players, bool) or not isinstance(n_players, int) or n_players < 2: raise ValueError(f"n_players must be an int >= 2; got {n_players!r}")
-    if isinstance(count, bool) or not isinstance(count, int) or count < 0: raise ValueError(f"count must be an int >= 0; got {count!r}")
-    if isinstance(hints, bool) or not isinstance(hints, int) or hints < 1:
-        raise ValueError(f"hints must be an int >= 1 (the first is the spy count: without it spies are unconstrained and no game "
-                         f"has a unique solution; ControlMAD's format needs it too); got {hints!r}")
-    if not 0 <= n_spies <= n_players: raise ValueError(f"n_spies must be in 0..{n_players}")
-    if difficulty not in DIFFICULTY: raise ValueError(f"difficulty must be one of {', '.join(DIFFICULTY)}")
-    mix = dict(statement_mix if statement_mix is not None else DIFFICULTY[difficulty])
-    for k in mix:
-        if k not in STATEMENT_TYPES: raise ValueError(f"unknown statement type {k!r}; known: {', '.join(STATEMENT_TYPES)}")
-    pool = list(names) if names is not None else (NAMES[:26] if n_players <= 26 else NAMES)
-    if len(set(pool)) < n_players: raise ValueError(f"{n_players} players need at least {n_players} distinct names")
-    rng, out, tries = random.Random(seed), [], 0
-    while len(out) < count:
-        tries += 1
-        if tries > 50 * count + 50: raise RuntimeError(f"could not make {count} unique games with these settings (made {len(out)})")
-        p = _one_game(rng, n_players, n_spies, hints, mix, pool)
-        if p is None: continue
-        k = len(out) + 1
-        p.game_id, p.source, p.id = k, f"madlab.generate(n_players={n_players}, seed={seed})", f"kks-{n_players}-s{seed}-{k:04d}"
-        out.append(p)
-    return out
-
-# %% ../nbs/05_puzzles.ipynb #b0015k01
-KK_TEMPLATES = ['{name} said that {s}.', '{name} told you that {s}.', '{name} said, "{s}."', '{name} stated, "{s}".',
-                'According to {name}, "{s}".', "In {name}'s words: \"{s}\".", '{name} remarked, "{s}".', '"{s}," {name} declared.',
-                '{name} was heard saying, "{s}".', '{name} expressed that {s}.', '"{s}" - {name}.', 'As {name} put it, "{s}".',
-                '{name} asserted: "{s}".', '"{s}," {name} mentioned.', '{name} commented, "{s}".', 'In a statement by {name}: "{s}".',
-                '{name} noted, "{s}".', '"{s}," {name} claimed.']
-
-# %% ../nbs/05_puzzles.ipynb #71715074
-def _no_spies(n): return RoleCount(list(range(n)), 0, "spy")
-
-def _is_classic(p: Puzzle) -> bool: return p.hints == [_no_spies(p.n_players)]
-
-def _names_list(names): return ", ".join(names[:-1]) + ", and " + names[-1] if len(names) > 1 else names[0]
-
-def kk_quiz(p: Puzzle, seed: int = 0, template: int|None = None) -> str:
-    "`p` as a classic quiz; each sentence's wording drawn from `KK_TEMPLATES` with `seed` (or always `KK_TEMPLATES[template]`)."
-    if not _is_classic(p): raise ValueError(f"puzzle {p.id}: a classic quiz has exactly one hint, that there are no spies")
-    rng, out = random.Random(seed), []
-    for i, (name, s) in enumerate(zip(p.players, p.statements)):
-        if not isinstance(s, _Bool): raise ValueError(f"puzzle {p.id}: {name}'s statement ({type(s).__name__}) is not a boolean statement; a quiz cannot state it")
-        if any(isinstance(a, Is) and a.role == "spy" for a in _atoms(s)): raise ValueError(f"puzzle {p.id}: {name}'s statement mentions a spy")
-        t = KK_TEMPLATES[template if template is not None else rng.randrange(len(KK_TEMPLATES))]
-        out.append(t.format(name=name, s=s.clause(p.players)))
-    return ("A very special island is inhabited only by knights and knaves. Knights always tell the truth, and knaves always lie. "
-            f"You meet {p.n_players} inhabitants: {_names_list(p.players)}. " + " ".join(out) + " So who is a knight and who is a knave?")
-
-def _atoms(s): return [s] if isinstance(s, Is) else [a for x in (s.parts() if isinstance(s, _Bool) else []) for a in _atoms(x)]
-
-# %% ../nbs/05_puzzles.ipynb #b0015k03
-class KKQuizError(ValueError):
-    "A quiz that cannot be read; names the sentence."
-
-# %% ../nbs/05_puzzles.ipynb #eab8e1e0
-_KK_HEAD = re.compile(r"\s*A very special island is inhabited only by (\w+?)s and (\w+?)s\.\s+(\w+?)s always tell the truth,? and (\w+?)s always lie\.\s+"
-                      r"You meet (\d+) inhabitants?: (.*?)\.(?=\s|$)", re.I | re.S)
-_KK_TAIL = re.compile(r"\s*So who is an? \w+ and who is an? \w+\?\s*$", re.I)
-
-def _kk_words(quiz) -> dict:
-    "The quiz's words for the truth-teller and the liar (the benchmark swaps or replaces them in some copies) -> madlab's roles."
-    m = _KK_HEAD.match(quiz or "")
-    if not m: raise KKQuizError("the quiz does not open with 'A very special island is inhabited only by knights and knaves. ... You meet N inhabitants: ...'")
-    truth, lie = m.group(3).lower(), m.group(4).lower()
-    if {truth, lie} != {m.group(1).lower(), m.group(2).lower()} or truth == lie: raise KKQuizError(f"the quiz's opening names {m.group(1)}s and {m.group(2)}s but says {truth}s tell the truth and {lie}s lie")
-    return {truth: "knight", lie: "knave", "spy": "spy"}
-
-def _split_top(s, sep):
-    "`s` split at `sep` (any case) outside brackets."
-    out, depth, last, low = [], 0, 0, s.lower()
-    for i, c in enumerate(s):
-        depth += (c == "(") - (c == ")")
-        if depth == 0 and low.startswith(sep, i) and i >= last: out.append(s[last:i]); last = i + len(sep)
-    return out + [s[last:]]
-
-def _kk_statement(s, names, words):
-    "A statement from its English (the forms `kk_quiz` writes); ValueError when it is not one."
-    s = s.strip()
-    if s.startswith("(") and s.endswith(")") and _balanced(s[1:-1]): return _kk_statement(s[1:-1], names, words)
-    if s[:3].lower() == "if ":
-        parts = _split_top(s[3:], " then ")
-        if len(parts) == 2: return Implies(_kk_statement(parts[0], names, words), _kk_statement(parts[1], names, words))
-    parts = _split_top(s, " if and only if ")
-    if len(parts) == 2: return Iff(*[_kk_statement(x, names, words) for x in parts])
-    ands, ors = _split_top(s, " and "), _split_top(s, " or ")
-    if len(ands) > 1 and len(ors) > 1: raise ValueError(f"'and' and 'or' mixed without brackets in {s!r}")
-    if len(ands) > 1 or len(ors) > 1: return (And if len(ands) > 1 else Or)([_kk_statement(x, names, words) for x in (ands if len(ands) > 1 else ors)])
-    if s.lower().startswith("it is not the case that "): return Not(_kk_statement(s[24:], names, words))
-    alt = "|".join(re.escape(w) for w in sorted(words, key=len, reverse=True))
-    who = "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
-    m = re.fullmatch(rf"({who}) is (not )?an? ({alt})", s, re.I)
-    if not m: raise ValueError(f"not a statement about an inhabitant: {s!r}")
-    a = Is(names.index(m.group(1)), words[m.group(3).lower()])
-    return Not(a) if m.group(2) else a
-
-def _balanced(s):
-    "Whether brackets in `s` never close more than they opened and end balanced."
-    d = 0
-    for c in s:
-        d += (c == "(") - (c == ")")
-        if d < 0: return False
-    return d == 0
-
-# %% ../nbs/05_puzzles.ipynb #b0015k04
-def parse_kk_quiz(text, id: str|None = None) -> Puzzle:
-    "A classic quiz (the forms of `KK_TEMPLATES`) as a `Puzzle` with the no-spies hint and no solution; a `KKQuizError` names what it cannot read."
-    words = _kk_words(text)
-    m = _KK_HEAD.match(text)
-    names = [x for x in re.split(r"\s*,\s*(?:and\s+)?|\s+and\s+", m.group(6).strip()) if x]
-    if len(names) != int(m.group(5)): raise KKQuizError(f"the quiz says {m.group(5)} inhabitants but lists {len(names)}: {m.group(6)!r}")
-    tail = _KK_TAIL.search(text)
-    if not tail: raise KKQuizError("the quiz does not end with 'So who is a knight and who is a knave?'")
-    who = "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
-    forms = [re.compile(re.escape(t).replace(r"\{name\}", f"(?P<name>{who})").replace(r"\{s\}", r'(?P<s>[^".]+?)') + r"(?=\s|$)") for t in KK_TEMPLATES]
-    body, pos, said, k = text[:tail.start()], m.end(), {}, 0
-    while True:
-        while pos < len(body) and body[pos].isspace(): pos += 1
-        if pos >= len(body): break
-        k += 1
-        hit = next((f.match(body, pos) for f in forms if f.match(body, pos)), None)
-        sentence = hit.group(0) if hit else re.match(r'.*?\."?(?=\s|$)|.+', body[pos:], re.S).group(0)
-        if hit is None: raise KKQuizError(f"sentence {k} is not one of the quiz's forms: {sentence!r}")
-        if hit.group("name") in said: raise KKQuizError(f"sentence {k}: {hit.group('name')} speaks twice: {sentence!r}")
-        try: said[hit.group("name")] = _kk_statement(hit.group("s"), names, words)
-        except ValueError as e: raise KKQuizError(f"sentence {k}: {e}: {sentence!r}") from None
-        pos = hit.end()
-    return Puzzle(names, [said.get(n) for n in names], [_no_spies(len(names))], source="quiz", id=id)
-
-# %% ../nbs/05_puzzles.ipynb #b0015k07
-_KK_OPS = {"not": (Not, 1, 1), "and": (And, 2, None), "or": (Or, 2, None), "->": (Implies, 2, 2), "<=>": (Iff, 2, 2)}
-
-def _from_kk_tuple(t, n, field):
-    "A statement from the benchmark's prefix tuple; ValueError naming `field` when it is not one."
-    if not isinstance(t, tuple) or not t: raise ValueError(f"{field}: expected a tuple such as ('lying', 0), got {t!r}")
-    op = t[0]
-    if op in ("telling-truth", "lying"):
-        if len(t) != 2 or isinstance(t[1], bool) or not isinstance(t[1], int) or not 0 <= t[1] < n:
-            raise ValueError(f"{field}: ({op!r}, i) takes a person index 0..{n-1}, got {t!r}")
-        return Is(t[1], "knight" if op == "telling-truth" else "knave")
-    if op not in _KK_OPS: raise ValueError(f"{field}: unknown operator {op!r}; known: 'telling-truth', 'lying', {', '.join(map(repr, _KK_OPS))}")
-    cls, lo, hi = _KK_OPS[op]
-    args = [_from_kk_tuple(x, n, f"{field}[{k+1}]") for k, x in enumerate(t[1:])]
-    if len(args) < lo or (hi is not None and len(args) > hi): raise ValueError(f"{field}: {op!r} takes {lo if lo == hi else f'{lo} or more'} statements, got {len(args)}")
-    return cls(args) if cls in (And, Or) else cls(*args)
-
-def _to_kk_tuple(s, name):
-    "The benchmark's prefix tuple of statement `s`."
-    if isinstance(s, Is):
-        if s.role == "spy": raise ValueError(f"{name}'s statement mentions a spy; the classic format has none")
-        return ("telling-truth" if s.role == "knight" else "lying", s.person)
-    op = {Not: "not", And: "and", Or: "or", Implies: "->", Iff: "<=>"}.get(type(s))
-    if op is None: raise ValueError(f"{name}'s statement ({type(s).__name__}) has no form in the classic format")
-    return (op, *[_to_kk_tuple(x, name) for x in s.parts()])
-
-def _kk_statements(text, n, field="statements"):
-    "The `statements` string: a literal of nested tuples, read with `ast.literal_eval` (never evaluated as code)."
-    import ast
-    if not isinstance(text, str) or len(text) > 100_000: raise ValueError(f"{field}: expected a string of at most 100,000 characters")
-    try: t = ast.literal_eval(text)
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError) as e: raise ValueError(f"{field}: not a Python literal ({type(e).__name__})") from None
-    if not isinstance(t, tuple) or len(t) != n: raise ValueError(f"{field}: expected a tuple of {n} statements, one per name")
-    return [_from_kk_tuple(x, n, f"{field}[{k}]") for k, x in enumerate(t)]
-
-# %% ../nbs/05_puzzles.ipynb #b0015k08
-_SOL_LINE = re.compile(r"^\s*\((\d+)\)\s+(.+?)\s+is\s+an?\s+(\w+)\s*\.?\s*$")
-
-def _kk_solution_text(text, names, words, field="solution_text_format"):
-    "'(1) Penelope is a knave\\n(2) ...' -> name -> role (None for 'No valid solution exists.')."
-    if not isinstance(text, str): raise ValueError(f"{field}: expected a string")
-    if text.strip().rstrip(".").lower() == "no valid solution exists": return None
-    sol = {}
-    for k, line in enumerate(l for l in text.splitlines() if l.strip()):
-        m = _SOL_LINE.match(line)
-        if not m or m.group(2) not in names or m.group(3).lower() not in words: raise ValueError(f"{field}: cannot read line {k+1}: {line!r}")
-        sol[m.group(2)] = words[m.group(3).lower()]
-    if set(sol) != set(names): raise ValueError(f"{field}: gives roles to {sorted(sol)}, the quiz has {names}")
-    return sol
-
-# %% ../nbs/05_puzzles.ipynb #e65aa411
-def _kk_puzzle(d, where, prefix):
-    "A `Puzzle` from one benchmark record (full, or only `quiz` and `solution_text_format`)."
-    if not isinstance(d, dict): _err(where, None, "a record must be a JSON object")
-    field = "quiz"
-    try:
-        words = dict(_kk_words(d["quiz"])) if isinstance(d.get("quiz"), str) else {"knight": "knight", "knave": "knave"}
-        if "statements" in d:
-            field = "names"
-            names = d.get("names")
-            if not isinstance(names, list) or not names or not all(isinstance(x, str) for x in names): raise ValueError("expected a list of names")
-            field = "statements"
-            p = Puzzle(list(names), _kk_statements(d["statements"], len(names)), [_no_spies(len(names))])
-        elif "quiz" in d: p = parse_kk_quiz(d["quiz"])
-        else: raise ValueError("missing (a record needs `statements` and `names`, or `quiz`)")
-        if isinstance(d.get("knight_knave"), dict):
-            kk = d["knight_knave"]
-            words = {str(kk.get("knight", "knight")).lower(): "knight", str(kk.get("knave", "knave")).lower(): "knave"}
-        if d.get("solution") is not None:
-            field = "solution"
-            sol = d["solution"]
-            if not isinstance(sol, list) or len(sol) != p.n_players or not all(isinstance(b, bool) for b in sol): raise ValueError(f"expected {p.n_players} booleans (true = knight)")
-            p.solution = {n: "knight" if b else "knave" for n, b in zip(p.players, sol)}
-        elif "solution_text_format" in d:
-            field = "solution_text_format"
-            p.solution = _kk_solution_text(d["solution_text_format"], p.players, words)
-        p.game_id, p.source, p.id = d.get("index"), f"{where[0].name}:{where[1]}", f"{prefix}-{where[0].stem}-{where[1]:04d}"
-        return p.check()
-    except KKSFormatError: raise
-    except (ValueError, TypeError, KeyError) as e:
-        m = re.match(r"(statements(?:\[\d+\])*|solution_text_format): (.*)", str(e), re.S)
-        _err(where, m.group(1), m.group(2)) if m else _err(where, field, str(e))
-
-# %% ../nbs/05_puzzles.ipynb #0d66e8cb
-def _kk_records(f):
-    "(record number, record) of a JSONL file or of a file holding one JSON list."
-    head = f.open("rb").read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")
-    if not head.startswith(b"["): yield from _jsonl_records(f); return
-    try: data = json.loads(f.read_text(encoding="utf-8-sig"))
-    except (UnicodeDecodeError, ValueError) as e: raise KKSFormatError(f, 1, None, f"not a JSON list ({str(e)[:200]})") from None
-    yield from enumerate(data, 1)
-
-def load_kk(path, prefix: str = "kk") -> list[Puzzle]:
-    """Classic knights-and-knaves puzzles (with gold solutions when the records carry them) from a mem-kk-logic file: JSONL,
-    or one JSON list (then errors give the record number in place of the line), or every such file of a folder."""
-    path = Path(path)
-    files = sorted(f for f in path.iterdir() if f.suffix in (".jsonl", ".json")) if path.is_dir() else [path]
-    if not files: raise FileNotFoundError(f"no .jsonl or .json files in {path}")
-    return [_kk_puzzle(d, (f, ln), prefix) for f in files for ln, d in _kk_records(f)]
-
-# %% ../nbs/05_puzzles.ipynb #b0015k09
-def kk_record(p: Puzzle, index=None, seed: int = 0) -> dict:
-    "`p` as a mem-kk-logic record (`quiz`, `names`, `knight_knave`, `solution`, `solution_text`, `solution_text_format`, `statements`, `index`)."
-    if p.solution is None: raise ValueError(f"puzzle {p.id}: a record needs the gold solution")
-    if set(p.solution.values()) - {"knight", "knave"}: raise ValueError(f"puzzle {p.id}: the classic format has no spies")
-    sts = tuple(_to_kk_tuple(s, n) for n, s in zip(p.players, p.statements))
-    said = [f"{n} is {_a(p.solution[n])}" for n in p.players]
-    return {"quiz": kk_quiz(p, seed), "names": list(p.players),
-            "knight_knave": {"knight": "knight", "knave": "knave", "a_knight": "a knight", "a_knave": "a knave"},
-            "solution": [p.solution[n] == "knight" for n in p.players],
-            "solution_text": (", ".join(said[:-1]) + ", and " + said[-1] if len(said) > 1 else said[0]) + ".",
-            "solution_text_format": "\n".join(f"({k+1}) {s}" for k, s in enumerate(said)),
-            "statements": repr(sts), "index": index if index is not None else p.game_id}
-
-# %% ../nbs/05_puzzles.ipynb #ce0831d2
-def to_kk(puzzles, path, seed: int = 0) -> Path:
-    "Write `puzzles` as a mem-kk-logic JSONL file (puzzle k's quiz wordings drawn with seed `seed + k`)."
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    lines = [json.dumps(kk_record(p, p.game_id if p.game_id is not None else k, seed + k)) for k, p in enumerate(puzzles)]
-    with open(path, "w", encoding="utf-8", newline="\n") as fh: fh.write("".join(l + "\n" for l in lines))
-    return path
-
-# %% ../nbs/05_puzzles.ipynb #b0015k12
-def load_puzzles(path) -> list[Puzzle]:
-    "Puzzles from a file of either format, told apart by its first record: mem-kk-logic's (`quiz` or `statements`) or ControlMAD's."
-    path = Path(path)
-    if path.is_dir() or not path.exists(): return load_controlmad(path)
-    head = path.open("rb").read(1 << 16).lstrip(b"\xef\xbb\xbf \t\r\n")
-    first = head.split(b"\n", 1)[0]
-    return load_kk(path) if head.startswith(b"[") or b'"quiz"' in first or b'"statements"' in first else load_controlmad(path)
-
-# %% ../nbs/05_puzzles.ipynb #47aa6624
-def kks_schema(players, confidence: bool = False) -> dict:
-    "The JSON schema of a full answer: the reasoning first, then exactly these players in this order, each once, with one of the roles."
-    row = lambda p: {"type": "object", "properties": {"name": {"const": p}, "role": {"enum": list(KKS_ROLES)}}, "required": ["name", "role"], "additionalProperties": False}
-    props = {"explanation": {"type": "string", "description": "your reasoning"},
-             "players": {"type": "array", "prefixItems": [row(p) for p in players], "items": False, "minItems": len(players), "maxItems": len(players)}}
-    if confidence: props["confidence"] = {"type": "integer", "minimum": 1, "maximum": 10}
-    return {"type": "object", "properties": props, "required": list(props), "additionalProperties": False}
-
-# %% ../nbs/05_puzzles.ipynb #1da99d61
-def kks_answer_format(players=None, confidence: bool = False) -> str:
-    "The answer instruction agents get (ControlMAD's JSON format, the reasoning first; with `confidence`, a 1-10 self-reported confidence); `kks_schema` is its shape."
-    names = list(players) if players else ["player_name"]
-    rows = ",\n".join(f'        {{"name": "{p}", "role": "knight|knave|spy"}}' for p in names)
-    conf = ',\n    "confidence": 1-10' if confidence else ""
-    return ("Give your answer in this JSON format, with one entry for each player and each role one of "
-            '"knight", "knave" or "spy":\n{\n    "explanation": "your reasoning",\n    "players": [\n' + rows + "\n    ]" + conf + '\n}')
-
-# %% ../nbs/05_puzzles.ipynb #32144ab5
-@serializable
-@dataclass
-class KKSAnswer(Answer):
-    "A parsed answer to a KKS game: a role (or None: missing or unreadable) for every player."
-    roles: dict                          # player name -> "knight"/"knave"/"spy", or None (invalid for that player)
-    confidence: int|None = None          # self-reported, 1-10
-    reasoning: str|None = None
-
-    @property
-    def valid(self) -> bool: return bool(self.roles) and all(r is not None for r in self.roles.values())
-    @property
-    def n_invalid(self) -> int: return sum(r is None for r in self.roles.values())
-
-    def parts(self) -> dict: return dict(self.roles)
-    def vote_key(self): return tuple(sorted(self.roles.items(), key=lambda kv: str(kv[0])))
-
-    def summary(self) -> str:
-        s = ", ".join(f"{p}={r or '?'}" for p, r in self.roles.items())
-        return s + (f" (confidence {self.confidence})" if self.confidence is not None else "")
-
-    def to_json(self) -> str:
-        "The answer as a reply in ControlMAD's JSON format."
-        d = {"players": [{"name": p, "role": r} for p, r in self.roles.items()]}
-        if self.confidence is not None: d["confidence"] = self.confidence
-        d["explanation"] = self.reasoning or ""
-        return json.dumps(d, indent=2, ensure_ascii=False)
-
-# %% ../nbs/05_puzzles.ipynb #112cb6f3
-_ROLE_RE = re.compile(r"^\W*(?:an?\s+|the\s+)?(knight|knave|spy|spie)s?\W*$", re.I)
-
-def _role(v):
-    "'Knight', 'a knave.', 'Spies' -> the role; anything else -> None."
-    m = _ROLE_RE.match(v) if isinstance(v, str) else None
-    return None if m is None else ("spy" if m.group(1).lower() in ("spy", "spie") else m.group(1).lower())
-
-def _lower_keys(d): return {str(k).strip().lower(): v for k, v in d.items()} if isinstance(d, dict) else {}
-
-def _roles_from_obj(d, players):
-    "name -> role (or None) for the players this object speaks about; {} when it names no roles."
-    canon = {p.lower(): p for p in players}
-    got = {}
-    def put(name, role):
-        p = canon.get(str(name).strip().lower()) if name is not None else None
-        if p is None: return
-        r = _role(role)
-        got[p] = r if p not in got or got[p] == r else None      # conflicting entries -> invalid
-    k = _lower_keys(d)
-    body = next((k[x] for x in ("players", "solution", "roles", "answer", "assignments") if x in k), None)
-    if isinstance(body, list):
-        for e in body:
-            e = _lower_keys(e)
-            put(e.get("name", e.get("player", e.get("player_name"))), e.get("role"))
-    elif isinstance(body, dict):
-        for name, r in body.items(): put(name, r)
-    for name, r in d.items():
-        if isinstance(r, str) and str(name).strip().lower() in canon and str(name).strip().lower() not in {g.lower() for g in got}: put(name, r)
-    return got
-
-_COND = re.compile(r"\b(if|assume|assuming|suppose|supposing|whether|unless|then|would|could|might|either|cannot|can't)\b", re.I)
-
-def _conditional(text, i):
-    "Whether the sentence around position `i` is a hypothesis ('If A is a knight, B is a knave'); an escaped newline (`\\n` in JSON) ends a sentence too."
-    j = text.rfind("\\n", 0, i)
-    start = max([text.rfind(c, 0, i) + 1 for c in ".!?\n;"] + [j + 2 if j >= 0 else 0])
-    return bool(_COND.search(text[start:i])) or bool(re.match(r"(?:[^.!?\n\\]|\\(?!n))*?\b(would|could|might)\b", text[i:]))
-
-_HEDGE = re.compile(r"\s*[,;:]?\s*\(?\s*(?:or|unless|if|when|provided|assuming|maybe|perhaps|possibly|probably|likely)\b|\s*\?", re.I)
-
-def _roles_from_text(text, players):
-    "Roles from lines such as 'Alice is a knight' / '- Bob: knave', then from unconditional sentences when they agree."
-    out = {}
-    for p in players:
-        n = re.escape(p)
-        lines = re.findall(rf"^[\s>*#\-\d.()]*\**{n}\**\s*(?:is\s+(?:a|an|the)\s+|:\s*|=\s*|-+>?\s*|\u2013\s*|\u2192\s*|\(\s*)\**(knight|knave|spy)\**\)?\s*\.?\s*$", text, re.I | re.M)
-        if lines: out[p] = lines[-1].lower(); continue
-        found = {m.group(1).lower() for m in re.finditer(rf"\b{n} is (?:a|an) (knight|knave|spy)\b", text, re.I)
-                 if not _conditional(text, m.start()) and not _HEDGE.match(text, m.end())}
-        if len(found) == 1: out[p] = found.pop()
-    return out
-
-# %% ../nbs/05_puzzles.ipynb #c95139ca
-def _confidence(d, text):
-    v = _lower_keys(d).get("confidence") if d else None
-    if v is None:
-        m = re.search(r"confidence\W{0,4}(\d{1,2})(?!\d)", text, re.I)
-        v = m.group(1) if m else None
-    if isinstance(v, str):
-        m = re.match(r"\s*(\d+(?:\.\d+)?)", v)
-        v = float(m.group(1)) if m else None
-    if isinstance(v, bool) or not isinstance(v, (int, float)): return None
-    return int(round(v)) if 1 <= v <= 10 else None
-
-_BODY_KEYS = ("players", "solution", "roles", "answer", "assignments")
-
-_ANSWER_START = re.compile(r"""\{\s*["']?(?:players|solution|roles|answer|assignments|explanation|reasoning|confidence)["']?\s*:""", re.I)
-
-def _is_answer(d, players) -> bool:
-    "Whether JSON object `d` is an answer: it names roles, has a roles field (even an empty one) or an explanation."
-    k = _lower_keys(d)
-    return any(x in k for x in _BODY_KEYS + ("explanation", "reasoning")) or bool(_roles_from_obj(d, players))
-
-def _json_prefix(text, start, tries=64):
-    "The object opened at `text[start]` and cut off before it closed: its complete members, closed again; None when none is complete, False when it closed."
-    stack, q, esc, cuts = [], None, False, []
-    for i in range(start, len(text)):
-        c = text[i]
-        if q:
-            if esc: esc = False
-            elif c == "\\": esc = True
-            elif c == q: q = None
-        elif c == '"' or (c == "'" and not text[i-1].isalnum()): q = c
-        elif c in "{[": stack.append("}" if c == "{" else "]")
-        elif c in "}]":
-            if not stack or stack.pop() != c: return None
-            if not stack: return False                         # it closed: a complete object, not a cut-off one
-            cuts.append((i + 1, "".join(reversed(stack))))
-        elif c == ",": cuts.append((i, "".join(reversed(stack))))
-    for end, close in cuts[::-1][:tries]:                       # the latest cut that reads as JSON
-        o = _loads(text[start:end] + close)
-        if isinstance(o, dict): return o
-    return None
-
-def _json_answer(text, players, start_re=_ANSWER_START, is_answer=_is_answer):
-    "(answer object or None, its span or None, whether a JSON answer was started): the last complete answer, or a cut-off one after it."
-    found = [(o, sp) for o, sp in json_objects(text, spans=True) if is_answer(o, players)]
-    end = found[-1][1][1] if found else 0
-    m, cut = _cut_answer(text, end, start_re)
-    if cut is None and found: return found[-1][0], found[-1][1], True     # nothing complete after the last complete answer
-    return cut, (m, len(text)) if m is not None else None, m is not None
-
-def _cut_answer(text, pos, start_re=_ANSWER_START):
-    "(start, what it said in full or None) of the first JSON answer opened after `pos` that never closes; (None, None) when there is none."
-    for m in start_re.finditer(text, pos):
-        cut = _json_prefix(text, m.start())
-        if cut is not False: return m.start(), cut
-    return None, None
-
-# %% ../nbs/05_puzzles.ipynb #12cf3db1
-def parse_kks_answer(text, players) -> KKSAnswer:
-    "A `KKSAnswer` with an entry for every player of `players` (names, or a `Puzzle`); unreadable players get None."
-    players = list(players.players if isinstance(players, Puzzle) else players)
-    text = text if isinstance(text, str) else ""
-    obj, span, started = _json_answer(text, players)
-    if started:                                                # a JSON answer: its entries only, never the prose
-        got = _roles_from_obj(obj, players) if obj else {}
-        why = _lower_keys(obj).get("explanation", _lower_keys(obj).get("reasoning")) if obj else None
-        if not isinstance(why, str): why = (text[:span[0]] + text[span[1]:]).strip() or text.strip() or None
-    else:
-        objs = json_objects(text)
-        obj, got, why = (objs[-1] if objs else None), _roles_from_text(text, players), text.strip() or None
-    return KKSAnswer({p: got.get(p) for p in players}, _confidence(obj, text), why)
-
-# %% ../nbs/05_puzzles.ipynb #7e3f9cb7
-_ROLE_START = re.compile(r"""\{\s*["']?(?:player_role|player|name|role|players|solution|roles|answer|assignments|explanation|reasoning|confidence)["']?\s*:""", re.I)
-
-def _player_role_of(o, player):
-    "(whether JSON object `o` gives `player` a role, and that role or None)."
-    k = _lower_keys(o)
-    who = k.get("player_role", k.get("player", k.get("name")))
-    if "role" in k and (who is None or str(who).strip().lower() == player.lower()): return True, _role(k["role"])
-    got = _roles_from_obj(o, [player])
-    return player in got, got.get(player)
-
-def parse_player_role(text, player) -> str|None:
-    "The role a debate reply gives `player` (ControlMAD's `{\"player_role\": name, \"role\": ...}`, a full answer, or prose), or None."
-    text = text if isinstance(text, str) else ""
-    if _role(text): return _role(text)
-    objs = [(o, sp) for o, sp in json_objects(text, spans=True) if "role" in _lower_keys(o) or _is_answer(o, [player])]
-    m, o = _cut_answer(text, objs[-1][1][1] if objs else 0, _ROLE_START)
-    if o is not None: return _player_role_of(o, player)[1]     # a cut-off JSON reply comes last: what it said in full
-    if m is not None and not objs: return None
-    for o, _ in reversed(objs):
-        hit, r = _player_role_of(o, player)
-        if hit: return r
-    return None if objs else _roles_from_text(text, [player]).get(player)   # never prose when a JSON reply was given
-
-# %% ../nbs/05_puzzles.ipynb #cdbc620b
-def score_kks(answer, gold: dict) -> dict:
-    "Whole-game and per-player scores of `answer` (a `KKSAnswer`, a name->role dict, or None) against the gold solution."
-    roles = answer.roles if isinstance(answer, KKSAnswer) else (answer or {})
-    per = {p: roles.get(p) is not None and roles.get(p) == r for p, r in gold.items()}
-    n_invalid = sum(roles.get(p) is None for p in gold)
-    return {"correct": all(per.values()), "per_player": per, "n_correct": sum(per.values()), "n_invalid": n_invalid}
-
-# %% ../nbs/05_puzzles.ipynb #9f8e198f
-def make_kks_sets(out, sizes=range(4, 13), count: int = 100, **kw) -> list[Path]:
-    "Write `count` generated games of each size in `sizes` to `out/<size>.jsonl` (seed = size)."
-    return [f for n in sizes for f in to_controlmad(generate(n, count, seed=n, **kw), Path(out) / f"{n}.jsonl")]

@@ -17,7 +17,8 @@ from .core import *
 from .core import _fast_json
 from .backends import *
 from .agents import *
-from .scoring import answer_format, score_result
+from .formats import answer_format
+from .scoring import score_result
 from .protocol import *
 from .protocol import _load_protocol_modules
 from .debate import *
@@ -25,7 +26,7 @@ from .decisions import HELPER_ROLES
 from .decisions import get_decision, check_decision, check_logprobs, check_logprobs_recorded, aredecide, signal_note, check_signal
 from .cost import Prices, load_prices, item_cost, cost_lines, cost_table
 from .store import StorePath, StoreLock, LockLost, store_path, read_table, put_tree, _stale
-from .public_sets import task_data
+from .tasks import task_data, get_task
 
 # %% auto #0
 __all__ = ['MAX_GAMES_AT_ONCE', 'debate_row', 'safe_name', 'transcript_text', 'chat_histories', 'item_outputs',
@@ -746,7 +747,7 @@ def resolve_run(protocol, task: str|None = None, data=None, items=None, team=Non
                 cache=True, resume: bool = True, progress: bool = False, budget: Budget|None = None, on_error: str = "fail", screen: Callable|None = None,
                 max_tokens: int|None = None, temperature: float|None = None, structured: str|None = None, lock_timeout: float = 0,
                 notes: dict|None = None, desc: str|None = None, prices=None, _team_hook: bool = True, **options) -> RunPlan:
-    "Assemble a run of `protocol` once, for `run_experiment` and `madlab run` alike: the protocol's task and team parts, its default task and items, the team, the options and the decision rule checked, the run's name. `items`: task items, or 1-based positions in `task`'s items (default: all; 1-20 for kks); `team`: specs, members or a team file (default: the protocol's team); `item_filter`: an `ItemFilter` choosing which items run (`majority_error=A` is `MajorityErrorFilter(A)`); the run goes into `out/<name>` (`folder`: that folder itself); `prices`: the price table of its `cost` column (a CSV path; default madlab's `data/prices.csv`). Endpoint settings (`max_concurrency`, `timeout`, `max_retries`, `give_up_after`, `give_up_first`) apply to every backend of the team."
+    "Assemble a run of `protocol` once, for `run_experiment` and `madlab run` alike: the protocol's task and team parts, its default task and items, the team, the options and the decision rule checked, the run's name. `items`: task items, or 1-based positions in `task`'s items (default: all, or the task's `default_items`: 1-20 for kks); `team`: specs, members or a team file (default: the protocol's team); `item_filter`: an `ItemFilter` choosing which items run (`majority_error=A` is `MajorityErrorFilter(A)`); the run goes into `out/<name>` (`folder`: that folder itself); `prices`: the price table of its `cost` column (a CSV path; default madlab's `data/prices.csv`). Endpoint settings (`max_concurrency`, `timeout`, `max_retries`, `give_up_after`, `give_up_first`) apply to every backend of the team."
     proto = get_protocol(protocol)
     if concurrency is not None and (not isinstance(concurrency, int) or isinstance(concurrency, bool) or not 1 <= concurrency <= 10_000): raise OptionError("concurrency", f"must be an integer in 1..10000; got {concurrency!r}")
     if not isinstance(seed, int) or isinstance(seed, bool): raise OptionError("seed", f"must be an integer; got {seed!r}")
@@ -759,7 +760,7 @@ def resolve_run(protocol, task: str|None = None, data=None, items=None, team=Non
     items = None if items is None else list(items)      # a generator of items, a range of positions
     if items is None or (len(items) and all(isinstance(i, int) and not isinstance(i, bool) for i in items)):      # the task's items
         task, data, own = _config_task(proto, options, task, data); task = task or default_task(proto)
-        pos = items if items is not None else (list(range(1, 21)) if task == "kks" and n is None else None)
+        pos = items if items is not None or n is not None else get_task(task).default_items
         m = None if majority_error or item_filter is not None else n
         items = _pick(own, pos, m, "the config") if own else load_items(task, data, size, pos, m)
         data = data if own else task_data(task, data)    # the file a public set's name or the task's default named, as config.json records it

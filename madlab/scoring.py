@@ -1,4 +1,4 @@
-"""What every task shares: the generic answer formats (numbers, choices, triage decisions, labels, free text) with their reply parsers, voting rules, agreement and usage tables. Each task's own answers are in its module (`madlab.kks`, `madlab.market`, `madlab.pairwise`).
+"""What every task shares: the generic answer formats (numbers, choices, triage decisions, labels, free text) with their reply parsers, voting rules, agreement and usage tables. Each task's own answers are in its module (`madlab.tasks.kks`, `madlab.tasks.market`, `madlab.tasks.pairwise`).
 
 Docs: https://madlab.github.io/madlab/scoring.html.md"""
 
@@ -6,22 +6,15 @@ Docs: https://madlab.github.io/madlab/scoring.html.md"""
 
 # %% ../nbs/03_scoring.ipynb #0d3a5cf9
 from __future__ import annotations
-import collections, dataclasses, json, math, random, re
-from dataclasses import dataclass, field
-from typing import Any, Callable
+import collections, json, math, re
 from .core import *
-from .formats import AnswerFormat, Task, register_format, register_task, answer_format, reasoned, answer_field
-from .synthetic import synthetic_rng, believes_gold, conform, synthetic_confidence, _own_value, _peer_values
-from .pairwise import PairwiseVerdict, cohen_kappa   # their older import path (madlab.protocols.agentverse reads them here)
+from .formats import AnswerFormat, register_format, answer_format, reasoned, answer_field
+from .synthetic import synthetic_rng, conform, synthetic_confidence, _own_value, _peer_values
 
 # %% auto #0
-__all__ = ['NUMBER', 'ARITH', 'vote_key', 'CHOICE', 'SAFETY', 'LABEL', 'TEXT', 'extract_number', 'numbers_match', 'parse_number',
-           'toy_arith_items', 'score_result', 'majority_vote', 'plurality_vote', 'agreement', 'parse_choice',
-           'parse_decision', 'agent_usage', 'AnswerFormat', 'register_format', 'answer_format', 'reasoned',
-           'answer_field', 'PairwiseVerdict', 'cohen_kappa']
-
-# %% ../nbs/03_scoring.ipynb #78748a11
-_all_ = ["AnswerFormat", "register_format", "answer_format", "reasoned", "answer_field", "PairwiseVerdict", "cohen_kappa"]   # older import paths
+__all__ = ['NUMBER', 'vote_key', 'CHOICE', 'SAFETY', 'LABEL', 'TEXT', 'extract_number', 'numbers_match', 'parse_number',
+           'score_result', 'majority_vote', 'plurality_vote', 'agreement', 'parse_choice', 'parse_decision',
+           'agent_usage']
 
 # %% ../nbs/03_scoring.ipynb #4b49f779
 _FRAC_RE = r"(?<![\w./])[-\u2212]?\d+\s*/\s*\d+(?![\w/]|\.\d)"   # 3/4, -1/2 (not dates such as 12/25/2020)
@@ -105,21 +98,12 @@ def _number_reply(ask, persona, rng):
     ans = int(ans) if float(ans).is_integer() else ans
     return f"Let me work through it step by step.\nAfter the calculation, the result is {ans}.\nThe answer is {ans}."
 
+def _number_gold(gold, options) -> str|None:
+    return "is not a number" if isinstance(gold, bool) or not isinstance(gold, (int, float)) else None
+
 NUMBER = register_format(AnswerFormat("number", "Solve it step by step, then end with 'The answer is N.' where N is a number.", parse_number, numbers_match,
-                                      schema=lambda ask: reasoned({"answer": {"type": "number"}}, 12), reply=_number_reply))
-
-# %% ../nbs/03_scoring.ipynb #6c6d7581
-def toy_arith_items(n: int = 10, seed: int = 0) -> list[Item]:
-    "`n` arithmetic questions (`task='arith'`), the same for the same seed."
-    rng = random.Random(seed)
-    out = []
-    for i in range(n):
-        a, b, c = rng.randint(2, 40), rng.randint(2, 40), rng.randint(2, 9)
-        out.append(Item(f"arith-{seed}-{i:03d}", "arith", f"What is {a} + {b} * {c}?", gold=a + b * c))
-    return out
-
-ARITH = register_task(Task("arith", lambda data, size: toy_arith_items(100), dataclasses.replace(NUMBER, instructions="Think step by step, then end with 'The answer is N.'"),
-                           None, "anything (100 generated questions)", "toy arithmetic", own_data=True))
+                                      schema=lambda ask: reasoned({"answer": {"type": "number"}}, 12), reply=_number_reply,
+                                      gold_problem=_number_gold))
 
 # %% ../nbs/03_scoring.ipynb #44d777d4
 def score_result(item, result) -> dict:
@@ -184,9 +168,14 @@ def _choice_reply(ask, persona, rng):
     ans = conform(persona, rng, _own_value(persona, ask, gold, wrong), _peer_values(ask), ask)
     return f"Considering each option, I choose {ans}.\nAnswer: {ans}"
 
+def _choice_gold(gold, options) -> str|None:
+    letters = options.get("choices") or []
+    return f"is not one of {', '.join(letters)}" if letters and str(gold).strip().upper() not in letters else None
+
 CHOICE = register_format(AnswerFormat("choice", "Think it through, then end with 'Answer: X' where X is one of A, B, C, D.", parse_choice,
                                       lambda a, g: a is not None and str(a).upper() == str(g).upper(), {"choices": ["A", "B", "C", "D"]},
-                                      schema=lambda ask: reasoned({"answer": {"enum": list((ask.options or {}).get("choices") or "ABCD")}}, 8), reply=_choice_reply))
+                                      schema=lambda ask: reasoned({"answer": {"enum": list((ask.options or {}).get("choices") or "ABCD")}}, 8), reply=_choice_reply,
+                                      gold_problem=_choice_gold))
 
 # %% ../nbs/03_scoring.ipynb #c73d42de
 def parse_decision(text, decisions=("ACT", "WARN", "REFUSE")):

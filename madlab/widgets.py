@@ -14,7 +14,8 @@ from fastcore.basics import patch
 from .core import *
 from .debate import Debate, continue_log, intervention_reply
 import madlab.imports     # registers the log formats, so continue_log knows which imported logs can go on
-from .scoring import answer_format, majority_vote, score_result
+from .formats import answer_format
+from .scoring import majority_vote, score_result
 
 # %% auto #0
 __all__ = ['positions', 'consensus', 'DebateStepper']

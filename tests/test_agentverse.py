@@ -10,8 +10,9 @@ from madlab.core import Completion, Usage
 from madlab.backends import Backend
 from madlab.debate import Debate
 from madlab.run import run_experiment
-from madlab.scoring import toy_arith_items
-from madlab.tasks import load_pairwise, load_scenarios
+from madlab.tasks.arith import toy_arith_items
+from madlab.tasks.pairwise import load_pairwise
+from madlab.tasks.scenario import load_scenarios
 from madlab.protocols.agentverse import (ConfigError, agentverse_team, config_from_dict, example_path, load_config, resolve_config)
 
 EXAMPLES = ["debate_sequential", "brainstorm_concurrent", "independent", "pairwise_eval", "prisoners_dilemma"]

@@ -11,7 +11,8 @@ from madlab.cli import main
 from madlab.core import Completion, Usage, Transcript
 from madlab.backends import Backend
 from madlab.debate import Debate
-from madlab.tasks import load_scenarios, load_faireval
+from madlab.tasks.scenario import load_scenarios
+from madlab.tasks.pairwise import load_faireval
 from madlab.protocols.agentverse import (ConfigError, config_from_dict, example_path, load_config, reflection_due, memory_score)
 
 EXAMPLES = ["debate_sequential", "brainstorm_concurrent", "independent", "pairwise_eval", "prisoners_dilemma"]

@@ -6,8 +6,11 @@ import csv, json, re, time
 from pathlib import Path
 import pytest
 from madlab.core import OptionError, Transcript
-from madlab.tasks import load_gsm8k, load_market_news, load_mmlu, load_xstest
-from madlab.puzzles import KKSFormatError, load_controlmad
+from madlab.tasks.gsm8k import load_gsm8k
+from madlab.tasks.market import load_market_news
+from madlab.tasks.mmlu import load_mmlu
+from madlab.tasks.safety import load_xstest
+from madlab.puzzle_sets import KKSFormatError, load_controlmad
 
 ROOT = Path(__file__).resolve().parent.parent
 EXP = ROOT / "nbs" / "experiments" / "debate_experiment.ipynb"

@@ -9,7 +9,7 @@ from madlab.blame import run_blame
 from madlab.core import OptionError
 from madlab.run import run_experiment
 from madlab.runs import open_run
-from madlab.scoring import toy_arith_items
+from madlab.tasks.arith import toy_arith_items
 
 SABOTEUR = "Synthetic-saboteur"
 # honest agents that always know the answer, follow a strict majority of their peers (0.9), give way to a lone dissent (`defer`)

@@ -252,7 +252,7 @@ def test_stepper_round_in_flight_does_not_block_kernel(tmp_path):
         model_id = _execute(kc, "\n".join([
             "import madlab.protocols.baselines",
             "from madlab.debate import Debate",
-            "from madlab.scoring import toy_arith_items",
+            "from madlab.tasks.arith import toy_arith_items",
             "from madlab.widgets import DebateStepper",
             "s = DebateStepper(Debate('du', toy_arith_items(1, seed=3)[0], ['synthetic:strong,latency=8', 'synthetic:weak,latency=8'], rounds=1))",
             "print(s.b_step.model_id)"]))
@@ -279,7 +279,7 @@ def test_run_browser_in_jupyterlab(lab, tmp_path):
     import madlab.protocols.baselines  # noqa: F401
     from madlab.run import run_experiment
     from madlab.runs import open_run
-    from madlab.scoring import toy_arith_items
+    from madlab.tasks.arith import toy_arith_items
     top, base, token = lab
     root = top / "browse"; root.mkdir()
     run_experiment("du", toy_arith_items(6, seed=5), rounds=1, out=root / "runs" / "du_run", cache=False, progress=False)

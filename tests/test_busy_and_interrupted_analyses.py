@@ -16,7 +16,7 @@ from madlab.cli import main
 from madlab.core import OptionError
 from madlab.run import run_experiment
 from madlab.runs import open_run
-from madlab.scoring import toy_arith_items
+from madlab.tasks.arith import toy_arith_items
 
 MADLAB = str(Path(sys.executable).parent / "madlab")
 

@@ -295,7 +295,7 @@ def test_every_role_spec_a_protocol_documents_is_checked_for_its_key(tmp_path, a
 def test_a_missing_api_key_is_refused_from_python(tmp_path, no_keys):
     from madlab.run import run_experiment
     from madlab.core import OptionError
-    from madlab.scoring import toy_arith_items
+    from madlab.tasks.arith import toy_arith_items
     with pytest.raises(OptionError, match="OPENAI_API_KEY"): run_experiment("du", toy_arith_items(1), ["openai:gpt-5-nano"], out=tmp_path / "run")
     assert not (tmp_path / "run").exists()
 

@@ -83,7 +83,7 @@ def _keys(fs, prefix: str) -> list:
 def test_run_resume_rescore_open_run_in_a_bucket(s3, tmp_path):
     from madlab.run import run_experiment, rescore
     from madlab.runs import open_run, find_runs
-    from madlab.scoring import toy_arith_items
+    from madlab.tasks.arith import toy_arith_items
     import madlab.protocols  # noqa: F401
     url = f"s3://{BUCKET}/t1/run"
     items = toy_arith_items(4, seed=0)
@@ -126,7 +126,7 @@ def test_the_command_line_runs_into_a_bucket_and_a_second_writer_is_refused(s3, 
         assert r.exit_code == 2 and "in use" in r.output and "--out" in r.output and "Traceback" not in r.output, r.output
         from madlab.core import OptionError
         from madlab.run import run_experiment
-        from madlab.scoring import toy_arith_items
+        from madlab.tasks.arith import toy_arith_items
         t0 = time.perf_counter()
         with pytest.raises(OptionError, match="in use"): run_experiment("du", toy_arith_items(3, seed=0), out=f"{out}/r", lock_timeout=0.5)
         assert time.perf_counter() - t0 >= 0.4, "the lock timeout was not waited for"
@@ -322,7 +322,7 @@ def test_a_lost_lock_stops_writes_at_once_in_process(s3, monkeypatch):
     import threading
     import madlab.store as store
     from madlab.run import run_experiment
-    from madlab.scoring import toy_arith_items
+    from madlab.tasks.arith import toy_arith_items
     from madlab.store import LockLost, StorePath, StoreLock
     monkeypatch.setattr(store, "LOCK_STALE", 1.2)                      # a heartbeat every 0.2 s
     url, puts, known, taken = f"s3://{BUCKET}/t9/run", [], threading.Event(), []
@@ -386,7 +386,7 @@ def test_a_bucket_that_does_not_exist_is_refused_and_not_created(s3, tmp_path):
     from madlab.cli import main
     from madlab.core import OptionError
     from madlab.run import run_experiment
-    from madlab.scoring import toy_arith_items
+    from madlab.tasks.arith import toy_arith_items
     missing = "madlab-runs-typo"
     with FakeOpenAIServer(reply="The answer is 42.") as srv:
         team = f"openai:m,base_url={srv.url}"

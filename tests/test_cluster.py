@@ -8,7 +8,7 @@ from madlab.core import Transcript, madlab_data
 from madlab.backends import CachedBackend, ReplayBackend, get_backend
 from madlab.debate import Debate, comparable
 from madlab.scoring import score_result
-from madlab.market import MarketRecord, load_market, market_item, stock_position
+from madlab.tasks.market import MarketRecord, load_market, market_item, stock_position
 from madlab.protocols.cluster import (cluster_counts, diversity, greedy_clusters, pack_records, token_counter, cluster_log_html,
                                       cluster_frame, StockUtil, ClusterPrompts)
 

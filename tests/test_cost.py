@@ -120,7 +120,7 @@ def test_hf_runs_report_compute_seconds(tiny_model_dir, tmp_path):
     from madlab.agents import Agent
     from madlab.backends import HFBackend
     from madlab.run import run_experiment
-    from madlab.scoring import toy_arith_items
+    from madlab.tasks.arith import toy_arith_items
     import madlab.protocols.baselines  # noqa: F401
     b = HFBackend(tiny_model_dir)
     team = [Agent(f"L{i}", f"hf:{tiny_model_dir}", params={"max_new_tokens": 6, "greedy": True}, backend=b) for i in range(2)]
@@ -140,7 +140,7 @@ def test_prices_from_python_price_the_run(tmp_path):
     "`prices=` of `run_experiment` (a path or a `Prices`) is the table of the cost column, recorded in config.json: here one that prices a synthetic agent."
     from madlab.cost import Prices, Price
     from madlab.run import run_experiment
-    from madlab.scoring import toy_arith_items
+    from madlab.tasks.arith import toy_arith_items
     import madlab.protocols.baselines  # noqa: F401
     table = Prices([Price("synthetic", "strong", 2.0, None, 4.0, "a test", "2026-01")])
     res = run_experiment("single", toy_arith_items(3), ["synthetic:strong"], out=tmp_path / "r", cache=False, progress=False, prices=table)

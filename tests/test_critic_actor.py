@@ -15,7 +15,8 @@ from madlab.backends import HFBackend, OpenAIBackend
 from madlab.cli import main
 from madlab.debate import Debate
 from madlab.run import run_experiment, MajorityErrorFilter
-from madlab.tasks import extract_number, numbers_match, load_gsm8k
+from madlab.scoring import extract_number, numbers_match
+from madlab.tasks.gsm8k import load_gsm8k
 from madlab.protocols.critic_actor import critic_actor_team
 
 ROOT = Path(__file__).resolve().parent.parent

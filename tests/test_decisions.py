@@ -9,7 +9,7 @@ from madlab.synthetic import SyntheticBackend
 from madlab.debate import Debate
 from madlab.run import run_experiment, rescore
 from madlab.runs import open_run
-from madlab.scoring import toy_arith_items
+from madlab.tasks.arith import toy_arith_items
 
 def invoke(*args): return CliRunner().invoke(main, [str(a) for a in args])
 

@@ -10,7 +10,7 @@ from madlab.core import run_sync
 from madlab.agents import Agent
 from madlab.backends import OpenAIBackend, EndpointDown
 from madlab.run import run_many
-from madlab.scoring import toy_arith_items
+from madlab.tasks.arith import toy_arith_items
 import madlab.protocols.baselines  # noqa: F401  (registers "du")
 
 class Server:

@@ -49,7 +49,7 @@ def test_an_hf_team_file_and_run_experiment_are_refused_too(tmp_path):
     assert "Traceback" not in r.stderr, r.stderr
     assert not out.exists()
     body = ("from madlab.run import run_experiment\nfrom madlab.backends import MissingPackages\n"
-            "from madlab.scoring import toy_arith_items\n"
+            "from madlab.tasks.arith import toy_arith_items\n"
             f"try: run_experiment('du', toy_arith_items(2), team=['hf:{tmp_path}/tiny'] * 2, out={str(out / 'r')!r})\n"
             "except MissingPackages as e: print('refused:', e)\n")
     r = _python(_blocked(["transformers"], body), tmp_path)

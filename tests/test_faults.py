@@ -134,7 +134,8 @@ import re
 from madlab.agents import Agent
 from madlab.debate import Debate, comparable
 from madlab.run import run_many
-from madlab.scoring import score_result, toy_arith_items
+from madlab.scoring import score_result
+from madlab.tasks.arith import toy_arith_items
 import madlab.protocols.baselines  # noqa: F401  (registers "du")
 
 def solve(req) -> str:

@@ -15,7 +15,7 @@ from madlab.debate import Debate
 from madlab.decisions import redecide, FreeMAD
 from madlab.run import run_experiment
 from madlab.runs import open_run
-from madlab.scoring import toy_arith_items
+from madlab.tasks.arith import toy_arith_items
 
 def invoke(*args): return CliRunner().invoke(main, [str(a) for a in args])
 

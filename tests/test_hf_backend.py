@@ -90,8 +90,8 @@ def test_per_request_eos_token_ids(hf):
 from madlab.agents import Agent
 from madlab.debate import Debate
 from madlab.run import run_many
-from madlab.scoring import toy_arith_items
-from madlab.tasks import extract_number as final_number
+from madlab.tasks.arith import toy_arith_items
+from madlab.scoring import extract_number as final_number
 import madlab.protocols.baselines  # noqa: F401  (registers "du")
 
 def test_concurrent_debates_share_batched_generate_calls(tiny_model_dir):

@@ -7,9 +7,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from madlab.core import from_jsonable, to_jsonable
-from madlab.puzzles import (DIFFICULTY, KK_TEMPLATES, KKQuizError, KKSFormatError, And, ExactlyOne, Iff, Implies, Is, Not, Or,
-                            Puzzle, RoleCount, RoleParity, SameRole, TruthCount, _Bool, _brute_force, generate,
-                            kk_quiz, kk_record, load_kk, parse_kk_quiz, parse_kks_answer, score_kks, solve, to_kk)
+from madlab.puzzle_sets import DIFFICULTY, KK_TEMPLATES, KKQuizError, KKSFormatError, generate, kk_quiz, kk_record, load_kk, parse_kk_quiz, to_kk
+from madlab.puzzles import And, ExactlyOne, Iff, Implies, Is, Not, Or, Puzzle, RoleCount, RoleParity, SameRole, TruthCount, _Bool, _brute_force, solve
+from madlab.tasks.kks import parse_kks_answer, score_kks
 
 DATA = Path(__file__).resolve().parent / "data"
 FULL, QUIZ_ONLY = DATA / "kk_sample.jsonl", DATA / "kk_quiz_only_sample.json"

@@ -1,5 +1,6 @@
-"""Knight-Knave-Spy answers live in `madlab.kks`: `madlab.scoring` keeps what is generic (formats, reply parsers, votes, usage)
-and loads no task module; every debate has the `kks` answer format; the reply parsers are still importable from `madlab.tasks`."""
+"""The Knight-Knave-Spy task (its answers, format and loader) lives in `madlab.tasks.kks`, the metrics of its debates in
+`madlab.kks`: `madlab.scoring` keeps what is generic (formats, reply parsers, votes, usage) and loads no task module; every
+debate has the `kks` answer format; the reply parsers import from `madlab.scoring` alone."""
 import subprocess, sys
 from pathlib import Path
 
@@ -15,16 +16,19 @@ def test_scoring_loads_no_task_module():
     assert _fresh(code) == "[]"
 
 def test_every_debate_has_the_kks_format():
-    code = ("import madlab.debate\nfrom madlab.scoring import answer_format\nfrom madlab.puzzles import load_controlmad\nfrom madlab.core import madlab_data\n"
+    code = ("import madlab.debate\nfrom madlab.formats import answer_format\nfrom madlab.puzzle_sets import load_controlmad\nfrom madlab.core import madlab_data\n"
             "it = load_controlmad(madlab_data('kks/4.jsonl'))[0].to_item()\nf = answer_format(it)\n"
             "print(f.kind, f.options['players'] == list(it.gold))")
     assert _fresh(code) == "kks.full True"
 
 def test_kks_names_and_parsers_where_they_are_imported():
-    import madlab.kks as K, madlab.scoring as S, madlab.tasks as T
-    for n in ("kks_players", "roles_of", "kks_positions", "kks_flips", "kks_consensus", "kks_games", "kks_decisions", "phase_accuracy",
-              "flip_summary", "position_changes", "KKS_PHASES", "CHANGE_KINDS", "synthetic_kks_belief", "synthetic_kks_position"):
-        assert hasattr(K, n) and not hasattr(S, n), n
-    assert (T.extract_number, T.numbers_match, T.parse_choice) == (S.extract_number, S.numbers_match, S.parse_choice)
+    import madlab.kks as K, madlab.scoring as S, madlab.tasks as T, madlab.tasks.kks as KT
+    for n in ("kks_players", "roles_of", "synthetic_kks_belief", "synthetic_kks_position", "KKS_FULL", "KKS", "KKSAnswer",
+              "parse_kks_answer", "parse_player_role", "score_kks", "kks_schema", "kks_answer_format"):
+        assert n in KT.__all__ and n not in K.__all__ and not hasattr(S, n), n
+    for n in ("kks_positions", "kks_flips", "kks_consensus", "kks_games", "kks_decisions", "phase_accuracy",
+              "flip_summary", "position_changes", "KKS_PHASES", "CHANGE_KINDS"):
+        assert n in K.__all__ and not hasattr(S, n), n
+    assert not {"extract_number", "numbers_match", "parse_choice", "Task", "TASKS", "register_task"} & set(T.__all__)
     import madlab.formats as F
-    assert S.agent_usage is not None and F.TASKS["kks"].format is K.KKS_FULL and F.FORMATS["kks.full"] is K.KKS_FULL
+    assert S.agent_usage is not None and F.TASKS["kks"].format is KT.KKS_FULL and F.FORMATS["kks.full"] is KT.KKS_FULL

@@ -6,7 +6,9 @@ confidence, a long explanation whose newlines are escaped inside the JSON string
 from __future__ import annotations
 import json, random
 import pytest
-from madlab.puzzles import KKS_ROLES, generate, parse_kks_answer, parse_player_role, score_kks
+from madlab.puzzles import KKS_ROLES
+from madlab.puzzle_sets import generate
+from madlab.tasks.kks import parse_kks_answer, parse_player_role, score_kks
 
 GAMES = generate(5, count=49, seed=15)            # 49 games x 2 replies = 98 answers, as in the check that found the defects
 

@@ -11,7 +11,7 @@ from madlab.cli import main, _agents_cb, _file_cb, _spec_cb
 from madlab.debate import PROTOCOLS, Debate, _load_protocol_modules
 from madlab.run import resolve_run
 from madlab.core import OptionError
-from madlab.scoring import toy_arith_items
+from madlab.tasks.arith import toy_arith_items
 from madlab.tasks import TASKS
 import madlab.blame, madlab.export         # OpenRun.blame, OpenRun.export
 

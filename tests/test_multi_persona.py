@@ -10,7 +10,8 @@ from madlab.agents import Agent
 from madlab.cli import main
 from madlab.debate import Debate, from_transcript, comparable
 from madlab.run import run_experiment
-from madlab.scoring import score_result, toy_arith_items
+from madlab.scoring import score_result
+from madlab.tasks.arith import toy_arith_items
 from madlab.tasks import load_task_file
 from madlab.protocols.multi_persona import TIT_FOR_TAT, multi_persona_team
 

@@ -8,8 +8,9 @@ from madlab.core import run_sync
 from madlab.backends import OpenAIBackend, get_backend
 from madlab.debate import Debate
 from madlab.run import run_many
-from madlab.scoring import toy_arith_items, score_result
-from madlab.tasks import extract_number as final_number
+from madlab.tasks.arith import toy_arith_items
+from madlab.scoring import score_result
+from madlab.scoring import extract_number as final_number
 import madlab.protocols.baselines  # noqa: F401  (registers "du")
 
 def test_models_lists_the_served_model(served):

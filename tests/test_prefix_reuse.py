@@ -8,7 +8,7 @@ from madlab.backends import HFBackend, get_backend
 from madlab.core import run_sync
 from madlab.debate import Debate
 from madlab.run import run_many
-from madlab.scoring import toy_arith_items
+from madlab.tasks.arith import toy_arith_items
 import madlab.protocols.baselines  # noqa: F401  (registers "du")
 
 def complete_all(b, calls):

@@ -6,8 +6,9 @@ import pytest
 from conftest import needs_public_data
 from madlab.core import public_data
 from madlab.core import from_jsonable, to_jsonable
-from madlab.puzzles import (KKSFormatError, Puzzle, _brute_force, controlmad_record, generate, load_controlmad,
-                            make_kks_sets, parse_kks_answer, score_kks, solve, to_controlmad)
+from madlab.puzzle_sets import KKSFormatError, controlmad_record, generate, load_controlmad, make_kks_sets, to_controlmad
+from madlab.puzzles import Puzzle, _brute_force, solve
+from madlab.tasks.kks import parse_kks_answer, score_kks
 
 ROOT = Path(__file__).resolve().parents[1]
 CONTROLMAD = public_data("controlmad") or Path("controlmad-not-found")
@@ -110,6 +111,6 @@ def test_bad_input_names_file_line_and_field(tmp_path, edit, line, field, msg):
 def test_answers_of_every_controlmad_game_parse_back():
     games = generate(5, count=20, seed=3)
     for p in games:
-        from madlab.puzzles import KKSAnswer
+        from madlab.tasks.kks import KKSAnswer
         a = parse_kks_answer("Reasoning...\n```json\n" + KKSAnswer(dict(p.solution), 7, "why").to_json() + "\n```", p)
         assert a.valid and score_kks(a, p.solution)["correct"] and a.confidence == 7

@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 MODULE = '''
 import dataclasses
 from madlab.formats import Task, register_task, TASKS
-from madlab.scoring import toy_arith_items
+from madlab.tasks.arith import toy_arith_items
 from madlab.debate import protocol, get_protocol
 from madlab.decisions import Plurality
 from madlab.backends import get_backend

@@ -10,7 +10,7 @@ from madlab.core import run_sync
 from madlab.backends import OpenAIBackend, BackendError
 from madlab.agents import load_team
 from madlab.run import run_experiment
-from madlab.scoring import toy_arith_items
+from madlab.tasks.arith import toy_arith_items
 from conftest import free_port
 
 def _wait_for(cond, what, limit=120.0):

@@ -17,7 +17,7 @@ from madlab.core import Item, Transcript, OptionError, madlab_data
 from madlab.backends import Backend, BackendError
 from madlab.agents import Agent
 from madlab.run import run_experiment, rescore, write_table, RunFolder
-from madlab.scoring import toy_arith_items
+from madlab.tasks.arith import toy_arith_items
 
 MADLAB = str(Path(sys.executable).parent / "madlab")
 GSM8K = public_data("gsm8k", "test.jsonl")
@@ -419,7 +419,7 @@ def test_layout_and_rescore_reproduces_the_table(tmp_path, monkeypatch, proto, _
 
 def test_layout_and_rescore_s4_python(tmp_path, monkeypatch, _cache):
     "The same for S4 run from Python (so the layout is checked even while `madlab run s4` fails)."
-    from madlab.tasks import load_xstest
+    from madlab.tasks.safety import load_xstest
     items = load_xstest(madlab_data("s4", "sample.csv"))[:3]
     res = run_experiment("s4", items, out=tmp_path / "run", cache=False)
     assert res.failed == 0, res.summary()

@@ -6,7 +6,7 @@ import ast, os, subprocess, sys, tomllib
 from pathlib import Path
 import pytest
 from madlab.run import run_experiment
-from madlab.scoring import toy_arith_items
+from madlab.tasks.arith import toy_arith_items
 
 ROOT = Path(__file__).resolve().parents[1]
 

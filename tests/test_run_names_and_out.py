@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from madlab.cli import main
 from madlab.run import resolve_run
-from madlab.scoring import toy_arith_items
+from madlab.tasks.arith import toy_arith_items
 
 
 @pytest.fixture(autouse=True)

@@ -15,7 +15,7 @@ from madlab.agents import Agent
 from madlab.debate import Debate
 from madlab.run import run_experiment, run_many
 from madlab.agents import split_specs
-from madlab.tasks import load_xstest
+from madlab.tasks.safety import load_xstest
 from madlab.protocols.s4 import Vote, decide, default_rules, strict_rules, decision_rule, s4_team, SAFETY, UTILITY
 
 ROOT = Path(__file__).resolve().parent.parent

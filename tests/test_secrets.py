@@ -4,7 +4,7 @@ from pathlib import Path
 from madlab.backends import OpenAIBackend, get_backend
 from madlab.agents import Agent
 from madlab.run import run_many
-from madlab.scoring import toy_arith_items
+from madlab.tasks.arith import toy_arith_items
 
 SECRET = "sk-madlab-test-SECRET-0123456789"
 

@@ -105,7 +105,7 @@ def test_controlmad_game_with_three_smollm2_agents(smollm2, tmp_path):
     t = next(iter(res.transcripts.values()))
     ts = [tu for r in t.rounds for tu in r.turns]
     assert ts and all(tu.meta.get("structured") == "enforced" for tu in ts)
-    from madlab.kks import kks_players
+    from madlab.tasks.kks import kks_players
     players = kks_players(items[0])
     for tu in ts:
         assert tu.valid, tu.reply
@@ -148,8 +148,8 @@ class RecordingProxy:
 def test_critic_actor_gsm8k_item_through_transformers_serve(smollm2, tmp_path_factory, tmp_path, monkeypatch):
     "One GSM8K item through `transformers serve` + `openai:`: per-role parameters arrive, the critic's JSON is parsed or counted as a failure."
     from madlab.run import run_experiment
-    from madlab.tasks import load_gsm8k
-    from madlab.scoring import toy_arith_items
+    from madlab.tasks.gsm8k import load_gsm8k
+    from madlab.tasks.arith import toy_arith_items
     items = load_gsm8k(GSM8K, limit=1) if GSM8K else toy_arith_items(1)
     with serve_folder(smollm2, tmp_path_factory.mktemp("hf-home-smol")) as (url, model):
         proxy = RecordingProxy(url)
@@ -185,14 +185,14 @@ REPLIES = json.loads((HERE / "data" / "smollm2_replies.json").read_text())
 @pytest.mark.parametrize("case", REPLIES["kks"], ids=lambda c: c["id"])
 def test_kks_parser_on_real_smollm2_replies(case):
     "Real SmolLM2 replies (plural roles, repeated players, prose around JSON): each parses to what a careful reader would take from it."
-    from madlab.puzzles import parse_kks_answer
+    from madlab.tasks.kks import parse_kks_answer
     a = parse_kks_answer(case["reply"], case["players"])
     got = {p: (a.roles.get(p) if a is not None else None) for p in case["players"]}
     assert got == case["expected"], (case["reply"][:300], got)
 
 @pytest.mark.parametrize("case", REPLIES["gsm8k"], ids=lambda c: c["id"])
 def test_number_reader_on_real_smollm2_replies(case):
-    from madlab.tasks import extract_number
+    from madlab.scoring import extract_number
     assert extract_number(case["reply"]) == case["expected"]
 
 def test_real_model_notebook_runs_offline_with_small_parameters(tmp_path):

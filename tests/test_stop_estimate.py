@@ -42,7 +42,7 @@ def test_the_estimate_counts_what_peers_are_shown_of_a_held_reply():
     from madlab.agents import Agent
     from madlab.core import Backend, Completion, Usage
     from madlab.debate import Debate
-    from madlab.scoring import toy_arith_items
+    from madlab.tasks.arith import toy_arith_items
     class Held(Backend):
         structured = "requested"
         async def complete(self, messages, ctx=None, **kw):

@@ -6,7 +6,7 @@ import jsonschema, pytest
 from madlab.core import Item, run_sync
 from madlab.backends import HFBackend, get_backend, schema_for, Ask
 from madlab.run import run_experiment
-from madlab.scoring import toy_arith_items
+from madlab.tasks.arith import toy_arith_items
 
 NUMBER = '{"reasoning": "6 times 7 is 42.", "answer": 42}'
 
@@ -118,7 +118,7 @@ def _keys_in_order(text: str) -> list:
 def test_prompts_show_the_shape_their_schema_holds():
     "Every prompt that shows a JSON shape shows the schema's fields in the schema's order (the reasoning first): prompt and constraint agree."
     from madlab.protocols import s4, critic_actor, controlmad, multi_persona
-    from madlab.puzzles import kks_answer_format
+    from madlab.tasks.kks import kks_answer_format
     P = controlmad.controlmad_prompts({})
     shown = {
         "kks.full": (kks_answer_format(["Ann", "Bob"], confidence=True), Ask(kind="kks.full", options={"players": ["Ann", "Bob"], "confidence": True})),

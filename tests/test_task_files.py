@@ -9,7 +9,10 @@ from madlab.core import public_data
 from click.testing import CliRunner
 from madlab.cli import main
 from madlab.core import OptionError
-from madlab.tasks import task_items, load_gsm8k, load_mmlu, madlab_data
+from madlab.tasks import task_items
+from madlab.tasks.gsm8k import load_gsm8k
+from madlab.tasks.mmlu import load_mmlu
+from madlab.core import madlab_data
 from madlab.run import run_experiment
 
 GSM8K, MMLU = public_data("gsm8k", "test.jsonl"), public_data("mmlu")

@@ -4,8 +4,11 @@ import pytest
 from conftest import needs_public_data
 from madlab.core import public_data
 from madlab.core import from_jsonable, to_jsonable
-from madlab.tasks import (MarketRecord, extract_number, load_gsm8k, load_market, load_market_news, load_mmlu, load_xstest,
-                          numbers_match, parse_choice)
+from madlab.tasks.market import MarketRecord, load_market, load_market_news
+from madlab.scoring import extract_number, numbers_match, parse_choice
+from madlab.tasks.gsm8k import load_gsm8k
+from madlab.tasks.mmlu import load_mmlu
+from madlab.tasks.safety import load_xstest
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = public_data() or Path("public-data-not-found")

@@ -114,7 +114,7 @@ def test_wheel_runs_s4_sample(installed):
 def test_an_installed_run_has_every_analysis(installed):
     "In an installed wheel (no checkout beside it) the analyses above `runs` come from the wheel's `madlab.run_methods` entry points."
     work, env, vpy = installed["work"], installed["env"], installed["venv"] / "bin" / "python"
-    code = ("import sys; from madlab.run import run_experiment; from madlab.scoring import toy_arith_items; from madlab.runs import open_run; "
+    code = ("import sys; from madlab.run import run_experiment; from madlab.tasks.arith import toy_arith_items; from madlab.runs import open_run; "
             "run_experiment('du', toy_arith_items(4), rounds=1, out='analysed', cache=False, progress=False); r = open_run('analysed'); "
             "before = [m for m in ('madlab.budget', 'madlab.blame', 'madlab.export') if m in sys.modules]; "
             "print(before, r.vs_budget().table.run.tolist(), callable(r.blame), callable(r.export), callable(r.baseline), "

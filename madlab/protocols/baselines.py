@@ -11,7 +11,8 @@ from typing import Literal
 from ..core import Ask, answer_key
 from ..protocol import protocol
 from ..decisions import latest_turns
-from ..scoring import answer_format, majority_vote, plurality_vote, agreement
+from ..formats import answer_format
+from ..scoring import majority_vote, plurality_vote, agreement
 
 # %% auto #0
 __all__ = ['DU_UPDATE', 'single', 'self_consistency', 'earliest_plurality', 'du']

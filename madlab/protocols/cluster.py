@@ -17,7 +17,7 @@ from ..debate import argument
 from ..protocol import protocol
 from ..formats import AnswerFormat, register_format, answer_format, answer_field, reasoned
 from ..scoring import plurality_vote
-from ..market import MarketRecord, stock_position, parse_stock_answer, StockAnswer
+from ..tasks.market import MarketRecord, stock_position, parse_stock_answer, StockAnswer
 
 # %% auto #0
 __all__ = ['PERSONAS', 'CATEGORY_PATTERN', 'TOPICS', 'POSITION_COLORS', 'cluster_counts', 'diversity', 'greedy_clusters',

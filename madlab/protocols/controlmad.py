@@ -15,9 +15,11 @@ from ..formats import AnswerFormat, register_format, schema_for
 from ..synthetic import synthetic_confidence
 from ..agents import Agent
 from ..protocol import protocol
-from ..puzzles import KKS_ROLES, kks_answer_format, kks_schema, parse_kks_answer, parse_player_role, score_kks
-from ..scoring import agreement, reasoned
-from ..kks import kks_players, roles_of, synthetic_kks_belief, synthetic_kks_position
+from ..puzzles import KKS_ROLES
+from ..tasks.kks import kks_answer_format, kks_schema, parse_kks_answer, parse_player_role, score_kks
+from ..scoring import agreement
+from ..formats import reasoned
+from ..tasks.kks import kks_players, roles_of, synthetic_kks_belief, synthetic_kks_position
 from ..scoring import majority_vote as _majority
 
 # %% auto #0

@@ -12,8 +12,8 @@ from pathlib import Path
 from ..core import *
 from ..scoring import agreement
 from ..imports import LogError, LogFormat, register_log_format, _read_json, _agent, _meta
-from ..puzzles import KKS_ROLES, parse_kks_answer
-from ..kks import kks_players, roles_of
+from ..puzzles import KKS_ROLES
+from ..tasks.kks import parse_kks_answer, kks_players, roles_of
 from .controlmad import controlmad, parse_position
 
 # %% auto #0
@@ -60,7 +60,7 @@ def _cm_read(path) -> dict:
 # %% ../../nbs/10a_controlmad_log.ipynb #09090ec0
 def kks_games(path) -> dict:
     "Game text -> `Puzzle` for ControlMAD's games at `path` (a `<size>.jsonl` or a folder of them); None for a text that two different games share."
-    from madlab.puzzles import load_controlmad
+    from madlab.puzzle_sets import load_controlmad
     path, out = Path(path), {}
     files = sorted(path.glob("*.jsonl")) if path.is_dir() else [path]
     if not files: raise OptionError("games", f"{path} holds no .jsonl files")

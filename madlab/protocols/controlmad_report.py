@@ -15,8 +15,8 @@ from ..core import _page
 from .controlmad import controlmad
 from ..scoring import score_result, agent_usage
 from ..puzzles import KKS_ROLES
-from ..kks import (KKS_PHASES, kks_players, roles_of, kks_positions, kks_flips, flip_summary, kks_consensus, kks_games,
-                        position_changes, CHANGE_KINDS, kks_decisions, phase_accuracy)
+from ..kks import KKS_PHASES, kks_positions, kks_flips, flip_summary, kks_consensus, kks_games, position_changes, CHANGE_KINDS, kks_decisions, phase_accuracy
+from ..tasks.kks import kks_players, roles_of
 
 # %% auto #0
 __all__ = ['FIGURES', 'controlmad_frames', 'performance_matrix', 'prediction_matrix', 'player_changes', 'consensus_figure',

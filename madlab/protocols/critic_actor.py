@@ -17,8 +17,9 @@ from ..agents import Agent
 from ..debate import Debate, argument
 from ..protocol import protocol
 from .baselines import earliest_plurality
-from ..scoring import answer_format, agreement, parse_number, reasoned
-from ..tasks import extract_number, numbers_match
+from ..formats import answer_format, reasoned
+from ..scoring import agreement, parse_number
+from ..scoring import extract_number, numbers_match
 
 # %% auto #0
 __all__ = ['PROMPTS', 'ROLE_PROMPTS', 'critic_actor_vote', 'CRITIC_ACTOR_TEAM', 'ANSWER_PHASES', 'FLIP_KINDS', 'Critique',

@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 from ..core import *
 from ..imports import LogError, LogFormat, register_log_format, log_item, _agent, _meta
-from ..scoring import answer_format, agreement
+from ..formats import answer_format
+from ..scoring import agreement
 from .critic_actor import critic_actor, parse_critique, critic_actor_vote
 
 # %% auto #0

@@ -8,7 +8,8 @@ Docs: https://madlab.github.io/madlab/du_log.html.md"""
 from __future__ import annotations
 from ..core import *
 from ..imports import LogError, LogFormat, register_log_format, log_item, _agent, _meta
-from ..scoring import answer_format, plurality_vote, agreement
+from ..formats import answer_format
+from ..scoring import plurality_vote, agreement
 from .baselines import du
 
 # %% auto #0

@@ -13,7 +13,8 @@ from ..core import Ask
 from ..debate import argument
 from ..protocol import protocol
 from ..decisions import latest_turns
-from ..scoring import answer_format, agreement
+from ..formats import answer_format
+from ..scoring import agreement
 
 # %% auto #0
 __all__ = ['PARADIGMS', 'PERSONAS', 'PROMPTS', 'STOPS', 'eot_routes', 'eot_confidence', 'eot_examples', 'eot_vote', 'eot']

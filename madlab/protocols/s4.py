@@ -14,7 +14,7 @@ from ..core import *
 from ..core import Ask
 from ..formats import AnswerFormat, register_format, schema_for
 from ..synthetic import synthetic_rng, believes_gold, conform, synthetic_confidence
-from ..scoring import reasoned
+from ..formats import reasoned
 from ..agents import split_specs
 from ..decisions import DecisionRule, register_decision, get_decision
 from .. import decisions as _decisions

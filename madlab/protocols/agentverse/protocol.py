@@ -12,8 +12,10 @@ from ...core import *
 from ...core import Ask
 from ...agents import DEFAULT_TEAM
 from ...protocol import protocol
-from ...scoring import answer_format, majority_vote, plurality_vote, agreement, cohen_kappa, PairwiseVerdict
-from ...tasks import pairwise_prompt
+from ...formats import answer_format
+from ...scoring import majority_vote, plurality_vote, agreement
+from ...tasks.pairwise import cohen_kappa, PairwiseVerdict
+from ...tasks.pairwise import pairwise_prompt
 from .rules import *
 from .memory import *
 from .parsers import *
