@@ -27,7 +27,7 @@ def one(kind: str, kv: str, n: int, out: str) -> dict:
     spec = "hf:smollm2" + ("" if kv == "default" else f",kv_cache_mb={kv}")
     t0 = time.perf_counter()
     if kind == "controlmad":
-        from madlab.cli import load_items
+        from madlab.cli_options import load_items
         res = run_experiment("controlmad", load_items("kks", size=4, items=[1]), [spec] * 3, Path(out) / kind, depth=1,
                              self_adjustment=True, max_tokens=64, temperature=0, cache=False, progress=False)
     else:

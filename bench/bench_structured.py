@@ -76,7 +76,7 @@ def bench_critic(out, n):
         print(f"  {m:>4}: critiques {share(crit, lambda t: t.valid)}; answers {share(sol, lambda t: t.valid)}")
 
 def bench_game(out):
-    from madlab.cli import load_items
+    from madlab.cli_options import load_items
     items = load_items("kks", size=4, items=[1])
     print("ControlMAD, one 4-player game, three agents, depth 1 with self-adjustment: valid replies per phase")
     for m in MODES:
@@ -95,7 +95,7 @@ def bootstrap(x, n=2000, seed=0):
     return x.mean(), np.percentile(means, 2.5), np.percentile(means, 97.5)
 
 def bench_games(out, n):
-    from madlab.cli import load_items
+    from madlab.cli_options import load_items
     from madlab.puzzles import KKS_ROLES
     items = load_items("kks", size=4, items=list(range(1, n + 1)))
     print(f"ControlMAD, {n} four-player games, three agents, depth 0, no self-adjustment, the schema held: the team's decision against chance")

@@ -7,7 +7,7 @@ Run: .venv/bin/python bench/bench_transcript_size.py [GAME_SIZE]"""
 import json, sys, time
 from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from madlab.cli import load_items
+from madlab.cli_options import load_items
 from madlab.core import Transcript, public_data, to_jsonable
 from madlab.debate import Debate
 

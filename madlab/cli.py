@@ -6,17 +6,16 @@ Docs: https://madlab.github.io/madlab/cli.html.md"""
 
 # %% ../nbs/40_cli.ipynb #e65bccc5
 from __future__ import annotations
-import contextlib, hashlib, inspect, json, math, os, re, signal, sys, typing, types
+import contextlib, os, re, signal, sys
 from pathlib import Path
 import click
 from .core import OptionError
-from .agents import split_specs
+from .cli_options import _PathOrURL, _common_params, _decision_cb, _flag, _option_doc, _option_param, _out_cb, _option_error
 
 # %% auto #0
-__all__ = ['parse_items', 'main', 'run', 'parse_games', 'load_items', 'protocol_command', 'protocols_cmd', 'tasks_cmd',
-           'decisions_cmd', 'backends_cmd', 'rescore_cmd', 'baseline_cmd', 'parse_sweep_params', 'sweep_cmd',
-           'import_cmd', 'models_cmd', 'models_list', 'models_get', 'data_cmd', 'data_list', 'data_get', 'blame_cmd',
-           'export_cmd', 'console']
+__all__ = ['main', 'run', 'protocol_command', 'protocols_cmd', 'tasks_cmd', 'decisions_cmd', 'backends_cmd', 'rescore_cmd',
+           'baseline_cmd', 'parse_sweep_params', 'sweep_cmd', 'import_cmd', 'models_cmd', 'models_list', 'models_get',
+           'data_cmd', 'data_list', 'data_get', 'blame_cmd', 'export_cmd', 'console']
 
 # %% ../nbs/40_cli.ipynb #5ed24ad8
 class _Protocols(click.Group):
@@ -47,218 +46,6 @@ def main():
 @main.group(cls=_Protocols)
 def run():
     "Run a debate protocol over a task's items; writes a run folder (results table, transcripts, logs, the protocol's report)."
-
-# %% ../nbs/40_cli.ipynb #52076d89
-_MAX_ITEMS = 100_000
-
-def parse_games(spec: str) -> list[int]:
-    "1-based positions from '1-20', '3' or '1,4,7-9' (at most 100,000 of them)."
-    out, seen = [], set()
-    for part in str(spec).split(","):
-        part = part.strip()
-        m = re.fullmatch(r"(\d+)(?:\s*-\s*(\d+))?", part)
-        if not m: raise ValueError(f"{spec!r} is not a range of items; use e.g. 1-20, 3 or 1,4,7-9")
-        a, b = int(m.group(1)), int(m.group(2) or m.group(1))
-        if a < 1 or b < a: raise ValueError(f"{part!r}: items are numbered from 1 and a range goes up (e.g. 1-20)")
-        if b - a + 1 + len(out) > _MAX_ITEMS: raise ValueError(f"{spec!r} selects more than {_MAX_ITEMS:,} games; give a smaller range")
-        new = [i for i in range(a, b + 1) if i not in seen]
-        out += new; seen.update(new)
-    return out
-
-parse_items = parse_games
-
-# %% ../nbs/40_cli.ipynb #0d23b0a4
-def _task_cb(ctx, param, value):
-    "A registered task or a YAML task file; a bad task file names its field."
-    from madlab.tasks import get_task, _is_task_file
-    allowed = getattr(ctx.command, "tasks", None)
-    if _is_task_file(value) or not allowed:     # a task file, or any task (an installed package's included; did-you-mean when none)
-        try: get_task(value)
-        except OptionError as e: raise click.BadParameter(e.message) from None
-    elif value not in allowed:
-        raise click.BadParameter(f"{value!r} is not one of {', '.join(map(repr, allowed))} (or a YAML task file)")
-    return value
-
-
-# %% ../nbs/40_cli.ipynb #d2853b06
-def load_items(task, data=None, size=None, items=None, n=None) -> list:
-    "`madlab.run.load_items` (the items of `task` from `data`, at 1-based positions `items` or the first `n`), its errors as the command line's."
-    from madlab.run import load_items as _load
-    try: return _load(task, data, size, items, n)
-    except OptionError as e: raise _option_error(e) from None
-
-# %% ../nbs/40_cli.ipynb #e2552528
-def _agents_cb(ctx, param, value):
-    if value is None: return None
-    specs = split_specs(value)
-    if not specs: raise click.BadParameter("give one or more backend specs separated by commas, e.g. synthetic:strong,openai:gpt-5-nano")
-    from madlab.backends import get_backend
-    for s in specs:
-        try: get_backend(s)
-        except (ValueError, TypeError) as e: raise click.BadParameter(str(e)) from None
-    return specs
-
-# %% ../nbs/40_cli.ipynb #79c35125
-def _spec_cb(ctx, param, value):
-    if value is None: return None
-    from madlab.backends import get_backend
-    try: get_backend(value)
-    except (ValueError, TypeError) as e: raise click.BadParameter(str(e)) from None
-    return value
-
-# %% ../nbs/40_cli.ipynb #6b12595e
-def _items_cb(ctx, param, value):
-    if value is None: return None
-    try: return parse_games(value)
-    except ValueError as e: raise click.BadParameter(str(e)) from None
-
-# %% ../nbs/40_cli.ipynb #47bd176b
-def _decision_cb(ctx, param, value):
-    "A decision rule (`madlab.decisions.get_decision`); a judge's backend spec is checked too."
-    if value is None: return None
-    from madlab.decisions import DECISIONS, get_decision
-    if value.strip() not in DECISIONS and value.strip().partition(":")[0] not in DECISIONS:
-        from madlab.debate import _load_protocol_modules
-        _load_protocol_modules()                    # a protocol's own rule sets (s4:strict) register with its module
-    try: rule = get_decision(value)
-    except OptionError as e: raise click.BadParameter(e.message) from None
-    if rule.judge and rule.backend: _spec_cb(ctx, param, rule.backend)
-    return rule
-
-# %% ../nbs/40_cli.ipynb #318b0993
-def _finite_cb(ctx, param, value):
-    if value is not None and not math.isfinite(value): raise click.BadParameter(f"must be a finite number; got {value}")
-    return value
-
-# %% ../nbs/40_cli.ipynb #5827d1c7
-def _out_cb(ctx, param, value):
-    if value is None or not str(value).strip(): raise click.BadParameter("must name a folder")
-    return value
-
-# %% ../nbs/40_cli.ipynb #c04ac8c0
-class _PathOrURL(click.Path):
-    "A local path checked as `click.Path` checks it, or a run folder's URL (`s3://`, `gs://`, `az://`, `memory://`: `madlab.store`) taken as it is."
-    name = "path_or_url"
-    def convert(self, value, param, ctx):
-        from madlab.store import is_url
-        return value if isinstance(value, str) and is_url(value) else super().convert(value, param, ctx)
-
-# %% ../nbs/40_cli.ipynb #b122fc1d
-def _file_cb(ctx, param, value):
-    "A YAML/JSON file holding a mapping or a list (a protocol's prompts, roles ...)."
-    if value is None: return None
-    import yaml
-    try: data = yaml.safe_load(Path(value).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e: raise click.BadParameter(f"{value}: not a readable YAML/JSON file ({str(e).splitlines()[0]})") from None
-    return data
-
-# %% ../nbs/40_cli.ipynb #da7acb01
-def _data_cb(ctx, param, value):
-    "`--data`: a file or folder, or the name of a public set (gsm8k, mmlu, xstest, controlmad), which the task resolves."
-    if value is None or Path(value).exists(): return value
-    from madlab.public_sets import PUBLIC_SETS
-    if value not in PUBLIC_SETS:
-        raise click.BadParameter(f"path {value!r} does not exist, nor is it a public set ({', '.join(PUBLIC_SETS)})")
-    return value            # its path in $MADLAB_DATA: `madlab.tasks.task_data`, the one place a set's name is resolved
-
-# %% ../nbs/40_cli.ipynb #855535e6
-def _flag(name): return "--" + name.replace("_", "-")
-
-def _option_doc(proto, name) -> str:
-    "An option's help: its documented line, the names it takes read from the protocol's registries where it has them (its `choices` part), so the help lists what its errors accept."
-    doc = proto.docs.get(name) or ""
-    names = (proto.parts.choices() if proto.parts.choices else {}).get(name)
-    if not names: return doc
-    head, _, tail = doc.partition("  [")
-    lead = head.split(": ", 1)[0] + ": " if ": " in head else ""
-    return lead + (", ".join(names[:-1]) + " or " + names[-1] if len(names) > 1 else names[0]) + (f"  [{tail}" if tail else "")
-
-# %% ../nbs/40_cli.ipynb #e6402d77
-def _takes_spec(proto, name) -> bool:
-    "Whether a protocol's option holds a backend spec (its documented line says so: `backend spec of the judge; ...`)."
-    from madlab.run import spec_options
-    return name in spec_options(proto)
-
-def _option_param(proto, name):
-    "The click option of one protocol option: SPEC for a backend spec (checked), FILE for a mapping or a list, else its name as the metavar."
-    tp, default, doc = proto.types.get(name), proto.options[name], _option_doc(proto, name)
-    args = typing.get_args(tp) if typing.get_origin(tp) in (typing.Union, types.UnionType) else (tp,)
-    core = [a for a in args if a is not type(None)]
-    lo, hi = proto.limits.get(name, (None, None))
-    if core == [bool]: return click.Option([f"{_flag(name)}/--no-{name.replace('_', '-')}"], default=default, show_default=True, help=doc)
-    if len(core) == 1 and typing.get_origin(core[0]) is typing.Literal:
-        return click.Option([_flag(name)], type=click.Choice([str(x) for x in typing.get_args(core[0])]), default=default, show_default=True, help=doc)
-    if core and core[0] is int: return click.Option([_flag(name)], type=click.IntRange(lo, hi), default=default, show_default=True, help=doc)
-    if core and core[0] is float: return click.Option([_flag(name)], type=click.FloatRange(lo, hi), default=default, show_default=True, help=doc, callback=_finite_cb)
-    if core and core[0] in (dict, list): return click.Option([_flag(name)], metavar="FILE", default=None, callback=_file_cb, help=f"{doc} (a YAML/JSON file)")
-    if _takes_spec(proto, name): return click.Option([_flag(name)], metavar="SPEC", default=default, callback=_spec_cb, help=doc)
-    return click.Option([_flag(name)], metavar=name.upper(), default=default, show_default=default is not None, help=doc)
-
-# %% ../nbs/40_cli.ipynb #a286d2ed
-def _max_concurrency_cb(ctx, param, value):
-    "N (an integer >= 1) or auto."
-    if value is None or value.strip().lower() in ("auto", "adaptive"): return value and "auto"
-    try: n = int(value)
-    except ValueError: n = 0
-    if n < 1: raise click.BadParameter(f"{value!r} is not a positive integer or auto")
-    return n
-
-def _sized_tasks(proto) -> list:
-    "The tasks `proto` runs on whose data a size picks from (what `Task.size` says it picks); with none, its command offers neither --size nor --games."
-    from madlab.tasks import sized_tasks
-    return sized_tasks(proto.tasks or None)
-
-
-# %% ../nbs/40_cli.ipynb #a286d2ee
-def _common_params(proto):
-    "The options every run shares, less those `proto` cannot use: --size and --games where no task it runs on takes a size, --topology and --stop-on where it does not honour them (its `axes`)."
-    from madlab.tasks import TASKS
-    default_task = proto.tasks[0] if proto.tasks else "arith"
-    sized = _sized_tasks(proto)
-    O = click.Option
-    return [
-        O(["--task"], metavar="TASK|FILE.yaml", default=default_task, show_default=True, callback=_task_cb,
-          help="The task whose items are debated: " + (", ".join(proto.tasks) if proto.tasks else f"a registered task ({', '.join(t for t in TASKS.names() if not t.startswith('_'))}) or a YAML task file")),
-        O(["--data"], metavar="PATH|SET", callback=_data_cb,
-          help="The task's data: a file or folder (ControlMAD's groundtruth/ folder for kks), or a public set that "
-               "`madlab data get` fetched: gsm8k, mmlu, xstest, controlmad  "
-               "[default: madlab's own; for gsm8k and mmlu, their set in $MADLAB_DATA]"),
-        *([O(["--size"], type=click.IntRange(min=2), default=None, help="; ".join(TASKS[k].size if len(sized) == 1 else f"{k}: {TASKS[k].size}" for k in sized))] if sized else []),
-        O(["--items", "--games", "items"] if sized else ["--items", "items"], metavar="RANGE", callback=_items_cb, help="1-based positions of the items: 1-20, 3 or 1,4,7-9  [default: all; 1-20 for games]"),
-        O(["--n"], type=click.IntRange(min=1), default=None, help="Run the first N items (after --items)"),
-        O(["--majority-error"], metavar="A", type=click.IntRange(min=1), default=None,
-          help="Keep only the items where a plurality of A independent answers of the team's actors is wrong (the majority-error subset; --n then counts kept items)"),
-        O(["--agents"], metavar="SPEC,SPEC,...", callback=_agents_cb, help="Backend specs of the team, e.g. synthetic:strong,openai:gpt-5-nano  [default: the protocol's synthetic team]"),
-        O(["--team", "team_file"], type=click.Path(exists=True, dir_okay=False), help="A YAML/JSON team file (names, specs, system prompts, per-agent params); instead of --agents"),
-        O(["--out"], default="results", show_default=True, type=_PathOrURL(file_okay=False), callback=_out_cb, help="Output folder or URL (s3://, gs://, az://, memory://); the run goes into OUT/<run name>/"),
-        O(["--name"], metavar="NAME", default=None, help="The run folder's name  [default: from the protocol, task, team and options]"),
-        O(["--concurrency"], type=click.IntRange(1, 10_000), default=None, help="Debates run at once  [default: as many as the endpoints take]"),
-        O(["--max-concurrency"], metavar="N|auto", callback=_max_concurrency_cb, help="Calls in flight per endpoint: N pins it; auto adapts to the server (halves on 429s)  [default: auto, or $MADLAB_MAX_CONCURRENCY]"),
-        O(["--timeout"], type=click.FloatRange(0, 86_400, min_open=True), default=None, callback=_finite_cb, help="Seconds an attempt waits for an answer  [default: 60]"),
-        O(["--max-retries"], type=click.IntRange(0, 100), default=None, help="Retries of a failed call (429, 5xx, timeout, dropped connection)  [default: 4]"),
-        O(["--give-up-after"], type=click.FloatRange(0, 7 * 86_400, min_open=True), default=None, callback=_finite_cb,
-          help="Seconds an endpoint may answer nothing before its calls fail (meanwhile they wait for it)  [default: 300]"),
-        O(["--give-up-first"], type=click.FloatRange(0, 7 * 86_400, min_open=True), default=None, callback=_finite_cb,
-          help="The same for an endpoint not reached once in this run (a wrong URL, a server not started)  "
-               "[default: 30, at most --give-up-after]"),
-        O(["--structured"], type=click.Choice(["auto", "on", "off"]), default=None,
-          help="Hold replies to their answer's JSON schema: auto where the backend can (hf: while decoding, openai: asks the server), on (refuse a backend that cannot), off (the format in the prompt only)  [default: auto, or the team file's]"),
-        O(["--decision"], metavar="RULE", default=None, callback=_decision_cb,
-          help="How the team decides: protocol, plurality, majority, supermajority:Q, unanimity, confidence, borda, approval:K, judge:SPEC, freemad[:W1,W2,W3,W4] (Free-MAD's score over every round), confidence:logprob (votes weighed by the replies' token log-probabilities), or a protocol's own rule set (s4:default, s4:strict)  [default: protocol, the protocol's own rule]"),
-        *([O(["--topology"], metavar="full|ring|star|random:K|FILE", default=None,
-          help="Who sees whose answers, in round-based debates that route them (du): full, ring, star (the first agent is the hub), random:K (K peers each, drawn from --seed), or FILE: an adjacency list (JSON/YAML mapping agent -> agents it sees) or 0/1 matrix (JSON/YAML/CSV)  [default: full]")] if "topology" in proto.axes else []),
-        *([O(["--stop-on"], metavar="consensus[:Q]", default=None,
-          help="End a round-based debate (du) once at least a fraction Q of its agents agree (default Q 1: all); the summary says the rounds and tokens it saved  [default: run every round]")] if "stop_on" in proto.axes else []),
-        O(["--seed"], type=int, default=0, show_default=True, help="Seed of the debates"),
-        O(["--max-tokens"], type=click.IntRange(1, 1_000_000), default=None, help="Max completion tokens per call, for every agent"),
-        O(["--temperature"], type=click.FloatRange(0, 2), default=None, callback=_finite_cb, help="Sampling temperature in 0..2, for every agent"),
-        O(["--cache/--no-cache"], default=True, show_default=True, help="Use the on-disk response cache ($MADLAB_CACHE)"),
-        O(["--prices"], metavar="FILE", type=click.Path(dir_okay=False), default=None,
-          help="A price table (CSV: provider,model,input,cached_input,output,source,date; US dollars per million tokens) for the cost column  [default: madlab's data/prices.csv]"),
-        O(["--resume/--no-resume"], default=True, show_default=True, help="Skip items already finished in the run folder"),
-        O(["--progress/--no-progress"], default=None, help="Show a progress bar  [default: when stderr is a terminal]"),
-        O(["--dry-run"], is_flag=True, help="Print the assembled run (items, team, options, decision rule, folder) and stop: no debate, no run folder"),
-    ]
 
 # %% ../nbs/40_cli.ipynb #f10e5b02
 def _gc_for_a_run():
@@ -329,20 +116,7 @@ def _log_to_stderr():
     log.addHandler(h)
     return lambda: log.removeHandler(h)
 
-# %% ../nbs/40_cli.ipynb #2a19dfb8
-def _hint(e: OptionError) -> str:
-    "The flags an error names: for `items`, those of --items and --games the command offers (--games: a protocol on a sized task)."
-    ctx = click.get_current_context(silent=True)
-    if e.option != "items" or ctx is None: return f"'{e.flag}'"
-    offered = {o for p in ctx.command.params for o in getattr(p, "opts", ())}
-    return " / ".join(f"'{f}'" for f in ("--items", "--games") if f in offered) or f"'{e.flag}'"
-
 # %% ../nbs/40_cli.ipynb #2a19dfb9
-def _option_error(e: OptionError) -> click.ClickException:
-    "The command line's form of an `OptionError`: a usage error, or a bad value of the option it names."
-    if getattr(e, "usage", False): return click.UsageError(e.message)
-    return click.BadParameter(e.message, param_hint=_hint(e))
-
 class _LockLostError(click.ClickException):
     "A run whose folder's lock another process took over: it stopped writing (exit 2, as a refused lock)."
     exit_code = 2

@@ -150,7 +150,7 @@ def test_yaml_files_round_trip_and_run_offline(tmp_path):
 
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_every_example_runs_offline(name, tmp_path):
-    from madlab.cli import load_items
+    from madlab.cli_options import load_items
     cfg = load_config(example_path(name))
     items = load_items(TASK_OF[name], n=2)
     res = run_experiment("agentverse", items, agentverse_team(cfg), tmp_path / "run", config=str(example_path(name)), cache=False)

@@ -81,7 +81,7 @@ def test_a_judge_in_a_live_debate_replays_without_calls():
     assert d.result["answer"] == t.result["answer"] and d.done
 
 def test_comparison_on_a_du_run_and_a_controlmad_run(tmp_path):
-    from madlab.cli import load_items
+    from madlab.cli_options import load_items
     run_experiment("du", toy_arith_items(12), TEAM, tmp_path / "du", rounds=1, cache=False)
     run_experiment("controlmad", load_items("kks", None, 4, [1, 2, 3, 4, 5, 6]), None, tmp_path / "cm", depth=0, cache=False)
     du = open_run(tmp_path / "du").decisions()
@@ -144,7 +144,7 @@ def test_every_table_on_a_calibrated_simulated_signal_says_so(tmp_path, monkeypa
     assert r.exit_code == 0 and "simulated signal" not in r.output, r.output
 
 def test_rescore_by_a_signal_the_run_holds_uncalibrated_or_not_at_all_is_refused(tmp_path, monkeypatch):
-    from madlab.cli import load_items
+    from madlab.cli_options import load_items
     run_experiment("controlmad", load_items("kks", None, 4, [1, 2]), None, tmp_path / "cm", depth=0, cache=False)
     run_experiment("controlmad", load_items("kks", None, 4, [1, 2]), None, tmp_path / "nc", depth=0, cache=False, confidence=False)
     _no_calls(monkeypatch)

@@ -7,7 +7,8 @@ from pathlib import Path
 import click
 import pytest
 from click.testing import CliRunner
-from madlab.cli import main, _agents_cb, _file_cb, _spec_cb
+from madlab.cli import main
+from madlab.cli_options import _agents_cb, _file_cb, _spec_cb
 from madlab.debate import PROTOCOLS, Debate, _load_protocol_modules
 from madlab.run import resolve_run
 from madlab.core import OptionError

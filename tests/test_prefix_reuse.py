@@ -38,7 +38,7 @@ def test_du_debates_are_exact_and_compute_each_history_once(tiny_model_dir):
 
 def test_a_controlmad_game_is_exact_with_reuse(tiny_model_dir):
     "A whole 4-player game (initial proposals, a debate round, self-adjustment, final discussion), every reply held to its schema."
-    from madlab.cli import load_items
+    from madlab.cli_options import load_items
     items = load_items("kks", size=4, items=[1])
     out = {}
     for kv in (0, None):

@@ -176,7 +176,7 @@ def test_a_task_files_gold_is_checked_by_its_formats_own_method(tmp_path):
 
 def test_a_public_sets_name_is_resolved_by_the_task_alone(tmp_path, monkeypatch):
     "`--data SET` is checked by the command line and resolved once, by `madlab.tasks.task_data`."
-    from madlab.cli import _data_cb
+    from madlab.cli_options import _data_cb
     from madlab.tasks import task_items
     monkeypatch.setenv("MADLAB_DATA", str(tmp_path))
     assert _data_cb(None, None, "xstest") == "xstest"
@@ -186,7 +186,7 @@ def test_a_public_sets_name_is_resolved_by_the_task_alone(tmp_path, monkeypatch)
 
 def test_the_sized_tasks_are_known_in_one_place():
     "`sized_tasks` is what the command line offers --size for and what a size's refusal names."
-    from madlab.cli import _sized_tasks
+    from madlab.cli_options import _sized_tasks
     from madlab.core import OptionError
     from madlab.debate import get_protocol
     from madlab.formats import Task, register_task

@@ -3,7 +3,7 @@ agent's previous turn. Round trip, replay and fork stay lossless, and transcript
 import json
 import pytest
 from conftest import public_data_or_skip
-from madlab.cli import load_items
+from madlab.cli_options import load_items
 from madlab.core import Transcript, to_jsonable
 from madlab.debate import Debate, comparable, from_transcript
 
