@@ -145,3 +145,23 @@ def test_import_graph_tool_agrees():
     g = _graph()
     printed = dict(l.split(" -> ", 1) for l in out.stdout.splitlines() if " -> " in l and not l.startswith(("circle", "view", "left out")))
     assert {m: {"madlab." + d for d in v.split(", ")} if v != "(nothing)" else set() for m, v in printed.items()} == g
+
+def test_no_module_over_700_lines():
+    "No module of madlab is longer than `MAX_LINES` (700) but those in the shrinking `LONG_MODULES`, none longer than listed."
+    bad = _ig.too_long()
+    assert not bad, "split these modules by concern (a notebook each):\n" + "\n".join(bad)
+
+def test_the_length_check_finds_a_long_module(tmp_path):
+    pkg = tmp_path / "madlab"; pkg.mkdir()
+    (pkg / "a.py").write_text("x = 1\n" * 700); (pkg / "b.py").write_text("x = 1\n" * 701); (pkg / "_modidx.py").write_text("d = 1\n" * 900)
+    assert _ig.too_long(pkg, allowed={}) == ["madlab.b: 701 lines (at most 700)"]
+    assert _ig.too_long(pkg, allowed={"madlab.b": 701}) == [] and _ig.too_long(pkg, allowed={"madlab.b": 701}, cap=699) != []
+
+RUNNING = (  # what imports or runs debates; a view shows what it is given
+    "madlab.imports", "madlab.import_run", "madlab.run", "madlab.experiments")
+
+def test_views_run_nothing():
+    "Widgets, viz and live reach none of the importers, the runner or the experiments, at module level or inside functions."
+    g = _graph()
+    found = {f"{v} -> {goal}": " -> ".join(p) for v in VIEWS for goal in RUNNING if (p := _path(g, v, goal))}
+    assert not found, found
