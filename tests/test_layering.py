@@ -99,7 +99,7 @@ def test_import_finder_sees_lazy_and_relative_imports(tmp_path):
 
 ALLOWED_CIRCLES: list = []   # no circle at all
 COMPAT_EDGES: set = set()   # edges left out of the graph: none
-VIEWS = ("madlab.widgets", "madlab.viz", "madlab.live")
+VIEWS = ("madlab.widgets", "madlab.positions", "madlab.viz", "madlab.live")
 
 def _graph(pkg: Path = PKG, compat=COMPAT_EDGES) -> dict[str, set[str]]: return _ig.import_graph(pkg, compat)
 def _circles(graph) -> list[set[str]]: return [set(c) for c in _ig.circles(graph)]

@@ -9,7 +9,7 @@ from pathlib import Path
 PKG = Path(__file__).resolve().parents[1] / "madlab"
 KNOWN_CIRCLES: set = set()   # no circle is allowed
 COMPAT_EDGES: set = set()   # edges left out of the graph: none
-VIEWS = ("madlab.widgets", "madlab.viz", "madlab.live")
+VIEWS = ("madlab.widgets", "madlab.positions", "madlab.viz", "madlab.live")
 RUNNER = "madlab.run"
 MAX_LINES = 700            # a module longer than this is split by concern (a notebook per module)
 # Modules still over MAX_LINES, with their length when the cap came in. This allow-list is to shrink: split the module and
