@@ -11,14 +11,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 import orjson
+from .redact import scrub_secrets                    # leaves below core: they import nothing of madlab
+from .pages import _CSS, _TEMPLATE, _page, topology_svg
 
 # %% auto #0
-__all__ = ['ROLES', 'REDACTED', 'OptionError', 'serializable', 'to_jsonable', 'from_jsonable', 'Message', 'ChatHistory', 'Usage',
+__all__ = ['ROLES', 'OptionError', 'serializable', 'to_jsonable', 'from_jsonable', 'Message', 'ChatHistory', 'Usage',
            'Completion', 'Answer', 'answer_valid', 'answer_key', 'answer_summary', 'answer_view', 'decision_summary',
-           'Turn', 'Round', 'Item', 'register_secret', 'scrub_secrets', 'write_atomic', 'write_parquet', 'Transcript',
-           'topology_svg', 'json_objects', 'extract_json', 'runtime_loop', 'run_sync', 'run_async', 'stable_hash',
-           'new_id', 'default_cache_dir', 'madlab_data', 'public_data', 'Ask', 'AnswerSchema', 'schema_example',
-           'BackendError', 'Backend']
+           'Turn', 'Round', 'Item', 'write_atomic', 'write_parquet', 'Transcript', 'json_objects', 'extract_json',
+           'runtime_loop', 'run_sync', 'run_async', 'stable_hash', 'new_id', 'default_cache_dir', 'madlab_data',
+           'public_data', 'Ask', 'AnswerSchema', 'schema_example', 'BackendError', 'Backend']
 
 # %% ../nbs/00_core.ipynb #84f5c85e
 class OptionError(ValueError):
@@ -293,59 +294,6 @@ class Item:
 
     def text(self) -> str: return self.prompt
 
-# %% ../nbs/00_core.ipynb #a1c0e5d2
-_SECRETS: set[str] = set()
-_SECRET_VARS = re.compile(r"(?i)(^|_)(API_?KEY|KEY|TOKEN|SECRET|PASSWORD|PASSWD)$")
-_CREDENTIALS = (   # (lower-case word that starts it, what it is, the characters allowed before the word: None for a word boundary)
-    ("bearer", re.compile(r"(?i)bearer\s+([A-Za-z0-9._~+/=-]{8,})"), None),                               # Authorization: Bearer TOKEN
-    ("api", re.compile(r"""(?i)api[_-]?key["']?\s*[:=]\s*["']?([A-Za-z0-9._~+/-]{8,})"""), None),       # api_key=..., "x-api-key": "..."
-    ("access", re.compile(r"""(?i)access[_-]?token["']?\s*[:=]\s*["']?([A-Za-z0-9._~+/-]{8,})"""), None),
-    ("key=", re.compile(r"(?i)key=([A-Za-z0-9._~+/-]{8,})"), "?&"),                                       # ?key=... in a URL
-    ("sk-", re.compile(r"(?i)(sk-[A-Za-z0-9_-]{20,})"), None),                                            # OpenAI-style keys
-)
-REDACTED = "[REDACTED]"
-_ENV_SEEN: tuple = (None, frozenset())                                            # (a copy of the environment, its secrets)
-
-def register_secret(value) -> None:
-    "Hide `value` (an API key, a token) wherever madlab records text; values under 8 characters are ignored."
-    if isinstance(value, str) and len(value) >= 8: _SECRETS.add(value)
-
-def _env_secrets() -> frozenset:
-    "Values of the environment's key, token and password variables (re-read whenever the environment changes)."
-    global _ENV_SEEN
-    data = getattr(os.environ, "_data", None)           # CPython's mapping behind os.environ: comparing it with a copy is cheap
-    if not isinstance(data, dict) or data != _ENV_SEEN[0]:
-        _ENV_SEEN = (dict(data) if isinstance(data, dict) else None,
-                     frozenset(v for k, v in os.environ.items() if len(v) >= 8 and _SECRET_VARS.search(k)))
-    return _ENV_SEEN[1]
-
-def _find_all(hay: str, word: str):
-    i = hay.find(word)
-    while i >= 0: yield i; i = hay.find(word, i + 1)
-
-def _starts_here(text: str, i: int, before) -> bool:
-    prev = text[i - 1] if i else ""
-    return bool(prev) and prev in before if before else not (prev.isalnum() or prev == "_")
-
-def _credential_spans(text: str) -> list:
-    "Where credential-shaped tokens sit in `text`: found by plain substring search, then matched in place (fast on long text)."
-    lo = text.lower()
-    for word, rx, before in _CREDENTIALS:
-        starts = _find_all(lo, word) if len(lo) == len(text) else (m.start() for m in re.finditer(re.escape(word), text, re.I))
-        for i in starts:
-            if _starts_here(text, i, before) and (m := rx.match(text, i)): yield m.span(1)
-
-def scrub_secrets(text):
-    "`text` with every known secret and every credential-shaped token replaced by `[REDACTED]` (non-strings pass unchanged)."
-    if not isinstance(text, str) or not text: return text
-    for s in sorted(_SECRETS | _env_secrets(), key=len, reverse=True):
-        if s in text: text = text.replace(s, REDACTED)
-    out, end = [], 0
-    for a, b in sorted(_credential_spans(text)):
-        if a < end: continue
-        out += [text[end:a], REDACTED]; end = b
-    return "".join(out) + text[end:] if out else text
-
 # %% ../nbs/00_core.ipynb #725613a3
 _UMASK_LOCK = threading.Lock()
 
@@ -495,66 +443,6 @@ class Transcript:
         return page
     def _repr_html_(self): return _render_transcript_html(self, standalone=False)
 
-# %% ../nbs/00_core.ipynb #412f9916
-def topology_svg(neighbours: dict, size: int = 220, title: str|None = None) -> str:
-    "An inline SVG of who sees whom: `neighbours` maps each agent to the agents whose answers it sees; agents on a circle, an arrow from B to A when A sees B, a plain line when both see each other."
-    import html as _h, math as _m
-    names = list(neighbours)
-    n, c, r = len(names), size / 2, size / 2 - 34
-    pos = {a: (c + r * _m.cos(2 * _m.pi * k / max(n, 1) - _m.pi / 2), c + r * _m.sin(2 * _m.pi * k / max(n, 1) - _m.pi / 2)) for k, a in enumerate(names)}
-    seen = {(a, b) for a, bs in neighbours.items() for b in bs if b in pos and b != a}       # (a, b): a sees b
-    lines = []
-    for a, b in sorted(seen):
-        if (b, a) in seen and b < a: continue                                               # a mutual edge: drawn once
-        (x1, y1), (x2, y2) = pos[b], pos[a]
-        d = max(_m.hypot(x2 - x1, y2 - y1), 1e-9); ux, uy = (x2 - x1) / d, (y2 - y1) / d
-        arrow = "" if (b, a) in seen else ' marker-end="url(#madlab-arrow)"'
-        lines.append(f'<line x1="{x1 + 9 * ux:.1f}" y1="{y1 + 9 * uy:.1f}" x2="{x2 - 11 * ux:.1f}" y2="{y2 - 11 * uy:.1f}" stroke="#889" stroke-width="1.4"{arrow}/>')
-    nodes = [f'<circle cx="{x:.1f}" cy="{y:.1f}" r="8" fill="#4c78a8"/><text x="{x:.1f}" y="{y + (20 if y >= c else -13):.1f}" font-size="10" text-anchor="middle">{_h.escape(str(a))}</text>'
-             for a, (x, y) in pos.items()]
-    head = f"<title>{_h.escape(title)}</title>" if title else ""
-    return (f'<svg class="madlab-topology" xmlns="http://www.w3.org/2000/svg" width="{size}" height="{size}" viewBox="0 0 {size} {size}">{head}'
-            '<defs><marker id="madlab-arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="6" markerHeight="6" orient="auto-start-reverse">'
-            '<path d="M0,0 L10,5 L0,10 z" fill="#889"/></marker></defs>' + "".join(lines) + "".join(nodes) + "</svg>")
-
-# %% ../nbs/00_core.ipynb #c7e948e8
-_CSS = """
-body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}
-.madlab-t h2{margin:.2em 0}.madlab-t .meta{color:#555;font-size:.9em}
-.madlab-t .round{border:1px solid #ddd;border-radius:6px;margin:.8em 0;padding:.4em .8em}
-.madlab-t .turns{display:flex;flex-wrap:wrap;gap:.6em}
-.madlab-t .turn{flex:1 1 260px;border-left:4px solid #999;padding:.3em .6em;background:#fafafa}
-.madlab-t .turn.right{border-color:#2a9d4b}.madlab-t .turn.wrong{border-color:#d1495b}.madlab-t .turn.invalid{border-color:#f4a261;background:#fff6ec}
-.madlab-t pre{white-space:pre-wrap;word-break:break-word;margin:.2em 0;font-size:.85em}
-.madlab-t details summary{cursor:pointer;color:#335}
-.madlab-t .tag{display:inline-block;font-size:.75em;padding:0 .4em;border-radius:3px;background:#eee;margin-left:.3em}
-"""
-
-_TEMPLATE = """
-{%- if standalone %}<!doctype html><html><head><meta charset="utf-8"><title>{{ title }}</title>
-<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'">
-<style>{{ css }}</style></head><body>{% endif %}
-<div class="madlab-t">
-<h2>{{ title }}</h2>
-<div class="meta">protocol <b>{{ t.protocol }}</b>{% if t.synthetic %} · <span class="tag">synthetic agents</span>{% endif %}
- · {{ t.rounds|length }} rounds · {{ usage.calls }} calls · {{ usage.total_tokens }} tokens
-{% if status %} · status <b>{{ status }}</b>{% endif %}</div>
-<div class="meta">team: {% for a in t.team %}<b>{{ a.name }}</b> ({{ a.spec }}){% if not loop.last %}, {% endif %}{% endfor %}</div>
-{% if settings %}<div class="meta">settings: {{ settings }}</div>{% endif %}
-{% if graph %}<details open><summary>topology: {{ topology_name }} (who sees whom)</summary>{{ graph }}</details>{% endif %}
-{% if item_text %}<details><summary>item</summary><pre>{{ item_text }}</pre></details>{% endif %}
-{% for r in t.rounds %}<div class="round"><b>round {{ r.index + 1 }} · {{ r.name }}</b> <span class="tag">{{ r.phase }}</span>
-{% for k, v in r.meta.items() %}<span class="tag">{{ k }}={{ v }}</span>{% endfor %}
-<div class="turns">{% for tu in r.turns %}<div class="turn {{ klass(tu) }}"><b>{{ tu.agent }}</b>
-{% if tu.receivers %}→ {{ tu.receivers|join(', ') }}{% endif %}{% if tu.focus %}<span class="tag">on {{ tu.focus }}</span>{% endif %}
-{% if tu.cached %}<span class="tag">cached</span>{% endif %}
-{% if tu.error %}<pre>error: {{ tu.error }}</pre>{% endif %}
-<div>answer: <code>{{ show(tu.answer) }}</code></div>
-<details><summary>reply</summary><pre>{{ tu.reply or '' }}</pre></details></div>{% endfor %}</div></div>{% endfor %}
-{% if t.result %}<div class="round"><b>result</b> · decision <b class="decision">{{ decision }}</b><pre>{{ result }}</pre></div>{% endif %}
-</div>{% if standalone %}</body></html>{% endif %}
-"""
-
 # %% ../nbs/00_core.ipynb #c7e948e9
 def _show(a):
     if a is None: return "invalid"
@@ -565,14 +453,6 @@ def _turn_class(tu):
     if not tu.valid: return "invalid"
     c = tu.meta.get("correct")
     return "" if c is None else ("right" if c else "wrong")
-
-_PAGES: dict = {}
-def _page(source: str) -> "jinja2.Template":
-    "An autoescaping jinja2 template compiled once per source text (compiling costs far more than rendering one debate)."
-    if source not in _PAGES:
-        import jinja2
-        _PAGES[source] = jinja2.Environment(autoescape=True).from_string(source)
-    return _PAGES[source]
 
 def _render_transcript_html(t, title=None, standalone=True):
     item = t.item

@@ -13,6 +13,7 @@ from fastcore.basics import patch
 from fastcore.docments import docments
 import madlab
 from .core import *
+from .redact import scrub_secrets
 from .registry import Registry
 from .backends import *
 from .agents import *

@@ -10,7 +10,8 @@ import datetime, json
 from dataclasses import dataclass
 from pathlib import Path
 from fastcore.basics import patch
-from .core import OptionError, Transcript, answer_key, answer_summary, decision_summary, scrub_secrets, stable_hash, to_jsonable, write_atomic
+from .redact import scrub_secrets
+from .core import OptionError, Transcript, answer_key, answer_summary, decision_summary, stable_hash, to_jsonable, write_atomic
 from .decisions import HELPER_ROLES
 from .dynamics import answer_rounds, _NO_POSITION, _scorer, _stated, _top
 from .run import safe_name, _read_whole

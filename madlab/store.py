@@ -9,7 +9,8 @@ from __future__ import annotations
 import io, json, os, socket, threading, time, uuid
 from pathlib import Path
 from fastcore.basics import patch
-from .core import OptionError, scrub_secrets
+from .core import OptionError
+from .redact import scrub_secrets
 
 # %% auto #0
 __all__ = ['LOCK_STALE', 'is_url', 'StorePath', 'store_path', 'read_table', 'put_tree', 'StoreLock', 'LockLost']

@@ -12,6 +12,7 @@ import ipywidgets as W
 import pandas as pd
 from fastcore.basics import patch
 from .core import *
+from .pages import topology_svg
 from .debate import Debate, continue_log, intervention_reply
 from .positions import (positions, consensus, _E, _columns_html, _consensus_html, _grid_html, _header_html, _parts_of,
                               _result_answer, _team_column, _text, _usage_html)
