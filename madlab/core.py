@@ -17,9 +17,9 @@ from .pages import _CSS, _TEMPLATE, _page, topology_svg
 # %% auto #0
 __all__ = ['ROLES', 'OptionError', 'serializable', 'to_jsonable', 'from_jsonable', 'Message', 'ChatHistory', 'Usage',
            'Completion', 'Answer', 'answer_valid', 'answer_key', 'answer_summary', 'answer_view', 'decision_summary',
-           'Turn', 'Round', 'Item', 'write_atomic', 'write_parquet', 'Transcript', 'json_objects', 'extract_json',
-           'runtime_loop', 'run_sync', 'run_async', 'stable_hash', 'new_id', 'default_cache_dir', 'madlab_data',
-           'public_data', 'Ask', 'AnswerSchema', 'schema_example', 'BackendError', 'Backend']
+           'Turn', 'Round', 'Item', 'write_atomic', 'write_parquet', 'Transcript', 'runtime_loop', 'run_sync',
+           'run_async', 'stable_hash', 'new_id', 'default_cache_dir', 'madlab_data', 'public_data', 'Ask',
+           'AnswerSchema', 'schema_example', 'BackendError', 'Backend']
 
 # %% ../nbs/00_core.ipynb #84f5c85e
 class OptionError(ValueError):
@@ -467,62 +467,6 @@ def _render_transcript_html(t, title=None, standalone=True):
         title=title or f"{t.protocol} debate {t.meta.get('id', '')}", settings=json.dumps(to_jsonable(t.settings)) if t.settings else "",
         status=t.meta.get("status"), item_text=item_text, result=res, decision=decision_summary(t.result), show=_show, klass=_turn_class)
 
-# %% ../nbs/00_core.ipynb #e4a6359f
-_BRACE_CHARS = re.compile(r"""[{}"'\\]""")     # the only characters `_brace_spans` acts on
-
-def _brace_spans(text):
-    "Every top-level balanced {...} span in `text`, skipping braces inside quoted strings."
-    out, stack, q, skip = [], [], None, -1
-    for m in _BRACE_CHARS.finditer(text):
-        i = m.start()
-        if i == skip: continue                     # the character after a backslash in a string
-        c = text[i]
-        if q:
-            if c == "\\": skip = i + 1
-            elif c == q: q = None
-        elif c == '"' or (c == "'" and stack and not (i and text[i-1].isalnum())): q = c
-        elif c == "{": stack.append(i)
-        elif c == "}" and stack:
-            s = stack.pop()
-            if not stack: out.append((s, i + 1))
-    return out
-
-def _loads(s):
-    "JSON, or loose JSON (trailing commas, single or curly quotes, Python literals); None when unreadable. Never evaluates code."
-    if len(s) > 200_000: return None
-    try: return json.loads(s)
-    except ValueError: pass
-    t = re.sub(r",\s*([}\]])", r"\1", s.replace("\u201c", '"').replace("\u201d", '"').replace("\u2018", "'").replace("\u2019", "'"))
-    try: return json.loads(t)
-    except ValueError: pass
-    t = re.sub(r"\btrue\b", "True", re.sub(r"\bfalse\b", "False", re.sub(r"\bnull\b", "None", t)))
-    try: return ast.literal_eval(t)   # literals only: never runs code
-    except Exception: return None
-
-def json_objects(text, spans: bool = False) -> list:
-    "The dicts written in `text`, in order (with their `(start, end)` spans when `spans`)."
-    if not isinstance(text, str): return []
-    found = []
-    s = text.strip()
-    if s[:1] == "{" and s[-1:] == "}" and "```" not in s:     # the whole reply is one JSON object (the usual case): no scan
-        try: o = json.loads(s)
-        except ValueError: o = None
-        if isinstance(o, dict):
-            a = text.index(s[0]); return [(o, (a, a + len(s)))] if spans else [o]
-    for m in re.finditer(r"```(?:json|JSON)?\s*(.*?)```", text, re.S):
-        o = _loads(m.group(1).strip())
-        if isinstance(o, dict): found.append((o, m.span()))
-    if not found:
-        for a, b in _brace_spans(text):
-            o = _loads(text[a:b])
-            if isinstance(o, dict): found.append((o, (a, b)))
-    return found if spans else [o for o, _ in found]
-
-def extract_json(text) -> dict|None:
-    "The last JSON object in `text`, or None."
-    objs = json_objects(text)
-    return objs[-1] if objs else None
-
 # %% ../nbs/00_core.ipynb #030c2c7b
 _LOOP = None
 _LOOP_LOCK = threading.Lock()
@@ -584,30 +528,6 @@ def public_data(*parts) -> Path|None:
     root = _public_data_dir()
     p = None if root is None else root.joinpath(*parts)
     return p if p is not None and p.exists() else None
-
-# %% ../nbs/00_core.ipynb #c0re4d01
-def _json_value(text, where):
-    "The JSON value in `text`; a ValueError naming `where` (e.g. 'file.jsonl:3') when it is not JSON."
-    try: return json.loads(text)
-    except json.JSONDecodeError as e: raise ValueError(f"{where}: malformed JSON ({e.msg} at column {e.colno})") from None
-    except RecursionError: raise ValueError(f"{where}: malformed JSON (nested too deeply)") from None
-    except ValueError as e: raise ValueError(f"{where}: malformed JSON ({str(e)[:200]})") from None   # e.g. an integer of 5000 digits
-
-def _utf8_lines(path):
-    "(line number, text) of every line of `path` (split on '\\n' only, as JSONL is); a ValueError naming the line that is not UTF-8."
-    with open(path, "rb") as fh:
-        for ln, raw in enumerate(fh, 1):
-            try: yield ln, raw.decode("utf-8-sig" if ln == 1 else "utf-8")
-            except UnicodeDecodeError as e: raise ValueError(f"{path}:{ln}: not UTF-8 text ({e.reason} at byte {e.start + 1} of the line)") from None
-
-def _read_jsonl(path):
-    "(line number, record) of every JSON object in the JSONL file `path` (blank lines skipped)."
-    path = Path(path)
-    for ln, line in _utf8_lines(path):
-        if not line.strip(): continue
-        d = _json_value(line, f"{path}:{ln}")
-        if not isinstance(d, dict): raise ValueError(f"{path}:{ln}: a record must be a JSON object")
-        yield ln, d
 
 # %% ../nbs/00_core.ipynb #74a98720
 @serializable

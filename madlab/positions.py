@@ -9,6 +9,7 @@ from __future__ import annotations
 import html, json
 import pandas as pd
 from .core import *
+from .jsontext import extract_json
 from .debate import Debate
 from .scoring import answer_format, majority_vote, score_result
 

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from fastcore.basics import patch
-from .core import Answer, Item, serializable, json_objects, _loads
+from .core import Answer, Item, serializable
+from .jsontext import json_objects, _loads
 
 # %% auto #0
 __all__ = ['KKS_ROLES', 'NAMES', 'STATEMENT_TYPES', 'DIFFICULTY', 'KK_TEMPLATES', 'RoleCount', 'TruthCount', 'SameRole',

@@ -10,6 +10,7 @@ import collections, dataclasses, json, math, random, re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 from .core import *
+from .jsontext import json_objects
 from .formats import AnswerFormat, Task, register_format, register_task, answer_format, reasoned, answer_field
 from .synthetic import synthetic_rng, believes_gold, conform, synthetic_confidence, _own_value, _peer_values
 from .pairwise import PairwiseVerdict, cohen_kappa   # their older import path (madlab.protocols.agentverse reads them here)

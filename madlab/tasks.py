@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from .core import Item, OptionError, serializable, madlab_data
-from .core import _json_value, _utf8_lines, _read_jsonl   # the JSONL readers live in core (madlab.guards reads `_read_jsonl` here)
+from .jsontext import _json_value, _utf8_lines, _read_jsonl
 from .formats import Task, TASKS, register_task
 from .scoring import extract_number, numbers_match, parse_choice, _to_number, NUMBER, CHOICE, SAFETY, TEXT   # the reply parsers and generic formats live in scoring
 from . import kks as _kks   # the built-in tasks of their own modules register on import: kks, market, pairwise
