@@ -6,7 +6,8 @@ Docs: https://madlab.github.io/madlab/core.html.md"""
 
 # %% ../nbs/00_core.ipynb #65a0f81d
 from __future__ import annotations
-import ast, asyncio, copy, dataclasses, hashlib, html, importlib, io, json, math, os, re, tempfile, threading, time, uuid
+import ast, asyncio, copy, dataclasses, hashlib, html, importlib, io, json, math, os, re, tempfile, threading, time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -83,7 +84,8 @@ def to_jsonable(o):
 
 # %% ../nbs/00_core.ipynb #8692c50b
 # types that moved to a module of their own: JSON written before still reads
-_MOVED = {"madlab.scoring.StockAnswer": "madlab.market.StockAnswer", "madlab.tasks.MarketRecord": "madlab.market.MarketRecord",
+_MOVED = {"madlab.scoring.StockAnswer": "madlab.market.StockAnswer",
+          "madlab.tasks.MarketRecord": "madlab.market.MarketRecord",
           "madlab.scoring.PairwiseVerdict": "madlab.pairwise.PairwiseVerdict"}
 
 def _lookup_type(name):
@@ -109,6 +111,7 @@ def from_jsonable(o):
 # %% ../nbs/00_core.ipynb #2f14bd47
 ROLES = ("system", "user", "assistant", "other_agent", "moderator")
 
+# %% ../nbs/00_core.ipynb #e7c18ba1
 @serializable
 @dataclass
 class Message:
@@ -123,12 +126,15 @@ class Message:
     ts: float = field(default_factory=time.time)  # creation time (unix seconds)
 
     def __post_init__(self):
-        if self.role not in ROLES: raise ValueError(f"Message.role must be one of {', '.join(ROLES)}; got {self.role!r}")
-        if not isinstance(self.content, str): raise TypeError(f"Message.content must be str, got {type(self.content).__name__}")
+        if self.role not in ROLES:
+            raise ValueError(f"Message.role must be one of {', '.join(ROLES)}; got {self.role!r}")
+        if not isinstance(self.content, str):
+            raise TypeError(f"Message.content must be str, got {type(self.content).__name__}")
 
     def to_chat(self) -> dict:
         "The chat-format dict a backend takes; other agents and the moderator speak as prefixed user turns."
-        if self.role == "other_agent": return {"role": "user", "content": f"[{self.sender or 'another agent'}]: {self.content}"}
+        if self.role == "other_agent":
+            return {"role": "user", "content": f"[{self.sender or 'another agent'}]: {self.content}"}
         if self.role == "moderator": return {"role": "user", "content": f"[Moderator]: {self.content}"}
         return {"role": self.role, "content": self.content}
 
@@ -154,7 +160,8 @@ class ChatHistory:
         out = []
         for m in self.messages:
             d = m.to_chat()
-            if merge and out and out[-1]["role"] == d["role"] == "user": out[-1] = {"role": "user", "content": out[-1]["content"] + "\n\n" + d["content"]}
+            if merge and out and out[-1]["role"] == d["role"] == "user":
+                out[-1] = {"role": "user", "content": out[-1]["content"] + "\n\n" + d["content"]}
             else: out.append(d)
         return out
 
@@ -164,7 +171,8 @@ class ChatHistory:
 
     def _repr_html_(self):
         rows = "".join(f"<tr><td><b>{html.escape(m.role)}</b>{'<br>'+html.escape(m.sender) if m.sender else ''}</td>"
-                       f"<td style='white-space:pre-wrap;text-align:left'>{html.escape(m.content)}</td></tr>" for m in self.messages)
+                       f"<td style='white-space:pre-wrap;text-align:left'>{html.escape(m.content)}</td></tr>"
+                       for m in self.messages)
         return f"<table>{rows}</table>"
 
 # %% ../nbs/00_core.ipynb #502e7901
@@ -175,12 +183,14 @@ class Usage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     calls: int = 0
-    cached_prompt_tokens: int = 0      # of the prompt tokens, those the provider served from its own prompt cache (priced lower)
+    cached_prompt_tokens: int = 0      # of the prompt tokens, those the provider served from its prompt cache (cheaper)
     @property
     def total_tokens(self): return self.prompt_tokens + self.completion_tokens
-    def __add__(self, o): return Usage(self.prompt_tokens + o.prompt_tokens, self.completion_tokens + o.completion_tokens, self.calls + o.calls,
-                                       self.cached_prompt_tokens + getattr(o, "cached_prompt_tokens", 0))
+    def __add__(self, o):
+        return Usage(self.prompt_tokens + o.prompt_tokens, self.completion_tokens + o.completion_tokens,
+                     self.calls + o.calls, self.cached_prompt_tokens + getattr(o, "cached_prompt_tokens", 0))
 
+# %% ../nbs/00_core.ipynb #f367ac66
 @serializable
 @dataclass
 class Completion:
@@ -190,7 +200,7 @@ class Completion:
     latency: float = 0.0
     cached: bool = False
     model: str|None = None
-    meta: dict = field(default_factory=dict)    # what the backend adds: "logprob" (the mean log-probability of the reply's tokens, when asked and given), ...
+    meta: dict = field(default_factory=dict)    # what the backend adds: "logprob" (mean token log-probability), ...
 
 # %% ../nbs/00_core.ipynb #be5c193f
 class Answer:
@@ -198,10 +208,10 @@ class Answer:
     confidence = None                                  # self-reported confidence, when the answer gives one
     @property
     def valid(self) -> bool: return True               # False: the reply could not be read as an answer
-    stance = None                                      # towards the peers: "agree", "challenge", ... (a field or property in subclasses)
+    stance = None                                      # towards the peers: "agree", "challenge", ...
     decision = None                                    # the headline decision (e.g. "REFUSE"), if the answer has one
     def parts(self) -> dict: return {}                 # focus -> value, for answers about several players or topics
-    def vote_key(self): return json.dumps(to_jsonable(self.parts() or self.decision), sort_keys=True)  # what "the same answer" means
+    def vote_key(self): return json.dumps(to_jsonable(self.parts() or self.decision), sort_keys=True)  # same answer
     def summary(self) -> str: return ", ".join(f"{k}={v}" for k, v in self.parts().items()) or str(self.decision)
 
 # %% ../nbs/00_core.ipynb #8313b3ec
@@ -209,6 +219,7 @@ def answer_valid(a) -> bool:
     "Whether `a` is a readable answer."
     return a is not None and bool(a.valid if isinstance(a, Answer) else True)
 
+# %% ../nbs/00_core.ipynb #b06ff434
 def answer_key(a):
     "What two answers are compared by (None for an invalid one)."
     if not answer_valid(a): return None
@@ -217,26 +228,30 @@ def answer_key(a):
     try: hash(a); return a
     except TypeError: return json.dumps(to_jsonable(a), sort_keys=True, ensure_ascii=False)
 
+# %% ../nbs/00_core.ipynb #db52c6bd
 def answer_summary(a) -> str:
     "A short text for `a` (\"invalid\" for None)."
     if a is None: return "invalid"
     if isinstance(a, Answer): return a.summary()
     return a if isinstance(a, str) else json.dumps(to_jsonable(a), ensure_ascii=False)
 
+# %% ../nbs/00_core.ipynb #be8bc808
 def answer_view(a) -> dict:
     "Everything a view shows of `a`: valid, summary, key, confidence, stance, decision and parts."
     c = isinstance(a, Answer)
-    return {"valid": answer_valid(a), "summary": answer_summary(a), "key": answer_key(a), "confidence": a.confidence if c else None,
-            "stance": a.stance if c else None, "decision": (a.decision if c else None), "parts": dict(a.parts()) if c else {}}
+    return {"valid": answer_valid(a), "summary": answer_summary(a), "key": answer_key(a),
+            "confidence": a.confidence if c else None, "stance": a.stance if c else None,
+            "decision": (a.decision if c else None), "parts": dict(a.parts()) if c else {}}
 
 # %% ../nbs/00_core.ipynb #0bdfe3c9
 def decision_summary(result) -> str:
-    "The team's decision in words: its answer's summary; else \"no decision\" and why (\"no decision (tie)\"), never \"invalid\", which is a reply that could not be read."
+    """The team's decision in words: its answer's summary; else "no decision" and why ("no decision (tie)"), never
+    "invalid", which is a reply that could not be read."""
     res = result if isinstance(result, dict) else {}
     a = res.get("answer", res.get("assignment"))
     if a is not None and not (isinstance(a, float) and a != a): return answer_summary(a)
     why = res.get("decision_reason")
-    if why in (None, "decided"):                        # the protocol's own vote: a tie when the two largest counts are equal
+    if why in (None, "decided"):                        # the protocol's own vote: a tie when the top two counts tie
         votes = res.get("votes") if isinstance(res.get("votes"), dict) else {}
         n = sorted((v for v in votes.values() if isinstance(v, (int, float)) and not isinstance(v, bool)), reverse=True)
         why = "tie" if len(n) > 1 and n[0] == n[1] > 0 else None
@@ -264,6 +279,7 @@ class Turn:
         "True when the call succeeded and the reply parsed."
         return self.error is None and answer_valid(self.answer)
 
+# %% ../nbs/00_core.ipynb #1a8d2045
 @serializable
 @dataclass
 class Round:
@@ -309,13 +325,17 @@ def _umask() -> int:
     return m
 
 def write_atomic(path, data, encoding: str = "utf-8", errors: str = "replace") -> Path:
-    "Write `data` (str or bytes) to `path` atomically (temporary file, fsync, rename); the parent folder is created. Text that cannot be encoded (a lone surrogate) is replaced, so the file stays valid UTF-8. A `madlab.store.StorePath` gets one whole object (one PUT)."
-    raw = scrub_secrets(data).encode(encoding, errors) if isinstance(data, str) else bytes(data)   # text: secrets never reach a file
-    if not isinstance(path, (str, os.PathLike)) and hasattr(path, "write_bytes"): return path.write_bytes(raw)   # a file in a store
+    """Write `data` (str or bytes) to `path` atomically (temporary file, fsync, rename); the parent folder is created.
+    Text that cannot be encoded (a lone surrogate) is replaced, so the file stays valid UTF-8. A
+    `madlab.store.StorePath` gets one whole object (one PUT)."""
+    raw = scrub_secrets(data).encode(encoding, errors) if isinstance(data, str) else bytes(data)   # no secret in a file
+    if not isinstance(path, (str, os.PathLike)) and hasattr(path, "write_bytes"):
+        return path.write_bytes(raw)                                                             # a file in a store
     path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        if hasattr(os, "fchmod"): os.fchmod(fd, 0o666 & ~_umask())      # as open() would make it (mkstemp makes 0600): a lab sharing a folder can read it
+        # as open() would make it (mkstemp makes 0600): a lab sharing a folder can read it
+        if hasattr(os, "fchmod"): os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as f:
             f.write(raw); f.flush(); os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -325,19 +345,21 @@ def write_atomic(path, data, encoding: str = "utf-8", errors: str = "replace") -
         raise
     return path
 
+# %% ../nbs/00_core.ipynb #9c908364
 def write_parquet(df, path) -> Path:
-    "Write a pandas frame to `path` as Parquet, atomically; object columns holding mixed or non-scalar values become JSON text."
+    "Write a pandas frame to `path` as Parquet, atomically; object columns of mixed or nested values become JSON text."
     df = df.copy()
     for c in df.columns:
         if df[c].dtype != object: continue
         vals = [v for v in df[c] if v is not None and not (isinstance(v, float) and math.isnan(v))]
         if len({type(v) for v in vals}) > 1 or any(not isinstance(v, (str, bool, int, float)) for v in vals):
-            df[c] = [None if v is None or (isinstance(v, float) and math.isnan(v)) else (v if isinstance(v, str) else json.dumps(to_jsonable(v))) for v in df[c]]
+            df[c] = [None if v is None or (isinstance(v, float) and math.isnan(v))
+                     else (v if isinstance(v, str) else json.dumps(to_jsonable(v))) for v in df[c]]
     buf = io.BytesIO(); df.to_parquet(buf, index=False)
     return write_atomic(path, buf.getvalue())
 
 # %% ../nbs/00_core.ipynb #b7d1c0a1
-_FROM_PREVIOUS = "__from_previous__"     # in a transcript's JSON: the first k messages of the agent's previous turn, then "new"
+_FROM_PREVIOUS = "__from_previous__"     # in the JSON: the first k messages of the agent's previous turn, then "new"
 
 def _shared_prefix(a: list, b: list) -> int:
     n, k = min(len(a), len(b)), 0
@@ -345,7 +367,7 @@ def _shared_prefix(a: list, b: list) -> int:
     return k
 
 def _turns_of(rounds):
-    "Every turn in `rounds` (objects or JSON data), in order; anything that is not a round of turns is skipped."
+    "Every turn in `rounds` (objects or JSON data), in order; what is not a round of turns is skipped."
     for r in rounds if isinstance(rounds, list) else ():
         turns = r.get("turns") if isinstance(r, dict) else getattr(r, "turns", None)
         if isinstance(turns, list): yield from turns
@@ -359,13 +381,14 @@ def _expand_turns(rounds) -> None:
         if isinstance(m, dict) and _FROM_PREVIOUS in m:
             p, k, new = prev.get(tu.agent), m.get(_FROM_PREVIOUS), m.get("new")
             if p is None or type(k) is not int or not 0 < k <= len(p) or not isinstance(new, list):
-                raise ValueError(f"turn {i} ({tu.agent}) refers to messages of an earlier turn the transcript does not hold")
+                raise ValueError(f"turn {i} ({tu.agent}) refers to messages of an earlier turn the transcript lacks")
             tu.messages = p[:k] + new
         prev[tu.agent] = tu.messages
 
 # %% ../nbs/00_core.ipynb #d10f3a71
 def _compact_turn_objects(rounds: list) -> list:
-    "`rounds` (shallow copies) whose turns store only the messages that differ from the same agent's previous turn; the shared messages are never converted to JSON."
+    """`rounds` (shallow copies) whose turns store only the messages that differ from the same agent's previous turn;
+    the shared messages are never converted to JSON."""
     prev, out = {}, []
     for r in rounds:
         turns = getattr(r, "turns", None)
@@ -402,8 +425,8 @@ class Transcript:
     result: dict = field(default_factory=dict)
     meta: dict = field(default_factory=dict)        # id, times, status, error, madlab version
 
-    def __post_init__(self): _expand_turns(self.rounds)          # turns read from JSON get their full message lists back
-    def _json_values(self) -> dict: return {**vars(self), "rounds": _compact_turn_objects(self.rounds)}   # linear in turns
+    def __post_init__(self): _expand_turns(self.rounds)          # turns read from JSON get their full messages back
+    def _json_values(self) -> dict: return {**vars(self), "rounds": _compact_turn_objects(self.rounds)}  # linear size
 
     @property
     def usage(self) -> Usage: return sum((r.usage for r in self.rounds), Usage())
@@ -417,19 +440,22 @@ class Transcript:
         s = _fast_json(d, indent) if _NONFINITE[0] == n else None   # NaN or inf: orjson would write null
         if s is None: s = json.dumps(d, indent=indent, ensure_ascii=False)
         try: s.encode("utf-8")
-        except UnicodeEncodeError: s = json.dumps(d, indent=indent, ensure_ascii=True)  # lone surrogates: escape, keep every character
+        except UnicodeEncodeError: s = json.dumps(d, indent=indent, ensure_ascii=True)  # lone surrogates: escaped, kept
         if path is not None: write_atomic(path, s)
         return s
     @classmethod
     def from_json(cls, s_or_path) -> Transcript:
         "Read a transcript from JSON text, or from a file when given a `Path` (or a string naming an existing file)."
         where, s = "the JSON text", s_or_path
-        if isinstance(s, str) and not s.lstrip("\ufeff \t\r\n").startswith("{") and len(s) < 4096 and "\n" not in s and Path(s).is_file(): s = Path(s)
-        if isinstance(s, os.PathLike) or (not isinstance(s, (str, bytes)) and hasattr(s, "read_bytes")):   # a path, or a file in a store
+        if (isinstance(s, str) and not s.lstrip("\ufeff \t\r\n").startswith("{") and len(s) < 4096 and "\n" not in s
+                and Path(s).is_file()): s = Path(s)
+        if isinstance(s, os.PathLike) or (not isinstance(s, (str, bytes)) and hasattr(s, "read_bytes")):  # a file
             where = str(s)
             try: s = (s if hasattr(s, "read_bytes") else Path(s)).read_bytes().decode("utf-8-sig")
-            except UnicodeDecodeError as e: raise ValueError(f"{where}: not a madlab transcript (not UTF-8 text: {e.reason})") from None
-        if not isinstance(s, str): raise TypeError(f"Transcript.from_json takes JSON text or a Path; got {type(s).__name__}")
+            except UnicodeDecodeError as e:
+                raise ValueError(f"{where}: not a madlab transcript (not UTF-8 text: {e.reason})") from None
+        if not isinstance(s, str):
+            raise TypeError(f"Transcript.from_json takes JSON text or a Path; got {type(s).__name__}")
         try: t = from_jsonable(json.loads(s.lstrip("\ufeff")))
         except (ValueError, TypeError, RecursionError) as e:
             raise ValueError(f"{where}: not a madlab transcript ({type(e).__name__}: {str(e)[:200]})") from None
@@ -456,16 +482,19 @@ def _turn_class(tu):
 
 def _render_transcript_html(t, title=None, standalone=True):
     item = t.item
-    item_text = item.text() if hasattr(item, "text") and callable(item.text) else (json.dumps(to_jsonable(item), indent=1, ensure_ascii=False) if item is not None else "")
+    item_text = (item.text() if hasattr(item, "text") and callable(item.text) else
+                 json.dumps(to_jsonable(item), indent=1, ensure_ascii=False) if item is not None else "")
     res = json.dumps(to_jsonable(t.result), indent=1, ensure_ascii=False) if t.result else ""
     topo = (t.meta or {}).get("topology") if isinstance(t.meta, dict) else None
     graph = None
     if isinstance(topo, dict) and isinstance(topo.get("neighbours"), dict):
         import markupsafe
         graph = markupsafe.Markup(topology_svg(topo["neighbours"]))       # built from escaped names
-    return _page(_TEMPLATE).render(graph=graph, topology_name=(topo or {}).get("spec") if graph else "", t=t, standalone=standalone, css=_CSS, usage=t.usage,
-        title=title or f"{t.protocol} debate {t.meta.get('id', '')}", settings=json.dumps(to_jsonable(t.settings)) if t.settings else "",
-        status=t.meta.get("status"), item_text=item_text, result=res, decision=decision_summary(t.result), show=_show, klass=_turn_class)
+    return _page(_TEMPLATE).render(
+        graph=graph, topology_name=(topo or {}).get("spec") if graph else "", t=t, standalone=standalone, css=_CSS,
+        usage=t.usage, title=title or f"{t.protocol} debate {t.meta.get('id', '')}",
+        settings=json.dumps(to_jsonable(t.settings)) if t.settings else "", status=t.meta.get("status"),
+        item_text=item_text, result=res, decision=decision_summary(t.result), show=_show, klass=_turn_class)
 
 # %% ../nbs/00_core.ipynb #030c2c7b
 _LOOP = None
@@ -485,11 +514,13 @@ def _on_runtime():
     try: return asyncio.get_running_loop() is _LOOP
     except RuntimeError: return False
 
+# %% ../nbs/00_core.ipynb #24c9cd66
 def run_sync(coro):
     "Run `coro` on the runtime loop and wait for its result (from any thread but the runtime's own)."
     if _on_runtime(): raise RuntimeError("run_sync was called from madlab's runtime loop; use `await` there")
     return asyncio.run_coroutine_threadsafe(coro, runtime_loop()).result()
 
+# %% ../nbs/00_core.ipynb #d03a3895
 async def run_async(coro):
     "Await `coro` on the runtime loop from whatever loop is running."
     if _on_runtime(): return await coro
@@ -498,8 +529,10 @@ async def run_async(coro):
 # %% ../nbs/00_core.ipynb #03ccd2e1
 def stable_hash(*parts) -> str:
     "A hex digest of JSON-serialisable `parts`, the same on every machine."
-    return hashlib.sha256(json.dumps(to_jsonable(list(parts)), sort_keys=True, ensure_ascii=False).encode("utf-8", "surrogatepass")).hexdigest()
+    text = json.dumps(to_jsonable(list(parts)), sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
+# %% ../nbs/00_core.ipynb #07653440
 def new_id() -> str: return uuid.uuid4().hex[:12]
 
 # %% ../nbs/00_core.ipynb #a5d5cd4d
@@ -517,14 +550,16 @@ def madlab_data(*parts) -> Path:
 
 # %% ../nbs/00_core.ipynb #be9dd93e
 def _public_data_dir() -> Path|None:
-    "Where the public data is looked for: `$MADLAB_DATA`, else `shared/data` in the folder above madlab's checkout; None in an installed package without the setting."
+    """Where the public data is looked for: `$MADLAB_DATA`, else `shared/data` in the folder above madlab's checkout;
+    None in an installed package without the setting."""
     if os.environ.get("MADLAB_DATA"): return Path(os.environ["MADLAB_DATA"]).expanduser().resolve()
     import madlab
     top = Path(madlab.__file__).resolve().parent.parent
     return top.parent / "shared" / "data" if (top / "pyproject.toml").is_file() else None
 
+# %% ../nbs/00_core.ipynb #7966210b
 def public_data(*parts) -> Path|None:
-    "A path inside the public data (`$MADLAB_DATA`, else `../shared/data` beside the checkout), or None when it is not there."
+    "A path inside the public data (`$MADLAB_DATA`, else `../shared/data` beside the checkout); None when not there."
     root = _public_data_dir()
     p = None if root is None else root.joinpath(*parts)
     return p if p is not None and p.exists() else None
@@ -533,7 +568,7 @@ def public_data(*parts) -> Path|None:
 @serializable
 @dataclass
 class Ask:
-    "Context of one request: what is asked, about what, and what the peers said (seen only by synthetic and replay backends)."
+    "Context of one request: what is asked, about what, and what the peers said (synthetic and replay backends see it)."
     kind: str = "text"            # the answer format asked for, e.g. "kks.full", "number", "choice"
     item: Any = None              # the task item
     agent: str|None = None        # who asks (also the cache's sample stream)
@@ -551,14 +586,15 @@ _TYPES["madlab.backends.Ask"] = Ask   # its name before it moved here: older JSO
 # %% ../nbs/00_core.ipynb #bb639f6b
 @dataclass
 class AnswerSchema:
-    "The JSON shape of a valid reply to one kind of request: `schema` (JSON schema), its free-text `reasoning` field and the tokens the rest needs."
+    """The JSON shape of a valid reply to one kind of request: `schema` (JSON schema), its free-text `reasoning` field
+    and the tokens the rest needs."""
     schema: dict
-    reasoning: str|None = "reasoning"     # the free-text field that comes first (its length is capped to leave room for the answer)
+    reasoning: str|None = "reasoning"     # the free-text field that comes first (capped to leave room for the answer)
     answer_tokens: int = 24               # about how many tokens everything but the reasoning takes
     prompted: bool = False                # the request's own prompt already shows this JSON shape (no note is added)
 
     def capped(self, max_tokens: int|None, most: int = 1500) -> dict:
-        "The schema with the reasoning field capped so that the whole reply fits in `max_tokens` (about 2.5 characters a token)."
+        "The schema with the reasoning capped so that the reply fits in `max_tokens` (about 2.5 characters a token)."
         s = json.loads(json.dumps(self.schema))
         r = s.get("properties", {}).get(self.reasoning) if self.reasoning else None
         if r is not None: r["maxLength"] = max(0, min(most, int(2.5 * ((max_tokens or 512) - self.answer_tokens - 8))))
@@ -566,14 +602,17 @@ class AnswerSchema:
 
     def note(self) -> str:
         "The instruction that shows the model the shape the constraint enforces."
-        return "Reply with one JSON object of this shape (reasoning first, then the answer fields):\n" + schema_example(self.schema)
+        return ("Reply with one JSON object of this shape (reasoning first, then the answer fields):\n"
+                + schema_example(self.schema))
 
 # %% ../nbs/00_core.ipynb #75fe29a1
 def schema_example(s) -> str:
     "A one-line example of what JSON schema `s` accepts, with `<...>` placeholders."
     if not isinstance(s, dict): return "<value>"
     if "const" in s: return json.dumps(s["const"])
-    if "enum" in s: return '"' + "|".join(map(str, s["enum"])) + '"' if all(isinstance(v, str) for v in s["enum"]) else "|".join(map(json.dumps, s["enum"]))
+    if "enum" in s:
+        words = all(isinstance(v, str) for v in s["enum"])
+        return '"' + "|".join(map(str, s["enum"])) + '"' if words else "|".join(map(json.dumps, s["enum"]))
     t = s.get("type")
     if t == "object":
         return "{" + ", ".join(f'"{k}": {schema_example(v)}' for k, v in s.get("properties", {}).items()) + "}"
@@ -591,19 +630,27 @@ def schema_example(s) -> str:
 class BackendError(Exception):
     "A backend call failed for good (after any retries); the message is safe to log."
 
+# %% ../nbs/00_core.ipynb #0112f4b2
 class Backend:
     "Base class: subclasses implement `complete`."
     spec: str = "?"
     synthetic: bool = False
-    structured: str|None = None   # how a `schema=` param holds the reply: 'enforced' while decoding, 'requested' of a server, None: ignored
-    logprobs: bool = False        # True: asked with `logprobs=True`, its completions carry meta["logprob"], the mean log-probability of the reply's tokens
-    async def complete(self, messages: list[dict], ctx: Ask|None = None, **params) -> Completion: raise NotImplementedError
-    def cache_key_extra(self, ctx: Ask|None): "Extra data that decides the reply besides messages and params."; return None
+    structured: str|None = None   # how a `schema=` param holds the reply: 'enforced' while decoding, 'requested' of a
+                                  # server, None: ignored
+    logprobs: bool = False        # True: asked with `logprobs=True`, its completions carry meta["logprob"], the mean
+                                  # log-probability of the reply's tokens
+    async def complete(self, messages: list[dict], ctx: Ask|None = None, **params) -> Completion:
+        raise NotImplementedError
+    def cache_key_extra(self, ctx: Ask|None): "What decides the reply besides messages and params."; return None
     @property
-    def identity(self) -> str: "What the cache keys on: the spec, plus the endpoint where there is one."; return self.spec
+    def identity(self) -> str: "What the cache keys on: the spec, plus the endpoint if any."; return self.spec
     async def aclose(self): pass
-    def health(self) -> dict|None: "How its endpoint fared (outages, calls that waited), for a run summary; None without an endpoint."; return None
-    def count_tokens(self, text: str) -> int: "How many tokens `text` is for this model; here the estimate ⌈characters / 4⌉ (a model with a tokenizer counts exactly)."; return _estimate_tokens(text)
+    def health(self) -> dict|None:
+        "How its endpoint fared (outages, calls that waited), for a run summary; None without an endpoint."
+        return None
+    def count_tokens(self, text: str) -> int:
+        "How many tokens `text` is for this model; here the estimate ⌈characters / 4⌉ (a tokenizer counts exactly)."
+        return _estimate_tokens(text)
     def __repr__(self): return f"{type(self).__name__}({self.spec!r})"
 
 def _estimate_tokens(text: str) -> int: return max(1, math.ceil(len(text) / 4)) if text else 0
