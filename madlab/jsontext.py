@@ -33,11 +33,13 @@ def _brace_spans(text):
     return out
 
 def _loads(s):
-    "JSON, or loose JSON (trailing commas, single or curly quotes, Python literals); None when unreadable. Never evaluates code."
+    """JSON, or loose JSON (trailing commas, single or curly quotes, Python literals); None when unreadable. Never
+    evaluates code."""
     if len(s) > 200_000: return None
     try: return json.loads(s)
     except ValueError: pass
-    t = re.sub(r",\s*([}\]])", r"\1", s.replace("\u201c", '"').replace("\u201d", '"').replace("\u2018", "'").replace("\u2019", "'"))
+    t = s.replace("\u201c", '"').replace("\u201d", '"').replace("\u2018", "'").replace("\u2019", "'")
+    t = re.sub(r",\s*([}\]])", r"\1", t)
     try: return json.loads(t)
     except ValueError: pass
     t = re.sub(r"\btrue\b", "True", re.sub(r"\bfalse\b", "False", re.sub(r"\bnull\b", "None", t)))
@@ -49,7 +51,7 @@ def json_objects(text, spans: bool = False) -> list:
     if not isinstance(text, str): return []
     found = []
     s = text.strip()
-    if s[:1] == "{" and s[-1:] == "}" and "```" not in s:     # the whole reply is one JSON object (the usual case): no scan
+    if s[:1] == "{" and s[-1:] == "}" and "```" not in s:     # the reply is one JSON object (the usual case): no scan
         try: o = json.loads(s)
         except ValueError: o = None
         if isinstance(o, dict):
@@ -63,6 +65,8 @@ def json_objects(text, spans: bool = False) -> list:
             if isinstance(o, dict): found.append((o, (a, b)))
     return found if spans else [o for o, _ in found]
 
+
+# %% ../nbs/00e_jsontext.ipynb #96ea85a0
 def extract_json(text) -> dict|None:
     "The last JSON object in `text`, or None."
     objs = json_objects(text)
@@ -72,16 +76,21 @@ def extract_json(text) -> dict|None:
 def _json_value(text, where):
     "The JSON value in `text`; a ValueError naming `where` (e.g. 'file.jsonl:3') when it is not JSON."
     try: return json.loads(text)
-    except json.JSONDecodeError as e: raise ValueError(f"{where}: malformed JSON ({e.msg} at column {e.colno})") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{where}: malformed JSON ({e.msg} at column {e.colno})") from None
     except RecursionError: raise ValueError(f"{where}: malformed JSON (nested too deeply)") from None
-    except ValueError as e: raise ValueError(f"{where}: malformed JSON ({str(e)[:200]})") from None   # e.g. an integer of 5000 digits
+    except ValueError as e:                                   # e.g. an integer of 5000 digits
+        raise ValueError(f"{where}: malformed JSON ({str(e)[:200]})") from None
 
 def _utf8_lines(path):
-    "(line number, text) of every line of `path` (split on '\\n' only, as JSONL is); a ValueError naming the line that is not UTF-8."
+    """(line number, text) of every line of `path` (split on '\\n' only, as JSONL is); a ValueError naming the line
+    that is not UTF-8."""
     with open(path, "rb") as fh:
         for ln, raw in enumerate(fh, 1):
             try: yield ln, raw.decode("utf-8-sig" if ln == 1 else "utf-8")
-            except UnicodeDecodeError as e: raise ValueError(f"{path}:{ln}: not UTF-8 text ({e.reason} at byte {e.start + 1} of the line)") from None
+            except UnicodeDecodeError as e:
+                raise ValueError(f"{path}:{ln}: not UTF-8 text ({e.reason} at byte {e.start + 1} "
+                                 "of the line)") from None
 
 def _read_jsonl(path):
     "(line number, record) of every JSON object in the JSONL file `path` (blank lines skipped)."

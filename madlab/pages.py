@@ -7,17 +7,18 @@ Docs: https://madlab.github.io/madlab/pages.html.md"""
 # %% ../nbs/00d_pages.ipynb #b3d0a203
 from __future__ import annotations
 
-
 # %% auto #0
 __all__ = ['topology_svg']
 
 # %% ../nbs/00d_pages.ipynb #412f9916
 def topology_svg(neighbours: dict, size: int = 220, title: str|None = None) -> str:
-    "An inline SVG of who sees whom: `neighbours` maps each agent to the agents whose answers it sees; agents on a circle, an arrow from B to A when A sees B, a plain line when both see each other."
+    """An inline SVG of who sees whom: `neighbours` maps each agent to the agents whose answers it sees; agents on a
+    circle, an arrow from B to A when A sees B, a plain line when both see each other."""
     import html as _h, math as _m
     names = list(neighbours)
     n, c, r = len(names), size / 2, size / 2 - 34
-    pos = {a: (c + r * _m.cos(2 * _m.pi * k / max(n, 1) - _m.pi / 2), c + r * _m.sin(2 * _m.pi * k / max(n, 1) - _m.pi / 2)) for k, a in enumerate(names)}
+    angle = lambda k: 2 * _m.pi * k / max(n, 1) - _m.pi / 2
+    pos = {a: (c + r * _m.cos(angle(k)), c + r * _m.sin(angle(k))) for k, a in enumerate(names)}
     seen = {(a, b) for a, bs in neighbours.items() for b in bs if b in pos and b != a}       # (a, b): a sees b
     lines = []
     for a, b in sorted(seen):
@@ -25,13 +26,17 @@ def topology_svg(neighbours: dict, size: int = 220, title: str|None = None) -> s
         (x1, y1), (x2, y2) = pos[b], pos[a]
         d = max(_m.hypot(x2 - x1, y2 - y1), 1e-9); ux, uy = (x2 - x1) / d, (y2 - y1) / d
         arrow = "" if (b, a) in seen else ' marker-end="url(#madlab-arrow)"'
-        lines.append(f'<line x1="{x1 + 9 * ux:.1f}" y1="{y1 + 9 * uy:.1f}" x2="{x2 - 11 * ux:.1f}" y2="{y2 - 11 * uy:.1f}" stroke="#889" stroke-width="1.4"{arrow}/>')
-    nodes = [f'<circle cx="{x:.1f}" cy="{y:.1f}" r="8" fill="#4c78a8"/><text x="{x:.1f}" y="{y + (20 if y >= c else -13):.1f}" font-size="10" text-anchor="middle">{_h.escape(str(a))}</text>'
-             for a, (x, y) in pos.items()]
+        lines.append(f'<line x1="{x1 + 9 * ux:.1f}" y1="{y1 + 9 * uy:.1f}" '
+                     f'x2="{x2 - 11 * ux:.1f}" y2="{y2 - 11 * uy:.1f}" stroke="#889" stroke-width="1.4"{arrow}/>')
+    nodes = [f'<circle cx="{x:.1f}" cy="{y:.1f}" r="8" fill="#4c78a8"/>'
+             f'<text x="{x:.1f}" y="{y + (20 if y >= c else -13):.1f}" font-size="10" text-anchor="middle">'
+             f'{_h.escape(str(a))}</text>' for a, (x, y) in pos.items()]
     head = f"<title>{_h.escape(title)}</title>" if title else ""
-    return (f'<svg class="madlab-topology" xmlns="http://www.w3.org/2000/svg" width="{size}" height="{size}" viewBox="0 0 {size} {size}">{head}'
-            '<defs><marker id="madlab-arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="6" markerHeight="6" orient="auto-start-reverse">'
-            '<path d="M0,0 L10,5 L0,10 z" fill="#889"/></marker></defs>' + "".join(lines) + "".join(nodes) + "</svg>")
+    return (f'<svg class="madlab-topology" xmlns="http://www.w3.org/2000/svg" width="{size}" height="{size}" '
+            f'viewBox="0 0 {size} {size}">{head}'
+            '<defs><marker id="madlab-arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="6" markerHeight="6" '
+            'orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="#889"/></marker></defs>'
+            + "".join(lines) + "".join(nodes) + "</svg>")
 
 # %% ../nbs/00d_pages.ipynb #c7e948e8
 _CSS = """
@@ -40,7 +45,8 @@ body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}
 .madlab-t .round{border:1px solid #ddd;border-radius:6px;margin:.8em 0;padding:.4em .8em}
 .madlab-t .turns{display:flex;flex-wrap:wrap;gap:.6em}
 .madlab-t .turn{flex:1 1 260px;border-left:4px solid #999;padding:.3em .6em;background:#fafafa}
-.madlab-t .turn.right{border-color:#2a9d4b}.madlab-t .turn.wrong{border-color:#d1495b}.madlab-t .turn.invalid{border-color:#f4a261;background:#fff6ec}
+.madlab-t .turn.right{border-color:#2a9d4b}.madlab-t .turn.wrong{border-color:#d1495b}\
+.madlab-t .turn.invalid{border-color:#f4a261;background:#fff6ec}
 .madlab-t pre{white-space:pre-wrap;word-break:break-word;margin:.2em 0;font-size:.85em}
 .madlab-t details summary{cursor:pointer;color:#335}
 .madlab-t .tag{display:inline-block;font-size:.75em;padding:0 .4em;border-radius:3px;background:#eee;margin-left:.3em}
@@ -52,29 +58,35 @@ _TEMPLATE = """
 <style>{{ css }}</style></head><body>{% endif %}
 <div class="madlab-t">
 <h2>{{ title }}</h2>
-<div class="meta">protocol <b>{{ t.protocol }}</b>{% if t.synthetic %} · <span class="tag">synthetic agents</span>{% endif %}
+<div class="meta">protocol <b>{{ t.protocol }}</b>\
+{% if t.synthetic %} · <span class="tag">synthetic agents</span>{% endif %}
  · {{ t.rounds|length }} rounds · {{ usage.calls }} calls · {{ usage.total_tokens }} tokens
 {% if status %} · status <b>{{ status }}</b>{% endif %}</div>
-<div class="meta">team: {% for a in t.team %}<b>{{ a.name }}</b> ({{ a.spec }}){% if not loop.last %}, {% endif %}{% endfor %}</div>
+<div class="meta">team: \
+{% for a in t.team %}<b>{{ a.name }}</b> ({{ a.spec }}){% if not loop.last %}, {% endif %}{% endfor %}</div>
 {% if settings %}<div class="meta">settings: {{ settings }}</div>{% endif %}
-{% if graph %}<details open><summary>topology: {{ topology_name }} (who sees whom)</summary>{{ graph }}</details>{% endif %}
+{% if graph %}<details open><summary>topology: {{ topology_name }} (who sees whom)</summary>{{ graph }}</details>\
+{% endif %}
 {% if item_text %}<details><summary>item</summary><pre>{{ item_text }}</pre></details>{% endif %}
-{% for r in t.rounds %}<div class="round"><b>round {{ r.index + 1 }} · {{ r.name }}</b> <span class="tag">{{ r.phase }}</span>
+{% for r in t.rounds %}<div class="round"><b>round {{ r.index + 1 }} · {{ r.name }}</b> \
+<span class="tag">{{ r.phase }}</span>
 {% for k, v in r.meta.items() %}<span class="tag">{{ k }}={{ v }}</span>{% endfor %}
 <div class="turns">{% for tu in r.turns %}<div class="turn {{ klass(tu) }}"><b>{{ tu.agent }}</b>
-{% if tu.receivers %}→ {{ tu.receivers|join(', ') }}{% endif %}{% if tu.focus %}<span class="tag">on {{ tu.focus }}</span>{% endif %}
+{% if tu.receivers %}→ {{ tu.receivers|join(', ') }}{% endif %}\
+{% if tu.focus %}<span class="tag">on {{ tu.focus }}</span>{% endif %}
 {% if tu.cached %}<span class="tag">cached</span>{% endif %}
 {% if tu.error %}<pre>error: {{ tu.error }}</pre>{% endif %}
 <div>answer: <code>{{ show(tu.answer) }}</code></div>
 <details><summary>reply</summary><pre>{{ tu.reply or '' }}</pre></details></div>{% endfor %}</div></div>{% endfor %}
-{% if t.result %}<div class="round"><b>result</b> · decision <b class="decision">{{ decision }}</b><pre>{{ result }}</pre></div>{% endif %}
+{% if t.result %}<div class="round"><b>result</b> · decision <b class="decision">{{ decision }}</b>\
+<pre>{{ result }}</pre></div>{% endif %}
 </div>{% if standalone %}</body></html>{% endif %}
 """
 
 # %% ../nbs/00d_pages.ipynb #b3d0a206
 _PAGES: dict = {}
 def _page(source: str) -> "jinja2.Template":
-    "An autoescaping jinja2 template compiled once per source text (compiling costs far more than rendering one debate)."
+    "An autoescaping jinja2 template compiled once per source text (compiling costs far more than rendering a debate)."
     if source not in _PAGES:
         import jinja2
         _PAGES[source] = jinja2.Environment(autoescape=True).from_string(source)

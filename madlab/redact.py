@@ -11,27 +11,32 @@ import os, re
 # %% auto #0
 __all__ = ['REDACTED', 'register_secret', 'scrub_secrets']
 
+# %% ../nbs/00c_redact.ipynb #350dec8a
+REDACTED = "[REDACTED]"
+
 # %% ../nbs/00c_redact.ipynb #a1c0e5d2
 _SECRETS: set[str] = set()
-_SECRET_VARS = re.compile(r"(?i)(^|_)(API_?KEY|KEY|TOKEN|SECRET|PASSWORD|PASSWD)$")
-_CREDENTIALS = (   # (lower-case word that starts it, what it is, the characters allowed before the word: None for a word boundary)
-    ("bearer", re.compile(r"(?i)bearer\s+([A-Za-z0-9._~+/=-]{8,})"), None),                               # Authorization: Bearer TOKEN
-    ("api", re.compile(r"""(?i)api[_-]?key["']?\s*[:=]\s*["']?([A-Za-z0-9._~+/-]{8,})"""), None),       # api_key=..., "x-api-key": "..."
-    ("access", re.compile(r"""(?i)access[_-]?token["']?\s*[:=]\s*["']?([A-Za-z0-9._~+/-]{8,})"""), None),
-    ("key=", re.compile(r"(?i)key=([A-Za-z0-9._~+/-]{8,})"), "?&"),                                       # ?key=... in a URL
-    ("sk-", re.compile(r"(?i)(sk-[A-Za-z0-9_-]{20,})"), None),                                            # OpenAI-style keys
-)
-REDACTED = "[REDACTED]"
-_ENV_SEEN: tuple = (None, frozenset())                                            # (a copy of the environment, its secrets)
 
 def register_secret(value) -> None:
     "Hide `value` (an API key, a token) wherever madlab records text; values under 8 characters are ignored."
     if isinstance(value, str) and len(value) >= 8: _SECRETS.add(value)
 
+# %% ../nbs/00c_redact.ipynb #9a4eb276
+_SECRET_VARS = re.compile(r"(?i)(^|_)(API_?KEY|KEY|TOKEN|SECRET|PASSWORD|PASSWD)$")
+# (lower-case word that starts it, what it is, the characters allowed before the word: None for a word boundary)
+_CREDENTIALS = (
+    ("bearer", re.compile(r"(?i)bearer\s+([A-Za-z0-9._~+/=-]{8,})"), None),                  # Authorization: Bearer
+    ("api", re.compile(r"""(?i)api[_-]?key["']?\s*[:=]\s*["']?([A-Za-z0-9._~+/-]{8,})"""), None),  # api_key=, x-api-key
+    ("access", re.compile(r"""(?i)access[_-]?token["']?\s*[:=]\s*["']?([A-Za-z0-9._~+/-]{8,})"""), None),
+    ("key=", re.compile(r"(?i)key=([A-Za-z0-9._~+/-]{8,})"), "?&"),                           # ?key=... in a URL
+    ("sk-", re.compile(r"(?i)(sk-[A-Za-z0-9_-]{20,})"), None),                                # OpenAI-style keys
+)
+_ENV_SEEN: tuple = (None, frozenset())                                  # (a copy of the environment, its secrets)
+
 def _env_secrets() -> frozenset:
     "Values of the environment's key, token and password variables (re-read whenever the environment changes)."
     global _ENV_SEEN
-    data = getattr(os.environ, "_data", None)           # CPython's mapping behind os.environ: comparing it with a copy is cheap
+    data = getattr(os.environ, "_data", None)           # CPython's mapping behind os.environ: cheap to compare
     if not isinstance(data, dict) or data != _ENV_SEEN[0]:
         _ENV_SEEN = (dict(data) if isinstance(data, dict) else None,
                      frozenset(v for k, v in os.environ.items() if len(v) >= 8 and _SECRET_VARS.search(k)))
@@ -46,15 +51,17 @@ def _starts_here(text: str, i: int, before) -> bool:
     return bool(prev) and prev in before if before else not (prev.isalnum() or prev == "_")
 
 def _credential_spans(text: str) -> list:
-    "Where credential-shaped tokens sit in `text`: found by plain substring search, then matched in place (fast on long text)."
+    "Where credential-shaped tokens sit in `text`: found by substring search, matched in place (fast on long text)."
     lo = text.lower()
     for word, rx, before in _CREDENTIALS:
-        starts = _find_all(lo, word) if len(lo) == len(text) else (m.start() for m in re.finditer(re.escape(word), text, re.I))
+        starts = (_find_all(lo, word) if len(lo) == len(text) else
+                  (m.start() for m in re.finditer(re.escape(word), text, re.I)))
         for i in starts:
             if _starts_here(text, i, before) and (m := rx.match(text, i)): yield m.span(1)
 
+# %% ../nbs/00c_redact.ipynb #27703670
 def scrub_secrets(text):
-    "`text` with every known secret and every credential-shaped token replaced by `[REDACTED]` (non-strings pass unchanged)."
+    "`text` with every known secret and every credential-shaped token replaced by `[REDACTED]` (non-strings unchanged)."
     if not isinstance(text, str) or not text: return text
     for s in sorted(_SECRETS | _env_secrets(), key=len, reverse=True):
         if s in text: text = text.replace(s, REDACTED)
