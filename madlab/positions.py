@@ -18,9 +18,11 @@ __all__ = ['positions', 'consensus']
 
 # %% ../nbs/20a_positions.ipynb #d46e479d
 def _parts_of(a) -> dict|None:
-    "focus -> value of an answer about several players or topics (`Answer.parts()`, or a plain dict of strings); None for any other answer."
+    """focus -> value of an answer about several players or topics (`Answer.parts()`, or a plain dict of strings); None
+    for any other answer."""
     if isinstance(a, Answer): return {str(k): v for k, v in a.parts().items()} or None
-    if isinstance(a, dict) and a and all(isinstance(k, str) and (v is None or isinstance(v, str)) for k, v in a.items()): return dict(a)
+    if isinstance(a, dict) and a and all(isinstance(k, str) and (v is None or isinstance(v, str))
+                                         for k, v in a.items()): return dict(a)
     return None
 
 def _conf_of(answer, row=None):
@@ -36,7 +38,8 @@ def _rounds_item(source, item=None):
     return list(source), item
 
 def _rows(item, rounds) -> list|None:
-    "The grid's rows: the item's players, the parts of its gold answer or of the first multi-part answer; None for a one-answer task."
+    """The grid's rows: the item's players, the parts of its gold answer or of the first multi-part answer; None for a
+    one-answer task."""
     data = getattr(item, "data", None)
     if isinstance(getattr(data, "players", None), (list, tuple)): return [str(p) for p in data.players]
     gold = _parts_of(getattr(item, "gold", None))
@@ -44,10 +47,12 @@ def _rows(item, rounds) -> list|None:
     return next((list(p) for r in rounds for t in r.turns if (p := _parts_of(t.answer))), None)
 
 def _updates(t, rows) -> dict:
-    "What turn `t` says about each row: row -> value (None: unreadable). A message addressed to some agents is not a position."
+    """What turn `t` says about each row: row -> value (None: unreadable). A message addressed to some agents is not a
+    position."""
     if t.receivers: return {}
     said = t.reply is not None or t.error is not None
-    if rows is None: return {"answer": t.answer if answer_valid(t.answer) else None} if said or t.answer is not None else {}
+    if rows is None:
+        return {"answer": t.answer if answer_valid(t.answer) else None} if said or t.answer is not None else {}
     parts, focus = _parts_of(t.answer), (str(t.focus) if t.focus is not None and str(t.focus) in rows else None)
     if parts is not None: return {k: v for k, v in parts.items() if k in rows}
     if not answer_valid(t.answer): return ({focus: None} if focus else {r: None for r in rows}) if said else {}
@@ -62,7 +67,8 @@ def _score_one(item, answer):
 
 # %% ../nbs/20a_positions.ipynb #90575788
 def positions(source, upto: int|None = None, item=None) -> pd.DataFrame:
-    "Each agent's position after round `upto` (1-based; default: the last) of a `Debate`, `Transcript` or list of rounds: one row per (row, agent); `round` is the round that set it."
+    """Each agent's position after round `upto` (1-based; default: the last) of a `Debate`, `Transcript` or list of
+    rounds: one row per (row, agent); `round` is the round that set it."""
     rounds, item = _rounds_item(source, item)
     upto = len(rounds) if upto is None else upto
     rows = _rows(item, rounds)
@@ -73,13 +79,18 @@ def positions(source, upto: int|None = None, item=None) -> pd.DataFrame:
         before = {key: v["answer"] for key, v in state.items()}
         for t in r.turns:
             for row, v in _updates(t, rows).items():
-                ok = (v == gold[row] if row in gold and v is not None else None) if rows is not None else _score_one(item, v)
-                state[(row, t.agent)] = {"answer": v, "correct": ok, "confidence": _conf_of(t.answer, row if rows else None), "round": k, "invalid": v is None}
+                ok = ((v == gold[row] if row in gold and v is not None else None) if rows is not None
+                      else _score_one(item, v))
+                state[(row, t.agent)] = {"answer": v, "correct": ok,
+                                         "confidence": _conf_of(t.answer, row if rows else None), "round": k,
+                                         "invalid": v is None}
         for key, v in state.items(): v["changed"] = v["round"] == k and before.get(key, "∅") != v["answer"]
     empty = {"answer": None, "correct": None, "confidence": None, "round": None, "invalid": False, "changed": False}
-    out = pd.DataFrame([{"row": row, "agent": a, **state.get((row, a), empty)} for row in rows or ["answer"] for a in agents],
+    out = pd.DataFrame([{"row": row, "agent": a,
+                         **state.get((row, a), empty)} for row in rows or ["answer"] for a in agents],
                        columns=["row", "agent", "answer", "correct", "confidence", "round", "invalid", "changed"])
-    out["answer"] = pd.Series([state.get((row, a), empty)["answer"] for row in rows or ["answer"] for a in agents], dtype=object)  # an invalid answer stays None, not NaN
+    out["answer"] = pd.Series([state.get((row, a), empty)["answer"] for row in rows or ["answer"] for a in agents],
+                              dtype=object)  # an invalid answer stays None, not NaN
     out["round"] = out["round"].astype("Int64")
     return out
 
@@ -94,16 +105,21 @@ def _majority(p: pd.DataFrame) -> dict:
     return out
 
 def consensus(source, upto: int|None = None, item=None) -> pd.DataFrame:
-    "The team's majority for each row after round `upto` (1-based; default the last): one row per row with its votes, the gold value and whether the majority is right."
+    """The team's majority for each row after round `upto` (1-based; default the last): one row per row with its votes,
+    the gold value and whether the majority is right."""
     rounds, item = _rounds_item(source, item)
     p = positions(rounds, upto, item)
-    gold = _parts_of(getattr(item, "gold", None)) or ({"answer": item.gold} if getattr(item, "gold", None) is not None and set(p.row) == {"answer"} else {})
+    one = set(p.row) == {"answer"}
+    gold = (_parts_of(getattr(item, "gold", None))
+            or ({"answer": item.gold} if getattr(item, "gold", None) is not None and one else {}))
     out = []
     for row, (top, n, of) in _majority(p).items():
-        ok = None if top is None or row not in gold else (_score_one(item, top) if row == "answer" and set(p.row) == {"answer"} else top == gold[row])
+        ok = (None if top is None or row not in gold else
+              _score_one(item, top) if row == "answer" and one else top == gold[row])
         out.append({"row": row, "majority": top, "votes": n, "of": of, "gold": gold.get(row), "correct": ok})
     df = pd.DataFrame(out, columns=["row", "majority", "votes", "of", "gold", "correct"])
-    for c in ("majority", "gold", "correct"): df[c] = pd.Series([o[c] for o in out], dtype=object)   # None stays None (a tie, no gold)
+    # None stays None (a tie, no gold)
+    for c in ("majority", "gold", "correct"): df[c] = pd.Series([o[c] for o in out], dtype=object)
     return df
 
 # %% ../nbs/20a_positions.ipynb #7ffe712d
@@ -112,21 +128,27 @@ _COLOURS = {True: "#d6f5dd", False: "#f9d6db", None: "#eeeeee", "invalid": "#ffe
 
 def _text(a, n: int|None = None) -> str:
     "An answer (or any value) as text, whole unless `n` is given; 'invalid' for None."
-    parts = _parts_of(a) if isinstance(a, dict) else None            # a plain {player: role} reads like an answer's summary
-    s = ", ".join(f"{k}={v if v is not None else '?'}" for k, v in parts.items()) if parts else answer_summary(a) if not isinstance(a, float) or a == a else "invalid"
+    # a plain {player: role} reads like an answer's summary
+    parts = _parts_of(a) if isinstance(a, dict) else None
+    s = (", ".join(f"{k}={v if v is not None else '?'}" for k, v in parts.items()) if parts else
+         answer_summary(a) if not isinstance(a, float) or a == a else "invalid")
     return s if n is None or len(s) <= n else s[: n - 1] + "…"
 
 def _result_answer(result): return result.get("answer", result.get("assignment"))
 
 def _of(rounds, done=False, planned: int|None = None, early: bool = False) -> str:
-    "How many rounds the header counts: those run when the debate is done; else the rounds its protocol plans (`planned`, 'at most' when it may end `early`), or those run so far and a '+'."
+    """How many rounds the header counts: those run when the debate is done; else the rounds its protocol plans
+    (`planned`, 'at most' when it may end `early`), or those run so far and a '+'."""
     n = len(rounds)
     if done or planned is None or planned < n: return f"{n}{'' if done else '+'}"
     return f"{'at most ' if early else ''}{planned}"
 
-def _header_html(rounds, pos, status, branch, result=None, done=False, planned: int|None = None, early: bool = False) -> str:
+def _header_html(rounds, pos, status, branch, result=None, done=False, planned: int|None = None,
+                 early: bool = False) -> str:
     of = _of(rounds, done, planned, early)
-    if pos < 0: body = "<b>not started</b>" if not rounds else f"<b>before round 1</b> of {of} · Step or Forward shows the rounds {'recorded' if done else 'run so far'}"
+    if pos < 0: body = "<b>not started</b>" if not rounds else (f"<b>before round 1</b> of {of} · Step or Forward "
+                                                                "shows the rounds "
+                                                                f"{'recorded' if done else 'run so far'}")
     else:
         r = rounds[pos]
         meta = " ".join(f"<span class='madlab-tag'>{_E(str(k))}: {_E(_text(v, 40))}</span>" for k, v in r.meta.items())
@@ -137,33 +159,43 @@ def _header_html(rounds, pos, status, branch, result=None, done=False, planned: 
         mark = "" if ok is None else (" ✓ correct" if ok else " ✗ wrong")
         ans = _result_answer(result)
         res = f"<div>result: <code>{_E(_text(ans) if ans is not None else decision_summary(result))}</code>{mark}</div>"
-    return (f"<div class='madlab-round' data-round='{pos + 1}' data-rounds='{len(rounds)}' data-status='{_E(str(status))}'>"
+    return (f"<div class='madlab-round' data-round='{pos + 1}' data-rounds='{len(rounds)}' "
+            f"data-status='{_E(str(status))}'>"
             f"{body} · status <b>{_E(str(status))}</b> · branch <i>{_E(branch)}</i>{res}</div>")
 
 def _team_column(result, item, rows) -> dict:
     "row -> (team answer, correct) from a finished debate's result, for the grid's last column."
     ans = _result_answer(result or {})
-    if ans is None: return {r: (decision_summary(result), result.get("correct") if r == "answer" else None) for r in rows} if result else {}   # a tie, worded as everywhere
+    if ans is None:                                                   # a tie, worded as everywhere
+        if not result: return {}
+        return {r: (decision_summary(result), result.get("correct") if r == "answer" else None) for r in rows}
     parts, gold = _parts_of(ans), _parts_of(getattr(item, "gold", None)) or {}
-    if parts is not None and rows != ["answer"]: return {r: (parts.get(r), (parts.get(r) == gold[r]) if r in gold else None) for r in rows}
+    if parts is not None and rows != ["answer"]:
+        return {r: (parts.get(r), (parts.get(r) == gold[r]) if r in gold else None) for r in rows}
     return {"answer": (ans, result.get("correct"))}
 
 # %% ../nbs/20a_positions.ipynb #1aff590f
 def _cell(text, key, extra="", bold=False, cls="", value=None) -> str:
-    "A grid cell coloured by `key` (True, False, None, 'invalid'); `value` (the plain answer text) goes to `data-value`."
+    """A grid cell coloured by `key` (True, False, None, 'invalid'); `value` (the plain answer text) goes to
+    `data-value`."""
     kind = "right" if key is True else "wrong" if key is False else ("invalid" if key == "invalid" else "unknown")
     data = "" if value is None else f" data-value='{_E(value, quote=True)}'"
-    return (f"<td class='madlab-cell {kind} {cls}'{data} style='background:{_COLOURS[key]};border:{extra or '1px solid #ccc'};padding:2px 6px;"
+    return (f"<td class='madlab-cell {kind} {cls}'{data} "
+            f"style='background:{_COLOURS[key]};border:{extra or '1px solid #ccc'};padding:2px 6px;"
             f"{'font-weight:bold;' if bold else ''}vertical-align:top'>{text}</td>")
 
-def _grid_html(p: pd.DataFrame, caption: str = "", team: dict|None = None, cons: pd.DataFrame|None = None, focus=(), rounds: int = 0) -> str:
-    "Players (or 'answer') × agents, then the team's majority and the gold answer; the rows in `focus` marked. With no positions: says whether `rounds` rounds wait to be shown."
+def _grid_html(p: pd.DataFrame, caption: str = "", team: dict|None = None, cons: pd.DataFrame|None = None, focus=(),
+               rounds: int = 0) -> str:
+    """Players (or 'answer') × agents, then the team's majority and the gold answer; the rows in `focus` marked. With no
+    positions: says whether `rounds` rounds wait to be shown."""
     if not len(p):
-        if rounds: return f"<div class='madlab-grid'><i>before round 1: the positions after each of the {rounds} rounds show as you step through them</i></div>"
+        if rounds: return (f"<div class='madlab-grid'><i>before round 1: the positions after each of the {rounds} "
+                           "rounds show as you step through them</i></div>")
         return "<div class='madlab-grid'><i>no positions yet</i></div>"
     agents = list(dict.fromkeys(p.agent))
     cons = cons.set_index("row") if cons is not None and len(cons) else None
-    head = "".join(f"<th>{_E(a)}</th>" for a in agents) + ("<th class='madlab-majority'>majority</th><th class='madlab-gold'>gold</th>" if cons is not None else "")
+    head = "".join(f"<th>{_E(a)}</th>" for a in agents) + ("<th class='madlab-majority'>majority</th><th "
+                                                           "class='madlab-gold'>gold</th>" if cons is not None else "")
     head += "<th class='madlab-team'>team decision</th>" if team else ""
     body = ""
     for row, g in p.groupby("row", sort=False):
@@ -176,14 +208,19 @@ def _grid_html(p: pd.DataFrame, caption: str = "", team: dict|None = None, cons:
             cells += _cell(txt + conf, key, "2px solid #333" if c.changed else "", cls="madlab-agent", value=val)
         if cons is not None:
             m = cons.loc[row]
-            mt = "tie" if m.majority is None and m.of else ("—" if m.majority is None else f"{_E(_text(m.majority))} <small>({m.votes}/{m.of})</small>")
-            cells += _cell(mt, None if m.correct is None else bool(m.correct), cls="madlab-majority", value="" if m.majority is None else _text(m.majority))
-            cells += f"<td class='madlab-gold' style='padding:2px 6px;border:1px solid #ccc;color:#245'>{'' if m.gold is None else _E(_text(m.gold))}</td>"
+            mt = ("tie" if m.majority is None and m.of else "—" if m.majority is None else
+                  f"{_E(_text(m.majority))} <small>({m.votes}/{m.of})</small>")
+            cells += _cell(mt, None if m.correct is None else bool(m.correct), cls="madlab-majority",
+                           value="" if m.majority is None else _text(m.majority))
+            cells += ("<td class='madlab-gold' style='padding:2px 6px;border:1px solid "
+                      f"#ccc;color:#245'>{'' if m.gold is None else _E(_text(m.gold))}</td>")
         if team:
             v, ok = team.get(row, (None, None))
             cells += _cell(_E(_text(v)), ok, "2px solid #333", bold=True, cls="madlab-team")
         infocus = str(row) in focus
-        label = f"<th class='madlab-row{' madlab-focus' if infocus else ''}' style='text-align:left;{'background:#fff3b0' if infocus else ''}'>{_E(str(row))}{' <small>(in focus)</small>' if infocus else ''}</th>"
+        label = (f"<th class='madlab-row{' madlab-focus' if infocus else ''}' "
+                 f"style='text-align:left;{'background:#fff3b0' if infocus else ''}'>{_E(str(row))}"
+                 f"{' <small>(in focus)</small>' if infocus else ''}</th>")
         body += f"<tr class='{'madlab-focus' if infocus else ''}'>{label}{cells}</tr>"
     cap = f"<caption style='text-align:left;color:#555'>{_E(caption)}</caption>" if caption else ""
     return f"<table class='madlab-grid' style='border-collapse:collapse'>{cap}<tr><th></th>{head}</tr>{body}</table>"
@@ -200,47 +237,67 @@ def _consensus_cells(rounds, item, cache: list) -> list:
         right = int(sum(x is True for x in graded.correct))
         ok = None if not len(graded) else right == len(graded)
         if len(c) == 1: txt = _E(now[c.row[0]] or "tie")
-        else: txt = f"{right}/{len(graded)} right" if len(graded) else f"{sum(v is not None for v in now.values())}/{len(c)} decided"
-        if turned: txt += "<br><small>" + "; ".join(f"{_E(r)}: {_E(prev[r] or 'tie')}→{_E(now[r] or 'tie')}" for r in turned) + "</small>"
+        else: txt = (f"{right}/{len(graded)} right" if len(graded) else
+                     f"{sum(v is not None for v in now.values())}/{len(c)} decided")
+        if turned:
+            txt += ("<br><small>" + "; ".join(f"{_E(r)}: {_E(prev[r] or 'tie')}→{_E(now[r] or 'tie')}" for r in turned)
+                    + "</small>")
         cache.append((txt, ok, {"majority": now, "turned": turned}))
         prev = now
     return cache[: len(rounds)]
 
 def _consensus_html(rounds, item, pos, cache: list|None = None) -> str:
-    "One cell per round run so far: the team's majority after it (how many rows it has right) and the rows whose majority turned in it; the shown round outlined."
+    """One cell per round run so far: the team's majority after it (how many rows it has right) and the rows whose
+    majority turned in it; the shown round outlined."""
     if not rounds: return ""
     cells = []
     for k, (txt, ok, data) in enumerate(_consensus_cells(rounds, item, [] if cache is None else cache), 1):
-        cells.append(f"<td class='madlab-cons-cell{' madlab-shown' if k == pos + 1 else ''}' data-consensus='{_E(json.dumps(data, ensure_ascii=False), quote=True)}' data-round='{k}' "
-                     f"style='background:{_COLOURS[ok]};border:{'2px solid #333' if k == pos + 1 else '1px solid #ccc'};padding:2px 6px;vertical-align:top'>{txt}</td>")
+        cells.append(f"<td class='madlab-cons-cell{' madlab-shown' if k == pos + 1 else ''}' "
+                     f"data-consensus='{_E(json.dumps(data, ensure_ascii=False), quote=True)}' data-round='{k}' "
+                     f"style='background:{_COLOURS[ok]};"
+                     f"border:{'2px solid #333' if k == pos + 1 else '1px solid #ccc'};"
+                     f"padding:2px 6px;vertical-align:top'>{txt}</td>")
     head = "".join(f"<th>{k}</th>" for k in range(1, len(rounds) + 1))
-    return (f"<table class='madlab-consensus' style='border-collapse:collapse;margin-top:4px'><tr><th style='text-align:left'>round</th>{head}</tr>"
-            f"<tr class='madlab-consensus-row'><th style='text-align:left'>team majority</th>{''.join(cells)}</tr></table>")
+    return ("<table class='madlab-consensus' style='border-collapse:collapse;margin-top:4px'><tr><th "
+            f"style='text-align:left'>round</th>{head}</tr>"
+            "<tr class='madlab-consensus-row'><th style='text-align:left'>team "
+            f"majority</th>{''.join(cells)}</tr></table>")
 
 # %% ../nbs/20a_positions.ipynb #28ce5af9
 def _reply_text(reply) -> str:
-    "A reply as readable text: a JSON reply becomes one 'field: value' line per field; any other reply is shown as written."
+    """A reply as readable text: a JSON reply becomes one 'field: value' line per field; any other reply is shown as
+    written."""
     if not reply: return ""
     obj = extract_json(reply) if reply.lstrip().startswith(("{", "`")) else None
     if not isinstance(obj, dict) or not obj: return reply
-    return "\n".join(f"{k}: {v if isinstance(v, str) else json.dumps(to_jsonable(v), ensure_ascii=False)}" for k, v in obj.items())
+    return "\n".join(f"{k}: {v if isinstance(v, str) else json.dumps(to_jsonable(v), ensure_ascii=False)}"
+                     for k, v in obj.items())
 
-_EDITED = "<span class='madlab-edited-badge' style='background:#6a1b9a;color:#fff;border-radius:3px;padding:0 5px;font-weight:bold'>EDITED</span>"
+_EDITED = ("<span class='madlab-edited-badge' style='background:#6a1b9a;color:#fff;border-radius:3px;padding:0 "
+           "5px;font-weight:bold'>EDITED</span>")
 
 def _turn_html(t, original=None) -> str:
-    tags = [f"on {t.focus}" if t.focus is not None else "", "→ " + ", ".join(map(str, t.receivers)) if t.receivers else "", "cached" if t.cached else ""]
+    tags = [f"on {t.focus}" if t.focus is not None else "",
+            "→ " + ", ".join(map(str, t.receivers)) if t.receivers else "", "cached" if t.cached else ""]
     conf = _conf_of(t.answer, str(t.focus) if t.focus is not None else None)
     if conf is not None and "confidence" not in _text(t.answer): tags.append(f"confidence {conf:g}")
     edited = bool(t.meta.get("edited"))
     prompt = t.messages[-1].get("content", "") if t.messages else ""
     err = f"<div class='madlab-turn-error' style='color:#b00'>error: {_E(t.error)}</div>" if t.error else ""
     text, orig = _reply_text(t.reply), ""
-    if edited and original is not None: orig = f"<details><summary>original message</summary><div style='white-space:pre-wrap'>{_E(_reply_text(original))}</div></details>"
-    raw = f"<details><summary>raw reply</summary><pre style='white-space:pre-wrap'>{_E(t.reply)}</pre></details>" if t.reply and text != t.reply else ""
+    if edited and original is not None:
+        orig = (f"<details><summary>original message</summary>"
+                f"<div style='white-space:pre-wrap'>{_E(_reply_text(original))}</div></details>")
+    raw = (f"<details><summary>raw reply</summary><pre style='white-space:pre-wrap'>{_E(t.reply)}</pre></details>"
+           if t.reply and text != t.reply else "")
     colour = "#6a1b9a" if edited else "#2a9d4b" if t.valid else "#f4a261"
-    return (f"<div class='madlab-turn{' madlab-edited' if edited else ''}' style='border-left:{'5px' if edited else '3px'} solid {colour};padding-left:6px;margin-bottom:6px'>"
-            f"<div>{_EDITED + ' ' if edited else ''}answer: <code style='white-space:pre-wrap'>{_E(_text(t.answer))}</code> <small>{_E(' · '.join(x for x in tags if x))}</small></div>{err}"
-            f"<details><summary>reasoning</summary><div class='madlab-reasoning' style='white-space:pre-wrap'>{_E(text)}</div></details>{orig}{raw}"
+    return (f"<div class='madlab-turn{' madlab-edited' if edited else ''}' "
+            f"style='border-left:{'5px' if edited else '3px'} solid {colour};padding-left:6px;margin-bottom:6px'>"
+            f"<div>{_EDITED + ' ' if edited else ''}answer: <code "
+            f"style='white-space:pre-wrap'>{_E(_text(t.answer))}</code> "
+            f"<small>{_E(' · '.join(x for x in tags if x))}</small></div>{err}"
+            "<details><summary>reasoning</summary><div class='madlab-reasoning' "
+            f"style='white-space:pre-wrap'>{_E(text)}</div></details>{orig}{raw}"
             f"<details><summary>prompt</summary><pre style='white-space:pre-wrap'>{_E(prompt)}</pre></details></div>")
 
 def _columns_html(r, agents, edit=None) -> str:
@@ -248,8 +305,10 @@ def _columns_html(r, agents, edit=None) -> str:
     if r is None: return "<div class='madlab-cols'></div>"
     cols = []
     for a in agents:
-        parts = [_turn_html(t, (edit or {}).get("original") if t.meta.get("edited") else None) for t in r.turns if t.agent == a]
-        cols.append(f"<div class='madlab-col' style='flex:1 1 220px;min-width:180px'><b>{_E(a)}</b>{''.join(parts) or '<i>(silent this round)</i>'}</div>")
+        parts = [_turn_html(t, (edit or {}).get("original") if t.meta.get("edited") else None)
+                 for t in r.turns if t.agent == a]
+        cols.append("<div class='madlab-col' style='flex:1 1 "
+                    f"220px;min-width:180px'><b>{_E(a)}</b>{''.join(parts) or '<i>(silent this round)</i>'}</div>")
     return f"<div class='madlab-cols' style='display:flex;gap:12px;flex-wrap:wrap'>{''.join(cols)}</div>"
 
 def _usage_html(rounds, pos) -> str:
@@ -257,4 +316,5 @@ def _usage_html(rounds, pos) -> str:
     live = [t for t in turns if not t.cached]
     calls, cached = sum(t.usage.calls for t in live), sum(t.cached for t in turns)
     tokens = sum(t.usage.total_tokens for t in turns)
-    return f"<div class='madlab-usage'>{calls} calls made · {cached} cached/replayed turns · {tokens} tokens (cached included) · {sum(not t.valid for t in turns)} invalid</div>"
+    return (f"<div class='madlab-usage'>{calls} calls made · {cached} cached/replayed turns · {tokens} tokens (cached "
+            f"included) · {sum(not t.valid for t in turns)} invalid</div>")
