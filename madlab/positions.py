@@ -318,3 +318,30 @@ def _usage_html(rounds, pos) -> str:
     tokens = sum(t.usage.total_tokens for t in turns)
     return (f"<div class='madlab-usage'>{calls} calls made · {cached} cached/replayed turns · {tokens} tokens (cached "
             f"included) · {sum(not t.valid for t in turns)} invalid</div>")
+
+# %% ../nbs/20a_positions.ipynb #69486094
+def _changed(a, b, missing: str = "invalid") -> str|None:
+    """Which parts (players, items) of answer `a` differ from `b`, as 'part: b→a'; the whole answers when they have no
+    parts (`missing` for none)."""
+    if a is None and b is None: return None
+    pa, pb = _parts_of(a) or {}, _parts_of(b) or {}
+    if pa or pb:
+        return "; ".join(f"{k}: {_text(pb.get(k))}→{_text(pa.get(k))}"
+                         for k in dict.fromkeys([*pb, *pa]) if pa.get(k) != pb.get(k)) or "none"
+    if answer_key(a) == answer_key(b): return "none"
+    return f"{missing if b is None else _text(b)}→{missing if a is None else _text(a)}"
+
+# %% ../nbs/20a_positions.ipynb #b566df42
+def _edit_warning(d: Debate, original) -> str|None:
+    "Why the edited message of fork `d` was not fully read as an answer (None when it was)."
+    e = d.meta.get("forked_from", {}).get("edit")
+    if not e or e["round"] > len(d.rounds) or e["turn"] >= len(d.rounds[e["round"] - 1].turns): return None
+    t = d.rounds[e["round"] - 1].turns[e["turn"]]
+    new, old = answer_view(t.answer), answer_view(original)
+    missing = [k for k, v in new["parts"].items() if v is None] + [k for k in old["parts"] if k not in new["parts"]]
+    if not new["valid"] and not new["parts"]: return (f"the edited message of {t.agent} could not be read as an "
+                                                      "answer: it is recorded as invalid (scored wrong)")
+    if missing or not new["valid"]:
+        return (f"the edited message of {t.agent} was only partly read ({new['summary']}); nothing readable for "
+                f"{', '.join(missing) or 'some parts'}: those count as invalid")
+    return None

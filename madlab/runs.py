@@ -16,8 +16,8 @@ from .dynamics import Dynamics, debate_dynamics
 from .run import RunFolder, RunResult, debate_row, _run_prices, _with_costs
 from .store import StorePath, store_path, read_table
 from .cost import cost_table, usd
-from .widgets import DebateStepper, _changed
-from .positions import _text
+from .widgets import DebateStepper
+from .positions import _changed, _text
 import madlab.imports     # registers the log formats: a stepper on an imported run forks it with a model (continue_log)
 
 # %% auto #0
