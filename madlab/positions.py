@@ -11,7 +11,8 @@ import pandas as pd
 from .core import *
 from .jsontext import extract_json
 from .debate import Debate
-from .scoring import answer_format, majority_vote, score_result
+from .formats import answer_format
+from .scoring import majority_vote, score_result
 
 # %% auto #0
 __all__ = ['positions', 'consensus']
