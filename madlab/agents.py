@@ -10,6 +10,7 @@ import asyncio, os, re, time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 from .core import *
+from .redact import scrub_secrets
 from .backends import *
 from fastcore.basics import patch
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 from fastcore.basics import patch
 from .core import *
+from .redact import register_secret, scrub_secrets
 from .formats import schema_for
 from .registry import Registry
 import collections.abc

@@ -30,32 +30,42 @@ def _interventions(v) -> list[str]:
     "The interventions `v` names (one, a comma-separated list or a list), each checked."
     got = [s.strip() for s in v.split(",")] if isinstance(v, str) else list(v or [])
     bad = [s for s in got if s not in INTERVENTIONS]
-    if bad or not got: raise OptionError("intervention", f"must be one or more of {', '.join(INTERVENTIONS)}; got {v!r}")
+    if bad or not got:
+        raise OptionError("intervention", f"must be one or more of {', '.join(INTERVENTIONS)}; got {v!r}")
     return list(dict.fromkeys(got))
 
 def _chosen(run: OpenRun, items) -> list[str]:
-    "The item ids `items` names: `wrong` (the items the run decided wrong), `all`, or ids (a comma-separated text or a list)."
+    """The item ids `items` names: `wrong` (the items the run decided wrong), `all`, or ids (a comma-separated text or a
+    list)."""
     df = run.df
     if items in ITEMS:
         wrong = lambda c: c is not None and not pd.isna(c) and not bool(c)
-        return [str(i) for i, c in zip(df.item_id, df.correct if "correct" in df else [None] * len(df)) if items == "all" or wrong(c)]
-    ids = [s.strip() for s in items.split(",") if s.strip()] if isinstance(items, str) else [str(i) for i in (items or [])]
+        correct = df.correct if "correct" in df else [None] * len(df)
+        return [str(i) for i, c in zip(df.item_id, correct) if items == "all" or wrong(c)]
+    ids = ([s.strip() for s in items.split(",") if s.strip()] if isinstance(items, str) else
+           [str(i) for i in (items or [])])
     known = [str(i) for i in df.item_id]
     bad = [i for i in ids if i not in known]
-    if bad or not ids: raise OptionError("items", f"must be wrong, all or ids of the run's items (e.g. {', '.join(known[:3])}); got {bad[0] if bad else items!r}")
+    if bad or not ids:
+        raise OptionError("items",
+                          f"must be wrong, all or ids of the run's items (e.g. {', '.join(known[:3])}); got "
+                          f"{bad[0] if bad else items!r}")
     return ids
 
 def _turns(t: Transcript) -> list[tuple]:
     "(agent, round) of every reply before the decision: rounds numbered from 1, a judge's decision round left out."
-    return [(tu.agent, k) for k, r in enumerate(t.rounds, 1) if r.phase != "decision" for tu in r.turns if tu.reply is not None]
+    return [(tu.agent, k) for k, r in enumerate(t.rounds, 1) if r.phase != "decision"
+            for tu in r.turns if tu.reply is not None]
 
 def _fork_calls(t: Transcript, round: int) -> int:
-    "The calls a fork at round `round` makes at most: as many as the transcript's turns after it (the cache may answer some)."
+    """The calls a fork at round `round` makes at most: as many as the transcript's turns after it (the cache may answer
+    some)."""
     return sum(len(r.turns) for r in t.rounds[round:])
 
 # %% ../nbs/23b_blame.ipynb #e9f5936a
 def _placebo_source(order: list, found: dict, iid: str, agent: str, round: int):
-    "The transcript of the next item after `iid` in the run's order (wrapping round) with another right answer and a reply by `agent` by round `round`; None if there is none."
+    """The transcript of the next item after `iid` in the run's order (wrapping round) with another right answer and a
+    reply by `agent` by round `round`; None if there is none."""
     gold = answer_key(getattr(found[iid].item, "gold", None))
     k = order.index(iid)
     for j in order[k + 1:] + order[:k]:
@@ -68,7 +78,8 @@ def _fork_dir(folder: Path, iid: str, agent: str, round: int, intervention: str)
     return folder / "forks" / safe_name(iid) / f"{safe_name(agent)}-r{round}-{intervention}"
 
 def _plan(run: OpenRun, ids: list, interventions: list, folder: Path) -> tuple:
-    "Every fork to make, as (item, agent, round, intervention, its folder, placebo source), and the calls the ones not on disk yet make at most."
+    """Every fork to make, as (item, agent, round, intervention, its folder, placebo source), and the calls the ones not
+    on disk yet make at most."""
     found, _ = run.folder.transcripts()
     order = [str(i) for i in run.df.item_id if str(i) in found]
     jobs, estimate = [], 0
@@ -78,7 +89,9 @@ def _plan(run: OpenRun, ids: list, interventions: list, folder: Path) -> tuple:
         for agent, rnd in _turns(t):
             for how in interventions:
                 src = _placebo_source(order, found, iid, agent, rnd) if how == "placebo" else None
-                if how == "placebo" and src is None: raise OptionError("intervention", f"placebo: no other item of {run.name} has a reply by {agent} to take")
+                if how == "placebo" and src is None:
+                    raise OptionError("intervention",
+                                      f"placebo: no other item of {run.name} has a reply by {agent} to take")
                 path = _fork_dir(folder, iid, agent, rnd, how)
                 jobs.append((iid, agent, rnd, how, path, src))
                 if not (path / "transcript.json").exists(): estimate += _fork_calls(t, rnd)
@@ -86,20 +99,26 @@ def _plan(run: OpenRun, ids: list, interventions: list, folder: Path) -> tuple:
 
 # %% ../nbs/23b_blame.ipynb #10878305
 def _backends(found: dict, ids: list, cache) -> dict:
-    "One live backend per spec of the chosen debates' teams, through the response cache unless `cache` is False (True: the default folder; a path)."
+    """One live backend per spec of the chosen debates' teams, through the response cache unless `cache` is False (True:
+    the default folder; a path)."""
     specs = {str(a["spec"]) for i in ids for a in found[i].team}
     path = None if cache is True else cache
-    return {s: get_backend(s) if cache is False or cache is None else CachedBackend(get_backend(s), path) for s in sorted(specs)}
+    return {s: get_backend(s) if cache is False or cache is None else CachedBackend(get_backend(s), path)
+            for s in sorted(specs)}
 
 async def _base(t: Transcript, backends: dict):
     "The debate `t` records, replayed without a call, its agents continuing on `backends` when forked."
     turns = [tu for r in t.rounds for tu in r.turns]
     live = {a["name"]: backends[str(a["spec"])] for a in t.team}
-    d = _replayed(None, t.protocol, t.item, t.team, t.settings, t.settings.get("seed", 0), turns, live, id=t.meta.get("id"))
+    d = _replayed(None, t.protocol, t.item, t.team, t.settings, t.settings.get("seed", 0), turns, live,
+                  id=t.meta.get("id"))
     return await _rebuild(d, t)
 
 async def _one_fork(base, job, sem, done: dict|None = None) -> tuple:
-    "The transcript of one fork, read from its folder when a run before made it (no call), else forked, run to its end and written; and whether it was made now. Each one read or written also goes into `done` by its (item, agent, round, intervention), so a blame stopped midway keeps what finished (a fork being written when it stops is finished first)."
+    """The transcript of one fork, read from its folder when a run before made it (no call), else forked, run to its end
+    and written; and whether it was made now. Each one read or written also goes into `done` by its (item, agent,
+    round, intervention), so a blame stopped midway keeps what finished (a fork being written when it stops is
+    finished first)."""
     iid, agent, rnd, how, path, src = job
     f = path / "transcript.json"
     if f.exists():
@@ -113,7 +132,8 @@ async def _one_fork(base, job, sem, done: dict|None = None) -> tuple:
         try: await d.arun()
         except Exception: pass                                  # recorded in d.meta (a failed call, a budget)
         t = d.transcript
-    outs = {"transcript.json": t.to_json(), **{k: v for k, v in item_outputs(t).items() if k in ("log.html", "log.txt")}}
+    outs = {"transcript.json": t.to_json(),
+            **{k: v for k, v in item_outputs(t).items() if k in ("log.html", "log.txt")}}
     w = asyncio.ensure_future(asyncio.to_thread(lambda: [write_atomic(path / k, v) for k, v in outs.items()]))
     try: await asyncio.shield(w)
     finally:
@@ -138,10 +158,13 @@ def _row(run: OpenRun, t: Transcript, ft: Transcript, job, made: bool) -> dict:
     before, after = (t.result or {}).get("answer"), (ft.result or {}).get("answer")
     rb, r = _right(t), debate_row(ft)
     ra = None if r.get("correct") is None or pd.isna(r.get("correct")) else bool(r["correct"])
-    return {"item": iid, "agent": agent, "round": rnd, "intervention": how, "decision_before": _cell(before), "decision_after": _cell(after),
+    known = rb is not None and ra is not None
+    return {"item": iid, "agent": agent, "round": rnd, "intervention": how, "decision_before": _cell(before),
+            "decision_after": _cell(after),
             "right_before": rb, "right_after": ra, "changed": answer_key(before) != answer_key(after),
-            "became_right": None if rb is None or ra is None else (not rb and ra), "became_wrong": None if rb is None or ra is None else (rb and not ra),
-            "status": ft.meta.get("status"), "calls": int(r.get("calls") or 0), "cached_calls": int(r.get("cached_calls") or 0), "made": made,
+            "became_right": (not rb and ra) if known else None, "became_wrong": (rb and not ra) if known else None,
+            "status": ft.meta.get("status"), "calls": int(r.get("calls") or 0),
+            "cached_calls": int(r.get("cached_calls") or 0), "made": made,
             "placebo_item": None if src is None else str(src.meta.get("id")), "fork": _relative(path, run.path)}
 
 def _relative(path, base) -> str:
@@ -150,11 +173,13 @@ def _relative(path, base) -> str:
     return s[len(b):] if s.startswith(b) else s
 
 _KEY = ["item", "agent", "round", "intervention"]
-COLUMNS = [*_KEY, "decision_before", "decision_after", "right_before", "right_after", "changed", "became_right", "became_wrong", "status", "calls",
+COLUMNS = [*_KEY, "decision_before", "decision_after", "right_before", "right_after", "changed", "became_right",
+           "became_wrong", "status", "calls",
            "cached_calls", "made", "placebo_item", "fork"]
 
 def _write(folder: Path, df: pd.DataFrame, meta: dict) -> pd.DataFrame:
-    "blame.parquet (and .csv): these rows, and the rows of earlier calls for other forks; blame.json: this call's settings and counts."
+    """blame.parquet (and .csv): these rows, and the rows of earlier calls for other forks; blame.json: this call's
+    settings and counts."""
     f = folder / "blame.parquet"
     old = read_table(f) if f.exists() else None
     if old is not None and len(old):
@@ -167,51 +192,64 @@ def _write(folder: Path, df: pd.DataFrame, meta: dict) -> pd.DataFrame:
 
 # %% ../nbs/23b_blame.ipynb #e5ebf19e
 def blame_table(df: pd.DataFrame, by=("intervention", "agent", "round")) -> pd.DataFrame:
-    "Per group of forks: how often the decision changed, and (over the items decided wrong) how often it became right, each with a 95 % Wilson interval."
+    """Per group of forks: how often the decision changed, and (over the items decided wrong) how often it became right,
+    each with a 95 % Wilson interval."""
     by, rows = list(by), []
     for key, g in df.groupby(by, sort=True):
         w = g[g.right_before.eq(False)] if "right_before" in g else g.iloc[:0]
         k, n, kr, nr = int(g.changed.sum()), len(g), int(w.became_right.eq(True).sum()), len(w)
         (lo, hi), (rlo, rhi) = _wilson(k, n), _wilson(kr, nr)
-        rows.append({**dict(zip(by, key if isinstance(key, tuple) else (key,))), "forks": n, "changed": k / n if n else float("nan"), "changed_low": lo, "changed_high": hi,
-                     "wrong_items": nr, "became_right": kr / nr if nr else float("nan"), "right_low": rlo, "right_high": rhi})
+        rows.append({**dict(zip(by, key if isinstance(key, tuple) else (key,))), "forks": n,
+                     "changed": k / n if n else float("nan"), "changed_low": lo, "changed_high": hi,
+                     "wrong_items": nr, "became_right": kr / nr if nr else float("nan"), "right_low": rlo,
+                     "right_high": rhi})
     return pd.DataFrame(rows)
 
 def _scores(df: pd.DataFrame) -> pd.DataFrame:
-    "Per item decided wrong and turn: the share of its forks that made the decision right, then the share that changed it (the ranking's keys)."
+    """Per item decided wrong and turn: the share of its forks that made the decision right, then the share that changed
+    it (the ranking's keys)."""
     w = df[df.right_before.eq(False)]
     if not len(w): return pd.DataFrame(columns=["item", "agent", "round", "right", "changed"])
     return (w.assign(right=w.became_right.eq(True).astype(float), changed=w.changed.astype(float))
              .groupby(["item", "agent", "round"], sort=False)[["right", "changed"]].mean().reset_index())
 
 def _ranks(g: pd.DataFrame) -> pd.Series:
-    "Rank 1 for the turns no other turn of the item beats on (right, changed, earlier round, its agent's mean over its turns); ties share a rank."
+    """Rank 1 for the turns no other turn of the item beats on (right, changed, earlier round, its agent's mean over its
+    turns); ties share a rank."""
     own = g.groupby("agent").right.transform("mean")
     keys = list(zip(g.right, g.changed, -g["round"], own))
     return pd.Series([1 + sum(o > k for o in keys) for k in keys], index=g.index)
 
+
+# %% ../nbs/23b_blame.ipynb #c956d360
 def blame_ranking(df: pd.DataFrame) -> pd.DataFrame:
-    "Per item decided wrong: its turns ranked by how often their forks made the decision right, then by how often they changed it, then the earlier turn (a cause comes before its effects), then by how often its agent's turns made it right; `rank` 1 is the most to blame (ties share a rank)."
+    """Per item decided wrong: its turns ranked by how often their forks made the decision right, then by how often they
+    changed it, then the earlier turn (a cause comes before its effects), then by how often its agent's turns made it
+    right; `rank` 1 is the most to blame (ties share a rank)."""
     s = _scores(df)
     s["rank"] = pd.concat([_ranks(g) for _, g in s.groupby("item", sort=False)]) if len(s) else pd.Series(dtype=int)
     return s.sort_values(["item", "rank", "agent", "round"]).reset_index(drop=True)
 
+# %% ../nbs/23b_blame.ipynb #227d9ef1
 def blame_first(df: pd.DataFrame) -> pd.DataFrame:
-    "Per item decided wrong: the agents whose turns rank first, and `first`, the one agent to blame: the only agent at rank 1, with a fork that changed something (else None: a tie between agents, or no turn made a difference)."
+    """Per item decided wrong: the agents whose turns rank first, and `first`, the one agent to blame: the only agent at
+    rank 1, with a fork that changed something (else None: a tie between agents, or no turn made a difference)."""
     r = blame_ranking(df)
     rows = []
     for iid, g in r.groupby("item", sort=False):
         top = g[g["rank"] == 1]
         agents = sorted(set(top.agent))
         moved = bool((top.right > 0).any() or (top.changed > 0).any())
-        rows.append({"item": iid, "top_agents": ", ".join(agents), "top_right": float(top.right.max()), "top_changed": float(top.changed.max()),
+        rows.append({"item": iid, "top_agents": ", ".join(agents), "top_right": float(top.right.max()),
+                     "top_changed": float(top.changed.max()),
                      "first": agents[0] if len(agents) == 1 and moved else None})
     return pd.DataFrame(rows, columns=["item", "top_agents", "top_right", "top_changed", "first"])
 
 # %% ../nbs/23b_blame.ipynb #94dd6a5e
 @dataclass
 class BlameResult:
-    "Interventional blame of a run: `df` (one row per item × turn × intervention, as in blame.parquet), the `folder` holding it and the forks, the calls `estimate`d before and `calls` made, `seconds` taken."
+    """Interventional blame of a run: `df` (one row per item × turn × intervention, as in blame.parquet), the `folder`
+    holding it and the forks, the calls `estimate`d before and `calls` made, `seconds` taken."""
     run: OpenRun
     df: pd.DataFrame
     folder: Path
@@ -229,47 +267,72 @@ class BlameResult:
     def summary(self) -> str:
         n, items = len(self.df), self.df.item.nunique() if len(self.df) else 0
         made = int(self.df.made.sum()) if "made" in self.df else 0
-        if not n and not self.interrupted: return f"blame of {self.run.name}: nothing to fork (no item chosen; `wrong` picks the items the run decided wrong: try `all` or ids)"
-        s = (f"blame of {self.run.name}: {n} forks of {items} items ({', '.join(sorted(set(self.df.intervention)))}); {made} made now, "
-             f"{n - made} read from {self.folder}; {self.calls} calls made (estimated at most {self.estimate}); {self.seconds:.1f} s") if n else f"blame of {self.run.name}: no fork finished"
-        return s + ("\ninterrupted: blame.parquet holds the forks that finished; run the same command again to resume" if self.interrupted else "")
+        if not n and not self.interrupted:
+            return (f"blame of {self.run.name}: nothing to fork (no item chosen; `wrong` picks the items the run "
+                    "decided wrong: try `all` or ids)")
+        hows = ", ".join(sorted(set(self.df.intervention)))
+        s = (f"blame of {self.run.name}: {n} forks of {items} items ({hows}); {made} made now, "
+             f"{n - made} read from {self.folder}; {self.calls} calls made (estimated at most {self.estimate}); "
+             f"{self.seconds:.1f} s") if n else f"blame of {self.run.name}: no fork finished"
+        if not self.interrupted: return s
+        return s + "\ninterrupted: blame.parquet holds the forks that finished; run the same command again to resume"
     def __repr__(self): return f"BlameResult({self.summary()})"
 
 # %% ../nbs/23b_blame.ipynb #d6dbdc7f
-def run_blame(run, items="wrong", intervention="gold", max_calls: int|None = None, cache=True, concurrency: int|None = None, out=None,
-              lock_timeout: float = 0) -> BlameResult:
-    "For each chosen item (`wrong`, `all` or ids) and each turn before its decision, fork the debate with that turn replaced by `intervention` (neutral, placebo, gold, or several) and continue it with the same team; forks already in the blame folder (`<out>/<run name>-blame` under the folder `out`, default the run's own `blame/`) are read, not made again. The calls are estimated first: more than `max_calls` is refused. Calls go through the response cache (`cache`), at most `concurrency` forks at once (default: what the endpoints take). The run's folder stays locked meanwhile: a run still writing it is waited for `lock_timeout` seconds, then refused by name. Ctrl-C stops at once: the forks that finished are kept (blame.parquet holds them), the result says it was interrupted, and the same call again resumes."
+def run_blame(run, items="wrong", intervention="gold", max_calls: int|None = None, cache=True,
+              concurrency: int|None = None, out=None, lock_timeout: float = 0) -> BlameResult:
+    """For each chosen item (`wrong`, `all` or ids) and each turn before its decision, fork the debate with that turn
+    replaced by `intervention` (neutral, placebo, gold, or several) and continue it with the same team; forks already
+    in the blame folder (`<out>/<run name>-blame` under the folder `out`, default the run's own `blame/`) are read,
+    not made again. The calls are estimated first: more than `max_calls` is refused. Calls go through the response
+    cache (`cache`), at most `concurrency` forks at once (default: what the endpoints take). The run's folder stays
+    locked meanwhile: a run still writing it is waited for `lock_timeout` seconds, then refused by name. Ctrl-C stops
+    at once: the forks that finished are kept (blame.parquet holds them), the result says it was interrupted, and the
+    same call again resumes."""
     run = run if isinstance(run, OpenRun) else open_run(run)
-    with _read_whole(run, lock_timeout) as run: return _blame(run, items, intervention, max_calls, cache, concurrency, out)
+    with _read_whole(run, lock_timeout) as run:
+        return _blame(run, items, intervention, max_calls, cache, concurrency, out)
 
 def _blame(run: OpenRun, items, intervention, max_calls, cache, concurrency, out) -> BlameResult:
     hows, ids = _interventions(intervention), _chosen(run, items)
-    if max_calls is not None and (isinstance(max_calls, bool) or not isinstance(max_calls, int) or max_calls < 0): raise OptionError("max_calls", f"must be a whole number >= 0; got {max_calls!r}")
-    if concurrency is not None and (isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1): raise OptionError("concurrency", f"must be a whole number >= 1; got {concurrency!r}")
+    if max_calls is not None and (isinstance(max_calls, bool) or not isinstance(max_calls, int) or max_calls < 0):
+        raise OptionError("max_calls", f"must be a whole number >= 0; got {max_calls!r}")
+    if concurrency is not None and (isinstance(concurrency, bool) or not isinstance(concurrency, int)
+                                    or concurrency < 1):
+        raise OptionError("concurrency", f"must be a whole number >= 1; got {concurrency!r}")
     folder = store_path(out, "out") / f"{run.name}-blame" if out is not None else run.path / "blame"
     found, jobs, estimate = _plan(run, ids, hows, folder)
     if max_calls is not None and estimate > max_calls:
-        raise OptionError("max_calls", f"blame would make up to {estimate} calls ({len(jobs)} forks of {len(ids)} items); allow at least that many, or choose fewer items or interventions")
+        raise OptionError("max_calls",
+                          f"blame would make up to {estimate} calls ({len(jobs)} forks of {len(ids)} items); allow at "
+                          "least that many, or choose fewer items or interventions")
     t0, backends = time.perf_counter(), _backends(found, ids, cache)
-    sem_n = concurrency or games_at_once([types.SimpleNamespace(backend=backends[str(a["spec"])]) for i in ids for a in found[i].team])
+    sem_n = concurrency or games_at_once([types.SimpleNamespace(backend=backends[str(a["spec"])])
+                                          for i in ids for a in found[i].team])
     stop, done = _Stop(), {}
     async def go():
         stop.bind()
         sem, by, status = asyncio.Semaphore(sem_n), {}, {"interrupted": False}
         for j in jobs: by.setdefault(j[0], []).append(j)
-        await _drain([asyncio.ensure_future(_item_forks(found[i], js, backends, sem, done)) for i, js in by.items()], stop, status)
+        await _drain([asyncio.ensure_future(_item_forks(found[i], js, backends, sem, done)) for i, js in by.items()],
+                     stop, status)
         return status["interrupted"]
     fut = asyncio.run_coroutine_threadsafe(go(), runtime_loop())
     try: interrupted = fut.result()
-    except KeyboardInterrupt: stop.set(); interrupted = fut.result()      # Ctrl-C: the forks in flight are cancelled, those finished kept
-    df = pd.DataFrame([_row(run, found[j[0]], done[j[:4]][0], j, done[j[:4]][1]) for j in jobs if j[:4] in done], columns=COLUMNS)
+    # Ctrl-C: the forks in flight are cancelled, those finished kept
+    except KeyboardInterrupt: stop.set(); interrupted = fut.result()
+    df = pd.DataFrame([_row(run, found[j[0]], done[j[:4]][0], j, done[j[:4]][1]) for j in jobs if j[:4] in done],
+                      columns=COLUMNS)
     calls = int(df.calls[df.made].sum()) if len(df) else 0
-    meta = {"run": str(run.path), "items": items if isinstance(items, str) else list(map(str, items)), "interventions": hows, "forks": len(df),
-            "estimate": estimate, "calls": calls, "made": int(df.made.sum()) if len(df) else 0, **({"interrupted": True} if interrupted else {})}
+    meta = {"run": str(run.path), "items": items if isinstance(items, str) else list(map(str, items)),
+            "interventions": hows, "forks": len(df), "estimate": estimate, "calls": calls,
+            "made": int(df.made.sum()) if len(df) else 0, **({"interrupted": True} if interrupted else {})}
     folder.mkdir(parents=True, exist_ok=True)
     _write(folder, df, meta)
     return BlameResult(run, df, folder, estimate, calls, time.perf_counter() - t0, interrupted)
 
+
+# %% ../nbs/23b_blame.ipynb #b3952230
 @patch
 def blame(self: OpenRun, items="wrong", intervention="gold", **kw) -> BlameResult:
     "`run_blame` of this run."
@@ -278,45 +341,60 @@ def blame(self: OpenRun, items="wrong", intervention="gold", **kw) -> BlameResul
 # %% ../nbs/23b_blame.ipynb #b114a845
 @patch
 def figure(self: BlameResult, intervention: str|None = None, metric: str = "became_right"):
-    "A heatmap of agents × rounds: the share of forks (one `intervention`, default the first of gold, neutral, placebo it has) that made the decision right (`became_right`, over the items decided wrong) or `changed` it; each cell's count and 95 % interval in the hover."
+    """A heatmap of agents × rounds: the share of forks (one `intervention`, default the first of gold, neutral, placebo
+    it has) that made the decision right (`became_right`, over the items decided wrong) or `changed` it; each cell's
+    count and 95 % interval in the hover."""
     import plotly.graph_objects as go
-    if metric not in ("became_right", "changed"): raise OptionError("metric", f"must be became_right or changed; got {metric!r}")
+    if metric not in ("became_right", "changed"):
+        raise OptionError("metric", f"must be became_right or changed; got {metric!r}")
     have = [h for h in ("gold", "neutral", "placebo") if h in set(self.df.intervention)]
     how = intervention or (have[0] if have else "gold")
-    if how not in have: raise OptionError("intervention", f"this blame has no {how!r} forks; it has {', '.join(have) or 'none'}")
+    if how not in have:
+        raise OptionError("intervention", f"this blame has no {how!r} forks; it has {', '.join(have) or 'none'}")
     t = blame_table(self.df[self.df.intervention == how], ("agent", "round"))
-    lo, hi, n = ("right_low", "right_high", "wrong_items") if metric == "became_right" else ("changed_low", "changed_high", "forks")
+    lo, hi, n = (("right_low", "right_high", "wrong_items") if metric == "became_right" else
+                 ("changed_low", "changed_high", "forks"))
     agents, rounds = list(dict.fromkeys(self.df.agent)), sorted(set(t["round"]))
     cell = {(r.agent, r.round): r for r in t.itertuples()}
     z = [[getattr(cell[(a, k)], metric) if (a, k) in cell else None for k in rounds] for a in agents]
-    hover = [[f"{a}, round {k}: {getattr(cell[(a, k)], metric):.2f} of {getattr(cell[(a, k)], n)} (95 % {getattr(cell[(a, k)], lo):.2f} to {getattr(cell[(a, k)], hi):.2f})"
+    hover = [[f"{a}, round {k}: {getattr(cell[(a, k)], metric):.2f} of {getattr(cell[(a, k)], n)} (95 % "
+              f"{getattr(cell[(a, k)], lo):.2f} to {getattr(cell[(a, k)], hi):.2f})"
               if (a, k) in cell else "" for k in rounds] for a in agents]
-    fig = go.Figure(go.Heatmap(z=z, x=[f"round {k}" for k in rounds], y=agents, zmin=0, zmax=1, colorscale="Reds", text=hover, hoverinfo="text",
+    fig = go.Figure(go.Heatmap(z=z, x=[f"round {k}" for k in rounds], y=agents, zmin=0, zmax=1, colorscale="Reds",
+                               text=hover, hoverinfo="text",
                                colorbar=dict(title="share")))
     what = "the decision became right" if metric == "became_right" else "the decision changed"
-    fig.update_layout(title=f"Blame ({how}): how often {what}, per turn", xaxis_title="round", yaxis_title="agent", height=120 + 40 * len(agents))
+    fig.update_layout(title=f"Blame ({how}): how often {what}, per turn", xaxis_title="round", yaxis_title="agent",
+                      height=120 + 40 * len(agents))
     return fig
 
 # %% ../nbs/23b_blame.ipynb #c243e796
 @patch
 def fork_path(self: BlameResult, item, agent: str, round: int, intervention: str|None = None) -> Path:
-    "The folder of one fork (its transcript.json, log.html and log.txt); `intervention` may be left out when the blame has one."
+    """The folder of one fork (its transcript.json, log.html and log.txt); `intervention` may be left out when the blame
+    has one."""
     rows = self.df[(self.df.item == str(item)) & (self.df.agent == agent) & (self.df["round"] == round)]
     if intervention is not None: rows = rows[rows.intervention == intervention]
     if len(rows) != 1:
-        raise KeyError(f"{len(rows)} forks of item {item!r}, {agent}, round {round}" + (f", {intervention}" if intervention else "") + ": name one (item, agent, round, intervention) of `df`")
+        raise KeyError(f"{len(rows)} forks of item {item!r}, {agent}, round {round}"
+                       + (f", {intervention}" if intervention else "")
+                       + ": name one (item, agent, round, intervention) of `df`")
     p = rows.fork.iloc[0]
     if is_url(p) or Path(p).is_absolute(): return store_path(p)
     return self.run.path / p
 
+# %% ../nbs/23b_blame.ipynb #0290078f
 @patch
 def log_path(self: BlameResult, item, agent: str, round: int, intervention: str|None = None) -> Path:
     "The HTML log of one fork."
     return self.fork_path(item, agent, round, intervention) / "log.html"
 
+# %% ../nbs/23b_blame.ipynb #398348db
 @patch
-def open(self: BlameResult, item, agent: str, round: int, intervention: str|None = None, live: bool = True) -> DebateStepper:
-    "The stepper on one fork's transcript, its edited turn marked; forks from there continue on the recorded backends when `live`."
+def open(self: BlameResult, item, agent: str, round: int, intervention: str|None = None,
+         live: bool = True) -> DebateStepper:
+    """The stepper on one fork's transcript, its edited turn marked; forks from there continue on the recorded backends
+    when `live`."""
     t = Transcript.from_json(self.fork_path(item, agent, round, intervention) / "transcript.json")
     s = DebateStepper(t, live=live, round=len(t.rounds))
     s.prices = self.run.prices

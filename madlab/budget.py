@@ -24,28 +24,35 @@ __all__ = ['METHODS', 'MATCHES', 'item_budget', 'mean_budget', 'BaselineInterrup
 
 # %% ../nbs/23a_baselines_budget.ipynb #35937e1a
 METHODS = ("self_consistency", "single")
+
+# %% ../nbs/23a_baselines_budget.ipynb #b785475d
 MATCHES = ("tokens", "calls", "cost")
 
+# %% ../nbs/23a_baselines_budget.ipynb #3557810e
 def _check(option: str, value, allowed) -> None:
     if value not in allowed: raise OptionError(option, f"must be one of {', '.join(allowed)}; got {value!r}")
 
 def item_budget(df: pd.DataFrame, match: str = "tokens") -> pd.Series:
-    "Each item's budget in `match` (one of `MATCHES`), indexed by item id; `cost` (of every reply, cached or not) is missing where a model has no price."
+    """Each item's budget in `match` (one of `MATCHES`), indexed by item id; `cost` (of every reply, cached or not) is
+    missing where a model has no price."""
     _check("match", match, MATCHES)
     ids = df.item_id.astype(str).values
     col = lambda c: df[c].fillna(0).astype(float).values if c in df else np.zeros(len(df))
     if match == "tokens": v = col("prompt_tokens") + col("completion_tokens")
     elif match == "calls": v = col("calls") + col("cached_calls")
-    else:                                               # what its replies cost at the table, those from madlab's cache included
+    else:                            # what its replies cost at the table, those from madlab's cache included
         num = lambda c: pd.to_numeric(df[c], errors="coerce").values if c in df else np.full(len(df), np.nan)
         v = num("cost") + (np.nan_to_num(num("cached_cost")) if "cached_cost" in df else 0)
     return pd.Series(v, index=ids, name=match)
 
+# %% ../nbs/23a_baselines_budget.ipynb #157a5d59
 def mean_budget(df: pd.DataFrame, match: str = "tokens") -> float:
     "The mean budget per item; `cost` with an unpriced item is an error that says so."
     b = item_budget(df, match)
-    if b.isna().any(): raise OptionError("match", f"{int(b.isna().sum())} item(s) have no cost (a model without a price in the run's price table): "
-                                                    "give a table that prices it (--prices FILE; prices= in Python), or match tokens or calls instead")
+    if b.isna().any():
+        raise OptionError("match", f"{int(b.isna().sum())} item(s) have no cost (a model without a price in the run's "
+                                   "price table): give a table that prices it (--prices FILE; prices= in Python), or "
+                                   "match tokens or calls instead")
     return float(b.mean()) if len(b) else float("nan")
 
 # %% ../nbs/23a_baselines_budget.ipynb #ec10f00f
@@ -53,31 +60,37 @@ def _run_items(run: OpenRun) -> list:
     "The run's task items, in its table's order, read from its transcripts (gold included)."
     found, _ = run.folder.transcripts()
     items = [found[i].item for i in run.df.item_id.astype(str) if i in found and found[i].item is not None]
-    if not items: raise OptionError("run", f"{run.path} holds no transcript with its item: nothing to run a baseline on")
+    if not items:
+        raise OptionError("run", f"{run.path} holds no transcript with its item: nothing to run a baseline on")
     return items
 
 def _run_models(run: OpenRun) -> list[str]:
     "The backend spec of each of the run's debaters, in team order (a supervisor, judge or critic is no debater)."
-    team = [a for a in run.config.get("team") or [] if isinstance(a, dict) and a.get("spec") and a.get("role") not in ("supervisor", "judge", "critic")]
+    team = [a for a in run.config.get("team") or []
+            if isinstance(a, dict) and a.get("spec") and a.get("role") not in ("supervisor", "judge", "critic")]
     specs = [str(a["spec"]) for a in team]
     if not specs: raise OptionError("run", f"{run.path}: its config.json names no team")
     return specs
 
 def _pass_on(run: OpenRun) -> dict:
-    "The run's sampling settings, seed and price table (the one it recorded, or the one it was opened at), for the baseline to run with the same."
+    """The run's sampling settings, seed and price table (the one it recorded, or the one it was opened at), for the
+    baseline to run with the same."""
     c = run.config
     return {**{k: c[k] for k in ("seed", "max_tokens", "temperature") if c.get(k) is not None}, "prices": run.prices}
 
 # %% ../nbs/23a_baselines_budget.ipynb #c1a0d022
 class BaselineInterrupted(KeyboardInterrupt):
-    "Ctrl-C stopped `run_baseline`: `done`, the baselines that finished; `result`, the `RunResult` of the run it stopped (None: in a pilot, which keeps nothing)."
+    """Ctrl-C stopped `run_baseline`: `done`, the baselines that finished; `result`, the `RunResult` of the run it
+    stopped (None: in a pilot, which keeps nothing)."""
     def __init__(self, result=None, done=()):
         super().__init__("baseline interrupted; run the same call again to resume")
         self.result, self.done = result, list(done)
     def summary(self) -> str:
-        L = [f"{b!r}\noutputs: {b.run.path}" for b in self.done] + ([self.result.summary()] if self.result is not None else [])
+        L = [f"{b!r}\noutputs: {b.run.path}" for b in self.done]
+        if self.result is not None: L.append(self.result.summary())
         if self.result is None or not self.result.interrupted:
-            L.append(f"interrupted: {len(self.done)} baseline(s) finished, the next one stopped; run the same command again to resume")
+            L.append(f"interrupted: {len(self.done)} baseline(s) finished, the next one stopped; run the same command "
+                     "again to resume")
         return "\n".join(L)
 
 # %% ../nbs/23a_baselines_budget.ipynb #e1740408
@@ -87,14 +100,16 @@ def _samples_for(target: float, per_sample: float, lo: int = 1, hi: int = 100) -
     return int(min(hi, max(lo, round(target / per_sample))))
 
 def _one_run(method: str, items, team, folder: Path, samples: int, kw: dict) -> OpenRun:
-    "The baseline run into `folder` (resumed when it holds one); Ctrl-C: `BaselineInterrupted`, its finished items kept."
+    """The baseline run into `folder` (resumed when it holds one); Ctrl-C: `BaselineInterrupted`, its finished items
+    kept."""
     opts = {"samples": samples} if method == "self_consistency" else {}
     res = run_experiment(method, items=items, team=team, out=folder, **opts, **kw)
     if res.interrupted: raise BaselineInterrupted(res)
     return open_run(folder)
 
 def _pilot(items, team, match: str, pilot: int, kw: dict) -> float:
-    "The mean budget per item of one sample per model on the first `pilot` items (in memory; its replies stay in the cache)."
+    """The mean budget per item of one sample per model on the first `pilot` items (in memory; its replies stay in the
+    cache)."""
     r = run_experiment("self_consistency", items=items[:pilot], team=team, samples=1, **kw)
     if r.interrupted: raise BaselineInterrupted()
     return mean_budget(r.df, match)
@@ -102,7 +117,8 @@ def _pilot(items, team, match: str, pilot: int, kw: dict) -> float:
 # %% ../nbs/23a_baselines_budget.ipynb #73b1d6c4
 @dataclass
 class Baseline:
-    "One baseline run next to its debate: the run, the specs of its agents, `samples` per agent, the budgets per item and their `ratio` (baseline / debate), whether the samples were adjusted once."
+    """One baseline run next to its debate: the run, the specs of its agents, `samples` per agent, the budgets per item
+    and their `ratio` (baseline / debate), whether the samples were adjusted once."""
     run: OpenRun
     method: str
     match: str
@@ -117,15 +133,19 @@ class Baseline:
     @property
     def within(self) -> bool: return abs(self.ratio - 1) <= 0.1
     def record(self) -> dict:
-        return {"debate": None, "method": self.method, "match": self.match, "models": self.models, "samples": self.samples, "target": self.target,
-                "achieved": self.achieved, "ratio": self.ratio, "per_sample": self.per_sample, "adjusted": self.adjusted}
+        return {"debate": None, "method": self.method, "match": self.match, "models": self.models,
+                "samples": self.samples, "target": self.target, "achieved": self.achieved, "ratio": self.ratio,
+                "per_sample": self.per_sample, "adjusted": self.adjusted}
     def __repr__(self):
-        return (f"Baseline({self.run.name}: {self.method} of {', '.join(f'{n} x {m}' for m, n in Counter(self.models).items())}, {self.samples} sample(s) each, "
-                f"{self.match} per item {self.achieved:.4g} vs the debate's {self.target:.4g}, ratio {self.ratio:.3f}{' (adjusted once)' if self.adjusted else ''})")
+        team = ", ".join(f"{n} x {m}" for m, n in Counter(self.models).items())
+        return (f"Baseline({self.run.name}: {self.method} of {team}, {self.samples} sample(s) each, "
+                f"{self.match} per item {self.achieved:.4g} vs the debate's {self.target:.4g}, "
+                f"ratio {self.ratio:.3f}{' (adjusted once)' if self.adjusted else ''})")
 
 # %% ../nbs/23a_baselines_budget.ipynb #0e02d94d
 def _matched(run: OpenRun, method: str, match: str, models: list, folder: Path, pilot: int, kw: dict) -> Baseline:
-    "One baseline of `models` into `folder`: samples from the pilot (or from the folder's own record, written before its run so that an interrupted one resumes at the same count), run, then adjusted once when outside 10 %."
+    """One baseline of `models` into `folder`: samples from the pilot (or from the folder's own record, written before
+    its run so that an interrupted one resumes at the same count), run, then adjusted once when outside 10 %."""
     target, items, said = mean_budget(run.df, match), _run_items(run), folder / "baseline.json"
     team = list(models)
     if method == "single":
@@ -134,14 +154,16 @@ def _matched(run: OpenRun, method: str, match: str, models: list, folder: Path, 
     old = json.loads(said.read_text()) if said.exists() else None
     per = old.get("per_sample") if old else _pilot(items, team, match, pilot, kw)
     k, adjusted = (int(old["samples"]), bool(old.get("adjusted"))) if old else (_samples_for(target, per), False)
-    note = lambda: write_atomic(said, json.dumps({"method": method, "match": match, "models": team, "samples": k, "per_sample": per, "adjusted": adjusted}, indent=1))
+    note = lambda: write_atomic(said, json.dumps({"method": method, "match": match, "models": team, "samples": k,
+                                                  "per_sample": per, "adjusted": adjusted}, indent=1))
     if not old: note()
     b = _one_run(method, items, team, folder, k, kw)
     got = mean_budget(b.df, match)
     if not adjusted and abs(got / target - 1) > 0.1:
         k2 = _samples_for(target, got / k)
         if k2 != k:
-            folder.fs.rm(folder.path, recursive=True) if isinstance(folder, StorePath) else shutil.rmtree(folder)   # this call's own folder, rerun at the new count (the cache answers the shared samples)
+            # this call's own folder, rerun at the new count (the cache answers the shared samples)
+            folder.fs.rm(folder.path, recursive=True) if isinstance(folder, StorePath) else shutil.rmtree(folder)
             k, adjusted = k2, True
             note()
             b = _one_run(method, items, team, folder, k, kw)
@@ -149,20 +171,32 @@ def _matched(run: OpenRun, method: str, match: str, models: list, folder: Path, 
     return Baseline(b, method, match, team, k, target, got, per, adjusted)
 
 # %% ../nbs/23a_baselines_budget.ipynb #49d1dc5d
-def run_baseline(run, method: str = "self_consistency", match: str = "tokens", out=None, pilot: int = 3, pooled: bool = True, prices=None,
-                 lock_timeout: float = 0, **kw) -> list[Baseline]:
-    "Run `method` (self_consistency or single) on `run`'s items with a team of its size into sibling folders `<run>-baseline-<method>-<match>` (under `out` when given): the debate's own team; a heterogeneous team gets one per model (every agent of that model, suffixed by its spec) and one pooling every model's samples (the debate's team) when `pooled`; `single` asks the team's first agent; self-consistency's samples match the debate's mean `match` per item within 10 % (estimated from a `pilot` of one sample on the first items, adjusted once if needed). `prices` (a CSV path or a `Prices`): the price table of the debate's cost and the baselines' (default: the one the run recorded). Other options go to `run_experiment` (concurrency, cache...). The debate's folder stays locked meanwhile: a run still writing it is waited for `lock_timeout` seconds, then refused by name. Ctrl-C stops at once (`BaselineInterrupted`); the same call again resumes."
-    if prices is not None or not isinstance(run, OpenRun): run = open_run(run.path if isinstance(run, OpenRun) else run, prices=prices)
+def run_baseline(run, method: str = "self_consistency", match: str = "tokens", out=None, pilot: int = 3,
+                 pooled: bool = True, prices=None, lock_timeout: float = 0, **kw) -> list[Baseline]:
+    """Run `method` (self_consistency or single) on `run`'s items with a team of its size into sibling folders
+    `<run>-baseline-<method>-<match>` (under `out` when given): the debate's own team; a heterogeneous team gets one
+    per model (every agent of that model, suffixed by its spec) and one pooling every model's samples (the debate's
+    team) when `pooled`; `single` asks the team's first agent; self-consistency's samples match the debate's mean
+    `match` per item within 10 % (estimated from a `pilot` of one sample on the first items, adjusted once if
+    needed). `prices` (a CSV path or a `Prices`): the price table of the debate's cost and the baselines' (default:
+    the one the run recorded). Other options go to `run_experiment` (concurrency, cache...). The debate's folder
+    stays locked meanwhile: a run still writing it is waited for `lock_timeout` seconds, then refused by name. Ctrl-C
+    stops at once (`BaselineInterrupted`); the same call again resumes."""
+    if prices is not None or not isinstance(run, OpenRun):
+        run = open_run(run.path if isinstance(run, OpenRun) else run, prices=prices)
     with _read_whole(run, lock_timeout) as run: return _baselines(run, method, match, out, pilot, pooled, kw)
 
 def _baselines(run: OpenRun, method, match, out, pilot, pooled, kw) -> list[Baseline]:
     _check("method", method, METHODS); _check("match", match, MATCHES)
-    if not isinstance(pilot, int) or isinstance(pilot, bool) or pilot < 1: raise OptionError("pilot", f"must be a positive integer; got {pilot!r}")
+    if not isinstance(pilot, int) or isinstance(pilot, bool) or pilot < 1:
+        raise OptionError("pilot", f"must be a positive integer; got {pilot!r}")
     mean_budget(run.df, match)                            # an unpriced run refuses `cost` before any call
     debaters, base = _run_models(run), store_path(out) if out is not None else run.path.parent
     models, name = list(dict.fromkeys(debaters)), f"{run.name}-baseline-{method}-{match}"
     if len(models) == 1: groups = [(name, debaters)]       # the debate's own team, answering alone
-    else: groups = [(f"{name}-{safe_name(m)}", [m] * len(debaters)) for m in models] + ([(f"{name}-pooled", debaters)] if pooled and method != "single" else [])
+    else:
+        groups = [(f"{name}-{safe_name(m)}", [m] * len(debaters)) for m in models]
+        if pooled and method != "single": groups.append((f"{name}-pooled", debaters))
     kw = {**_pass_on(run), **kw}
     out_ = []
     for folder_name, team in groups:
@@ -172,6 +206,7 @@ def _baselines(run: OpenRun, method, match, out, pilot, pooled, kw) -> list[Base
         out_.append(b)
     return out_
 
+# %% ../nbs/23a_baselines_budget.ipynb #12675ce1
 @patch
 def baseline(self: OpenRun, method: str = "self_consistency", match: str = "tokens", out=None, **kw) -> list[Baseline]:
     "`run_baseline` of this run."
@@ -186,11 +221,13 @@ def _boot_ci(x: np.ndarray, n_boot: int, rng) -> tuple:
     return float(lo), float(hi)
 
 def _pareto(tokens, acc) -> list[bool]:
-    "Whether each point is on the frontier: no other point spends no more and is no less accurate, one of them strictly."
+    """Whether each point is on the frontier: no other point spends no more and is no less accurate, one of them
+    strictly."""
     pts = list(zip(tokens, acc))
     def dominated(i):
         t, a = pts[i]
-        return any((u <= t and b >= a) and (u < t or b > a) for j, (u, b) in enumerate(pts) if j != i and not (math.isnan(u) or math.isnan(b)))
+        return any((u <= t and b >= a) and (u < t or b > a) for j, (u, b) in enumerate(pts)
+                   if j != i and not (math.isnan(u) or math.isnan(b)))
     return [not (math.isnan(t) or math.isnan(a)) and not dominated(i) for i, (t, a) in enumerate(pts)]
 
 def _scored(run: OpenRun) -> pd.Series:
@@ -207,25 +244,33 @@ def _mcnemar(b: int, c: int) -> float:
     return min(1.0, 2 * tail)
 
 def paired_test(ref: pd.Series, other: pd.Series, n_boot: int = 2000, seed: int = 0) -> dict:
-    "`other` against `ref` (item -> right) on their shared items: both right, only one right, McNemar's exact p and the accuracy difference (other - ref) with a paired bootstrap 95 % interval."
+    """`other` against `ref` (item -> right) on their shared items: both right, only one right, McNemar's exact p and
+    the accuracy difference (other - ref) with a paired bootstrap 95 % interval."""
     ids = ref.index.intersection(other.index)
     a, o = ref[ids].values.astype(float), other[ids].values.astype(float)
     b, c = int(((a == 1) & (o == 0)).sum()), int(((a == 0) & (o == 1)).sum())
     lo, hi = _boot_ci(o - a, n_boot, np.random.default_rng(seed))
     return {"shared": len(ids), "both_right": int(((a == 1) & (o == 1)).sum()), "only_ref": b, "only_other": c,
-            "difference": float((o - a).mean()) if len(ids) else None, "diff_low": lo, "diff_high": hi, "p_mcnemar": _mcnemar(b, c)}
+            "difference": float((o - a).mean()) if len(ids) else None, "diff_low": lo, "diff_high": hi,
+            "p_mcnemar": _mcnemar(b, c)}
 
 # %% ../nbs/23a_baselines_budget.ipynb #f0bbfb15
 @dataclass
 class BudgetComparison:
-    "Runs at their budget: `table` (per run: accuracy with a 95 % bootstrap interval, tokens, calls and cost per item, on the Pareto frontier of accuracy against tokens), `tests` (each run against the first, on their shared items) and `figure()`."
+    """Runs at their budget: `table` (per run: accuracy with a 95 % bootstrap interval, tokens, calls and cost per item,
+    on the Pareto frontier of accuracy against tokens), `tests` (each run against the first, on their shared items)
+    and `figure()`."""
     table: pd.DataFrame
     tests: pd.DataFrame
-    def _repr_html_(self): return "<b>runs at their budget</b>" + self.table.to_html(index=False) + "<b>against the first run</b>" + self.tests.to_html(index=False)
+    def _repr_html_(self):
+        return ("<b>runs at their budget</b>" + self.table.to_html(index=False)
+                + "<b>against the first run</b>" + self.tests.to_html(index=False))
     def __repr__(self): return self.table.to_string(index=False) + "\n\n" + self.tests.to_string(index=False)
 
+# %% ../nbs/23a_baselines_budget.ipynb #4bb99c17
 def vs_budget(*runs, n_boot: int = 2000, seed: int = 0) -> BudgetComparison:
-    "Runs (OpenRun, `Baseline` or paths; the first is the reference, usually the debate) side by side at their budget, with a seeded bootstrap (`seed`, `n_boot` resamples)."
+    """Runs (OpenRun, `Baseline` or paths; the first is the reference, usually the debate) side by side at their budget,
+    with a seeded bootstrap (`seed`, `n_boot` resamples)."""
     runs = [r.run if isinstance(r, Baseline) else r if isinstance(r, OpenRun) else open_run(r) for r in runs]
     if not runs: raise OptionError("runs", "give at least one run")
     rows, scored = [], [_scored(r) for r in runs]
@@ -234,14 +279,18 @@ def vs_budget(*runs, n_boot: int = 2000, seed: int = 0) -> BudgetComparison:
         cost = item_budget(r.df, "cost")
         rows.append({"run": r.name, "protocol": r.config.get("protocol"), "items": len(r.df), "scored": len(s),
                      "accuracy": float(s.mean()) if len(s) else float("nan"), "ci_low": lo, "ci_high": hi,
-                     "tokens_per_item": item_budget(r.df, "tokens").mean(), "calls_per_item": item_budget(r.df, "calls").mean(),
+                     "tokens_per_item": item_budget(r.df, "tokens").mean(),
+                     "calls_per_item": item_budget(r.df, "calls").mean(),
                      "cost_per_item": float(cost.mean()) if len(cost) and not cost.isna().any() else None})
     table = pd.DataFrame(rows)
     table["pareto"] = _pareto(table.tokens_per_item.tolist(), table.accuracy.tolist())
-    tests = pd.DataFrame([{"run": r.name, "against": runs[0].name, **paired_test(scored[0], s, n_boot, seed)} for r, s in zip(runs[1:], scored[1:])],
-                         columns=["run", "against", "shared", "both_right", "only_ref", "only_other", "difference", "diff_low", "diff_high", "p_mcnemar"])
+    tests = pd.DataFrame([{"run": r.name, "against": runs[0].name, **paired_test(scored[0], s, n_boot, seed)}
+                          for r, s in zip(runs[1:], scored[1:])],
+                         columns=["run", "against", "shared", "both_right", "only_ref", "only_other", "difference",
+                                  "diff_low", "diff_high", "p_mcnemar"])
     return BudgetComparison(table, tests)
 
+# %% ../nbs/23a_baselines_budget.ipynb #f9fb29f0
 @patch
 def vs_budget(self: OpenRun, *others, **kw) -> BudgetComparison:
     "`vs_budget` of this run (the reference) and `others`."
@@ -250,17 +299,22 @@ def vs_budget(self: OpenRun, *others, **kw) -> BudgetComparison:
 # %% ../nbs/23a_baselines_budget.ipynb #f44ad8eb
 @patch
 def figure(self: BudgetComparison):
-    "Accuracy (95 % bootstrap interval) against tokens per item, one point per run, the Pareto frontier joined by a line."
+    """Accuracy (95 % bootstrap interval) against tokens per item, one point per run, the Pareto frontier joined by a
+    line."""
     import plotly.graph_objects as go
     t = self.table
     lo, hi = t.ci_low.fillna(t.accuracy), t.ci_high.fillna(t.accuracy)
-    fig = go.Figure(go.Scatter(x=t.tokens_per_item, y=t.accuracy, mode="markers+text", text=t.protocol, textposition="top center", name="runs",
+    fig = go.Figure(go.Scatter(x=t.tokens_per_item, y=t.accuracy, mode="markers+text", text=t.protocol,
+                               textposition="top center", name="runs",
                                marker=dict(size=11, symbol=["diamond" if p else "circle" for p in t.pareto]),
-                               error_y=dict(type="data", symmetric=False, array=hi - t.accuracy, arrayminus=t.accuracy - lo),
+                               error_y=dict(type="data", symmetric=False, array=hi - t.accuracy,
+                                            arrayminus=t.accuracy - lo),
                                customdata=t[["run", "calls_per_item"]].values,
-                               hovertemplate="%{customdata[0]}<br>accuracy %{y:.3f}<br>%{x:.0f} tokens, %{customdata[1]:.1f} calls per item<extra></extra>"))
+                               hovertemplate="%{customdata[0]}<br>accuracy %{y:.3f}<br>%{x:.0f} tokens, "
+                                             "%{customdata[1]:.1f} calls per item<extra></extra>"))
     f = t[t.pareto].sort_values("tokens_per_item")
-    fig.add_trace(go.Scatter(x=f.tokens_per_item, y=f.accuracy, mode="lines", line=dict(dash="dot"), name="Pareto frontier"))
-    fig.update_layout(title="Accuracy against tokens per item (95 % bootstrap interval)", xaxis_title="tokens per item", yaxis_title="accuracy",
-                      yaxis_range=[0, 1.05], height=380)
+    fig.add_trace(go.Scatter(x=f.tokens_per_item, y=f.accuracy, mode="lines", line=dict(dash="dot"),
+                             name="Pareto frontier"))
+    fig.update_layout(title="Accuracy against tokens per item (95 % bootstrap interval)", xaxis_title="tokens per item",
+                      yaxis_title="accuracy", yaxis_range=[0, 1.05], height=380)
     return fig

@@ -6,19 +6,21 @@ Docs: https://madlab.github.io/madlab/core.html.md"""
 
 # %% ../nbs/00_core.ipynb #65a0f81d
 from __future__ import annotations
-import ast, asyncio, copy, dataclasses, hashlib, html, importlib, io, json, math, os, re, tempfile, threading, time, uuid
+import ast, asyncio, copy, dataclasses, hashlib, html, importlib, io, json, math, os, re, tempfile, threading, time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 import orjson
+from .redact import scrub_secrets                    # leaves below core: they import nothing of madlab
+from .pages import _CSS, _TEMPLATE, _page, topology_svg
 
 # %% auto #0
-__all__ = ['ROLES', 'REDACTED', 'OptionError', 'serializable', 'to_jsonable', 'from_jsonable', 'Message', 'ChatHistory', 'Usage',
+__all__ = ['ROLES', 'OptionError', 'serializable', 'to_jsonable', 'from_jsonable', 'Message', 'ChatHistory', 'Usage',
            'Completion', 'Answer', 'answer_valid', 'answer_key', 'answer_summary', 'answer_view', 'decision_summary',
-           'Turn', 'Round', 'Item', 'register_secret', 'scrub_secrets', 'write_atomic', 'write_parquet', 'Transcript',
-           'topology_svg', 'json_objects', 'extract_json', 'runtime_loop', 'run_sync', 'run_async', 'stable_hash',
-           'new_id', 'default_cache_dir', 'madlab_data', 'public_data', 'Ask', 'AnswerSchema', 'schema_example',
-           'BackendError', 'Backend']
+           'Turn', 'Round', 'Item', 'write_atomic', 'write_parquet', 'Transcript', 'runtime_loop', 'run_sync',
+           'run_async', 'stable_hash', 'new_id', 'default_cache_dir', 'madlab_data', 'public_data', 'Ask',
+           'AnswerSchema', 'schema_example', 'BackendError', 'Backend']
 
 # %% ../nbs/00_core.ipynb #84f5c85e
 class OptionError(ValueError):
@@ -86,7 +88,8 @@ def to_jsonable(o):
 
 # %% ../nbs/00_core.ipynb #8692c50b
 # types that moved to a module of their own: JSON written before still reads
-_MOVED = {"madlab.scoring.StockAnswer": "madlab.market.StockAnswer", "madlab.tasks.MarketRecord": "madlab.market.MarketRecord",
+_MOVED = {"madlab.scoring.StockAnswer": "madlab.market.StockAnswer",
+          "madlab.tasks.MarketRecord": "madlab.market.MarketRecord",
           "madlab.scoring.PairwiseVerdict": "madlab.pairwise.PairwiseVerdict"}
 # the modules that define types whose JSON name is an older module's (`serializable(name=...)`)
 _HOMES = {"madlab.market.StockAnswer": "madlab.tasks.market", "madlab.market.MarketRecord": "madlab.tasks.market",
@@ -115,6 +118,7 @@ def from_jsonable(o):
 # %% ../nbs/00_core.ipynb #2f14bd47
 ROLES = ("system", "user", "assistant", "other_agent", "moderator")
 
+# %% ../nbs/00_core.ipynb #e7c18ba1
 @serializable
 @dataclass
 class Message:
@@ -129,12 +133,15 @@ class Message:
     ts: float = field(default_factory=time.time)  # creation time (unix seconds)
 
     def __post_init__(self):
-        if self.role not in ROLES: raise ValueError(f"Message.role must be one of {', '.join(ROLES)}; got {self.role!r}")
-        if not isinstance(self.content, str): raise TypeError(f"Message.content must be str, got {type(self.content).__name__}")
+        if self.role not in ROLES:
+            raise ValueError(f"Message.role must be one of {', '.join(ROLES)}; got {self.role!r}")
+        if not isinstance(self.content, str):
+            raise TypeError(f"Message.content must be str, got {type(self.content).__name__}")
 
     def to_chat(self) -> dict:
         "The chat-format dict a backend takes; other agents and the moderator speak as prefixed user turns."
-        if self.role == "other_agent": return {"role": "user", "content": f"[{self.sender or 'another agent'}]: {self.content}"}
+        if self.role == "other_agent":
+            return {"role": "user", "content": f"[{self.sender or 'another agent'}]: {self.content}"}
         if self.role == "moderator": return {"role": "user", "content": f"[Moderator]: {self.content}"}
         return {"role": self.role, "content": self.content}
 
@@ -160,7 +167,8 @@ class ChatHistory:
         out = []
         for m in self.messages:
             d = m.to_chat()
-            if merge and out and out[-1]["role"] == d["role"] == "user": out[-1] = {"role": "user", "content": out[-1]["content"] + "\n\n" + d["content"]}
+            if merge and out and out[-1]["role"] == d["role"] == "user":
+                out[-1] = {"role": "user", "content": out[-1]["content"] + "\n\n" + d["content"]}
             else: out.append(d)
         return out
 
@@ -170,7 +178,8 @@ class ChatHistory:
 
     def _repr_html_(self):
         rows = "".join(f"<tr><td><b>{html.escape(m.role)}</b>{'<br>'+html.escape(m.sender) if m.sender else ''}</td>"
-                       f"<td style='white-space:pre-wrap;text-align:left'>{html.escape(m.content)}</td></tr>" for m in self.messages)
+                       f"<td style='white-space:pre-wrap;text-align:left'>{html.escape(m.content)}</td></tr>"
+                       for m in self.messages)
         return f"<table>{rows}</table>"
 
 # %% ../nbs/00_core.ipynb #502e7901
@@ -181,12 +190,14 @@ class Usage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     calls: int = 0
-    cached_prompt_tokens: int = 0      # of the prompt tokens, those the provider served from its own prompt cache (priced lower)
+    cached_prompt_tokens: int = 0      # of the prompt tokens, those the provider served from its prompt cache (cheaper)
     @property
     def total_tokens(self): return self.prompt_tokens + self.completion_tokens
-    def __add__(self, o): return Usage(self.prompt_tokens + o.prompt_tokens, self.completion_tokens + o.completion_tokens, self.calls + o.calls,
-                                       self.cached_prompt_tokens + getattr(o, "cached_prompt_tokens", 0))
+    def __add__(self, o):
+        return Usage(self.prompt_tokens + o.prompt_tokens, self.completion_tokens + o.completion_tokens,
+                     self.calls + o.calls, self.cached_prompt_tokens + getattr(o, "cached_prompt_tokens", 0))
 
+# %% ../nbs/00_core.ipynb #f367ac66
 @serializable
 @dataclass
 class Completion:
@@ -196,7 +207,7 @@ class Completion:
     latency: float = 0.0
     cached: bool = False
     model: str|None = None
-    meta: dict = field(default_factory=dict)    # what the backend adds: "logprob" (the mean log-probability of the reply's tokens, when asked and given), ...
+    meta: dict = field(default_factory=dict)    # what the backend adds: "logprob" (mean token log-probability), ...
 
 # %% ../nbs/00_core.ipynb #be5c193f
 class Answer:
@@ -204,10 +215,10 @@ class Answer:
     confidence = None                                  # self-reported confidence, when the answer gives one
     @property
     def valid(self) -> bool: return True               # False: the reply could not be read as an answer
-    stance = None                                      # towards the peers: "agree", "challenge", ... (a field or property in subclasses)
+    stance = None                                      # towards the peers: "agree", "challenge", ...
     decision = None                                    # the headline decision (e.g. "REFUSE"), if the answer has one
     def parts(self) -> dict: return {}                 # focus -> value, for answers about several players or topics
-    def vote_key(self): return json.dumps(to_jsonable(self.parts() or self.decision), sort_keys=True)  # what "the same answer" means
+    def vote_key(self): return json.dumps(to_jsonable(self.parts() or self.decision), sort_keys=True)  # same answer
     def summary(self) -> str: return ", ".join(f"{k}={v}" for k, v in self.parts().items()) or str(self.decision)
 
 # %% ../nbs/00_core.ipynb #8313b3ec
@@ -215,6 +226,7 @@ def answer_valid(a) -> bool:
     "Whether `a` is a readable answer."
     return a is not None and bool(a.valid if isinstance(a, Answer) else True)
 
+# %% ../nbs/00_core.ipynb #b06ff434
 def answer_key(a):
     "What two answers are compared by (None for an invalid one)."
     if not answer_valid(a): return None
@@ -223,26 +235,30 @@ def answer_key(a):
     try: hash(a); return a
     except TypeError: return json.dumps(to_jsonable(a), sort_keys=True, ensure_ascii=False)
 
+# %% ../nbs/00_core.ipynb #db52c6bd
 def answer_summary(a) -> str:
     "A short text for `a` (\"invalid\" for None)."
     if a is None: return "invalid"
     if isinstance(a, Answer): return a.summary()
     return a if isinstance(a, str) else json.dumps(to_jsonable(a), ensure_ascii=False)
 
+# %% ../nbs/00_core.ipynb #be8bc808
 def answer_view(a) -> dict:
     "Everything a view shows of `a`: valid, summary, key, confidence, stance, decision and parts."
     c = isinstance(a, Answer)
-    return {"valid": answer_valid(a), "summary": answer_summary(a), "key": answer_key(a), "confidence": a.confidence if c else None,
-            "stance": a.stance if c else None, "decision": (a.decision if c else None), "parts": dict(a.parts()) if c else {}}
+    return {"valid": answer_valid(a), "summary": answer_summary(a), "key": answer_key(a),
+            "confidence": a.confidence if c else None, "stance": a.stance if c else None,
+            "decision": (a.decision if c else None), "parts": dict(a.parts()) if c else {}}
 
 # %% ../nbs/00_core.ipynb #0bdfe3c9
 def decision_summary(result) -> str:
-    "The team's decision in words: its answer's summary; else \"no decision\" and why (\"no decision (tie)\"), never \"invalid\", which is a reply that could not be read."
+    """The team's decision in words: its answer's summary; else "no decision" and why ("no decision (tie)"), never
+    "invalid", which is a reply that could not be read."""
     res = result if isinstance(result, dict) else {}
     a = res.get("answer", res.get("assignment"))
     if a is not None and not (isinstance(a, float) and a != a): return answer_summary(a)
     why = res.get("decision_reason")
-    if why in (None, "decided"):                        # the protocol's own vote: a tie when the two largest counts are equal
+    if why in (None, "decided"):                        # the protocol's own vote: a tie when the top two counts tie
         votes = res.get("votes") if isinstance(res.get("votes"), dict) else {}
         n = sorted((v for v in votes.values() if isinstance(v, (int, float)) and not isinstance(v, bool)), reverse=True)
         why = "tie" if len(n) > 1 and n[0] == n[1] > 0 else None
@@ -270,6 +286,7 @@ class Turn:
         "True when the call succeeded and the reply parsed."
         return self.error is None and answer_valid(self.answer)
 
+# %% ../nbs/00_core.ipynb #1a8d2045
 @serializable
 @dataclass
 class Round:
@@ -300,59 +317,6 @@ class Item:
 
     def text(self) -> str: return self.prompt
 
-# %% ../nbs/00_core.ipynb #a1c0e5d2
-_SECRETS: set[str] = set()
-_SECRET_VARS = re.compile(r"(?i)(^|_)(API_?KEY|KEY|TOKEN|SECRET|PASSWORD|PASSWD)$")
-_CREDENTIALS = (   # (lower-case word that starts it, what it is, the characters allowed before the word: None for a word boundary)
-    ("bearer", re.compile(r"(?i)bearer\s+([A-Za-z0-9._~+/=-]{8,})"), None),                               # Authorization: Bearer TOKEN
-    ("api", re.compile(r"""(?i)api[_-]?key["']?\s*[:=]\s*["']?([A-Za-z0-9._~+/-]{8,})"""), None),       # api_key=..., "x-api-key": "..."
-    ("access", re.compile(r"""(?i)access[_-]?token["']?\s*[:=]\s*["']?([A-Za-z0-9._~+/-]{8,})"""), None),
-    ("key=", re.compile(r"(?i)key=([A-Za-z0-9._~+/-]{8,})"), "?&"),                                       # ?key=... in a URL
-    ("sk-", re.compile(r"(?i)(sk-[A-Za-z0-9_-]{20,})"), None),                                            # OpenAI-style keys
-)
-REDACTED = "[REDACTED]"
-_ENV_SEEN: tuple = (None, frozenset())                                            # (a copy of the environment, its secrets)
-
-def register_secret(value) -> None:
-    "Hide `value` (an API key, a token) wherever madlab records text; values under 8 characters are ignored."
-    if isinstance(value, str) and len(value) >= 8: _SECRETS.add(value)
-
-def _env_secrets() -> frozenset:
-    "Values of the environment's key, token and password variables (re-read whenever the environment changes)."
-    global _ENV_SEEN
-    data = getattr(os.environ, "_data", None)           # CPython's mapping behind os.environ: comparing it with a copy is cheap
-    if not isinstance(data, dict) or data != _ENV_SEEN[0]:
-        _ENV_SEEN = (dict(data) if isinstance(data, dict) else None,
-                     frozenset(v for k, v in os.environ.items() if len(v) >= 8 and _SECRET_VARS.search(k)))
-    return _ENV_SEEN[1]
-
-def _find_all(hay: str, word: str):
-    i = hay.find(word)
-    while i >= 0: yield i; i = hay.find(word, i + 1)
-
-def _starts_here(text: str, i: int, before) -> bool:
-    prev = text[i - 1] if i else ""
-    return bool(prev) and prev in before if before else not (prev.isalnum() or prev == "_")
-
-def _credential_spans(text: str) -> list:
-    "Where credential-shaped tokens sit in `text`: found by plain substring search, then matched in place (fast on long text)."
-    lo = text.lower()
-    for word, rx, before in _CREDENTIALS:
-        starts = _find_all(lo, word) if len(lo) == len(text) else (m.start() for m in re.finditer(re.escape(word), text, re.I))
-        for i in starts:
-            if _starts_here(text, i, before) and (m := rx.match(text, i)): yield m.span(1)
-
-def scrub_secrets(text):
-    "`text` with every known secret and every credential-shaped token replaced by `[REDACTED]` (non-strings pass unchanged)."
-    if not isinstance(text, str) or not text: return text
-    for s in sorted(_SECRETS | _env_secrets(), key=len, reverse=True):
-        if s in text: text = text.replace(s, REDACTED)
-    out, end = [], 0
-    for a, b in sorted(_credential_spans(text)):
-        if a < end: continue
-        out += [text[end:a], REDACTED]; end = b
-    return "".join(out) + text[end:] if out else text
-
 # %% ../nbs/00_core.ipynb #725613a3
 _UMASK_LOCK = threading.Lock()
 
@@ -368,13 +332,17 @@ def _umask() -> int:
     return m
 
 def write_atomic(path, data, encoding: str = "utf-8", errors: str = "replace") -> Path:
-    "Write `data` (str or bytes) to `path` atomically (temporary file, fsync, rename); the parent folder is created. Text that cannot be encoded (a lone surrogate) is replaced, so the file stays valid UTF-8. A `madlab.store.StorePath` gets one whole object (one PUT)."
-    raw = scrub_secrets(data).encode(encoding, errors) if isinstance(data, str) else bytes(data)   # text: secrets never reach a file
-    if not isinstance(path, (str, os.PathLike)) and hasattr(path, "write_bytes"): return path.write_bytes(raw)   # a file in a store
+    """Write `data` (str or bytes) to `path` atomically (temporary file, fsync, rename); the parent folder is created.
+    Text that cannot be encoded (a lone surrogate) is replaced, so the file stays valid UTF-8. A
+    `madlab.store.StorePath` gets one whole object (one PUT)."""
+    raw = scrub_secrets(data).encode(encoding, errors) if isinstance(data, str) else bytes(data)   # no secret in a file
+    if not isinstance(path, (str, os.PathLike)) and hasattr(path, "write_bytes"):
+        return path.write_bytes(raw)                                                             # a file in a store
     path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        if hasattr(os, "fchmod"): os.fchmod(fd, 0o666 & ~_umask())      # as open() would make it (mkstemp makes 0600): a lab sharing a folder can read it
+        # as open() would make it (mkstemp makes 0600): a lab sharing a folder can read it
+        if hasattr(os, "fchmod"): os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as f:
             f.write(raw); f.flush(); os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -384,19 +352,21 @@ def write_atomic(path, data, encoding: str = "utf-8", errors: str = "replace") -
         raise
     return path
 
+# %% ../nbs/00_core.ipynb #9c908364
 def write_parquet(df, path) -> Path:
-    "Write a pandas frame to `path` as Parquet, atomically; object columns holding mixed or non-scalar values become JSON text."
+    "Write a pandas frame to `path` as Parquet, atomically; object columns of mixed or nested values become JSON text."
     df = df.copy()
     for c in df.columns:
         if df[c].dtype != object: continue
         vals = [v for v in df[c] if v is not None and not (isinstance(v, float) and math.isnan(v))]
         if len({type(v) for v in vals}) > 1 or any(not isinstance(v, (str, bool, int, float)) for v in vals):
-            df[c] = [None if v is None or (isinstance(v, float) and math.isnan(v)) else (v if isinstance(v, str) else json.dumps(to_jsonable(v))) for v in df[c]]
+            df[c] = [None if v is None or (isinstance(v, float) and math.isnan(v))
+                     else (v if isinstance(v, str) else json.dumps(to_jsonable(v))) for v in df[c]]
     buf = io.BytesIO(); df.to_parquet(buf, index=False)
     return write_atomic(path, buf.getvalue())
 
 # %% ../nbs/00_core.ipynb #b7d1c0a1
-_FROM_PREVIOUS = "__from_previous__"     # in a transcript's JSON: the first k messages of the agent's previous turn, then "new"
+_FROM_PREVIOUS = "__from_previous__"     # in the JSON: the first k messages of the agent's previous turn, then "new"
 
 def _shared_prefix(a: list, b: list) -> int:
     n, k = min(len(a), len(b)), 0
@@ -404,7 +374,7 @@ def _shared_prefix(a: list, b: list) -> int:
     return k
 
 def _turns_of(rounds):
-    "Every turn in `rounds` (objects or JSON data), in order; anything that is not a round of turns is skipped."
+    "Every turn in `rounds` (objects or JSON data), in order; what is not a round of turns is skipped."
     for r in rounds if isinstance(rounds, list) else ():
         turns = r.get("turns") if isinstance(r, dict) else getattr(r, "turns", None)
         if isinstance(turns, list): yield from turns
@@ -418,13 +388,14 @@ def _expand_turns(rounds) -> None:
         if isinstance(m, dict) and _FROM_PREVIOUS in m:
             p, k, new = prev.get(tu.agent), m.get(_FROM_PREVIOUS), m.get("new")
             if p is None or type(k) is not int or not 0 < k <= len(p) or not isinstance(new, list):
-                raise ValueError(f"turn {i} ({tu.agent}) refers to messages of an earlier turn the transcript does not hold")
+                raise ValueError(f"turn {i} ({tu.agent}) refers to messages of an earlier turn the transcript lacks")
             tu.messages = p[:k] + new
         prev[tu.agent] = tu.messages
 
 # %% ../nbs/00_core.ipynb #d10f3a71
 def _compact_turn_objects(rounds: list) -> list:
-    "`rounds` (shallow copies) whose turns store only the messages that differ from the same agent's previous turn; the shared messages are never converted to JSON."
+    """`rounds` (shallow copies) whose turns store only the messages that differ from the same agent's previous turn;
+    the shared messages are never converted to JSON."""
     prev, out = {}, []
     for r in rounds:
         turns = getattr(r, "turns", None)
@@ -461,8 +432,8 @@ class Transcript:
     result: dict = field(default_factory=dict)
     meta: dict = field(default_factory=dict)        # id, times, status, error, madlab version
 
-    def __post_init__(self): _expand_turns(self.rounds)          # turns read from JSON get their full message lists back
-    def _json_values(self) -> dict: return {**vars(self), "rounds": _compact_turn_objects(self.rounds)}   # linear in turns
+    def __post_init__(self): _expand_turns(self.rounds)          # turns read from JSON get their full messages back
+    def _json_values(self) -> dict: return {**vars(self), "rounds": _compact_turn_objects(self.rounds)}  # linear size
 
     @property
     def usage(self) -> Usage: return sum((r.usage for r in self.rounds), Usage())
@@ -476,19 +447,22 @@ class Transcript:
         s = _fast_json(d, indent) if _NONFINITE[0] == n else None   # NaN or inf: orjson would write null
         if s is None: s = json.dumps(d, indent=indent, ensure_ascii=False)
         try: s.encode("utf-8")
-        except UnicodeEncodeError: s = json.dumps(d, indent=indent, ensure_ascii=True)  # lone surrogates: escape, keep every character
+        except UnicodeEncodeError: s = json.dumps(d, indent=indent, ensure_ascii=True)  # lone surrogates: escaped, kept
         if path is not None: write_atomic(path, s)
         return s
     @classmethod
     def from_json(cls, s_or_path) -> Transcript:
         "Read a transcript from JSON text, or from a file when given a `Path` (or a string naming an existing file)."
         where, s = "the JSON text", s_or_path
-        if isinstance(s, str) and not s.lstrip("\ufeff \t\r\n").startswith("{") and len(s) < 4096 and "\n" not in s and Path(s).is_file(): s = Path(s)
-        if isinstance(s, os.PathLike) or (not isinstance(s, (str, bytes)) and hasattr(s, "read_bytes")):   # a path, or a file in a store
+        if (isinstance(s, str) and not s.lstrip("\ufeff \t\r\n").startswith("{") and len(s) < 4096 and "\n" not in s
+                and Path(s).is_file()): s = Path(s)
+        if isinstance(s, os.PathLike) or (not isinstance(s, (str, bytes)) and hasattr(s, "read_bytes")):  # a file
             where = str(s)
             try: s = (s if hasattr(s, "read_bytes") else Path(s)).read_bytes().decode("utf-8-sig")
-            except UnicodeDecodeError as e: raise ValueError(f"{where}: not a madlab transcript (not UTF-8 text: {e.reason})") from None
-        if not isinstance(s, str): raise TypeError(f"Transcript.from_json takes JSON text or a Path; got {type(s).__name__}")
+            except UnicodeDecodeError as e:
+                raise ValueError(f"{where}: not a madlab transcript (not UTF-8 text: {e.reason})") from None
+        if not isinstance(s, str):
+            raise TypeError(f"Transcript.from_json takes JSON text or a Path; got {type(s).__name__}")
         try: t = from_jsonable(json.loads(s.lstrip("\ufeff")))
         except (ValueError, TypeError, RecursionError) as e:
             raise ValueError(f"{where}: not a madlab transcript ({type(e).__name__}: {str(e)[:200]})") from None
@@ -502,66 +476,6 @@ class Transcript:
         return page
     def _repr_html_(self): return _render_transcript_html(self, standalone=False)
 
-# %% ../nbs/00_core.ipynb #412f9916
-def topology_svg(neighbours: dict, size: int = 220, title: str|None = None) -> str:
-    "An inline SVG of who sees whom: `neighbours` maps each agent to the agents whose answers it sees; agents on a circle, an arrow from B to A when A sees B, a plain line when both see each other."
-    import html as _h, math as _m
-    names = list(neighbours)
-    n, c, r = len(names), size / 2, size / 2 - 34
-    pos = {a: (c + r * _m.cos(2 * _m.pi * k / max(n, 1) - _m.pi / 2), c + r * _m.sin(2 * _m.pi * k / max(n, 1) - _m.pi / 2)) for k, a in enumerate(names)}
-    seen = {(a, b) for a, bs in neighbours.items() for b in bs if b in pos and b != a}       # (a, b): a sees b
-    lines = []
-    for a, b in sorted(seen):
-        if (b, a) in seen and b < a: continue                                               # a mutual edge: drawn once
-        (x1, y1), (x2, y2) = pos[b], pos[a]
-        d = max(_m.hypot(x2 - x1, y2 - y1), 1e-9); ux, uy = (x2 - x1) / d, (y2 - y1) / d
-        arrow = "" if (b, a) in seen else ' marker-end="url(#madlab-arrow)"'
-        lines.append(f'<line x1="{x1 + 9 * ux:.1f}" y1="{y1 + 9 * uy:.1f}" x2="{x2 - 11 * ux:.1f}" y2="{y2 - 11 * uy:.1f}" stroke="#889" stroke-width="1.4"{arrow}/>')
-    nodes = [f'<circle cx="{x:.1f}" cy="{y:.1f}" r="8" fill="#4c78a8"/><text x="{x:.1f}" y="{y + (20 if y >= c else -13):.1f}" font-size="10" text-anchor="middle">{_h.escape(str(a))}</text>'
-             for a, (x, y) in pos.items()]
-    head = f"<title>{_h.escape(title)}</title>" if title else ""
-    return (f'<svg class="madlab-topology" xmlns="http://www.w3.org/2000/svg" width="{size}" height="{size}" viewBox="0 0 {size} {size}">{head}'
-            '<defs><marker id="madlab-arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="6" markerHeight="6" orient="auto-start-reverse">'
-            '<path d="M0,0 L10,5 L0,10 z" fill="#889"/></marker></defs>' + "".join(lines) + "".join(nodes) + "</svg>")
-
-# %% ../nbs/00_core.ipynb #c7e948e8
-_CSS = """
-body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}
-.madlab-t h2{margin:.2em 0}.madlab-t .meta{color:#555;font-size:.9em}
-.madlab-t .round{border:1px solid #ddd;border-radius:6px;margin:.8em 0;padding:.4em .8em}
-.madlab-t .turns{display:flex;flex-wrap:wrap;gap:.6em}
-.madlab-t .turn{flex:1 1 260px;border-left:4px solid #999;padding:.3em .6em;background:#fafafa}
-.madlab-t .turn.right{border-color:#2a9d4b}.madlab-t .turn.wrong{border-color:#d1495b}.madlab-t .turn.invalid{border-color:#f4a261;background:#fff6ec}
-.madlab-t pre{white-space:pre-wrap;word-break:break-word;margin:.2em 0;font-size:.85em}
-.madlab-t details summary{cursor:pointer;color:#335}
-.madlab-t .tag{display:inline-block;font-size:.75em;padding:0 .4em;border-radius:3px;background:#eee;margin-left:.3em}
-"""
-
-_TEMPLATE = """
-{%- if standalone %}<!doctype html><html><head><meta charset="utf-8"><title>{{ title }}</title>
-<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'">
-<style>{{ css }}</style></head><body>{% endif %}
-<div class="madlab-t">
-<h2>{{ title }}</h2>
-<div class="meta">protocol <b>{{ t.protocol }}</b>{% if t.synthetic %} · <span class="tag">synthetic agents</span>{% endif %}
- · {{ t.rounds|length }} rounds · {{ usage.calls }} calls · {{ usage.total_tokens }} tokens
-{% if status %} · status <b>{{ status }}</b>{% endif %}</div>
-<div class="meta">team: {% for a in t.team %}<b>{{ a.name }}</b> ({{ a.spec }}){% if not loop.last %}, {% endif %}{% endfor %}</div>
-{% if settings %}<div class="meta">settings: {{ settings }}</div>{% endif %}
-{% if graph %}<details open><summary>topology: {{ topology_name }} (who sees whom)</summary>{{ graph }}</details>{% endif %}
-{% if item_text %}<details><summary>item</summary><pre>{{ item_text }}</pre></details>{% endif %}
-{% for r in t.rounds %}<div class="round"><b>round {{ r.index + 1 }} · {{ r.name }}</b> <span class="tag">{{ r.phase }}</span>
-{% for k, v in r.meta.items() %}<span class="tag">{{ k }}={{ v }}</span>{% endfor %}
-<div class="turns">{% for tu in r.turns %}<div class="turn {{ klass(tu) }}"><b>{{ tu.agent }}</b>
-{% if tu.receivers %}→ {{ tu.receivers|join(', ') }}{% endif %}{% if tu.focus %}<span class="tag">on {{ tu.focus }}</span>{% endif %}
-{% if tu.cached %}<span class="tag">cached</span>{% endif %}
-{% if tu.error %}<pre>error: {{ tu.error }}</pre>{% endif %}
-<div>answer: <code>{{ show(tu.answer) }}</code></div>
-<details><summary>reply</summary><pre>{{ tu.reply or '' }}</pre></details></div>{% endfor %}</div></div>{% endfor %}
-{% if t.result %}<div class="round"><b>result</b> · decision <b class="decision">{{ decision }}</b><pre>{{ result }}</pre></div>{% endif %}
-</div>{% if standalone %}</body></html>{% endif %}
-"""
-
 # %% ../nbs/00_core.ipynb #c7e948e9
 def _show(a):
     if a is None: return "invalid"
@@ -573,82 +487,21 @@ def _turn_class(tu):
     c = tu.meta.get("correct")
     return "" if c is None else ("right" if c else "wrong")
 
-_PAGES: dict = {}
-def _page(source: str) -> "jinja2.Template":
-    "An autoescaping jinja2 template compiled once per source text (compiling costs far more than rendering one debate)."
-    if source not in _PAGES:
-        import jinja2
-        _PAGES[source] = jinja2.Environment(autoescape=True).from_string(source)
-    return _PAGES[source]
-
 def _render_transcript_html(t, title=None, standalone=True):
     item = t.item
-    item_text = item.text() if hasattr(item, "text") and callable(item.text) else (json.dumps(to_jsonable(item), indent=1, ensure_ascii=False) if item is not None else "")
+    item_text = (item.text() if hasattr(item, "text") and callable(item.text) else
+                 json.dumps(to_jsonable(item), indent=1, ensure_ascii=False) if item is not None else "")
     res = json.dumps(to_jsonable(t.result), indent=1, ensure_ascii=False) if t.result else ""
     topo = (t.meta or {}).get("topology") if isinstance(t.meta, dict) else None
     graph = None
     if isinstance(topo, dict) and isinstance(topo.get("neighbours"), dict):
         import markupsafe
         graph = markupsafe.Markup(topology_svg(topo["neighbours"]))       # built from escaped names
-    return _page(_TEMPLATE).render(graph=graph, topology_name=(topo or {}).get("spec") if graph else "", t=t, standalone=standalone, css=_CSS, usage=t.usage,
-        title=title or f"{t.protocol} debate {t.meta.get('id', '')}", settings=json.dumps(to_jsonable(t.settings)) if t.settings else "",
-        status=t.meta.get("status"), item_text=item_text, result=res, decision=decision_summary(t.result), show=_show, klass=_turn_class)
-
-# %% ../nbs/00_core.ipynb #e4a6359f
-_BRACE_CHARS = re.compile(r"""[{}"'\\]""")     # the only characters `_brace_spans` acts on
-
-def _brace_spans(text):
-    "Every top-level balanced {...} span in `text`, skipping braces inside quoted strings."
-    out, stack, q, skip = [], [], None, -1
-    for m in _BRACE_CHARS.finditer(text):
-        i = m.start()
-        if i == skip: continue                     # the character after a backslash in a string
-        c = text[i]
-        if q:
-            if c == "\\": skip = i + 1
-            elif c == q: q = None
-        elif c == '"' or (c == "'" and stack and not (i and text[i-1].isalnum())): q = c
-        elif c == "{": stack.append(i)
-        elif c == "}" and stack:
-            s = stack.pop()
-            if not stack: out.append((s, i + 1))
-    return out
-
-def _loads(s):
-    "JSON, or loose JSON (trailing commas, single or curly quotes, Python literals); None when unreadable. Never evaluates code."
-    if len(s) > 200_000: return None
-    try: return json.loads(s)
-    except ValueError: pass
-    t = re.sub(r",\s*([}\]])", r"\1", s.replace("\u201c", '"').replace("\u201d", '"').replace("\u2018", "'").replace("\u2019", "'"))
-    try: return json.loads(t)
-    except ValueError: pass
-    t = re.sub(r"\btrue\b", "True", re.sub(r"\bfalse\b", "False", re.sub(r"\bnull\b", "None", t)))
-    try: return ast.literal_eval(t)   # literals only: never runs code
-    except Exception: return None
-
-def json_objects(text, spans: bool = False) -> list:
-    "The dicts written in `text`, in order (with their `(start, end)` spans when `spans`)."
-    if not isinstance(text, str): return []
-    found = []
-    s = text.strip()
-    if s[:1] == "{" and s[-1:] == "}" and "```" not in s:     # the whole reply is one JSON object (the usual case): no scan
-        try: o = json.loads(s)
-        except ValueError: o = None
-        if isinstance(o, dict):
-            a = text.index(s[0]); return [(o, (a, a + len(s)))] if spans else [o]
-    for m in re.finditer(r"```(?:json|JSON)?\s*(.*?)```", text, re.S):
-        o = _loads(m.group(1).strip())
-        if isinstance(o, dict): found.append((o, m.span()))
-    if not found:
-        for a, b in _brace_spans(text):
-            o = _loads(text[a:b])
-            if isinstance(o, dict): found.append((o, (a, b)))
-    return found if spans else [o for o, _ in found]
-
-def extract_json(text) -> dict|None:
-    "The last JSON object in `text`, or None."
-    objs = json_objects(text)
-    return objs[-1] if objs else None
+    return _page(_TEMPLATE).render(
+        graph=graph, topology_name=(topo or {}).get("spec") if graph else "", t=t, standalone=standalone, css=_CSS,
+        usage=t.usage, title=title or f"{t.protocol} debate {t.meta.get('id', '')}",
+        settings=json.dumps(to_jsonable(t.settings)) if t.settings else "", status=t.meta.get("status"),
+        item_text=item_text, result=res, decision=decision_summary(t.result), show=_show, klass=_turn_class)
 
 # %% ../nbs/00_core.ipynb #030c2c7b
 _LOOP = None
@@ -668,11 +521,13 @@ def _on_runtime():
     try: return asyncio.get_running_loop() is _LOOP
     except RuntimeError: return False
 
+# %% ../nbs/00_core.ipynb #24c9cd66
 def run_sync(coro):
     "Run `coro` on the runtime loop and wait for its result (from any thread but the runtime's own)."
     if _on_runtime(): raise RuntimeError("run_sync was called from madlab's runtime loop; use `await` there")
     return asyncio.run_coroutine_threadsafe(coro, runtime_loop()).result()
 
+# %% ../nbs/00_core.ipynb #d03a3895
 async def run_async(coro):
     "Await `coro` on the runtime loop from whatever loop is running."
     if _on_runtime(): return await coro
@@ -681,8 +536,10 @@ async def run_async(coro):
 # %% ../nbs/00_core.ipynb #03ccd2e1
 def stable_hash(*parts) -> str:
     "A hex digest of JSON-serialisable `parts`, the same on every machine."
-    return hashlib.sha256(json.dumps(to_jsonable(list(parts)), sort_keys=True, ensure_ascii=False).encode("utf-8", "surrogatepass")).hexdigest()
+    text = json.dumps(to_jsonable(list(parts)), sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
+# %% ../nbs/00_core.ipynb #07653440
 def new_id() -> str: return uuid.uuid4().hex[:12]
 
 # %% ../nbs/00_core.ipynb #a5d5cd4d
@@ -700,47 +557,25 @@ def madlab_data(*parts) -> Path:
 
 # %% ../nbs/00_core.ipynb #be9dd93e
 def _public_data_dir() -> Path|None:
-    "Where the public data is looked for: `$MADLAB_DATA`, else `shared/data` in the folder above madlab's checkout; None in an installed package without the setting."
+    """Where the public data is looked for: `$MADLAB_DATA`, else `shared/data` in the folder above madlab's checkout;
+    None in an installed package without the setting."""
     if os.environ.get("MADLAB_DATA"): return Path(os.environ["MADLAB_DATA"]).expanduser().resolve()
     import madlab
     top = Path(madlab.__file__).resolve().parent.parent
     return top.parent / "shared" / "data" if (top / "pyproject.toml").is_file() else None
 
+# %% ../nbs/00_core.ipynb #7966210b
 def public_data(*parts) -> Path|None:
-    "A path inside the public data (`$MADLAB_DATA`, else `../shared/data` beside the checkout), or None when it is not there."
+    "A path inside the public data (`$MADLAB_DATA`, else `../shared/data` beside the checkout); None when not there."
     root = _public_data_dir()
     p = None if root is None else root.joinpath(*parts)
     return p if p is not None and p.exists() else None
-
-# %% ../nbs/00_core.ipynb #c0re4d01
-def _json_value(text, where):
-    "The JSON value in `text`; a ValueError naming `where` (e.g. 'file.jsonl:3') when it is not JSON."
-    try: return json.loads(text)
-    except json.JSONDecodeError as e: raise ValueError(f"{where}: malformed JSON ({e.msg} at column {e.colno})") from None
-    except RecursionError: raise ValueError(f"{where}: malformed JSON (nested too deeply)") from None
-    except ValueError as e: raise ValueError(f"{where}: malformed JSON ({str(e)[:200]})") from None   # e.g. an integer of 5000 digits
-
-def _utf8_lines(path):
-    "(line number, text) of every line of `path` (split on '\\n' only, as JSONL is); a ValueError naming the line that is not UTF-8."
-    with open(path, "rb") as fh:
-        for ln, raw in enumerate(fh, 1):
-            try: yield ln, raw.decode("utf-8-sig" if ln == 1 else "utf-8")
-            except UnicodeDecodeError as e: raise ValueError(f"{path}:{ln}: not UTF-8 text ({e.reason} at byte {e.start + 1} of the line)") from None
-
-def _read_jsonl(path):
-    "(line number, record) of every JSON object in the JSONL file `path` (blank lines skipped)."
-    path = Path(path)
-    for ln, line in _utf8_lines(path):
-        if not line.strip(): continue
-        d = _json_value(line, f"{path}:{ln}")
-        if not isinstance(d, dict): raise ValueError(f"{path}:{ln}: a record must be a JSON object")
-        yield ln, d
 
 # %% ../nbs/00_core.ipynb #74a98720
 @serializable
 @dataclass
 class Ask:
-    "Context of one request: what is asked, about what, and what the peers said (seen only by synthetic and replay backends)."
+    "Context of one request: what is asked, about what, and what the peers said (synthetic and replay backends see it)."
     kind: str = "text"            # the answer format asked for, e.g. "kks.full", "number", "choice"
     item: Any = None              # the task item
     agent: str|None = None        # who asks (also the cache's sample stream)
@@ -758,14 +593,15 @@ _TYPES["madlab.backends.Ask"] = Ask   # its name before it moved here: older JSO
 # %% ../nbs/00_core.ipynb #bb639f6b
 @dataclass
 class AnswerSchema:
-    "The JSON shape of a valid reply to one kind of request: `schema` (JSON schema), its free-text `reasoning` field and the tokens the rest needs."
+    """The JSON shape of a valid reply to one kind of request: `schema` (JSON schema), its free-text `reasoning` field
+    and the tokens the rest needs."""
     schema: dict
-    reasoning: str|None = "reasoning"     # the free-text field that comes first (its length is capped to leave room for the answer)
+    reasoning: str|None = "reasoning"     # the free-text field that comes first (capped to leave room for the answer)
     answer_tokens: int = 24               # about how many tokens everything but the reasoning takes
     prompted: bool = False                # the request's own prompt already shows this JSON shape (no note is added)
 
     def capped(self, max_tokens: int|None, most: int = 1500) -> dict:
-        "The schema with the reasoning field capped so that the whole reply fits in `max_tokens` (about 2.5 characters a token)."
+        "The schema with the reasoning capped so that the reply fits in `max_tokens` (about 2.5 characters a token)."
         s = json.loads(json.dumps(self.schema))
         r = s.get("properties", {}).get(self.reasoning) if self.reasoning else None
         if r is not None: r["maxLength"] = max(0, min(most, int(2.5 * ((max_tokens or 512) - self.answer_tokens - 8))))
@@ -773,14 +609,17 @@ class AnswerSchema:
 
     def note(self) -> str:
         "The instruction that shows the model the shape the constraint enforces."
-        return "Reply with one JSON object of this shape (reasoning first, then the answer fields):\n" + schema_example(self.schema)
+        return ("Reply with one JSON object of this shape (reasoning first, then the answer fields):\n"
+                + schema_example(self.schema))
 
 # %% ../nbs/00_core.ipynb #75fe29a1
 def schema_example(s) -> str:
     "A one-line example of what JSON schema `s` accepts, with `<...>` placeholders."
     if not isinstance(s, dict): return "<value>"
     if "const" in s: return json.dumps(s["const"])
-    if "enum" in s: return '"' + "|".join(map(str, s["enum"])) + '"' if all(isinstance(v, str) for v in s["enum"]) else "|".join(map(json.dumps, s["enum"]))
+    if "enum" in s:
+        words = all(isinstance(v, str) for v in s["enum"])
+        return '"' + "|".join(map(str, s["enum"])) + '"' if words else "|".join(map(json.dumps, s["enum"]))
     t = s.get("type")
     if t == "object":
         return "{" + ", ".join(f'"{k}": {schema_example(v)}' for k, v in s.get("properties", {}).items()) + "}"
@@ -798,19 +637,27 @@ def schema_example(s) -> str:
 class BackendError(Exception):
     "A backend call failed for good (after any retries); the message is safe to log."
 
+# %% ../nbs/00_core.ipynb #0112f4b2
 class Backend:
     "Base class: subclasses implement `complete`."
     spec: str = "?"
     synthetic: bool = False
-    structured: str|None = None   # how a `schema=` param holds the reply: 'enforced' while decoding, 'requested' of a server, None: ignored
-    logprobs: bool = False        # True: asked with `logprobs=True`, its completions carry meta["logprob"], the mean log-probability of the reply's tokens
-    async def complete(self, messages: list[dict], ctx: Ask|None = None, **params) -> Completion: raise NotImplementedError
-    def cache_key_extra(self, ctx: Ask|None): "Extra data that decides the reply besides messages and params."; return None
+    structured: str|None = None   # how a `schema=` param holds the reply: 'enforced' while decoding, 'requested' of a
+                                  # server, None: ignored
+    logprobs: bool = False        # True: asked with `logprobs=True`, its completions carry meta["logprob"], the mean
+                                  # log-probability of the reply's tokens
+    async def complete(self, messages: list[dict], ctx: Ask|None = None, **params) -> Completion:
+        raise NotImplementedError
+    def cache_key_extra(self, ctx: Ask|None): "What decides the reply besides messages and params."; return None
     @property
-    def identity(self) -> str: "What the cache keys on: the spec, plus the endpoint where there is one."; return self.spec
+    def identity(self) -> str: "What the cache keys on: the spec, plus the endpoint if any."; return self.spec
     async def aclose(self): pass
-    def health(self) -> dict|None: "How its endpoint fared (outages, calls that waited), for a run summary; None without an endpoint."; return None
-    def count_tokens(self, text: str) -> int: "How many tokens `text` is for this model; here the estimate ⌈characters / 4⌉ (a model with a tokenizer counts exactly)."; return _estimate_tokens(text)
+    def health(self) -> dict|None:
+        "How its endpoint fared (outages, calls that waited), for a run summary; None without an endpoint."
+        return None
+    def count_tokens(self, text: str) -> int:
+        "How many tokens `text` is for this model; here the estimate ⌈characters / 4⌉ (a tokenizer counts exactly)."
+        return _estimate_tokens(text)
     def __repr__(self): return f"{type(self).__name__}({self.spec!r})"
 
 def _estimate_tokens(text: str) -> int: return max(1, math.ceil(len(text) / 4)) if text else 0

@@ -18,6 +18,7 @@ __all__ = ['PRICE_COLUMNS', 'FREE_KINDS', 'LOCAL_KINDS', 'Price', 'read_prices',
 # %% ../nbs/03a_cost.ipynb #07ca0885
 PRICE_COLUMNS = ("provider", "model", "input", "cached_input", "output", "source", "date")
 
+# %% ../nbs/03a_cost.ipynb #40c419d5
 @dataclass(frozen=True)
 class Price:
     "One model's price in US dollars per million tokens, and where and when it was read."
@@ -30,10 +31,12 @@ class Price:
     date: str = ""
 
     def cost(self, usage: Usage) -> float:
-        "The dollars of `usage`: fresh prompt tokens at `input`, provider-cached ones at `cached_input` (else `input`), completion tokens at `output`."
+        """The dollars of `usage`: fresh prompt tokens at `input`, provider-cached ones at `cached_input` (else
+        `input`), completion tokens at `output`."""
         cached = min(getattr(usage, "cached_prompt_tokens", 0) or 0, usage.prompt_tokens)
         rate = self.input if self.cached_input is None else self.cached_input
-        return ((usage.prompt_tokens - cached) * self.input + cached * rate + usage.completion_tokens * self.output) / 1e6
+        fresh = usage.prompt_tokens - cached
+        return (fresh * self.input + cached * rate + usage.completion_tokens * self.output) / 1e6
 
 # %% ../nbs/03a_cost.ipynb #254bb53e
 def _number(v: str, where: str, col: str, empty_ok: bool = False) -> float|None:
@@ -42,20 +45,23 @@ def _number(v: str, where: str, col: str, empty_ok: bool = False) -> float|None:
     if not v and empty_ok: return None
     try: x = float(v)
     except ValueError: x = math.nan
-    if not math.isfinite(x) or x < 0: raise ValueError(f"{where}, column {col}: {v!r} is not a price (a number >= 0, US dollars per million tokens)")
+    if not math.isfinite(x) or x < 0: raise ValueError(f"{where}, column {col}: {v!r} is not a price (a number >= 0, "
+                                                       "US dollars per million tokens)")
     return x
 
 def read_prices(path) -> "Prices":
     "The price table in CSV file `path` (columns `PRICE_COLUMNS`; `cached_input`, `source` and `date` may be empty)."
     path = Path(path)
     try: text = path.read_text(encoding="utf-8-sig")
-    except (OSError, UnicodeDecodeError) as e: raise ValueError(f"{path}: cannot read the price table ({getattr(e, 'strerror', None) or e})") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: cannot read the price table ({getattr(e, 'strerror', None) or e})") from None
     lines = [(n, l) for n, l in enumerate(text.splitlines(), 1) if l.strip() and not l.lstrip().startswith("#")]
     rows = list(csv.reader([l for _, l in lines]))
     if not rows: raise ValueError(f"{path}: empty price table; its header must be {','.join(PRICE_COLUMNS)}")
     head = [h.strip() for h in rows[0]]
     missing = [c for c in ("provider", "model", "input", "output") if c not in head]
-    if missing: raise ValueError(f"{path}, line {lines[0][0]}: no column {', '.join(missing)}; the header must be {','.join(PRICE_COLUMNS)}")
+    if missing: raise ValueError(f"{path}, line {lines[0][0]}: no column {', '.join(missing)}; the header must be "
+                                 f"{','.join(PRICE_COLUMNS)}")
     out = []
     for (n, _), r in zip(lines[1:], rows[1:]):
         where = f"{path}, row {n}"
@@ -63,7 +69,8 @@ def read_prices(path) -> "Prices":
         d = dict(zip(head, (c.strip() for c in r)))
         for c in ("provider", "model"):
             if not d[c]: raise ValueError(f"{where}, column {c}: empty")
-        out.append(Price(d["provider"].lower(), d["model"], _number(d["input"], where, "input"), _number(d.get("cached_input", ""), where, "cached_input", True),
+        out.append(Price(d["provider"].lower(), d["model"], _number(d["input"], where, "input"),
+                         _number(d.get("cached_input", ""), where, "cached_input", True),
                          _number(d["output"], where, "output"), d.get("source", ""), d.get("date", "")))
     return Prices(out, str(path), hashlib.sha256(text.encode()).hexdigest())
 
@@ -99,7 +106,8 @@ class Prices:
     def __len__(self): return len(self.rows)
     def record(self) -> dict: return {"path": self.path, "sha256": self.sha256, "rows": [asdict(r) for r in self.rows]}
     @classmethod
-    def from_record(cls, d: dict) -> "Prices": return cls([Price(**r) for r in d.get("rows") or []], d.get("path"), d.get("sha256"))
+    def from_record(cls, d: dict) -> "Prices":
+        return cls([Price(**r) for r in d.get("rows") or []], d.get("path"), d.get("sha256"))
     def __repr__(self): return f"Prices({len(self.rows)} models from {self.path or 'memory'})"
 
 # %% ../nbs/03a_cost.ipynb #4cd368bc
@@ -110,7 +118,8 @@ def _repr_html_(self: Prices) -> str:
     cols = ("provider", "model", "input", "cached_input", "output", "source", "date")
     cell = lambda v: "" if v is None else html.escape(str(v))
     body = "".join("<tr>" + "".join(f"<td>{cell(getattr(r, c))}</td>" for c in cols) + "</tr>" for r in self.rows)
-    return (f"<div class='madlab-prices'><small>US dollars per million tokens · {html.escape(str(self.path or 'in memory'))}</small>"
+    return ("<div class='madlab-prices'><small>US dollars per million tokens · "
+            f"{html.escape(str(self.path or 'in memory'))}</small>"
             f"<table><tr>{''.join(f'<th>{c}</th>' for c in cols)}</tr>{body}</table></div>")
 
 # %% ../nbs/03a_cost.ipynb #f9821eb9
@@ -124,12 +133,16 @@ def load_prices(prices=None) -> Prices:
 
 # %% ../nbs/03a_cost.ipynb #634d834c
 FREE_KINDS = ("synthetic", "replay", "imported")     # agents that make no paid call: never listed as unpriced
+
+# %% ../nbs/03a_cost.ipynb #3a50a71e
 LOCAL_KINDS = ("hf",)                                # in-process models: compute seconds instead of a price
 
+# %% ../nbs/03a_cost.ipynb #17cb399d
 def _kind(spec) -> str: return str(spec).split(":", 1)[0] if spec else ""
 
 def turn_costs(t, prices: Prices) -> list[dict]:
-    "One row per answered turn of transcript `t`: item, agent, spec, calls, cached, tokens, `cost` (None: no price), `cached_cost`, `compute_seconds`."
+    """One row per answered turn of transcript `t`: item, agent, spec, calls, cached, tokens, `cost` (None: no price),
+    `cached_cost`, `compute_seconds`."""
     specs = {a.get("name"): a.get("spec") for a in (t.team or []) if isinstance(a, dict)}
     out = []
     for r in t.rounds:
@@ -137,9 +150,11 @@ def turn_costs(t, prices: Prices) -> list[dict]:
             if tu.error is not None: continue
             spec, u = specs.get(tu.agent), tu.usage
             dollars = prices.cost(spec, u) if spec else None
-            out.append({"item_id": str(t.meta.get("id")), "agent": tu.agent, "spec": spec, "phase": r.phase, "calls": 0 if tu.cached else u.calls,
-                        "cached_calls": int(bool(tu.cached)), "prompt_tokens": u.prompt_tokens, "cached_prompt_tokens": getattr(u, "cached_prompt_tokens", 0),
-                        "completion_tokens": u.completion_tokens, "cost": None if dollars is None else (0.0 if tu.cached else dollars),
+            out.append({"item_id": str(t.meta.get("id")), "agent": tu.agent, "spec": spec, "phase": r.phase,
+                        "calls": 0 if tu.cached else u.calls, "cached_calls": int(bool(tu.cached)),
+                        "prompt_tokens": u.prompt_tokens, "cached_prompt_tokens": getattr(u, "cached_prompt_tokens", 0),
+                        "completion_tokens": u.completion_tokens,
+                        "cost": None if dollars is None else (0.0 if tu.cached else dollars),
                         "cached_cost": None if dollars is None else (dollars if tu.cached else 0.0),
                         "compute_seconds": None if tu.cached else (tu.meta or {}).get("compute_seconds")})
     return out
@@ -162,13 +177,16 @@ def item_cost(t, prices: Prices) -> dict:
 _COUNT_COLS = ("calls", "cached_calls", "prompt_tokens", "cached_prompt_tokens", "completion_tokens")
 
 def cost_table(transcripts, prices=None, by=("agent",)) -> "pd.DataFrame":
-    "Calls, tokens, `cost`, `cached_cost` and `compute_seconds` of `transcripts` (a list or a dict of them) summed by `by` (columns of `turn_costs`: item_id, agent, spec, phase)."
+    """Calls, tokens, `cost`, `cached_cost` and `compute_seconds` of `transcripts` (a list or a dict of them) summed by
+    `by` (columns of `turn_costs`: item_id, agent, spec, phase)."""
     import pandas as pd
     prices = load_prices(prices)
     ts = list(transcripts.values()) if isinstance(transcripts, dict) else list(transcripts)
     by = [by] if isinstance(by, str) else list(by)
     if "agent" in by and "spec" not in by: by.append("spec")
-    df = pd.DataFrame([r for t in ts for r in turn_costs(t, prices)], columns=["item_id", "agent", "spec", "phase", *_COUNT_COLS, "cost", "cached_cost", "compute_seconds"])
+    df = pd.DataFrame([r for t in ts for r in turn_costs(t, prices)],
+                      columns=["item_id", "agent", "spec", "phase", *_COUNT_COLS, "cost", "cached_cost",
+                               "compute_seconds"])
     df["spec"] = df.spec.fillna("?")
     agg = {c: "sum" for c in _COUNT_COLS} | {c: (lambda s: _sum(s)) for c in ("cost", "cached_cost", "compute_seconds")}
     out = df.groupby(by, sort=False, dropna=False).agg(agg).reset_index() if by else df.agg(agg).to_frame().T
@@ -180,19 +198,28 @@ def usd(x) -> str:
     "Dollars as a reader wants them: cents from a dollar up, six decimals below."
     return f"${x:,.2f}" if x >= 1 else f"${x:.6f}"
 
+# %% ../nbs/03a_cost.ipynb #59952279
 def unpriced(specs, prices: Prices) -> list[str]:
     "The specs among `specs` that have no price and make paid calls (not synthetic, replayed, imported or in-process)."
-    return sorted({str(s).split(",", 1)[0] for s in specs if s and _kind(s) not in FREE_KINDS + LOCAL_KINDS and prices.for_model(s) is None})
+    return sorted({str(s).split(",", 1)[0] for s in specs
+                   if s and _kind(s) not in FREE_KINDS + LOCAL_KINDS and prices.for_model(s) is None})
 
+# %% ../nbs/03a_cost.ipynb #304fc253
 def cost_lines(df, specs, prices: Prices) -> list[str]:
-    "The summary's lines about cost, from the results table `df` (its `cost`, `cached_cost`, `compute_seconds` columns) and the team's `specs`."
+    """The summary's lines about cost, from the results table `df` (its `cost`, `cached_cost`, `compute_seconds`
+    columns) and the team's `specs`."""
     L, col = [], lambda c: _sum(df[c]) if c in df else None
-    cost, cached, hits = col("cost"), col("cached_cost"), int(df.cached_calls.fillna(0).sum()) if "cached_calls" in df else 0
+    hits = int(df.cached_calls.fillna(0).sum()) if "cached_calls" in df else 0
+    cost, cached = col("cost"), col("cached_cost")
     missing = unpriced(specs, prices)
     if cost is not None:
-        L.append(f"cost: {usd(cost)}{' (the priced models)' if missing else ''} at the prices of {Path(prices.path).name if prices.path else 'the table given'}"
-                 + (f"; {hits} replies from madlab's cache cost nothing now (at these prices they would have cost {usd(cached)})" if hits and cached else ""))
+        L.append(f"cost: {usd(cost)}{' (the priced models)' if missing else ''} at the prices of "
+                 f"{Path(prices.path).name if prices.path else 'the table given'}"
+                 + (f"; {hits} replies from madlab's cache cost nothing now (at these prices they would have cost "
+                    f"{usd(cached)})" if hits and cached else ""))
     if missing: L.append(f"no price for {', '.join(missing)}: tokens only (give a price table with --prices FILE)")
     secs = col("compute_seconds")
-    if secs is not None: L.append(f"compute: {secs:.2f} s of generate on in-process models ({', '.join(sorted({str(s).split(',', 1)[0] for s in specs if _kind(s) in LOCAL_KINDS}))})")
+    if secs is not None:
+        local = sorted({str(s).split(",", 1)[0] for s in specs if _kind(s) in LOCAL_KINDS})
+        L.append(f"compute: {secs:.2f} s of generate on in-process models ({', '.join(local)})")
     return L

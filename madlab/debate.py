@@ -14,6 +14,7 @@ import madlab
 from .core import *
 from .protocol import *
 from .protocol import _load_protocol_modules   # the protocols' log formats
+from .redact import scrub_secrets
 from .backends import *
 from .agents import *
 from .decisions import check_decision, check_logprobs, check_signal, aredecide

@@ -10,7 +10,9 @@ import datetime, json
 from dataclasses import dataclass
 from pathlib import Path
 from fastcore.basics import patch
-from .core import OptionError, Transcript, answer_key, answer_summary, decision_summary, scrub_secrets, stable_hash, to_jsonable, write_atomic
+from .redact import scrub_secrets
+from .core import (OptionError, Transcript, answer_key, answer_summary, decision_summary, stable_hash,
+                         to_jsonable, write_atomic)
 from .decisions import HELPER_ROLES
 from .dynamics import answer_rounds, _NO_POSITION, _scorer, _stated, _top
 from .run import safe_name, _read_whole
@@ -22,6 +24,8 @@ __all__ = ['FORMATS', 'KEEPS', 'Exported', 'final_majority', 'chat_examples', 'e
 
 # %% ../nbs/23c_export.ipynb #cb786af3
 FORMATS = ("chat-jsonl", "inspect")
+
+# %% ../nbs/23c_export.ipynb #ba2a7cc1
 KEEPS = ("all", "correct", "consistent")
 
 def _check(option: str, value, allowed) -> None:
@@ -39,7 +43,8 @@ def _debates(run: OpenRun) -> list[Transcript]:
 # %% ../nbs/23c_export.ipynb #354ee560
 @dataclass
 class Exported:
-    "What an export wrote: the file, its format, how many records (training examples, or Inspect samples) from how many debates, and the filter."
+    """What an export wrote: the file, its format, how many records (training examples, or Inspect samples) from how
+    many debates, and the filter."""
     path: Path|StorePath                # a local file, or an object in a store (`madlab.store`)
     format: str
     records: int
@@ -47,14 +52,17 @@ class Exported:
     keep: str|None = None
     def __repr__(self):
         what = "examples" if self.format == "chat-jsonl" else "samples"
-        return f"{self.format}{f' ({self.keep})' if self.keep else ''}: {self.records:,} {what} from {self.debates:,} debate(s) -> {self.path}"
+        return (f"{self.format}{f' ({self.keep})' if self.keep else ''}: {self.records:,} {what} from {self.debates:,} "
+                f"debate(s) -> {self.path}")
 
 # %% ../nbs/23c_export.ipynb #15ad6afe
 def final_majority(t: Transcript):
-    "The answer (as `answer_key` compares it) the most debaters hold in `t`'s last answer round, when it is ahead of every other; else None (a tie, or no readable answer)."
+    """The answer (as `answer_key` compares it) the most debaters hold in `t`'s last answer round, when it is ahead of
+    every other; else None (a tie, or no readable answer)."""
     rounds = answer_rounds(t)
     if not rounds: return None
-    keys = (answer_key(_stated(tu.answer)) for tu in rounds[-1][1] if tu.error is None and _stated(tu.answer) is not _NO_POSITION)
+    keys = (answer_key(_stated(tu.answer)) for tu in rounds[-1][1]
+            if tu.error is None and _stated(tu.answer) is not _NO_POSITION)
     return _top(k for k in keys if k is not None)
 
 # %% ../nbs/23c_export.ipynb #0e309f8a
@@ -62,23 +70,28 @@ _CHAT_ROLES = ("system", "user", "assistant")
 
 def _said(tu) -> bool:
     "Whether turn `tu` is a call that was answered: messages sent, a reply back, no error."
-    return tu.error is None and isinstance(tu.reply, str) and bool(tu.reply) and isinstance(tu.messages, list) and bool(tu.messages)
+    return (tu.error is None and isinstance(tu.reply, str) and bool(tu.reply)
+            and isinstance(tu.messages, list) and bool(tu.messages))
 
 def _chat(m: dict) -> dict:
-    "One sent message as a training message (a role other than system or assistant speaks as the user), secrets scrubbed."
+    """One sent message as a training message (a role other than system or assistant speaks as the user), secrets
+    scrubbed."""
     role = m.get("role") if m.get("role") in _CHAT_ROLES else "user"
     return {"role": role, "content": scrub_secrets(str(m.get("content") or ""))}
 
 def _example(run_name: str, t: Transcript, r, tu, spec, decided, majority) -> dict:
-    "The chat-format training example of turn `tu` of round `r` of `t`: what the agent was sent, then its reply; and where it came from."
+    """The chat-format training example of turn `tu` of round `r` of `t`: what the agent was sent, then its reply; and
+    where it came from."""
     stated = _stated(tu.answer)
     key = None if stated is _NO_POSITION else answer_key(stated)          # an S4 challenge states no position
-    src = {"run": run_name, "item": str(t.meta.get("id")), "round": r.index + 1, "round_name": r.name, "phase": r.phase, "agent": tu.agent,
-           "model": spec, "protocol": t.protocol, "task": getattr(t.item, "task", None),
+    src = {"run": run_name, "item": str(t.meta.get("id")), "round": r.index + 1, "round_name": r.name, "phase": r.phase,
+           "agent": tu.agent, "model": spec, "protocol": t.protocol, "task": getattr(t.item, "task", None),
            "answer": None if stated is _NO_POSITION else scrub_secrets(answer_summary(tu.answer)),
-           "answer_correct": _scorer(t.item)("answer", key, stated) if key is not None else None, "debate_correct": decided,
+           "answer_correct": _scorer(t.item)("answer", key, stated) if key is not None else None,
+           "debate_correct": decided,
            "agrees_with_majority": None if majority is None else key == majority, "cached": bool(tu.cached)}
-    return {"messages": [_chat(m) for m in tu.messages] + [{"role": "assistant", "content": scrub_secrets(tu.reply)}], "source": src}
+    reply = {"role": "assistant", "content": scrub_secrets(tu.reply)}
+    return {"messages": [_chat(m) for m in tu.messages] + [reply], "source": src}
 
 # %% ../nbs/23c_export.ipynb #9c50c9db
 def _examples_of(t: Transcript, keep: str, decided: bool|None, run_name: str) -> list[dict]:
@@ -93,7 +106,8 @@ def _examples_of(t: Transcript, keep: str, decided: bool|None, run_name: str) ->
             if not _said(tu): continue
             a = team.get(tu.agent) or {}
             ex = _example(run_name, t, r, tu, a.get("spec"), decided, majority)
-            if keep == "consistent" and (a.get("role") in HELPER_ROLES or not ex["source"]["agrees_with_majority"]): continue
+            if keep == "consistent" and (a.get("role") in HELPER_ROLES or not ex["source"]["agrees_with_majority"]):
+                continue
             out.append(ex)
     return out
 
@@ -103,7 +117,10 @@ def _decided_right(run: OpenRun) -> dict:
     return {str(i): (None if c is None or c != c else bool(c)) for i, c in zip(run.df.item_id, run.df.correct)}
 
 def chat_examples(run, keep: str = "all", lock_timeout: float = 0) -> list[dict]:
-    "Every agent turn of a finished run (an `OpenRun` or its folder) as a chat-format training example; `keep` (one of `KEEPS`): `all` the turns answered, `correct` those of debates decided right, `consistent` each debater's turns whose answer is the final majority. A run still being written is waited for `lock_timeout` seconds, then refused by name."
+    """Every agent turn of a finished run (an `OpenRun` or its folder) as a chat-format training example; `keep` (one of
+    `KEEPS`): `all` the turns answered, `correct` those of debates decided right, `consistent` each debater's turns
+    whose answer is the final majority. A run still being written is waited for `lock_timeout` seconds, then refused
+    by name."""
     _check("keep", keep, KEEPS)
     with _read_whole(_open(run), lock_timeout) as run: return _examples(run, keep)
 
@@ -113,7 +130,8 @@ def _examples(run: OpenRun, keep: str) -> list[dict]:
 
 # %% ../nbs/23c_export.ipynb #cee0c1cd
 def _out_path(run: OpenRun, out, name: str) -> Path|StorePath:
-    "Where an export goes: `out` (a path, or a URL: `madlab.store`), else `name` under the run's `exports/` folder (in a store when the run is); a local folder made."
+    """Where an export goes: `out` (a path, or a URL: `madlab.store`), else `name` under the run's `exports/` folder (in
+    a store when the run is); a local folder made."""
     p = store_path(out) if out is not None else run.path / "exports" / name
     if p.is_dir(): raise OptionError("out", f"{p} is a folder; give the file to write")
     if isinstance(p, StorePath): return p            # one whole object is put there: no folder to make
@@ -122,7 +140,8 @@ def _out_path(run: OpenRun, out, name: str) -> Path|StorePath:
     return p
 
 def export_chat(run, keep: str = "all", out=None, lock_timeout: float = 0) -> Exported:
-    "Write `chat_examples(run, keep)` as JSON lines to `out` (default: the run's `exports/chat-KEEP.jsonl`), atomically; a run still being written is waited for `lock_timeout` seconds, then refused by name."
+    """Write `chat_examples(run, keep)` as JSON lines to `out` (default: the run's `exports/chat-KEEP.jsonl`),
+    atomically; a run still being written is waited for `lock_timeout` seconds, then refused by name."""
     _check("keep", keep, KEEPS)
     with _read_whole(_open(run), lock_timeout) as run:
         exs = _examples(run, keep)
@@ -136,7 +155,9 @@ def _inspect():
     try:
         import inspect_ai.log as log, inspect_ai.model as model, inspect_ai.scorer as scorer
     except ImportError as e:
-        raise OptionError("format", f"the inspect format writes through inspect_ai, which is not installed ({e.name or e}): pip install 'madlab[inspect]'") from None
+        raise OptionError("format",
+                          f"the inspect format writes through inspect_ai, which is not installed ({e.name or e}): pip "
+                          "install 'madlab[inspect]'") from None
     return log, model, scorer
 
 # %% ../nbs/23c_export.ipynb #a7ef9273
@@ -153,11 +174,13 @@ def _turn_text(r, tu) -> str:
 
 def _usage(ia, u):
     "madlab's `Usage` as Inspect's `ModelUsage`."
-    return ia[1].ModelUsage(input_tokens=u.prompt_tokens, output_tokens=u.completion_tokens, total_tokens=u.prompt_tokens + u.completion_tokens,
+    return ia[1].ModelUsage(input_tokens=u.prompt_tokens, output_tokens=u.completion_tokens,
+                            total_tokens=u.prompt_tokens + u.completion_tokens,
                             input_tokens_cache_read=u.cached_prompt_tokens or None)
 
 def _by_model(ts: list) -> dict:
-    "model spec -> madlab `Usage` summed over the turns of the debates `ts` (an agent without a spec counts under its name)."
+    """model spec -> madlab `Usage` summed over the turns of the debates `ts` (an agent without a spec counts under its
+    name)."""
     by = {}
     for t in ts:
         specs = {a.get("name"): a.get("spec") for a in t.team}
@@ -171,26 +194,31 @@ def _by_model(ts: list) -> dict:
 def _when(t: Transcript) -> datetime.datetime:
     "When debate `t` started (now, when it does not say)."
     v = t.meta.get("started")
-    return datetime.datetime.fromtimestamp(float(v), datetime.timezone.utc) if isinstance(v, (int, float)) else datetime.datetime.now(datetime.timezone.utc)
+    utc = datetime.timezone.utc
+    return datetime.datetime.fromtimestamp(float(v), utc) if isinstance(v, (int, float)) else datetime.datetime.now(utc)
 
 def _event_classes(log):
-    "Inspect's `StepEvent` and `ModelEvent`: from `inspect_ai.event` (0.3.137 on, where `inspect_ai.log`'s names print DEPRECATED), else `log`."
+    """Inspect's `StepEvent` and `ModelEvent`: from `inspect_ai.event` (0.3.137 on, where `inspect_ai.log`'s names print
+    DEPRECATED), else `log`."""
     try: import inspect_ai.event as ev
     except ImportError: ev = log
     return ev.StepEvent, ev.ModelEvent
 
 def _events(ia, t: Transcript, specs: dict) -> list:
-    "The debate as Inspect events: a step per round, a model call per turn (agent and model, what it was sent, its reply, usage, a cache read)."
+    """The debate as Inspect events: a step per round, a model call per turn (agent and model, what it was sent, its
+    reply, usage, a cache read)."""
     (StepEvent, ModelEvent), m = _event_classes(ia[0]), ia[1]
     at, out = _when(t), []
     for r in t.rounds:
         out.append(StepEvent(timestamp=at, action="begin", type="round", name=f"round {r.index + 1}: {r.name}"))
         for tu in r.turns:
-            sent = [_message(ia, d.get("role"), str(d.get("content") or "")) for d in (tu.messages if isinstance(tu.messages, list) else [])]
+            sent = [_message(ia, d.get("role"), str(d.get("content") or ""))
+                    for d in (tu.messages if isinstance(tu.messages, list) else [])]
             o = m.ModelOutput.from_content(str(specs.get(tu.agent) or tu.agent), scrub_secrets(tu.reply or ""))
             o.usage, o.time = _usage(ia, tu.usage), tu.latency
-            out.append(ModelEvent(timestamp=at, model=f"{tu.agent} ({specs.get(tu.agent) or '?'})", input=sent, tools=[], tool_choice="none",
-                                      config=m.GenerateConfig(), output=o, error=scrub_secrets(tu.error), cache="read" if tu.cached else None))
+            out.append(ModelEvent(timestamp=at, model=f"{tu.agent} ({specs.get(tu.agent) or '?'})", input=sent,
+                                  tools=[], tool_choice="none", config=m.GenerateConfig(), output=o,
+                                  error=scrub_secrets(tu.error), cache="read" if tu.cached else None))
         out.append(StepEvent(timestamp=at, action="end", type="round", name=f"round {r.index + 1}: {r.name}"))
     return out
 
@@ -200,26 +228,34 @@ def _plainer(v):
     return json.loads(json.dumps(to_jsonable(v), default=str, ensure_ascii=False))
 
 def _sample(ia, t: Transcript, row: dict):
-    "One debate as an Inspect sample: the item its input, the gold its target, the turns its messages (agents named), madlab's decision its output and score."
+    """One debate as an Inspect sample: the item its input, the gold its target, the turns its messages (agents named),
+    madlab's decision its output and score."""
     log, m, sc = ia
     specs, item, res = {a.get("name"): a.get("spec") for a in t.team}, t.item, t.result or {}
     prompt, gold = scrub_secrets(getattr(item, "prompt", None) or ""), getattr(item, "gold", None)
     decision = scrub_secrets(decision_summary(res))         # a tie reads "no decision (tie)", as in every view
-    msgs = [_message(ia, "user", prompt, "input")] + [_message(ia, "assistant", _turn_text(r, tu), "generate") for r in t.rounds for tu in r.turns]
+    msgs = [_message(ia, "user", prompt, "input")] + [_message(ia, "assistant", _turn_text(r, tu), "generate")
+                                                      for r in t.rounds for tu in r.turns]
     c = row.get("correct")
-    scores = None if c is None or c != c else {"madlab": sc.Score(value=sc.CORRECT if c else sc.INCORRECT, answer=decision,
-                                                                   explanation=f"decision {decision}; gold {scrub_secrets(answer_summary(gold))}")}
+    why = f"decision {decision}; gold {scrub_secrets(answer_summary(gold))}"
+    scores = (None if c is None or c != c else
+              {"madlab": sc.Score(value=sc.CORRECT if c else sc.INCORRECT, answer=decision, explanation=why)})
     err = scrub_secrets(str(t.meta.get("error") or "failed")) if t.meta.get("status") != "done" else None
-    meta = {"protocol": t.protocol, "task": getattr(item, "task", None), "status": t.meta.get("status"), "decision": decision,
-            "agreement": res.get("agreement"), "rounds": len(t.rounds), "agents": specs, "error": err}
-    return log.EvalSample(id=str(t.meta.get("id")), epoch=1, input=prompt, target="" if gold is None else scrub_secrets(answer_summary(gold)),
-                          messages=msgs, output=m.ModelOutput.from_content("madlab", decision), scores=scores, metadata=_plainer(meta),
-                          events=_events(ia, t, specs), model_usage={k: _usage(ia, u) for k, u in _by_model([t]).items()},
+    meta = {"protocol": t.protocol, "task": getattr(item, "task", None), "status": t.meta.get("status"),
+            "decision": decision, "agreement": res.get("agreement"), "rounds": len(t.rounds), "agents": specs,
+            "error": err}
+    return log.EvalSample(id=str(t.meta.get("id")), epoch=1, input=prompt,
+                          target="" if gold is None else scrub_secrets(answer_summary(gold)),
+                          messages=msgs, output=m.ModelOutput.from_content("madlab", decision), scores=scores,
+                          metadata=_plainer(meta), events=_events(ia, t, specs),
+                          model_usage={k: _usage(ia, u) for k, u in _by_model([t]).items()},
                           error=log.EvalError(message=err, traceback="", traceback_ansi="") if err else None)
 
 # %% ../nbs/23c_export.ipynb #c7203446
 def inspect_log(run, lock_timeout: float = 0) -> "inspect_ai.log.EvalLog":
-    "A finished run (an `OpenRun` or its folder) as an Inspect `EvalLog`: one sample per debate, madlab's score as the `madlab` scorer's (its accuracy the run's), usage per model spec; a run still being written is waited for `lock_timeout` seconds, then refused by name."
+    """A finished run (an `OpenRun` or its folder) as an Inspect `EvalLog`: one sample per debate, madlab's score as the
+    `madlab` scorer's (its accuracy the run's), usage per model spec; a run still being written is waited for
+    `lock_timeout` seconds, then refused by name."""
     _inspect()
     with _read_whole(_open(run), lock_timeout) as run: return _eval_log(run)
 
@@ -232,38 +268,53 @@ def _eval_log(run: OpenRun):
     specs = list(dict.fromkeys(str(a.get("spec")) for a in cfg.get("team") or [] if isinstance(a, dict)))
     created = str(cfg.get("started") or datetime.datetime.now().isoformat(timespec="seconds"))
     options = _plainer(cfg.get("options") or {})
-    spec = log.EvalSpec(run_id=run.name, created=created, task=f"{protocol}/{task}", task_id=stable_hash(run.name, created)[:22], task_args=options,
-                        dataset=log.EvalDataset(name=task, samples=len(samples), sample_ids=[s.id for s in samples]), model=", ".join(specs) or "?",
+    spec = log.EvalSpec(run_id=run.name, created=created, task=f"{protocol}/{task}",
+                        task_id=stable_hash(run.name, created)[:22], task_args=options,
+                        dataset=log.EvalDataset(name=task, samples=len(samples), sample_ids=[s.id for s in samples]),
+                        model=", ".join(specs) or "?",
                         config=log.EvalConfig(), packages={"madlab": str(cfg.get("madlab") or "")},
-                        metadata=_plainer({"madlab_run": run.name, "protocol": protocol, "team": cfg.get("team"), "decision": cfg.get("decision"), "seed": cfg.get("seed")}))
+                        metadata=_plainer({"madlab_run": run.name, "protocol": protocol, "team": cfg.get("team"),
+                                           "decision": cfg.get("decision"), "seed": cfg.get("seed")}))
     metrics = {"accuracy": log.EvalMetric(name="accuracy", value=sum(scored) / len(scored))} if scored else {}
     results = log.EvalResults(total_samples=len(samples), completed_samples=sum(s.error is None for s in samples),
                               scores=[log.EvalScore(name="madlab", scorer="madlab", metrics=metrics)])
-    return log.EvalLog(status="success", eval=spec, plan=log.EvalPlan(name=protocol, steps=[log.EvalPlanStep(solver=protocol, params=options)]), results=results,
-                       stats=log.EvalStats(started_at=created, completed_at=created, model_usage={k: _usage(ia, u) for k, u in _by_model(ts).items()}), samples=samples)
+    usage = {k: _usage(ia, u) for k, u in _by_model(ts).items()}
+    return log.EvalLog(status="success", eval=spec, results=results, samples=samples,
+                       plan=log.EvalPlan(name=protocol, steps=[log.EvalPlanStep(solver=protocol, params=options)]),
+                       stats=log.EvalStats(started_at=created, completed_at=created, model_usage=usage))
 
 # %% ../nbs/23c_export.ipynb #b33f2763
 def export_inspect(run, out=None, lock_timeout: float = 0) -> Exported:
-    "Write `inspect_log(run)` through inspect_ai's `write_eval_log` to `out` (`.eval`, or `.json` for Inspect's JSON format; default: the run's `exports/inspect/` folder, named as Inspect names its logs), for `inspect view --log-dir`; a run still being written is waited for `lock_timeout` seconds, then refused by name."
-    if out is not None and Path(str(out)).suffix not in (".eval", ".json"): raise OptionError("out", f"an Inspect log ends in .eval or .json; got {Path(str(out)).name}")
+    """Write `inspect_log(run)` through inspect_ai's `write_eval_log` to `out` (`.eval`, or `.json` for Inspect's JSON
+    format; default: the run's `exports/inspect/` folder, named as Inspect names its logs), for `inspect view
+    --log-dir`; a run still being written is waited for `lock_timeout` seconds, then refused by name."""
+    if out is not None and Path(str(out)).suffix not in (".eval", ".json"):
+        raise OptionError("out", f"an Inspect log ends in .eval or .json; got {Path(str(out)).name}")
     _inspect()
     with _read_whole(_open(run), lock_timeout) as run: el = _eval_log(run)
-    name = f"{el.eval.created[:19].replace(':', '-')}_{safe_name(el.eval.task.replace('/', '-'))}_{el.eval.task_id}.eval"
+    name = (f"{el.eval.created[:19].replace(':', '-')}_{safe_name(el.eval.task.replace('/', '-'))}_"
+            f"{el.eval.task_id}.eval")
     p = _out_path(run, out, f"inspect/{name}")
     from concurrent.futures import ThreadPoolExecutor
     import tempfile
-    with ThreadPoolExecutor(1, thread_name_prefix="madlab-inspect") as ex, tempfile.TemporaryDirectory(prefix="madlab-inspect-") as d:
-        local = Path(d) / p.name if isinstance(p, StorePath) else p          # in a store: written here, then put as one whole object
-        ex.submit(_inspect()[0].write_eval_log, el, str(local), local.suffix[1:]).result()     # inspect_ai runs an event loop of its own: never inside a running one
+    with (ThreadPoolExecutor(1, thread_name_prefix="madlab-inspect") as ex,
+          tempfile.TemporaryDirectory(prefix="madlab-inspect-") as d):
+        # in a store: written here, then put as one whole object
+        local = Path(d) / p.name if isinstance(p, StorePath) else p
+        # inspect_ai runs an event loop of its own: never inside a running one
+        ex.submit(_inspect()[0].write_eval_log, el, str(local), local.suffix[1:]).result()
         if local is not p: write_atomic(p, local.read_bytes())
     return Exported(p, "inspect", len(el.samples), len(el.samples))
 
 # %% ../nbs/23c_export.ipynb #0ce6c302
 @patch
 def export(self: OpenRun, format: str = "chat-jsonl", keep: str = "all", out=None, lock_timeout: float = 0) -> Exported:
-    "Write the run as `format` (one of `FORMATS`): chat-format training examples (`keep`: one of `KEEPS`; `export_chat`) or an Inspect eval log (`export_inspect`); a run still being written is waited for `lock_timeout` seconds, then refused by name."
+    """Write the run as `format` (one of `FORMATS`): chat-format training examples (`keep`: one of `KEEPS`;
+    `export_chat`) or an Inspect eval log (`export_inspect`); a run still being written is waited for `lock_timeout`
+    seconds, then refused by name."""
     _check("format", format, FORMATS)
     if format == "inspect":
-        if keep != "all": raise OptionError("keep", f"chooses training examples (chat-jsonl); an Inspect log holds every debate, got {keep!r}")
+        if keep != "all": raise OptionError("keep", "chooses training examples (chat-jsonl); an Inspect log holds "
+                                                    f"every debate, got {keep!r}")
         return export_inspect(self, out, lock_timeout)
     return export_chat(self, keep, out, lock_timeout)

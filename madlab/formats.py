@@ -10,6 +10,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable
 from .core import *
+from .jsontext import json_objects
 from .registry import Registry
 
 # %% auto #0

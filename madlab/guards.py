@@ -10,7 +10,8 @@ import asyncio, base64, binascii, codecs, concurrent.futures, functools, inspect
 from pathlib import Path
 from dataclasses import dataclass, field, replace
 from fastcore.basics import patch
-from .core import Answer, Ask, serializable, json_objects, madlab_data
+from .core import Answer, Ask, serializable, madlab_data
+from .jsontext import json_objects, _read_jsonl
 
 # %% auto #0
 __all__ = ['DECODERS', 'LANGUAGES', 'SCREEN_DATA', 'JUDGE_PROMPT', 'ScreenResult', 'normalised_views', 'load_screen_set',
@@ -457,7 +458,6 @@ SCREEN_DATA = madlab_data("screen")
 
 def load_screen_set(path) -> list[dict]:
     "Labelled screen texts from a JSONL file: one `{name, category, attack, text}` object per line."
-    from madlab.core import _read_jsonl               # the tasks' JSONL reader: errors name the file and line (guards itself needs only core)
     out = []
     for n, r in _read_jsonl(path):
         if not isinstance(r.get("text"), str) or not isinstance(r.get("attack"), bool):

@@ -35,7 +35,8 @@ _LIVE_CSS = """<style>
 .mlv-msg .meta{font-size:11px;color:#666}
 .mlv-msg .text{white-space:pre-wrap;word-break:break-word;margin-top:2px}
 .mlv-badge{display:inline-block;padding:0 5px;border-radius:3px;color:#fff;font-size:11px;font-weight:600}
-.mlv-badge.ACT{background:#2a9d4b}.mlv-badge.WARN{background:#e09f1f}.mlv-badge.REFUSE{background:#d1495b}.mlv-badge.VETO{background:#7b1020}
+.mlv-badge.ACT{background:#2a9d4b}.mlv-badge.WARN{background:#e09f1f}\
+.mlv-badge.REFUSE{background:#d1495b}.mlv-badge.VETO{background:#7b1020}
 .mlv-foot{margin-top:6px;padding:4px 6px;border-top:1px solid #ddd}
 </style>"""
 
@@ -49,7 +50,8 @@ def _decision_of(a):
     return d if isinstance(d, str) and d.upper() in _DECISIONS else None
 
 def _answer_key(a):
-    "What two answers are compared by: the decision, a `vote_key()`, a role assignment, one player's role, the answer or label, else the JSON of the answer."
+    """What two answers are compared by: the decision, a `vote_key()`, a role assignment, one player's role, the answer
+    or label, else the JSON of the answer."""
     if a is None: return None
     d = _decision_of(a)
     if d: return d.upper()
@@ -57,7 +59,8 @@ def _answer_key(a):
     if isinstance(player, str) and isinstance(role, str): return ("role", player, role)
     roles = a.get("roles") if isinstance(a, dict) else getattr(a, "roles", None)
     if isinstance(roles, dict): return ("roles", json.dumps(to_jsonable(roles), sort_keys=True, default=str))
-    if callable(getattr(a, "vote_key", None)): return ("vote", json.dumps(to_jsonable(a.vote_key()), sort_keys=True, default=str))
+    if callable(getattr(a, "vote_key", None)):
+        return ("vote", json.dumps(to_jsonable(a.vote_key()), sort_keys=True, default=str))
     if isinstance(a, dict):
         for k in ("answer", "label"):
             if k in a: return json.dumps(to_jsonable(a[k]), sort_keys=True, default=str)
@@ -66,7 +69,8 @@ def _answer_key(a):
 
 def _answer_text(a, n=160) -> str:
     if a is None: return "invalid"
-    s = a.summary() if hasattr(a, "summary") and callable(a.summary) else (a if isinstance(a, str) else json.dumps(to_jsonable(a), ensure_ascii=False, default=str))
+    s = (a.summary() if hasattr(a, "summary") and callable(a.summary) else
+         a if isinstance(a, str) else json.dumps(to_jsonable(a), ensure_ascii=False, default=str))
     return s if len(s) <= n else s[:n] + "…"
 
 def _badge(dec) -> str: return f'<span class="mlv-badge {_esc(dec.upper())}">{_esc(dec.upper())}</span>' if dec else ""
@@ -74,17 +78,22 @@ def _badge(dec) -> str: return f'<span class="mlv-badge {_esc(dec.upper())}">{_e
 # %% ../nbs/22_live.ipynb #75817365
 def turn_stance(turn: Turn, latest: dict|None = None, answered_before: bool = False) -> str:
     "How a turn is coloured: 'challenge', 'agree', 'invalid' or '' (neutral)."
-    if turn.error is not None or (turn.reply is not None and (turn.answer is None or getattr(turn.answer, "valid", True) is False)): return "invalid"
+    unread = turn.answer is None or getattr(turn.answer, "valid", True) is False
+    if turn.error is not None or (turn.reply is not None and unread): return "invalid"
     a = turn.answer
-    s = str(turn.meta.get("stance") or (a.get("stance") if isinstance(a, dict) else getattr(a, "stance", None)) or "").lower()
+    said = a.get("stance") if isinstance(a, dict) else getattr(a, "stance", None)
+    s = str(turn.meta.get("stance") or said or "").lower()
     if s in ("disagree", "challenge", "oppose"): return "challenge"
     if s in ("agree", "support"): return "agree"
-    named = {k: (a.get(k) if isinstance(a, dict) else getattr(a, k, None)) for k in ("disagree_with", "agree_with")}   # ControlMAD's debate replies
+    # ControlMAD's debate replies
+    named = {k: (a.get(k) if isinstance(a, dict) else getattr(a, k, None)) for k in ("disagree_with", "agree_with")}
     if named["disagree_with"]: return "challenge"
     if named["agree_with"]: return "agree"
     key = _answer_key(a)
-    kind = lambda k: (k[0], k[1]) if isinstance(k, tuple) and k[0] == "role" else k[0] if isinstance(k, tuple) else "plain"
-    others = [v for n, v in (latest or {}).items() if n != turn.agent and v is not None and kind(v) == kind(key)]   # like with like
+    kind = lambda k: ((k[0], k[1]) if isinstance(k, tuple) and k[0] == "role" else
+                      k[0] if isinstance(k, tuple) else "plain")
+    # like with like
+    others = [v for n, v in (latest or {}).items() if n != turn.agent and v is not None and kind(v) == kind(key)]
     if turn.receivers or not answered_before or not others or key is None: return ""
     return "agree" if key in others else "challenge"
 
@@ -97,19 +106,27 @@ def _message_html(turn: Turn, stance: str, phase=None, max_chars: int = 600) -> 
     "One turn as an HTML card; all model text escaped."
     short = lambda s: s if len(s) <= max_chars else s[:max_chars] + "…"
     to = f" → {_esc(', '.join(map(str, turn.receivers)))}" if turn.receivers else ""
-    agrees = "agrees, no objection" if "challenge" in str(phase or "").lower() else "agrees"     # a challenge that agrees is not a contradiction
-    tags = [x for x in (phase, "cached" if turn.cached else None, {"challenge": "challenges", "agree": agrees, "invalid": "invalid"}.get(stance)) if x]
-    out = [f'<div class="mlv-msg {stance}"><div class="meta"><b>{_esc(turn.agent)}</b>{to} · {" · ".join(map(_esc, tags))}</div>']
+    # a challenge that agrees is not a contradiction
+    agrees = "agrees, no objection" if "challenge" in str(phase or "").lower() else "agrees"
+    tags = [x for x in (phase, "cached" if turn.cached else None,
+                        {"challenge": "challenges", "agree": agrees, "invalid": "invalid"}.get(stance)) if x]
+    out = [f'<div class="mlv-msg {stance}"><div class="meta"><b>{_esc(turn.agent)}</b>{to} · '
+           f'{" · ".join(map(_esc, tags))}</div>']
     a = turn.answer
     main = _field(a, "challenge") or _field(a, "reasoning")
-    if a is not None and not _field(a, "challenge"): out.append(f'<div>{_badge(_decision_of(a))} {_esc(_answer_text(a))}</div>')
+    if a is not None and not _field(a, "challenge"):
+        out.append(f'<div>{_badge(_decision_of(a))} {_esc(_answer_text(a))}</div>')
     if main:
         why = _field(a, "why")
-        out.append(f'<div class="text">{_esc(short(main))}</div>' + (f'<div class="meta">why: {_esc(short(why))}</div>' if why else ""))
+        out.append(f'<div class="text">{_esc(short(main))}</div>'
+                   + (f'<div class="meta">why: {_esc(short(why))}</div>' if why else ""))
     out += [f'<div class="meta">⚑ {_esc(f)}</div>' for f in turn.meta.get("flags") or []]
     if turn.error is not None: out.append(f'<div class="text">error: {_esc(short(turn.error))}</div>')
-    elif turn.reply and (a is None or isinstance(a, (str, int, float))) and not main: out.append(f'<div class="text">{_esc(short(turn.reply))}</div>')
-    elif turn.reply: out.append(f'<details><summary class="meta">reply</summary><div class="text">{_esc(short(turn.reply))}</div></details>')
+    elif turn.reply and (a is None or isinstance(a, (str, int, float))) and not main:
+        out.append(f'<div class="text">{_esc(short(turn.reply))}</div>')
+    elif turn.reply:
+        out.append(f'<details><summary class="meta">reply</summary>'
+                   f'<div class="text">{_esc(short(turn.reply))}</div></details>')
     return "".join(out) + "</div>"
 
 # %% ../nbs/22_live.ipynb #5e1d0a77
@@ -117,8 +134,11 @@ def _verdict_html(item, result) -> str:
     "The team's decision against the item's expected one: right or wrong, or why that cannot be said."
     gold, dec = getattr(item, "gold", None), result.get("answer", result.get("decision"))
     try: ok = score_result(item, result).get("correct")
-    except Exception as e: return f'<div class="meta">expected: {_esc(gold)} · not scored: {_esc(type(e).__name__)}: {_esc(e)}</div>'
-    if gold is None: return '<div class="meta">right or wrong: unknown, because this item has no expected decision (no gold label)</div>'
+    except Exception as e:
+        return f'<div class="meta">expected: {_esc(gold)} · not scored: {_esc(type(e).__name__)}: {_esc(e)}</div>'
+    if gold is None:
+        return ('<div class="meta">right or wrong: unknown, because this item has no expected decision '
+                '(no gold label)</div>')
     team = "no readable decision (scored wrong)" if dec is None else _esc(_answer_text(dec))
     mark = '<span class="mlv-ok">✓ right</span>' if ok else '<span class="mlv-bad">✗ wrong</span>'
     return f'<div class="mlv-verdict">expected: <b>{_esc(_answer_text(gold))}</b> · team: <b>{team}</b> · {mark}</div>'
@@ -131,12 +151,15 @@ class _Col:
         self.box = W.VBox([self.head], layout=W.Layout(flex="1 1 0", min_width="220px"))
 
 class LiveView(W.VBox):
-    "A live view of a debate: a column per agent, 'thinking…' while its call runs, messages as they arrive, round headers, the result."
+    """A live view of a debate: a column per agent, 'thinking…' while its call runs, messages as they arrive, round
+    headers, the result."""
     def __init__(self, debate=None, max_chars: int = 600, max_entries: int = 400):
         self._lock = threading.RLock()
         self.max_chars, self.max_entries = max_chars, max_entries
-        self.title, self.cols_box, self.footer = W.HTML(), W.HBox(layout=W.Layout(align_items="flex-start", width="100%", grid_gap="8px")), W.HTML()
-        self.body = W.HTML()                    # one grid row per round, one cell per agent: the columns stay aligned by round
+        self.title, self.footer = W.HTML(), W.HTML()
+        self.cols_box = W.HBox(layout=W.Layout(align_items="flex-start", width="100%", grid_gap="8px"))
+        # one grid row per round, one cell per agent: the columns stay aligned by round
+        self.body = W.HTML()
         super().__init__([W.HTML(_LIVE_CSS), self.title, self.cols_box, self.body, self.footer])
         self.add_class("mlv")
         self.debate, self.cols, self.errors, self.status = None, {}, [], "new"
@@ -206,12 +229,14 @@ def _on_done(self: LiveView, debate):
     verdict = _verdict_html(debate.item, res) if res else ""
     if "decision" in res and isinstance(res["decision"], str):
         txt = f'{_badge(res["decision"])} {_esc(res.get("reason") or "")}'
-        extra = [f"{k}: {_esc(json.dumps(to_jsonable(res[k]), ensure_ascii=False))}" for k in ("agreement", "max_risk", "veto", "changed_mind") if k in res]
+        extra = [f"{k}: {_esc(json.dumps(to_jsonable(res[k]), ensure_ascii=False))}"
+                 for k in ("agreement", "max_risk", "veto", "changed_mind") if k in res]
         if extra: txt += f'<div class="meta">{" · ".join(extra)}</div>'
     elif res: txt = f"<pre>{_esc(json.dumps(to_jsonable(res), ensure_ascii=False, default=str)[:2000])}</pre>"
     else: txt = ""
     err = debate.meta.get("error")
-    self.footer.value = f'<div class="mlv-foot"><b>{_esc(self.status)}</b> {txt}{verdict}' + (f"<div>error: {_esc(err)}</div>" if err else "") + "</div>"
+    self.footer.value = (f'<div class="mlv-foot"><b>{_esc(self.status)}</b> {txt}{verdict}'
+                         + (f"<div>error: {_esc(err)}</div>" if err else "") + "</div>")
 
 # %% ../nbs/22_live.ipynb #cda7b80c
 @patch
@@ -240,7 +265,8 @@ def _render(self: LiveView, c, body=True):
 # %% ../nbs/22_live.ipynb #8f617711
 @patch
 def _render_body(self: LiveView):
-    "Every round as one grid row (its header across, then a cell per agent), so a round starts at the same height in every column."
+    """Every round as one grid row (its header across, then a cell per agent), so a round starts at the same height in
+    every column."""
     names = list(self.cols)
     out = [f'<div class="mlv-grid" style="grid-template-columns:repeat({max(1, len(names))}, minmax(220px, 1fr))">']
     for row in self._rows:
@@ -294,7 +320,8 @@ def attach(self: LiveView, debate) -> LiveView:
 # %% ../nbs/22_live.ipynb #93cc7047
 @patch
 def start(self: LiveView):
-    "Run the attached debate to the end on madlab's runtime loop without blocking; returns a `concurrent.futures.Future`."
+    """Run the attached debate to the end on madlab's runtime loop without blocking; returns a
+    `concurrent.futures.Future`."""
     if self.debate is None: raise ValueError("attach a debate first")
     return asyncio.run_coroutine_threadsafe(self.debate.arun(), runtime_loop())
 

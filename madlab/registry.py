@@ -64,6 +64,7 @@ def _one_line(obj) -> str:
 # %% ../nbs/00_registry.ipynb #465d4c66
 T = TypeVar("T")
 
+# %% ../nbs/00_registry.ipynb #8c08e500
 class Registry(Mapping, Generic[T]):
     "Named objects of one kind: `register`, `lookup` (did-you-mean on an unknown name), `listing`, entry points."
     def __init__(self, kind: str, type_: type|tuple|None = None, group: str|None = None, error: Callable|None = None,

@@ -16,7 +16,9 @@ from .dynamics import Dynamics, debate_dynamics
 from .run import RunFolder, RunResult, debate_row, _run_prices, _with_costs
 from .store import StorePath, store_path, read_table
 from .cost import cost_table, usd
-from .widgets import DebateStepper, _changed, _text
+from .widgets import DebateStepper
+from .positions import _changed, _text
+import madlab.imports     # registers the log formats: a stepper on an imported run forks it with a model (continue_log)
 
 # %% auto #0
 __all__ = ['RUN_METHODS_GROUP', 'FILTERS', 'DEFAULT_RULES', 'locate_run', 'OpenRun', 'open_run', 'run_methods', 'compare_runs',

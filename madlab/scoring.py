@@ -8,6 +8,7 @@ Docs: https://madlab.github.io/madlab/scoring.html.md"""
 from __future__ import annotations
 import collections, json, math, re
 from .core import *
+from .jsontext import json_objects
 from .formats import AnswerFormat, register_format, answer_format, reasoned, answer_field
 from .synthetic import synthetic_rng, conform, synthetic_confidence, _own_value, _peer_values
 

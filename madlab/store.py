@@ -9,32 +9,40 @@ from __future__ import annotations
 import io, json, os, socket, threading, time, uuid
 from pathlib import Path
 from fastcore.basics import patch
-from .core import OptionError, scrub_secrets
+from .core import OptionError
+from .redact import scrub_secrets
 
 # %% auto #0
 __all__ = ['LOCK_STALE', 'is_url', 'StorePath', 'store_path', 'read_table', 'put_tree', 'StoreLock', 'LockLost']
 
 # %% ../nbs/00b_store.ipynb #23a7e232
-_PACKAGES = {"s3": "s3fs", "s3a": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs", "abfs": "adlfs", "abfss": "adlfs"}
+_PACKAGES = {"s3": "s3fs", "s3a": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs", "abfs": "adlfs",
+             "abfss": "adlfs"}
 
 def is_url(p) -> bool:
-    "Whether `p` names a place in an fsspec store (`s3://bucket/x`, `memory://x`...) rather than a local path (a `file://` URL is a local path)."
+    """Whether `p` names a place in an fsspec store (`s3://bucket/x`, `memory://x`...) rather than a local path (a
+    `file://` URL is a local path)."""
     if not isinstance(p, (str, os.PathLike)): return hasattr(p, "fs") and hasattr(p, "path")      # a StorePath
-    return isinstance(p, str) and "://" in p and not p.lower().startswith("file://") and p.split("://", 1)[0].replace("+", "").isalnum()
+    return (isinstance(p, str) and "://" in p and not p.lower().startswith("file://")
+            and p.split("://", 1)[0].replace("+", "").isalnum())
 
 def _filesystem(protocol: str, option: str = "out"):
-    "The fsspec filesystem of `protocol`, set up by the store's own configuration; a missing package is an `OptionError` naming what to install."
+    """The fsspec filesystem of `protocol`, set up by the store's own configuration; a missing package is an
+    `OptionError` naming what to install."""
     import fsspec
-    try: return fsspec.filesystem(protocol, **({"use_listings_cache": False} if protocol in _PACKAGES else {}))   # other processes write there too
+    fresh = {"use_listings_cache": False} if protocol in _PACKAGES else {}     # other processes write there too
+    try: return fsspec.filesystem(protocol, **fresh)
     except ImportError:
         pkg = _PACKAGES.get(protocol, f"the fsspec package for {protocol}://")
-        how = "pip install 'madlab[cloud]'" if pkg == "s3fs" else f"pip install {pkg} (s3:// comes with pip install 'madlab[cloud]')"
+        how = ("pip install 'madlab[cloud]'" if pkg == "s3fs" else
+               f"pip install {pkg} (s3:// comes with pip install 'madlab[cloud]')")
         raise OptionError(option, f"a run folder at {protocol}:// needs {pkg}: {how}") from None
     except ValueError as e: raise OptionError(option, f"{protocol}:// is not a store fsspec knows ({e})") from None
 
 # %% ../nbs/00b_store.ipynb #0c33b90a
 class StorePath:
-    "A file or folder in an fsspec store, with the `pathlib` operations a run folder uses; a write puts one whole object."
+    """A file or folder in an fsspec store, with the `pathlib` operations a run folder uses; a write puts one whole
+    object."""
     option = "out"                                   # the option that named it, for errors
     def __init__(self, url: str, fs=None, option: str = "out"):
         protocol = url.split("://", 1)[0].lower()
@@ -60,13 +68,15 @@ class StorePath:
     def _do(self, what, f, *a, **kw):
         try: return f(*a, **kw)
         except (FileNotFoundError, FileExistsError, OptionError): raise
-        except Exception as e: raise OSError(scrub_secrets(f"{self}: {what} failed: {type(e).__name__}: {e}")[:500]) from None
+        except Exception as e:
+            raise OSError(scrub_secrets(f"{self}: {what} failed: {type(e).__name__}: {e}")[:500]) from None
     def exists(self) -> bool: return self._do("looking it up", self.fs.exists, self.path)
     def is_dir(self) -> bool: return self._do("looking it up", self.fs.isdir, self.path)
     def is_file(self) -> bool: return self._do("looking it up", self.fs.isfile, self.path)
     def read_bytes(self) -> bytes: return self._do("reading", self.fs.cat_file, self.path)
     def read_text(self, encoding="utf-8") -> str: return self.read_bytes().decode(encoding)
-    def write_bytes(self, data) -> StorePath: self._do("writing", self.fs.pipe_file, self.path, bytes(data)); return self
+    def write_bytes(self, data) -> StorePath:
+        self._do("writing", self.fs.pipe_file, self.path, bytes(data)); return self
     def write_text(self, text, encoding="utf-8") -> StorePath: return self.write_bytes(text.encode(encoding))
     def mkdir(self, parents=True, exist_ok=True):
         _check_bucket(self)                          # a store's folder is made only inside a bucket that exists
@@ -75,9 +85,11 @@ class StorePath:
         try: self._do("deleting it", self.fs.rm_file, self.path)
         except FileNotFoundError:
             if not missing_ok: raise
-    def replace(self, target: StorePath) -> StorePath: self._do("moving it", self.fs.mv, self.path, target.path); return target
+    def replace(self, target: StorePath) -> StorePath:
+        self._do("moving it", self.fs.mv, self.path, target.path); return target
     def glob(self, pattern: str) -> list:
-        "The paths under this one that match `pattern` (listings read afresh: another process may have written meanwhile)."
+        """The paths under this one that match `pattern` (listings read afresh: another process may have written
+        meanwhile)."""
         self.fs.invalidate_cache(self.path)
         return [self._at(p) for p in sorted(self._do("listing it", self.fs.glob, f"{self.path}/{pattern}"))]
     def files(self) -> set:
@@ -90,37 +102,43 @@ class StorePath:
 _BUCKETS_SEEN: set = set()      # buckets found to exist in this process (a bucket is looked up once)
 
 def _check_bucket(p: StorePath):
-    "Refuse (an `OptionError` for `p.option`) a folder in an object store whose bucket does not exist: madlab makes no bucket."
+    """Refuse (an `OptionError` for `p.option`) a folder in an object store whose bucket does not exist: madlab makes no
+    bucket."""
     protocols = p.fs.protocol if isinstance(p.fs.protocol, (tuple, list)) else (p.fs.protocol,)
     if not set(protocols) & set(_PACKAGES): return            # a store without buckets (memory://, a local one)
     bucket = p.path.strip("/").split("/", 1)[0]
     url = p.fs.unstrip_protocol(bucket)
     if url in _BUCKETS_SEEN: return
     if not p._do("looking up its bucket", p.fs.exists, bucket):
-        raise OptionError(p.option, f"{p}: the bucket {bucket!r} does not exist (or these credentials cannot see it); madlab creates "
-                                    f"run folders only inside an existing bucket: create it (e.g. aws s3 mb {url}), "
-                                    "or check the URL and the credentials")
+        raise OptionError(p.option,
+                          f"{p}: the bucket {bucket!r} does not exist (or these credentials cannot see it); madlab "
+                          f"creates run folders only inside an existing bucket: create it (e.g. aws s3 mb {url}), "
+                          "or check the URL and the credentials")
     _BUCKETS_SEEN.add(url)
 
 # %% ../nbs/00b_store.ipynb #4d4a6dbe
 def store_path(p, option: str = "out"):
-    "A local `Path` for a path or a `file://` URL; a `StorePath` for any other URL (an `OptionError` naming `option` when its store is not installed)."
+    """A local `Path` for a path or a `file://` URL; a `StorePath` for any other URL (an `OptionError` naming `option`
+    when its store is not installed)."""
     if isinstance(p, (StorePath, Path)): return p
     if isinstance(p, str) and p.lower().startswith("file://"):
         from urllib.parse import unquote, urlsplit
         return Path(unquote(urlsplit(p).path))
     return StorePath(p, option=option) if is_url(p) else Path(p)
 
+# %% ../nbs/00b_store.ipynb #0a1d349a
 def read_table(path):
     "A Parquet table at a local path or in a store."
     import pandas as pd
     p = store_path(path)
     return pd.read_parquet(io.BytesIO(p.read_bytes())) if isinstance(p, StorePath) else pd.read_parquet(p)
 
+# %% ../nbs/00b_store.ipynb #bea4c8e6
 def put_tree(local, dest) -> list:
     "Copy every file under the local folder `local` to `dest` (a `StorePath`), each one whole; the destinations."
     local = Path(local)
-    return [(dest / f.relative_to(local).as_posix()).write_bytes(f.read_bytes()) for f in sorted(local.rglob("*")) if f.is_file()]
+    return [(dest / f.relative_to(local).as_posix()).write_bytes(f.read_bytes())
+            for f in sorted(local.rglob("*")) if f.is_file()]
 
 # %% ../nbs/00b_store.ipynb #17911860
 LOCK_STALE = 60.0    # seconds without a heartbeat after which a store lock is taken over
@@ -133,7 +151,8 @@ def _alive(pid) -> bool:
 
 def _stale(owner: dict, now: float) -> str|None:
     "Why the lock of `owner` may be taken over (its process is gone, its heartbeat is old); None when it is held."
-    if owner.get("host") == socket.gethostname() and owner.get("pid") != os.getpid() and not _alive(owner.get("pid")): return f"its process {owner.get('pid')} is gone"
+    if owner.get("host") == socket.gethostname() and owner.get("pid") != os.getpid() and not _alive(owner.get("pid")):
+        return f"its process {owner.get('pid')} is gone"
     age = now - float(owner.get("heartbeat") or 0)
     return f"its last heartbeat is {age:.0f} s old" if age > LOCK_STALE else None
 
@@ -143,10 +162,13 @@ def _is_s3(fs) -> bool: return "s3" in (fs.protocol if isinstance(fs.protocol, (
 class StoreLock:
     "The lock of a run folder in a store (see above): `acquire(timeout)`, `release()`, and a context manager."
     def __init__(self, folder: StorePath):
-        self.path, self.token, self._etag, self._stop, self._thread, self.lost = folder / ".lock", uuid.uuid4().hex, None, threading.Event(), None, False
-        self.taken_by, self.on_lost, self._since = None, None, None       # who holds it after a loss; called (from the heartbeat) when it is lost
+        self.path, self.token, self._etag, self._stop = folder / ".lock", uuid.uuid4().hex, None, threading.Event()
+        self._thread, self.lost = None, False
+        # who holds it after a loss; called (from the heartbeat) when it is lost
+        self.taken_by, self.on_lost, self._since = None, None, None
     def _body(self) -> bytes:
-        return json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "token": self.token, "since": self._since, "heartbeat": time.time()}).encode()
+        return json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "token": self.token, "since": self._since,
+                           "heartbeat": time.time()}).encode()
     def _put(self, **kw) -> bool:
         "Put the lock object under a condition; whether it was put (a failed condition: False)."
         try: out = self.path.fs.pipe_file(self.path.path, self._body(), **kw)
@@ -158,7 +180,8 @@ class StoreLock:
         return True
     def _owner(self):
         "(owner, etag) of the lock object now; (None, None) when there is none."
-        try: info = self.path.fs.info(self.path.path) if _is_s3(self.path.fs) else {}; raw = self.path.read_bytes()   # the ETag first: a takeover never replaces a newer object
+        try:                        # the ETag first: a takeover never replaces a newer object
+            info = self.path.fs.info(self.path.path) if _is_s3(self.path.fs) else {}; raw = self.path.read_bytes()
         except FileNotFoundError: return None, None
         try: owner = json.loads(raw)
         except ValueError: owner = {}
@@ -171,7 +194,8 @@ class StoreLock:
 # %% ../nbs/00b_store.ipynb #91f5bb25
 @patch
 def acquire(self: StoreLock, timeout: float = 0) -> StoreLock:
-    "Hold the lock, waiting up to `timeout` seconds for another holder; an `OptionError` for `out` naming the holder when it stays held."
+    """Hold the lock, waiting up to `timeout` seconds for another holder; an `OptionError` for `out` naming the holder
+    when it stays held."""
     end = time.monotonic() + (timeout or 0)
     while True:
         self._since = time.time()
@@ -181,7 +205,9 @@ def acquire(self: StoreLock, timeout: float = 0) -> StoreLock:
         if owner is not None and why and self._take_over(etag): break
         if time.monotonic() >= end:
             who = f"process {owner.get('pid')} on {owner.get('host')}" if owner else "another run"
-            raise OptionError("out", f"{self.path.parent} is in use by {who} (lock object {self.path}); wait for it to finish or choose another output folder")
+            raise OptionError("out",
+                              f"{self.path.parent} is in use by {who} (lock object {self.path}); wait for it to finish "
+                              "or choose another output folder")
         time.sleep(min(0.5, max(0.05, end - time.monotonic())))
     self._thread = threading.Thread(target=self._beat, daemon=True, name="madlab-lock-heartbeat"); self._thread.start()
     return self
@@ -192,6 +218,7 @@ def _beat(self: StoreLock):
     while not self._stop.wait(LOCK_STALE / 6):
         if not self._beat_once(): return
 
+# %% ../nbs/00b_store.ipynb #6b6bb166
 @patch
 def release(self: StoreLock):
     "Stop the heartbeat and delete the lock object when it is still ours."
@@ -207,35 +234,42 @@ def __exit__(self: StoreLock, *a): self.release()
 
 # %% ../nbs/00b_store.ipynb #e175139c
 class LockLost(OptionError):
-    "A run folder's lock taken over by another process while this one held it: the run stops writing; what it wrote is kept."
+    """A run folder's lock taken over by another process while this one held it: the run stops writing; what it wrote is
+    kept."""
     def __init__(self, lock_path, owner: dict|None):
         owner = owner or {}
         when = owner.get("since") or owner.get("heartbeat")
         try: at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(when)))
         except (TypeError, ValueError): at = "an unknown time"
-        who = f"taken by {owner.get('host', '?')} pid {owner.get('pid', '?')} at {at}" if owner else "deleted by another process"
-        super().__init__("out", f"the lock of {lock_path.parent} was {who}; this run stopped writing; finished items are kept")
+        who = (f"taken by {owner.get('host', '?')} pid {owner.get('pid', '?')} at {at}" if owner else
+               "deleted by another process")
+        super().__init__("out",
+                         f"the lock of {lock_path.parent} was {who}; this run stopped writing; finished items are kept")
         self.owner = owner
 
+# %% ../nbs/00b_store.ipynb #89daad35
 @patch
 def _beat_once(self: StoreLock) -> bool:
-    "Rewrite the heartbeat once (on S3: `If-Match` on our ETag; elsewhere: only while the object holds our token); False when the lock is lost."
+    """Rewrite the heartbeat once (on S3: `If-Match` on our ETag; elsewhere: only while the object holds our token);
+    False when the lock is lost."""
     try:
         if _is_s3(self.path.fs) and self._etag: ok = self._put(IfMatch=self._etag)
         else: ok = (self._owner()[0] or {}).get("token") == self.token and self._put()
         if ok: return True
         owner, etag = self._owner()
     except OSError: return True                      # the store is unreachable a while: try again at the next beat
-    if owner is not None and owner.get("token") == self.token: self._etag = etag; return True     # still ours (an ETag in another form)
+    if owner is not None and owner.get("token") == self.token: self._etag = etag; return True  # ours (another ETag)
     self.taken_by, self.lost = owner, True
     if self.on_lost is not None: self.on_lost()
     return False
 
+# %% ../nbs/00b_store.ipynb #71395512
 @patch
 def check(self: StoreLock):
     "Raise `LockLost` when a heartbeat found the lock taken (no store access)."
     if self.lost: raise LockLost(self.path, self.taken_by)
 
+# %% ../nbs/00b_store.ipynb #11e02658
 @patch
 def verify(self: StoreLock):
     "Read the lock object now: `LockLost` unless it is still ours."

@@ -26,10 +26,12 @@ def accuracy_table(df: pd.DataFrame, by="protocol") -> pd.DataFrame:
         s = g[g.correct.notna()] if "correct" in g else g.iloc[:0]
         k, n = int(s.correct.astype(bool).sum()), len(s)
         lo, hi = _wilson(k, n)
-        rows.append({**dict(zip([by] if isinstance(by, str) else by, key if isinstance(key, tuple) else (key,))), "items": len(g), "scored": n,
-                     "accuracy": k / n if n else float("nan"), "low": lo, "high": hi, "failed": int((g.status == "failed").sum()) if "status" in g else 0,
-                     "calls": int(g.get("calls", pd.Series(0)).sum()), "cached_calls": int(g.get("cached_calls", pd.Series(0)).sum()),
-                     "tokens": int(g.get("prompt_tokens", pd.Series(0)).sum() + g.get("completion_tokens", pd.Series(0)).sum())})
+        total = lambda c: g.get(c, pd.Series(0)).sum()
+        rows.append({**dict(zip([by] if isinstance(by, str) else by, key if isinstance(key, tuple) else (key,))),
+                     "items": len(g), "scored": n, "accuracy": k / n if n else float("nan"), "low": lo, "high": hi,
+                     "failed": int((g.status == "failed").sum()) if "status" in g else 0,
+                     "calls": int(total("calls")), "cached_calls": int(total("cached_calls")),
+                     "tokens": int(total("prompt_tokens") + total("completion_tokens"))})
     return pd.DataFrame(rows)
 
 # %% ../nbs/20_viz.ipynb #ae02c5e3
@@ -38,9 +40,11 @@ def accuracy_figure(df: pd.DataFrame, by="protocol") -> "go.Figure":
     import plotly.graph_objects as go
     t = accuracy_table(df, by)
     x = t[by].astype(str) if isinstance(by, str) else t[list(by)].astype(str).agg(" · ".join, axis=1)
-    fig = go.Figure(go.Bar(x=x, y=t.accuracy, error_y=dict(type="data", symmetric=False, array=t.high - t.accuracy, arrayminus=t.accuracy - t.low),
-                           customdata=t[["scored", "calls", "cached_calls", "tokens"]].values,
-                           hovertemplate="%{x}: %{y:.3f} of %{customdata[0]} items<br>%{customdata[1]} calls made, %{customdata[2]} cached, %{customdata[3]} tokens<extra></extra>"))
+    fig = go.Figure(go.Bar(x=x, y=t.accuracy, customdata=t[["scored", "calls", "cached_calls", "tokens"]].values,
+                           error_y=dict(type="data", symmetric=False, array=t.high - t.accuracy,
+                                        arrayminus=t.accuracy - t.low),
+                           hovertemplate="%{x}: %{y:.3f} of %{customdata[0]} items<br>%{customdata[1]} calls made, "
+                                         "%{customdata[2]} cached, %{customdata[3]} tokens<extra></extra>"))
     fig.update_layout(title="Accuracy (95% Wilson interval)", yaxis_range=[0, 1.05], yaxis_title="accuracy", height=360)
     return fig
 
@@ -48,19 +52,21 @@ def accuracy_figure(df: pd.DataFrame, by="protocol") -> "go.Figure":
 _NO_IMAGE: set = set()
 
 def figure_image(fig, format: str = "png", scale: float = 1.0) -> bytes | None:
-    "`fig` (a plotly Figure or its dict) as a static image drawn by kaleido; None, with one warning per cause, when kaleido or a browser is missing."
+    """`fig` (a plotly Figure or its dict) as a static image drawn by kaleido; None, with one warning per cause, when
+    kaleido or a browser is missing."""
     import warnings
     try:
         import plotly.io as pio
         with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="The kopts argument is ignored")     # plotly's note when kaleido's server draws
+            # plotly's note when kaleido's server draws
+            warnings.filterwarnings("ignore", message="The kopts argument is ignored")
             return pio.to_image(fig, format=format, scale=scale, validate=False)
-    except Exception as e:                            # no kaleido, no browser, an old plotly: the figure stays, the image is skipped
+    except Exception as e:                            # no kaleido or browser, an old plotly: the figure stays, no image
         why = f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"
         if why not in _NO_IMAGE:
             _NO_IMAGE.add(why)
-            warnings.warn(f"no static image of the figure ({why}); install the dev extra's kaleido and Chrome or Chromium "
-                          "(apt-get install chromium) to draw one", stacklevel=2)
+            warnings.warn(f"no static image of the figure ({why}); install the dev extra's kaleido and Chrome or "
+                          "Chromium (apt-get install chromium) to draw one", stacklevel=2)
         return None
 
 # %% ../nbs/20_viz.ipynb #0bf583d5
@@ -79,12 +85,12 @@ def _static_renderer():
     return StaticRenderer()
 
 def _kaleido_server(on: bool):
-    "Keep one browser open for kaleido while static figures are on (a figure then takes a fraction of a second, not a browser start)."
+    "Keep one browser open for kaleido while static figures are on (a figure then takes a fraction of a second)."
     try:
         import kaleido
         if on: kaleido.start_sync_server(silence_warnings=True)
         else: kaleido.stop_sync_server(silence_warnings=True)
-    except Exception: pass                            # no kaleido, or one without a server: each figure starts its own browser
+    except Exception: pass                            # no kaleido, or one without a server: a browser per figure
 
 def static_figures(on: bool = True) -> str:
     "Show plotly figures as JSON with a PNG beside it (`on`), or as before (`False`); the renderer now in use."

@@ -6,268 +6,27 @@ Docs: https://madlab.github.io/madlab/widgets.html.md"""
 
 # %% ../nbs/21_widgets.ipynb #89b0e9d8
 from __future__ import annotations
-import asyncio, html, json, re, threading, warnings
+import asyncio, re, threading, warnings
 from pathlib import Path
 import ipywidgets as W
 import pandas as pd
 from fastcore.basics import patch
 from .core import *
+from .pages import topology_svg
 from .debate import Debate, continue_log, intervention_reply
-import madlab.imports     # registers the log formats, so continue_log knows which imported logs can go on
-from .formats import answer_format
-from .scoring import majority_vote, score_result
+from .positions import (positions, consensus, _E, _changed, _columns_html, _consensus_html, _edit_warning,
+                              _grid_html, _header_html, _parts_of, _result_answer, _team_column, _text, _usage_html)
+from .scoring import score_result
 
 # %% auto #0
-__all__ = ['positions', 'consensus', 'DebateStepper']
-
-# %% ../nbs/21_widgets.ipynb #d46e479d
-def _parts_of(a) -> dict|None:
-    "focus -> value of an answer about several players or topics (`Answer.parts()`, or a plain dict of strings); None for any other answer."
-    if isinstance(a, Answer): return {str(k): v for k, v in a.parts().items()} or None
-    if isinstance(a, dict) and a and all(isinstance(k, str) and (v is None or isinstance(v, str)) for k, v in a.items()): return dict(a)
-    return None
-
-def _conf_of(answer, row=None):
-    c = answer.get("confidence") if isinstance(answer, dict) else getattr(answer, "confidence", None)
-    if isinstance(c, dict): c = c.get(row)
-    if c is None and row is not None:
-        cs = getattr(answer, "confidences", None)
-        if isinstance(cs, dict): c = cs.get(row)
-    return c if isinstance(c, (int, float)) and not isinstance(c, bool) else None
-
-def _rounds_item(source, item=None):
-    if isinstance(source, (Debate, Transcript)): return list(source.rounds), item if item is not None else source.item
-    return list(source), item
-
-def _rows(item, rounds) -> list|None:
-    "The grid's rows: the item's players, the parts of its gold answer or of the first multi-part answer; None for a one-answer task."
-    data = getattr(item, "data", None)
-    if isinstance(getattr(data, "players", None), (list, tuple)): return [str(p) for p in data.players]
-    gold = _parts_of(getattr(item, "gold", None))
-    if gold: return list(gold)
-    return next((list(p) for r in rounds for t in r.turns if (p := _parts_of(t.answer))), None)
-
-def _updates(t, rows) -> dict:
-    "What turn `t` says about each row: row -> value (None: unreadable). A message addressed to some agents is not a position."
-    if t.receivers: return {}
-    said = t.reply is not None or t.error is not None
-    if rows is None: return {"answer": t.answer if answer_valid(t.answer) else None} if said or t.answer is not None else {}
-    parts, focus = _parts_of(t.answer), (str(t.focus) if t.focus is not None and str(t.focus) in rows else None)
-    if parts is not None: return {k: v for k, v in parts.items() if k in rows}
-    if not answer_valid(t.answer): return ({focus: None} if focus else {r: None for r in rows}) if said else {}
-    if focus: return {focus: t.answer.decision if isinstance(t.answer, Answer) else t.answer}
-    return {}
-
-def _score_one(item, answer):
-    gold = getattr(item, "gold", None)
-    if gold is None or answer is None: return None
-    try: return bool(answer_format(item).score(answer, gold))
-    except Exception: return answer == gold
-
-# %% ../nbs/21_widgets.ipynb #90575788
-def positions(source, upto: int|None = None, item=None) -> pd.DataFrame:
-    "Each agent's position after round `upto` (1-based; default: the last) of a `Debate`, `Transcript` or list of rounds: one row per (row, agent); `round` is the round that set it."
-    rounds, item = _rounds_item(source, item)
-    upto = len(rounds) if upto is None else upto
-    rows = _rows(item, rounds)
-    gold = _parts_of(getattr(item, "gold", None)) or {}
-    agents = list(dict.fromkeys(t.agent for r in rounds for t in r.turns))
-    state = {}                         # (row, agent) -> dict
-    for k, r in enumerate(rounds[:upto], 1):
-        before = {key: v["answer"] for key, v in state.items()}
-        for t in r.turns:
-            for row, v in _updates(t, rows).items():
-                ok = (v == gold[row] if row in gold and v is not None else None) if rows is not None else _score_one(item, v)
-                state[(row, t.agent)] = {"answer": v, "correct": ok, "confidence": _conf_of(t.answer, row if rows else None), "round": k, "invalid": v is None}
-        for key, v in state.items(): v["changed"] = v["round"] == k and before.get(key, "∅") != v["answer"]
-    empty = {"answer": None, "correct": None, "confidence": None, "round": None, "invalid": False, "changed": False}
-    out = pd.DataFrame([{"row": row, "agent": a, **state.get((row, a), empty)} for row in rows or ["answer"] for a in agents],
-                       columns=["row", "agent", "answer", "correct", "confidence", "round", "invalid", "changed"])
-    out["answer"] = pd.Series([state.get((row, a), empty)["answer"] for row in rows or ["answer"] for a in agents], dtype=object)  # an invalid answer stays None, not NaN
-    out["round"] = out["round"].astype("Int64")
-    return out
-
-# %% ../nbs/21_widgets.ipynb #204118d2
-def _majority(p: pd.DataFrame) -> dict:
-    "row -> (majority value or None, votes for it, agents with a position) from a `positions` frame."
-    out = {}
-    for row, g in p.groupby("row", sort=False):
-        said = g[g["round"].notna()]
-        top, counts = majority_vote([None if inv else a for a, inv in zip(said.answer, said.invalid)], strict=False)
-        out[row] = (top, max(counts.values(), default=0) if top is not None else 0, len(said))
-    return out
-
-def consensus(source, upto: int|None = None, item=None) -> pd.DataFrame:
-    "The team's majority for each row after round `upto` (1-based; default the last): one row per row with its votes, the gold value and whether the majority is right."
-    rounds, item = _rounds_item(source, item)
-    p = positions(rounds, upto, item)
-    gold = _parts_of(getattr(item, "gold", None)) or ({"answer": item.gold} if getattr(item, "gold", None) is not None and set(p.row) == {"answer"} else {})
-    out = []
-    for row, (top, n, of) in _majority(p).items():
-        ok = None if top is None or row not in gold else (_score_one(item, top) if row == "answer" and set(p.row) == {"answer"} else top == gold[row])
-        out.append({"row": row, "majority": top, "votes": n, "of": of, "gold": gold.get(row), "correct": ok})
-    df = pd.DataFrame(out, columns=["row", "majority", "votes", "of", "gold", "correct"])
-    for c in ("majority", "gold", "correct"): df[c] = pd.Series([o[c] for o in out], dtype=object)   # None stays None (a tie, no gold)
-    return df
-
-# %% ../nbs/21_widgets.ipynb #7ffe712d
-_E = html.escape
-_COLOURS = {True: "#d6f5dd", False: "#f9d6db", None: "#eeeeee", "invalid": "#ffe7c7"}
-
-def _text(a, n: int|None = None) -> str:
-    "An answer (or any value) as text, whole unless `n` is given; 'invalid' for None."
-    parts = _parts_of(a) if isinstance(a, dict) else None            # a plain {player: role} reads like an answer's summary
-    s = ", ".join(f"{k}={v if v is not None else '?'}" for k, v in parts.items()) if parts else answer_summary(a) if not isinstance(a, float) or a == a else "invalid"
-    return s if n is None or len(s) <= n else s[: n - 1] + "…"
-
-def _result_answer(result): return result.get("answer", result.get("assignment"))
-
-def _of(rounds, done=False, planned: int|None = None, early: bool = False) -> str:
-    "How many rounds the header counts: those run when the debate is done; else the rounds its protocol plans (`planned`, 'at most' when it may end `early`), or those run so far and a '+'."
-    n = len(rounds)
-    if done or planned is None or planned < n: return f"{n}{'' if done else '+'}"
-    return f"{'at most ' if early else ''}{planned}"
-
-def _header_html(rounds, pos, status, branch, result=None, done=False, planned: int|None = None, early: bool = False) -> str:
-    of = _of(rounds, done, planned, early)
-    if pos < 0: body = "<b>not started</b>" if not rounds else f"<b>before round 1</b> of {of} · Step or Forward shows the rounds {'recorded' if done else 'run so far'}"
-    else:
-        r = rounds[pos]
-        meta = " ".join(f"<span class='madlab-tag'>{_E(str(k))}: {_E(_text(v, 40))}</span>" for k, v in r.meta.items())
-        body = f"<b>Round {pos + 1} of {of}</b> · {_E(r.name)} · phase <b>{_E(r.phase)}</b> {meta}"
-    res = ""
-    if result and pos == len(rounds) - 1:
-        ok = result.get("correct")
-        mark = "" if ok is None else (" ✓ correct" if ok else " ✗ wrong")
-        ans = _result_answer(result)
-        res = f"<div>result: <code>{_E(_text(ans) if ans is not None else decision_summary(result))}</code>{mark}</div>"
-    return (f"<div class='madlab-round' data-round='{pos + 1}' data-rounds='{len(rounds)}' data-status='{_E(str(status))}'>"
-            f"{body} · status <b>{_E(str(status))}</b> · branch <i>{_E(branch)}</i>{res}</div>")
-
-def _team_column(result, item, rows) -> dict:
-    "row -> (team answer, correct) from a finished debate's result, for the grid's last column."
-    ans = _result_answer(result or {})
-    if ans is None: return {r: (decision_summary(result), result.get("correct") if r == "answer" else None) for r in rows} if result else {}   # a tie, worded as everywhere
-    parts, gold = _parts_of(ans), _parts_of(getattr(item, "gold", None)) or {}
-    if parts is not None and rows != ["answer"]: return {r: (parts.get(r), (parts.get(r) == gold[r]) if r in gold else None) for r in rows}
-    return {"answer": (ans, result.get("correct"))}
-
-# %% ../nbs/21_widgets.ipynb #1aff590f
-def _cell(text, key, extra="", bold=False, cls="", value=None) -> str:
-    "A grid cell coloured by `key` (True, False, None, 'invalid'); `value` (the plain answer text) goes to `data-value`."
-    kind = "right" if key is True else "wrong" if key is False else ("invalid" if key == "invalid" else "unknown")
-    data = "" if value is None else f" data-value='{_E(value, quote=True)}'"
-    return (f"<td class='madlab-cell {kind} {cls}'{data} style='background:{_COLOURS[key]};border:{extra or '1px solid #ccc'};padding:2px 6px;"
-            f"{'font-weight:bold;' if bold else ''}vertical-align:top'>{text}</td>")
-
-def _grid_html(p: pd.DataFrame, caption: str = "", team: dict|None = None, cons: pd.DataFrame|None = None, focus=(), rounds: int = 0) -> str:
-    "Players (or 'answer') × agents, then the team's majority and the gold answer; the rows in `focus` marked. With no positions: says whether `rounds` rounds wait to be shown."
-    if not len(p):
-        if rounds: return f"<div class='madlab-grid'><i>before round 1: the positions after each of the {rounds} rounds show as you step through them</i></div>"
-        return "<div class='madlab-grid'><i>no positions yet</i></div>"
-    agents = list(dict.fromkeys(p.agent))
-    cons = cons.set_index("row") if cons is not None and len(cons) else None
-    head = "".join(f"<th>{_E(a)}</th>" for a in agents) + ("<th class='madlab-majority'>majority</th><th class='madlab-gold'>gold</th>" if cons is not None else "")
-    head += "<th class='madlab-team'>team decision</th>" if team else ""
-    body = ""
-    for row, g in p.groupby("row", sort=False):
-        cells = ""
-        for _, c in g.iterrows():
-            key = "invalid" if c.invalid else (None if pd.isna(c.correct) else bool(c.correct))
-            conf = "" if c.confidence is None or pd.isna(c.confidence) else f" <small>({c.confidence:g})</small>"
-            txt = "—" if pd.isna(c["round"]) else ("invalid" if c.invalid else _E(_text(c.answer)))
-            val = "" if pd.isna(c["round"]) else ("invalid" if c.invalid else _text(c.answer))
-            cells += _cell(txt + conf, key, "2px solid #333" if c.changed else "", cls="madlab-agent", value=val)
-        if cons is not None:
-            m = cons.loc[row]
-            mt = "tie" if m.majority is None and m.of else ("—" if m.majority is None else f"{_E(_text(m.majority))} <small>({m.votes}/{m.of})</small>")
-            cells += _cell(mt, None if m.correct is None else bool(m.correct), cls="madlab-majority", value="" if m.majority is None else _text(m.majority))
-            cells += f"<td class='madlab-gold' style='padding:2px 6px;border:1px solid #ccc;color:#245'>{'' if m.gold is None else _E(_text(m.gold))}</td>"
-        if team:
-            v, ok = team.get(row, (None, None))
-            cells += _cell(_E(_text(v)), ok, "2px solid #333", bold=True, cls="madlab-team")
-        infocus = str(row) in focus
-        label = f"<th class='madlab-row{' madlab-focus' if infocus else ''}' style='text-align:left;{'background:#fff3b0' if infocus else ''}'>{_E(str(row))}{' <small>(in focus)</small>' if infocus else ''}</th>"
-        body += f"<tr class='{'madlab-focus' if infocus else ''}'>{label}{cells}</tr>"
-    cap = f"<caption style='text-align:left;color:#555'>{_E(caption)}</caption>" if caption else ""
-    return f"<table class='madlab-grid' style='border-collapse:collapse'>{cap}<tr><th></th>{head}</tr>{body}</table>"
-
-# %% ../nbs/21_widgets.ipynb #e16bbae9
-def _consensus_cells(rounds, item, cache: list) -> list:
-    "(text, correct, data) per round; rounds already run never change, so `cache` keeps what was computed."
-    prev = cache[-1][2]["majority"] if cache else {}
-    for k in range(len(cache) + 1, len(rounds) + 1):
-        c = consensus(rounds, k, item)
-        now = {r: (None if m is None else _text(m)) for r, m in zip(c.row, c.majority)}
-        turned = [r for r in now if r in prev and now[r] != prev[r]]
-        graded = c[c.gold.notna()]                       # rows with a gold value: a tie there is not right
-        right = int(sum(x is True for x in graded.correct))
-        ok = None if not len(graded) else right == len(graded)
-        if len(c) == 1: txt = _E(now[c.row[0]] or "tie")
-        else: txt = f"{right}/{len(graded)} right" if len(graded) else f"{sum(v is not None for v in now.values())}/{len(c)} decided"
-        if turned: txt += "<br><small>" + "; ".join(f"{_E(r)}: {_E(prev[r] or 'tie')}→{_E(now[r] or 'tie')}" for r in turned) + "</small>"
-        cache.append((txt, ok, {"majority": now, "turned": turned}))
-        prev = now
-    return cache[: len(rounds)]
-
-def _consensus_html(rounds, item, pos, cache: list|None = None) -> str:
-    "One cell per round run so far: the team's majority after it (how many rows it has right) and the rows whose majority turned in it; the shown round outlined."
-    if not rounds: return ""
-    cells = []
-    for k, (txt, ok, data) in enumerate(_consensus_cells(rounds, item, [] if cache is None else cache), 1):
-        cells.append(f"<td class='madlab-cons-cell{' madlab-shown' if k == pos + 1 else ''}' data-consensus='{_E(json.dumps(data, ensure_ascii=False), quote=True)}' data-round='{k}' "
-                     f"style='background:{_COLOURS[ok]};border:{'2px solid #333' if k == pos + 1 else '1px solid #ccc'};padding:2px 6px;vertical-align:top'>{txt}</td>")
-    head = "".join(f"<th>{k}</th>" for k in range(1, len(rounds) + 1))
-    return (f"<table class='madlab-consensus' style='border-collapse:collapse;margin-top:4px'><tr><th style='text-align:left'>round</th>{head}</tr>"
-            f"<tr class='madlab-consensus-row'><th style='text-align:left'>team majority</th>{''.join(cells)}</tr></table>")
-
-# %% ../nbs/21_widgets.ipynb #28ce5af9
-def _reply_text(reply) -> str:
-    "A reply as readable text: a JSON reply becomes one 'field: value' line per field; any other reply is shown as written."
-    if not reply: return ""
-    obj = extract_json(reply) if reply.lstrip().startswith(("{", "`")) else None
-    if not isinstance(obj, dict) or not obj: return reply
-    return "\n".join(f"{k}: {v if isinstance(v, str) else json.dumps(to_jsonable(v), ensure_ascii=False)}" for k, v in obj.items())
-
-_EDITED = "<span class='madlab-edited-badge' style='background:#6a1b9a;color:#fff;border-radius:3px;padding:0 5px;font-weight:bold'>EDITED</span>"
-
-def _turn_html(t, original=None) -> str:
-    tags = [f"on {t.focus}" if t.focus is not None else "", "→ " + ", ".join(map(str, t.receivers)) if t.receivers else "", "cached" if t.cached else ""]
-    conf = _conf_of(t.answer, str(t.focus) if t.focus is not None else None)
-    if conf is not None and "confidence" not in _text(t.answer): tags.append(f"confidence {conf:g}")
-    edited = bool(t.meta.get("edited"))
-    prompt = t.messages[-1].get("content", "") if t.messages else ""
-    err = f"<div class='madlab-turn-error' style='color:#b00'>error: {_E(t.error)}</div>" if t.error else ""
-    text, orig = _reply_text(t.reply), ""
-    if edited and original is not None: orig = f"<details><summary>original message</summary><div style='white-space:pre-wrap'>{_E(_reply_text(original))}</div></details>"
-    raw = f"<details><summary>raw reply</summary><pre style='white-space:pre-wrap'>{_E(t.reply)}</pre></details>" if t.reply and text != t.reply else ""
-    colour = "#6a1b9a" if edited else "#2a9d4b" if t.valid else "#f4a261"
-    return (f"<div class='madlab-turn{' madlab-edited' if edited else ''}' style='border-left:{'5px' if edited else '3px'} solid {colour};padding-left:6px;margin-bottom:6px'>"
-            f"<div>{_EDITED + ' ' if edited else ''}answer: <code style='white-space:pre-wrap'>{_E(_text(t.answer))}</code> <small>{_E(' · '.join(x for x in tags if x))}</small></div>{err}"
-            f"<details><summary>reasoning</summary><div class='madlab-reasoning' style='white-space:pre-wrap'>{_E(text)}</div></details>{orig}{raw}"
-            f"<details><summary>prompt</summary><pre style='white-space:pre-wrap'>{_E(prompt)}</pre></details></div>")
-
-def _columns_html(r, agents, edit=None) -> str:
-    "One column per agent with its turns of round `r`; the edited message of a fork marked, with the original folded."
-    if r is None: return "<div class='madlab-cols'></div>"
-    cols = []
-    for a in agents:
-        parts = [_turn_html(t, (edit or {}).get("original") if t.meta.get("edited") else None) for t in r.turns if t.agent == a]
-        cols.append(f"<div class='madlab-col' style='flex:1 1 220px;min-width:180px'><b>{_E(a)}</b>{''.join(parts) or '<i>(silent this round)</i>'}</div>")
-    return f"<div class='madlab-cols' style='display:flex;gap:12px;flex-wrap:wrap'>{''.join(cols)}</div>"
-
-def _usage_html(rounds, pos) -> str:
-    turns = [t for r in rounds[: pos + 1] for t in r.turns]
-    live = [t for t in turns if not t.cached]
-    calls, cached = sum(t.usage.calls for t in live), sum(t.cached for t in turns)
-    tokens = sum(t.usage.total_tokens for t in turns)
-    return f"<div class='madlab-usage'>{calls} calls made · {cached} cached/replayed turns · {tokens} tokens (cached included) · {sum(not t.valid for t in turns)} invalid</div>"
+__all__ = ['DebateStepper']
 
 # %% ../nbs/21_widgets.ipynb #f75024ac
 class _Branch:
     def __init__(self, name, debate=None, transcript=None, origin=None):
         self.name, self.debate, self.transcript, self.origin, self.pos = name, debate, transcript, origin, -1
-        self.error = self.note = None           # the last action's error, and a notice (a stop, an export, an edit half read), until the next action
+        # the last action's error, and a notice (a stop, an export, an edit half read), until the next action
+        self.error = self.note = None
         self.cons = []                          # the consensus row's cells computed so far (rounds run never change)
     @property
     def src(self): return self.debate if self.debate is not None else self.transcript
@@ -288,7 +47,8 @@ class _Branch:
         except Exception: return res
     @property
     def log(self) -> Transcript|None:
-        "The imported transcript (another tool's debate log) this branch shows or continues; None for a madlab debate. Such a branch forks with a model (`continue_log`)."
+        """The imported transcript (another tool's debate log) this branch shows or continues; None for a madlab debate.
+        Such a branch forks with a model (`continue_log`)."""
         if self.debate is None: return self.transcript if (self.transcript.meta or {}).get("imported") else None
         return getattr(self.debate, "imported_log", None)
     @property
@@ -298,12 +58,14 @@ class _Branch:
     @property
     def agents(self):
         "The team, less agents that have not spoken yet in this branch (such as a supervisor waiting for a tie)."
-        team = [a.name for a in self.debate.agents] if self.debate is not None else [a["name"] for a in self.transcript.team]
+        team = ([a.name for a in self.debate.agents] if self.debate is not None else
+                [a["name"] for a in self.transcript.team])
         spoke = {t.agent for r in self.rounds for t in r.turns}
         return [a for a in team if a in spoke] or team
 
 def _button(desc, cls, tip, icon=None):
-    b = W.Button(description=desc, tooltip=tip, icon=icon or "", layout=W.Layout(width="auto", flex="0 0 auto"))   # never squeezed by a long label beside it
+    # never squeezed by a long label beside it
+    b = W.Button(description=desc, tooltip=tip, icon=icon or "", layout=W.Layout(width="auto", flex="0 0 auto"))
     b.add_class(cls)
     return b
 
@@ -312,82 +74,118 @@ def _html(cls, value=""):
     h.add_class(cls)
     return h
 
-_SPIN = ("<style>@keyframes madlab-spin{to{transform:rotate(360deg)}}</style><span class='madlab-spin' style='display:inline-block;width:9px;height:9px;"
-         "border:2px solid #bbb;border-top-color:#1f6feb;border-radius:50%;animation:madlab-spin .8s linear infinite;margin-right:4px'></span>")
+_SPIN = ("<style>@keyframes madlab-spin{to{transform:rotate(360deg)}}</style><span class='madlab-spin' "
+         "style='display:inline-block;width:9px;height:9px;"
+         "border:2px solid #bbb;border-top-color:#1f6feb;border-radius:50%;animation:madlab-spin .8s linear "
+         "infinite;margin-right:4px'></span>")
 
 # %% ../nbs/21_widgets.ipynb #ff93011a
 class DebateStepper(W.VBox):
-    "Step through a debate (or browse a transcript) round by round; fork it, compare and export the branches. Rounds are numbered from 1; `round` is the one shown first (default: a debate's last round run, a transcript's start)."
+    """Step through a debate (or browse a transcript) round by round; fork it, compare and export the branches. Rounds
+    are numbered from 1; `round` is the one shown first (default: a debate's last round run, a transcript's start)."""
     def __init__(self, source, *, live: bool = False, export_dir: str|Path = "madlab-exports", round: int|None = None):
-        self._draw_lock, self._drawing, self._dirty = threading.RLock(), False, False    # one thread draws at a time (`_refresh`)
+        # one thread draws at a time (`_refresh`)
+        self._draw_lock, self._drawing, self._dirty = threading.RLock(), False, False
         if isinstance(source, (str, Path)): source = Transcript.from_json(source)
         if isinstance(source, Debate): main = _Branch("main", debate=source)
         elif isinstance(source, Transcript): main = _Branch("main", transcript=source)
-        else: raise TypeError(f"DebateStepper takes a Debate, a Transcript or a transcript path; got {type(source).__name__}")
-        self.live, self.export_dir = live, Path(export_dir)   # live: a transcript's forks continue on the recorded backends
+        else: raise TypeError("DebateStepper takes a Debate, a Transcript or a transcript path; got "
+                              f"{type(source).__name__}")
+        # live: a transcript's forks continue on the recorded backends
+        self.live, self.export_dir = live, Path(export_dir)
         self.branches: dict[str, _Branch] = {"main": main}
-        self.current, self.busy, self._running, self._stop, self._calls, self._tasks, self._label = "main", False, False, False, 0, set(), None
+        self.current, self.busy, self._running, self._stop = "main", False, False, False
+        self._calls, self._tasks, self._label = 0, set(), None
         self._attach(main)
-        main.pos = len(main.rounds) - 1 if main.debate is not None else -1   # a transcript starts before its first round, unless `round` says
+        # a transcript starts before its first round, unless `round` says
+        main.pos = len(main.rounds) - 1 if main.debate is not None else -1
         if round is not None:
-            if not (isinstance(round, int) and 0 <= round <= len(main.rounds)): raise ValueError(f"round must be in 0..{len(main.rounds)} (0: before the first round); got {round!r}")
+            if not (isinstance(round, int) and 0 <= round <= len(main.rounds)):
+                raise ValueError(f"round must be in 0..{len(main.rounds)} (0: before the first round); got {round!r}")
             main.pos = round - 1
         self.b_back = _button("Back", "madlab-back", "show the previous round", "arrow-left")
         self.b_step = _button("Step", "madlab-step", "run the next round", "step-forward")
         self.b_fwd = _button("Forward", "madlab-forward", "show the next round already run", "arrow-right")
-        self.b_run = _button("Run to end", "madlab-run", "run the remaining rounds (click again to stop after the round in flight)", "fast-forward")
-        self.b_export = _button("Export", "madlab-export", "write the shown branch's transcript (JSON) and log (HTML)", "download")
-        self.w_branch = W.Dropdown(options=["main"], value="main", description="branch", layout=W.Layout(width="460px", flex="0 1 auto", min_width="200px"))
+        self.b_run = _button("Run to end", "madlab-run",
+                             "run the remaining rounds (click again to stop after the round in flight)", "fast-forward")
+        self.b_export = _button("Export", "madlab-export",
+                                "write the shown branch's transcript (JSON) and log (HTML)", "download")
+        self.w_branch = W.Dropdown(options=["main"], value="main", description="branch",
+                                   layout=W.Layout(width="460px", flex="0 1 auto", min_width="200px"))
         self.w_branch.add_class("madlab-branch")
-        self.w_busy, self.w_header, self.w_error, self.w_note = _html("madlab-busy"), _html("madlab-header"), _html("madlab-error"), _html("madlab-note")
-        self.w_usage, self.w_grid, self.w_cols, self.w_compare = _html("madlab-usage"), _html("madlab-positions"), _html("madlab-columns"), _html("madlab-compare")
-        self.w_cons, self.w_item, self.w_fhelp = _html("madlab-consensus-view"), _html("madlab-item", self._item_html()), _html("madlab-fork-help")
-        self.w_fround = W.Dropdown(description="round", layout=W.Layout(width="320px")); self.w_fround.add_class("madlab-fork-round")
-        self.w_fturn = W.Dropdown(description="message", layout=W.Layout(width="320px")); self.w_fturn.add_class("madlab-fork-agent")
-        self.w_ftext = W.Textarea(placeholder="the edited message", layout=W.Layout(width="95%", height="90px")); self.w_ftext.add_class("madlab-fork-text")
-        self.w_fhow = W.Dropdown(options=_HOWS, value="", description="replace by", layout=W.Layout(width="320px")); self.w_fhow.add_class("madlab-fork-intervention")
-        self.w_fmodel = W.Text(placeholder="backend spec, e.g. synthetic:strong or hf:smollm2", description="model", layout=W.Layout(width="420px"))
-        self.w_fmodel.add_class("madlab-fork-model")     # shown for an imported debate: the model that continues it
-        self.w_fwhat = _html("madlab-fork-what")         # which message the editor holds, set after its text
-        self.b_fork = _button("Fork", "madlab-fork", "replay up to this round with the edited message and continue as a new branch", "code-fork")
-        self.b_fork.layout.flex = "0 0 auto"             # never squeezed by the help beside it
+        self.w_busy, self.w_header = _html("madlab-busy"), _html("madlab-header")
+        self.w_error, self.w_note = _html("madlab-error"), _html("madlab-note")
+        self.w_usage, self.w_grid = _html("madlab-usage"), _html("madlab-positions")
+        self.w_cols, self.w_compare = _html("madlab-columns"), _html("madlab-compare")
+        self.w_cons, self.w_fhelp = _html("madlab-consensus-view"), _html("madlab-fork-help")
+        self.w_item = _html("madlab-item", self._item_html())
+        fork = self._fork_panel()
         self.b_back.on_click(lambda _: self.back()); self.b_fwd.on_click(lambda _: self.forward())
         self.b_step.on_click(lambda _: self._schedule(self.astep()))
         self.b_run.on_click(lambda _: self._on_run())
         self.b_export.on_click(lambda _: self._quiet_call(self.export))
-        self.b_fork.on_click(lambda _: self._on_fork())
         self.w_branch.observe(lambda ch: self.show(branch=ch["new"]), "value")
-        self.w_fround.observe(lambda ch: self._fill_turns(), "value")
-        self.w_fturn.observe(lambda ch: self._fill_text(), "value"); self.w_fhow.observe(lambda ch: self._fill_intervention(), "value")
-        self.w_fmodel.observe(lambda ch: self._fork_help(), "value")
-        self.w_busy.layout = W.Layout(flex="1 1 240px", min_width="0")   # the busy label takes what is left, or wraps to a line of its own
-        bar = self.w_bar = W.HBox([self.b_back, self.b_step, self.b_fwd, self.b_run, self.b_export, self.w_branch, self.w_busy],
-                                  layout=W.Layout(flex_flow="row wrap", align_items="center"))
+        # the busy label takes what is left, or wraps to a line of its own
+        self.w_busy.layout = W.Layout(flex="1 1 240px", min_width="0")
+        bar = self.w_bar = W.HBox([self.b_back, self.b_step, self.b_fwd, self.b_run, self.b_export, self.w_branch,
+                                   self.w_busy], layout=W.Layout(flex_flow="row wrap", align_items="center"))
         bar.add_class("madlab-toolbar")
-        fork = W.VBox([W.HTML("<b>Fork</b>: pick a round and a message, edit it, continue a new branch"), W.HBox([self.w_fround, self.w_fturn, self.w_fhow, self.w_fmodel]),
-                       self.w_fwhat, self.w_ftext, W.HBox([self.b_fork, self.w_fhelp])])
-        fork.add_class("madlab-forkbox")
-        super().__init__([self.w_item, bar, self.w_header, self.w_error, self.w_note, self.w_grid, self.w_cons, self.w_usage, self.w_cols, fork, self.w_compare])
+        super().__init__([self.w_item, bar, self.w_header, self.w_error, self.w_note, self.w_grid, self.w_cons,
+                          self.w_usage, self.w_cols, fork, self.w_compare])
         self.add_class("madlab-stepper")
         self._refresh()
+
+# %% ../nbs/21_widgets.ipynb #535af601
+@patch
+def _fork_panel(self: DebateStepper) -> W.VBox:
+    "The fork panel: a round, a message, its new text (or an intervention), a model for an imported debate; Fork."
+    self.w_fround = W.Dropdown(description="round", layout=W.Layout(width="320px"))
+    self.w_fround.add_class("madlab-fork-round")
+    self.w_fturn = W.Dropdown(description="message", layout=W.Layout(width="320px"))
+    self.w_fturn.add_class("madlab-fork-agent")
+    self.w_ftext = W.Textarea(placeholder="the edited message", layout=W.Layout(width="95%", height="90px"))
+    self.w_ftext.add_class("madlab-fork-text")
+    self.w_fhow = W.Dropdown(options=_HOWS, value="", description="replace by", layout=W.Layout(width="320px"))
+    self.w_fhow.add_class("madlab-fork-intervention")
+    self.w_fmodel = W.Text(placeholder="backend spec, e.g. synthetic:strong or hf:smollm2", description="model",
+                           layout=W.Layout(width="420px"))
+    self.w_fmodel.add_class("madlab-fork-model")     # shown for an imported debate: the model that continues it
+    self.w_fwhat = _html("madlab-fork-what")         # which message the editor holds, set after its text
+    self.b_fork = _button("Fork", "madlab-fork",
+                          "replay up to this round with the edited message and continue as a new branch", "code-fork")
+    self.b_fork.layout.flex = "0 0 auto"             # never squeezed by the help beside it
+    self.b_fork.on_click(lambda _: self._on_fork())
+    self.w_fround.observe(lambda ch: self._fill_turns(), "value")
+    self.w_fturn.observe(lambda ch: self._fill_text(), "value")
+    self.w_fhow.observe(lambda ch: self._fill_intervention(), "value")
+    self.w_fmodel.observe(lambda ch: self._fork_help(), "value")
+    fork = W.VBox([W.HTML("<b>Fork</b>: pick a round and a message, edit it, continue a new branch"),
+                   W.HBox([self.w_fround, self.w_fturn, self.w_fhow, self.w_fmodel]),
+                   self.w_fwhat, self.w_ftext, W.HBox([self.b_fork, self.w_fhelp])])
+    fork.add_class("madlab-forkbox")
+    return fork
 
 # %% ../nbs/21_widgets.ipynb #20b2c429
 @patch(as_prop=True)
 def branch(self: DebateStepper) -> _Branch: return self.branches[self.current]
 
+# %% ../nbs/21_widgets.ipynb #32e35909
 @patch(as_prop=True)
 def debate(self: DebateStepper) -> Debate|None:
     "The debate of the branch shown (None when browsing a transcript)."
     return self.branch.debate
 
+# %% ../nbs/21_widgets.ipynb #f6fc89ae
 @patch(as_prop=True)
 def pos(self: DebateStepper) -> int: return self.branch.pos
 
+# %% ../nbs/21_widgets.ipynb #10192caf
 @patch(as_prop=True)
 def round(self: DebateStepper) -> int:
     "The round shown, numbered from 1 as in the header (0 before the first)."
     return self.branch.pos + 1
 
+# %% ../nbs/21_widgets.ipynb #088d1b0e
 @patch(as_prop=True)
 def error(self: DebateStepper) -> str|None:
     "The error of the last action on the branch shown (None when it went well)."
@@ -409,34 +207,46 @@ def _item_html(self: DebateStepper):
     it = src.item
     text = it.text() if hasattr(it, "text") and callable(it.text) else _text(it)
     gold = getattr(it, "gold", None)
-    g = f"<details><summary>gold answer</summary><pre style='white-space:pre-wrap'>{_E(_text(gold))}</pre></details>" if gold is not None else " · no gold answer: not scored"
+    g = (f"<details><summary>gold answer</summary><pre style='white-space:pre-wrap'>{_E(_text(gold))}</pre></details>"
+         if gold is not None else " · no gold answer: not scored")
     topo = (src.meta or {}).get("topology")         # who sees whom, drawn when the debate has a topology
     if isinstance(topo, dict) and isinstance(topo.get("neighbours"), dict):
-        g += f"<details open><summary>topology: {_E(str(topo.get('spec')))} (who sees whom)</summary>{topology_svg(topo['neighbours'], size=180)}</details>"
+        g += (f"<details open><summary>topology: {_E(str(topo.get('spec')))} (who sees "
+              f"whom)</summary>{topology_svg(topo['neighbours'], size=180)}</details>")
     return (f"<div><b>{_E(src.protocol if isinstance(src, Transcript) else src.protocol.name)}</b> on item "
-            f"<code>{_E(str(getattr(it, 'id', '')))}</code><details><summary>item</summary><pre style='white-space:pre-wrap'>{_E(text)}</pre></details>{g}</div>")
+            f"<code>{_E(str(getattr(it, 'id', '')))}</code><details><summary>item</summary><pre "
+            f"style='white-space:pre-wrap'>{_E(text)}</pre></details>{g}</div>")
 
 # %% ../nbs/21_widgets.ipynb #4dd8eb67
 @patch
-def __repr__(self: DebateStepper): return f"DebateStepper(branch={self.current!r}, round={self.pos + 1}/{len(self.branch.rounds)}, branches={list(self.branches)})"
+def __repr__(self: DebateStepper): return (f"DebateStepper(branch={self.current!r}, "
+                                           f"round={self.pos + 1}/{len(self.branch.rounds)}, "
+                                           f"branches={list(self.branches)})")
 
 # %% ../nbs/21_widgets.ipynb #2ebf359b
 _FORK_HELP = ("This stepper browses a saved transcript, which has no team to continue on. To fork it, open it with "
-              "<code>DebateStepper(path, live=True)</code>: a fork replays the recorded rounds and continues on the recorded backends ({specs}).")
-_IMPORTED_HELP = ("An imported debate: its agents ({specs}) were not run here. Fork keeps rounds 1..k as logged (with the message above, if you edit it) "
+              "<code>DebateStepper(path, live=True)</code>: a fork replays the recorded rounds and continues on the "
+              "recorded backends ({specs}).")
+_IMPORTED_HELP = ("An imported debate: its agents ({specs}) were not run here. Fork keeps rounds 1..k as logged (with "
+                  "the message above, if you edit it) "
                   "and continues with {model}; rounds 1..{kept} of this branch come from the log.")
 
 @patch
 def _fork_help(self: DebateStepper):
-    "Say how Fork continues the shown branch: nothing for a madlab debate; for an imported one, which model (as typed) continues it; for a transcript without `live`, how to open it."
+    """Say how Fork continues the shown branch: nothing for a madlab debate; for an imported one, which model (as typed)
+    continues it; for a transcript without `live`, how to open it."""
     b = self.branch
     log = b.log
-    specs = ", ".join(sorted({str(a.get("spec")) for a in (log or b.transcript).team})) if (log or b.transcript) is not None else ""
+    t = log or b.transcript
+    specs = ", ".join(sorted({str(a.get("spec")) for a in t.team})) if t is not None else ""
     if log is not None:
         model = self.w_fmodel.value.strip()
-        self.w_fhelp.value = (f"<small class='madlab-fork-imported' data-model='{_E(model, quote=True)}' style='color:#555'>"
-                              f"{_IMPORTED_HELP.format(specs=_E(specs), kept=b.kept, model=f'<code>{_E(model)}</code>' if model else 'the model named here (a backend spec)')}</small>")
-    else: self.w_fhelp.value = "" if b.debate is not None or self.live else f"<small style='color:#555'>{_FORK_HELP.format(specs=_E(specs))}</small>"
+        named = f"<code>{_E(model)}</code>" if model else "the model named here (a backend spec)"
+        self.w_fhelp.value = (f"<small class='madlab-fork-imported' data-model='{_E(model, quote=True)}' "
+                              "style='color:#555'>"
+                              f"{_IMPORTED_HELP.format(specs=_E(specs), kept=b.kept, model=named)}</small>")
+    elif b.debate is not None or self.live: self.w_fhelp.value = ""
+    else: self.w_fhelp.value = f"<small style='color:#555'>{_FORK_HELP.format(specs=_E(specs))}</small>"
 
 @patch
 def _fill_turns(self: DebateStepper):
@@ -457,14 +267,18 @@ def _fill_text(self: DebateStepper):
         self._text_for = key
         self.w_ftext.value = t.reply or ""
     who = t.agent + (f" on {t.focus}" if t.focus is not None else "")
-    self.w_fwhat.value = (f"<small class='madlab-fork-what-text' data-branch='{_E(self.current)}' data-round='{k}' data-turn='{i}' style='color:#555'>"
+    self.w_fwhat.value = (f"<small class='madlab-fork-what-text' data-branch='{_E(self.current)}' data-round='{k}' "
+                          f"data-turn='{i}' style='color:#555'>"
                           f"editing {_E(who)}'s message of round {k} on branch {_E(self.current)}</small>")
 
-def _busy_html(label, calls) -> str: return f"<span class='madlab-spinner'>{_SPIN}{_E(label)} · {calls} calls done</span>" if label else ""
+# %% ../nbs/21_widgets.ipynb #1a931a99
+def _busy_html(label, calls) -> str:
+    return f"<span class='madlab-spinner'>{_SPIN}{_E(label)} · {calls} calls done</span>" if label else ""
 
 @patch
 def _set_busy(self: DebateStepper, label, unless_stopping: bool = False) -> bool:
-    "Show `label` (kept for the periodic refresh of the call count) or clear the indicator; while another thread draws, that one writes it. With `unless_stopping`, leave a Stop's label (False)."
+    """Show `label` (kept for the periodic refresh of the call count) or clear the indicator; while another thread
+    draws, that one writes it. With `unless_stopping`, leave a Stop's label (False)."""
     with self._draw_lock:
         if unless_stopping and self._stop: return False
         self._label = label
@@ -501,12 +315,14 @@ def _on_fork(self: DebateStepper):
     p, model = self._picked(), self.w_fmodel.value if self.branch.log is not None else None
     try: how = self.w_fhow.value if self.w_fhow.value and self.w_ftext.value == self._how_reply() else None
     except (OptionError, ValueError): how = None
-    self._schedule(self.afork(self.w_fround.value, turn=self.w_fturn.value, model=model, **({"intervention": how} if how else {"reply": self.w_ftext.value})))
+    self._schedule(self.afork(self.w_fround.value, turn=self.w_fturn.value, model=model,
+                              **({"intervention": how} if how else {"reply": self.w_ftext.value})))
 
 # %% ../nbs/21_widgets.ipynb #466214c7
 @patch
 def _refresh(self: DebateStepper):
-    "Redraw the view. One thread draws at a time: a call while another thread draws asks that one to draw again, from the newest state, so the header, the grid, the buttons and the busy indicator always come from one snapshot."
+    """Redraw the view. One thread draws at a time: a call while another thread draws asks that one to draw again, from
+    the newest state, so the header, the grid, the buttons and the busy indicator always come from one snapshot."""
     with self._draw_lock:
         self._dirty = True
         if self._drawing: return
@@ -529,7 +345,8 @@ def _snapshot(self: DebateStepper) -> dict:
     "The state the view is drawn from, read at once (under the drawing lock)."
     b = self.branch
     d = b.debate
-    return {"b": b, "rounds": list(b.rounds), "pos": b.pos, "done": b.done, "status": b.status, "result": b.result, "busy": self.busy,
+    return {"b": b, "rounds": list(b.rounds), "pos": b.pos, "done": b.done, "status": b.status, "result": b.result,
+            "busy": self.busy,
             "planned": d.planned_rounds if d is not None else None, "early": bool(d is not None and d.may_end_early),
             "running": self._running, "stop": self._stop, "label": self._label, "calls": self._calls, "note": b.note,
             "error": b.error or (b.src.meta.get("error") if b.status in ("failed", "stopped") else None)}
@@ -537,20 +354,24 @@ def _snapshot(self: DebateStepper) -> dict:
 # %% ../nbs/21_widgets.ipynb #770e892a
 @patch
 def _draw(self: DebateStepper, s: dict):
-    "Write the view from snapshot `s`: every piece computed first, then written; the header after the grid, the busy indicator last."
+    """Write the view from snapshot `s`: every piece computed first, then written; the header after the grid, the busy
+    indicator last."""
     b, rounds, pos, busy, item = s["b"], s["rounds"], s["pos"], s["busy"], s["b"].src.item
     at_end = pos >= len(rounds) - 1
     if pos >= 0:
         p, cons, team = positions(rounds, pos + 1, item), consensus(rounds, pos + 1, item), None
         cap = f"positions after round {pos + 1} ({rounds[pos].name}); outlined: changed in this round"
-        if s["done"] and at_end and s["result"]: team, cap = _team_column(s["result"], item, list(p.row.unique())), cap + "; the debate is over"
-        focus = {str(t.focus) for t in rounds[pos].turns if t.focus is not None} | ({str(rounds[pos].meta["focus"])} if rounds[pos].meta.get("focus") else set())
+        if s["done"] and at_end and s["result"]:
+            team, cap = _team_column(s["result"], item, list(p.row.unique())), cap + "; the debate is over"
+        focus = {str(t.focus) for t in rounds[pos].turns if t.focus is not None}
+        if rounds[pos].meta.get("focus"): focus |= {str(rounds[pos].meta["focus"])}
         grid = _grid_html(p, cap, team, cons, focus)
     else: grid = _grid_html(pd.DataFrame(), rounds=len(rounds))
     status = "paused" if s["status"] == "running" and not busy else s["status"]
     header = _header_html(rounds, pos, status, b.name, s["result"], s["done"], s["planned"], s["early"])
     cons_html, usage = _consensus_html(rounds, item, pos, b.cons), _usage_html(rounds, pos)
-    cols = _columns_html(rounds[pos] if pos >= 0 else None, b.agents, b.edit if b.edit.get("round") == pos + 1 else None)
+    cols = _columns_html(rounds[pos] if pos >= 0 else None, b.agents,
+                         b.edit if b.edit.get("round") == pos + 1 else None)
     compare = self._compare_html() if len(self.branches) > 1 else ""
     self.b_back.disabled = busy or pos <= 0
     self.b_fwd.disabled = busy or at_end
@@ -563,14 +384,18 @@ def _draw(self: DebateStepper, s: dict):
     self.b_fork.disabled = busy or not rounds or not (b.debate is not None or self.live or log is not None)
     self.w_fmodel.layout.display = "" if log is not None else "none"
     self._fork_help()
-    self.w_error.value = f"<div class='madlab-error-text' style='color:#b00'>error: {_E(str(s['error']))}</div>" if s["error"] else ""
-    self.w_note.value = f"<div class='madlab-note-text' style='color:#7a4d00'>{_E(s['note'])}</div>" if s["note"] else ""
-    self.w_grid.value, self.w_cons.value, self.w_usage.value, self.w_cols.value, self.w_compare.value = grid, cons_html, usage, cols, compare
+    self.w_error.value = (f"<div class='madlab-error-text' style='color:#b00'>error: {_E(str(s['error']))}</div>"
+                          if s["error"] else "")
+    self.w_note.value = (f"<div class='madlab-note-text' style='color:#7a4d00'>{_E(s['note'])}</div>"
+                         if s["note"] else "")
+    self.w_grid.value, self.w_cons.value, self.w_usage.value = grid, cons_html, usage
+    self.w_cols.value, self.w_compare.value = cols, compare
     opts = [(f"round {k}: {r.name}", k) for k, r in enumerate(rounds, 1)]
     if list(self.w_fround.options) != opts: self.w_fround.options = opts
     if opts and self.w_fround.value != max(pos + 1, 1): self.w_fround.value = max(pos + 1, 1)
     self._fill_turns()
-    self.w_header.value = header       # a view that waits on the header finds the grid, the note and the error of the same state there
+    # a view that waits on the header finds the grid, the note and the error of the same state there
+    self.w_header.value = header
     self.w_busy.value = _busy_html(s["label"], s["calls"])
 
 # %% ../nbs/21_widgets.ipynb #04675565
@@ -589,11 +414,14 @@ def show(self: DebateStepper, branch: str|None = None, round: int|None = None):
     self._refresh()
     return self
 
+
+# %% ../nbs/21_widgets.ipynb #e72a2e80
 @patch
 def back(self: DebateStepper):
     "Show the previous round."
     return self.show(round=self.pos) if self.pos > 0 else self
 
+# %% ../nbs/21_widgets.ipynb #65926240
 @patch
 def forward(self: DebateStepper):
     "Show the next round already run."
@@ -602,13 +430,15 @@ def forward(self: DebateStepper):
 # %% ../nbs/21_widgets.ipynb #2a805372
 @patch
 async def astep(self: DebateStepper) -> Round|None:
-    "Show the next round, running it when it is new; None when this step found the debate's end. Raises when there is nothing to step or a round fails (the widget shows the error too)."
+    """Show the next round, running it when it is new; None when this step found the debate's end. Raises when there is
+    nothing to step or a round fails (the widget shows the error too)."""
     b = self.branch
     if b.pos < len(b.rounds) - 1: self.show(round=b.pos + 2); return b.rounds[b.pos]
     if self.busy: raise RuntimeError("the stepper is busy (a round or a fork is running): wait for it, or Stop a run")
     if b.done:
         why = "a saved transcript has no more rounds" if b.debate is None else f"the debate is over (status {b.status})"
-        raise RuntimeError(f"nothing to step on branch {b.name!r}: {why} after round {len(b.rounds)}; fork it to continue differently")
+        raise RuntimeError(f"nothing to step on branch {b.name!r}: {why} after round {len(b.rounds)}; fork it to "
+                           "continue differently")
     b.note = None
     return await self._busy(f"running round {len(b.rounds) + 1}", self._step_once(b))
 
@@ -619,6 +449,7 @@ async def _step_once(self: DebateStepper, b):
     finally:
         if len(b.rounds) > n: b.pos = len(b.rounds) - 1    # a round that failed is kept: show it, with its errors
 
+# %% ../nbs/21_widgets.ipynb #c858fad5
 @patch
 async def arun(self: DebateStepper) -> int:
     "Run the shown branch to its end (or until `stop()`), showing each round as it comes; the number of new rounds."
@@ -632,11 +463,13 @@ async def arun(self: DebateStepper) -> int:
             if not self._set_busy(f"running round {len(b.rounds) + 1}", unless_stopping=True): break
             if await self._step_once(b) is None: break
             if b is self.branch: self._refresh()
-        if self._stop and not b.done: b.note = f"stopped after round {len(b.rounds)} as asked: Step or Run to end continues from there"
+        if self._stop and not b.done: b.note = (f"stopped after round {len(b.rounds)} as asked: Step or Run to end "
+                                                "continues from there")
     try: await self._busy("running to the end", loop())
     finally: self._stop = self._running = False; self._refresh()
     return len(b.rounds) - n0
 
+# %% ../nbs/21_widgets.ipynb #fb0eabb1
 @patch
 def stop(self: DebateStepper):
     "Ask a running Run to end to stop after the round in flight (what the Stop button does)."
@@ -653,7 +486,8 @@ def _on_run(self: DebateStepper):
 # %% ../nbs/21_widgets.ipynb #9142d695
 @patch
 async def _busy(self: DebateStepper, label, coro):
-    "Run `coro` with the busy indicator on (its call count refreshed); an error is kept on the branch for the widget, then raised."
+    """Run `coro` with the busy indicator on (its call count refreshed); an error is kept on the branch for the widget,
+    then raised."""
     b = self.branch
     self.busy, b.error, self._label = True, None, label
     self._refresh()
@@ -678,14 +512,17 @@ def step(self: DebateStepper):
     "Blocking `astep` (for scripts; in a notebook prefer the button or `await astep()`)."
     return self._sync(self.astep())
 
+# %% ../nbs/21_widgets.ipynb #86cf846d
 @patch
 def run(self: DebateStepper):
     "Blocking `arun`."
     return self._sync(self.arun())
 
+# %% ../nbs/21_widgets.ipynb #c701ebdd
 @patch
 def _schedule(self: DebateStepper, coro):
-    "Run `coro` for a button: on the kernel's loop when there is one; its error is shown in the widget, not raised into the kernel."
+    """Run `coro` for a button: on the kernel's loop when there is one; its error is shown in the widget, not raised
+    into the kernel."""
     async def quietly():
         try: return await coro
         except Exception as e:
@@ -702,31 +539,24 @@ def _quiet_call(self: DebateStepper, fn):
     try: return fn()
     except Exception as e: self.branch.error = f"{type(e).__name__}: {e}"; self._refresh()
 
-# %% ../nbs/21_widgets.ipynb #b566df42
-def _edit_warning(d: Debate, original) -> str|None:
-    "Why the edited message of fork `d` was not fully read as an answer (None when it was)."
-    e = d.meta.get("forked_from", {}).get("edit")
-    if not e or e["round"] > len(d.rounds) or e["turn"] >= len(d.rounds[e["round"] - 1].turns): return None
-    t = d.rounds[e["round"] - 1].turns[e["turn"]]
-    new, old = answer_view(t.answer), answer_view(original)
-    missing = [k for k, v in new["parts"].items() if v is None] + [k for k in old["parts"] if k not in new["parts"]]
-    if not new["valid"] and not new["parts"]: return f"the edited message of {t.agent} could not be read as an answer: it is recorded as invalid (scored wrong)"
-    if missing or not new["valid"]:
-        return f"the edited message of {t.agent} was only partly read ({new['summary']}); nothing readable for {', '.join(missing) or 'some parts'}: those count as invalid"
-    return None
-
 # %% ../nbs/21_widgets.ipynb #541f0b12
 def _continue_branch(b: _Branch, round, model, agent=None, reply=None, turn=None) -> Debate:
-    "Branch `b`'s imported log continued from its round `round` (rounds 1..`round` as logged, one message edited if `reply` is given) with `model`, by `continue_log`."
+    """Branch `b`'s imported log continued from its round `round` (rounds 1..`round` as logged, one message edited if
+    `reply` is given) with `model`, by `continue_log`."""
     n, kept = len(b.rounds), b.kept
     if isinstance(round, int) and not isinstance(round, bool) and kept < round <= n:
-        raise ValueError(f"round {round} of this branch is the model's, not the log's: fork at a round in 1..{kept} to continue the log again "
+        raise ValueError(f"round {round} of this branch is the model's, not the log's: fork at a round in 1..{kept} to "
+                         "continue the log again "
                          "(a continued debate is not forked after its logged rounds)")
     if not isinstance(model, str) or not model.strip():
         specs = ", ".join(sorted({str(a.get("spec")) for a in b.log.team}))
-        raise OptionError("model", f"give a backend spec to continue this imported debate with, e.g. synthetic:strong or hf:smollm2 (its agents, {specs}, were not run here)")
-    if isinstance(round, int) and 1 <= round <= n and isinstance(turn, int) and 0 <= turn < len(b.rounds[round - 1].turns):
-        agent, turn = b.rounds[round - 1].turns[turn].agent, None        # by agent: a continued branch numbers its turns as the log does, but say who
+        raise OptionError("model",
+                          "give a backend spec to continue this imported debate with, e.g. synthetic:strong or "
+                          f"hf:smollm2 (its agents, {specs}, were not run here)")
+    if isinstance(round, int) and 1 <= round <= n and isinstance(turn,
+                                                                 int) and 0 <= turn < len(b.rounds[round - 1].turns):
+        # by agent: a continued branch numbers its turns as the log does, but say who
+        agent, turn = b.rounds[round - 1].turns[turn].agent, None
     try: return continue_log(b.log, round, model.strip(), agent=agent, reply=reply, turn=turn)
     except OptionError as e:
         if e.option == "agents": raise OptionError("model", e.message) from None
@@ -734,34 +564,46 @@ def _continue_branch(b: _Branch, round, model, agent=None, reply=None, turn=None
 
 # %% ../nbs/21_widgets.ipynb #69930f59
 @patch
-async def afork(self: DebateStepper, round: int, agent: str|None = None, reply: str|None = None, turn: int|None = None, model: str|None = None,
+async def afork(self: DebateStepper, round: int, agent: str|None = None, reply: str|None = None, turn: int|None = None,
+                model: str|None = None,
                 intervention: str|None = None, placebo_from=None) -> Debate:
-    "A new branch: the shown one replayed to round `round` (1-based) with one message (`agent`'s or turn number `turn`) replaced by `reply` or by an `intervention`'s reply (neutral, placebo from `placebo_from`, gold: `Debate.fork`); it becomes the shown branch. An imported debate is continued from its log instead (`continue_log`): rounds 1..`round` as logged, then `model` (a backend spec) answers for every agent."
+    """A new branch: the shown one replayed to round `round` (1-based) with one message (`agent`'s or turn number
+    `turn`) replaced by `reply` or by an `intervention`'s reply (neutral, placebo from `placebo_from`, gold:
+    `Debate.fork`); it becomes the shown branch. An imported debate is continued from its log instead
+    (`continue_log`): rounds 1..`round` as logged, then `model` (a backend spec) answers for every agent."""
     src = self.branch
     if self.busy: raise RuntimeError("the stepper is busy (a round or a fork is running): wait for it, or Stop a run")
     if model is not None and src.log is None:
-        msg = "model: only an imported debate is continued with a model; this one forks on its own team's backends (leave model out)"
+        msg = ("model: only an imported debate is continued with a model; this one forks on its own team's backends "
+               "(leave model out)")
         src.error = f"OptionError: {msg}"; self._refresh()
         raise OptionError("model", msg.removeprefix("model: "))
     if src.debate is None and not self.live and src.log is None:
-        msg = re.sub("<[^>]+>", "", _FORK_HELP.format(specs=", ".join(sorted({str(a.get("spec")) for a in src.transcript.team}))))
+        msg = re.sub("<[^>]+>", "",
+                     _FORK_HELP.format(specs=", ".join(sorted({str(a.get("spec")) for a in src.transcript.team}))))
         src.error = f"RuntimeError: {msg}"; self._refresh()
         raise RuntimeError(msg)
     async def go():
         loop = asyncio.get_running_loop()
         if src.log is not None:
-            r_ = intervention and intervention_reply(src.src.item, intervention, agent=agent or src.rounds[round - 1].turns[turn].agent, round=round, placebo_from=placebo_from)
+            r_ = intervention and intervention_reply(src.src.item, intervention, round=round, placebo_from=placebo_from,
+                                                     agent=agent or src.rounds[round - 1].turns[turn].agent)
             d = await loop.run_in_executor(None, lambda: _continue_branch(src, round, model, agent, r_ or reply, turn))
         else:
             base = src.debate
-            if base is None: base = await loop.run_in_executor(None, lambda: Debate.from_transcript(src.transcript, live=True))
-            d = await base.afork(round, agent=agent, reply=reply, turn=turn, intervention=intervention, placebo_from=placebo_from)
+            if base is None:
+                base = await loop.run_in_executor(None, lambda: Debate.from_transcript(src.transcript, live=True))
+            d = await base.afork(round, agent=agent, reply=reply, turn=turn, intervention=intervention,
+                                 placebo_from=placebo_from)
         edit = d.meta["forked_from"].get("edit") or {}
-        name = f"fork {len(self.branches)}: round {round}" + (f", {model.strip()}" if src.log is not None else "") + (f", {edit['agent']} {edit.get('intervention') or 'edited'}" if edit else "")
-        nb = _Branch(name, debate=d, origin={"branch": src.name, "round": round, **({"agent": edit.get("agent")} if edit else {}),
+        name = (f"fork {len(self.branches)}: round {round}" + (f", {model.strip()}" if src.log is not None else "")
+                + (f", {edit['agent']} {edit.get('intervention') or 'edited'}" if edit else ""))
+        nb = _Branch(name, debate=d, origin={"branch": src.name, "round": round,
+                                             **({"agent": edit.get("agent")} if edit else {}),
                                              **({"model": model.strip()} if src.log is not None else {})})
         nb.pos = len(d.rounds) - 1
-        nb.note = _edit_warning(d, src.rounds[round - 1].turns[edit["turn"]].answer) if edit and edit.get("intervention") != "neutral" else None
+        nb.note = (_edit_warning(d, src.rounds[round - 1].turns[edit["turn"]].answer)
+                   if edit and edit.get("intervention") != "neutral" else None)
         if nb.note: warnings.warn(nb.note, stacklevel=2)
         self.branches[name] = nb
         self._attach(nb)
@@ -775,39 +617,37 @@ async def afork(self: DebateStepper, round: int, agent: str|None = None, reply: 
 
 # %% ../nbs/21_widgets.ipynb #3573dd47
 @patch
-def fork(self: DebateStepper, round: int, agent: str|None = None, reply: str|None = None, turn: int|None = None, model: str|None = None,
+def fork(self: DebateStepper, round: int, agent: str|None = None, reply: str|None = None, turn: int|None = None,
+         model: str|None = None,
          intervention: str|None = None, placebo_from=None) -> Debate:
     "Blocking `afork`."
-    return self._sync(self.afork(round, agent=agent, reply=reply, turn=turn, model=model, intervention=intervention, placebo_from=placebo_from))
+    return self._sync(self.afork(round, agent=agent, reply=reply, turn=turn, model=model, intervention=intervention,
+                                 placebo_from=placebo_from))
 
 # %% ../nbs/21_widgets.ipynb #c1ac2417
 from .cost import load_prices, item_cost
 
 @patch
 def _branch_cost(self: DebateStepper, b) -> float|None:
-    "What branch `b`'s calls cost in US dollars at the stepper's price table (`prices`: madlab's own unless set; `OpenRun.stepper` gives the run's); None where no model of it has a price. Replayed rounds cost nothing."
+    """What branch `b`'s calls cost in US dollars at the stepper's price table (`prices`: madlab's own unless set;
+    `OpenRun.stepper` gives the run's); None where no model of it has a price. Replayed rounds cost nothing."""
     t = b.debate.transcript if b.debate is not None else b.transcript
     if t is None: return None
     if getattr(self, "prices", None) is None: self.prices = load_prices()
     return item_cost(t, self.prices)["cost"]
 
 # %% ../nbs/21_widgets.ipynb #69486094
-def _changed(a, b, missing: str = "invalid") -> str|None:
-    "Which parts (players, items) of answer `a` differ from `b`, as 'part: b→a'; the whole answers when they have no parts (`missing` for none)."
-    if a is None and b is None: return None
-    pa, pb = _parts_of(a) or {}, _parts_of(b) or {}
-    if pa or pb: return "; ".join(f"{k}: {_text(pb.get(k))}→{_text(pa.get(k))}" for k in dict.fromkeys([*pb, *pa]) if pa.get(k) != pb.get(k)) or "none"
-    return "none" if answer_key(a) == answer_key(b) else f"{missing if b is None else _text(b)}→{missing if a is None else _text(a)}"
-
 @patch
 def _status_of(self: DebateStepper, name: str) -> str|None:
-    "Branch `name`'s status as shown: a debate begun and running no round now reads 'paused' (its transcript says 'running')."
+    """Branch `name`'s status as shown: a debate begun and running no round now reads 'paused' (its transcript says
+    'running')."""
     b = self.branches[name]
     return "paused" if b.status == "running" and not (self.busy and name == self.current) else b.status
 
 @patch
 def compare(self: DebateStepper) -> pd.DataFrame:
-    "One row per branch: where it forked (round numbers from 1), what was edited, how it ended, what changed from its origin, its cost."
+    """One row per branch: where it forked (round numbers from 1), what was edited, how it ended, what changed from its
+    origin, its cost."""
     rows = []
     for name, b in self.branches.items():
         res, o = b.result or {}, b.origin or {}
@@ -815,10 +655,14 @@ def compare(self: DebateStepper) -> pd.DataFrame:
         ans = _result_answer(res)
         parent = self.branches.get(o.get("branch"))
         rows.append({"branch": name, "forked_from": o.get("branch"), "fork_round": o.get("round"),
-                     "edited_agent": b.edit.get("agent"), "edited_reply": b.edit.get("reply"), "rounds": len(b.rounds), "status": self._status_of(name),
-                     "answer": _text(ans) if ans is not None else (decision_summary(res) if b.done and res else None), "correct": res.get("correct"),
-                     "changed": _changed(ans, _result_answer(parent.result or {}), "no decision") if parent is not None and b.done and parent.done else None,
-                     "calls": sum(t.usage.calls for t in turns if not t.cached), "cached_calls": sum(bool(t.cached) for t in turns),
+                     "edited_agent": b.edit.get("agent"), "edited_reply": b.edit.get("reply"), "rounds": len(b.rounds),
+                     "status": self._status_of(name),
+                     "answer": _text(ans) if ans is not None else (decision_summary(res) if b.done and res else None),
+                     "correct": res.get("correct"),
+                     "changed": (_changed(ans, _result_answer(parent.result or {}), "no decision")
+                                 if parent is not None and b.done and parent.done else None),
+                     "calls": sum(t.usage.calls for t in turns if not t.cached),
+                     "cached_calls": sum(bool(t.cached) for t in turns),
                      "tokens": sum(t.usage.total_tokens for t in turns), "cost": self._branch_cost(b)})
     df = pd.DataFrame(rows)
     df["fork_round"] = df["fork_round"].astype("Int64")        # a round number, not a float; empty for main
@@ -828,14 +672,17 @@ def compare(self: DebateStepper) -> pd.DataFrame:
 def _compare_html(self: DebateStepper) -> str:
     df = self.compare().drop(columns=["edited_reply"])
     head = "".join(f"<th>{_E(c)}</th>" for c in df.columns)
-    cell = lambda c, v: f"<td class='madlab-cmp-{_E(c)}'>{_E('' if v is None or v is pd.NA or (isinstance(v, float) and pd.isna(v)) else str(v))}</td>"
-    body = "".join("<tr>" + "".join(cell(c, v) for c, v in zip(df.columns, r)) + "</tr>" for r in df.itertuples(index=False))
+    blank = lambda v: v is None or v is pd.NA or (isinstance(v, float) and pd.isna(v))
+    cell = lambda c, v: f"<td class='madlab-cmp-{_E(c)}'>{_E('' if blank(v) else str(v))}</td>"
+    body = "".join("<tr>" + "".join(cell(c, v) for c, v in zip(df.columns, r)) + "</tr>"
+                   for r in df.itertuples(index=False))
     return f"<b>branches</b><table class='madlab-compare-table'><tr>{head}</tr>{body}</table>"
 
 # %% ../nbs/21_widgets.ipynb #316df1b4
 @patch
 def export(self: DebateStepper, folder: str|Path|None = None) -> dict:
-    "Write the shown branch's transcript (`.json`) and HTML log (`.html`) to `folder` (default `export_dir`); their paths."
+    """Write the shown branch's transcript (`.json`) and HTML log (`.html`) to `folder` (default `export_dir`); their
+    paths."""
     b = self.branch
     folder = Path(folder if folder is not None else self.export_dir)
     folder.mkdir(parents=True, exist_ok=True)
@@ -843,6 +690,7 @@ def export(self: DebateStepper, folder: str|Path|None = None) -> dict:
     stem = re.sub(r"[^A-Za-z0-9._-]+", "-", f"{t.meta.get('id') or 'debate'}-{b.name}").strip("-.")[:120]
     paths = {"json": folder / f"{stem}.json", "html": folder / f"{stem}.html"}
     t.to_json(paths["json"]); t.to_html(paths["html"], title=f"{t.protocol} · {b.name}")
-    b.note = f"exported branch {b.name!r} (round {len(t.rounds)}, status {self._status_of(b.name)}) to {paths['json']} and {paths['html']}"
+    b.note = (f"exported branch {b.name!r} (round {len(t.rounds)}, status {self._status_of(b.name)}) to "
+              f"{paths['json']} and {paths['html']}")
     self._refresh()
     return paths

@@ -270,13 +270,15 @@ def test_import_run_lives_beside_the_runner():
     assert mir.import_run is import_run and not hasattr(mi, "import_run")
 
 def test_continue_log_lives_beside_fork(files):
-    "continue_log is madlab.debate's (beside Debate.fork), not madlab.imports'; in a fresh process the stepper alone knows which imported logs go on."
+    """continue_log is madlab.debate's (beside Debate.fork), not madlab.imports'. The views run nothing: in a fresh process
+    the stepper alone (madlab.widgets) does not import the log readers, and continue_log says to import them; with
+    madlab.imports, or a run folder opened by madlab.runs (the caller that opens imported runs), imported logs go on."""
     import madlab.imports as mi, madlab.debate as md
     assert md.continue_log.__module__ == "madlab.debate" and not hasattr(mi, "continue_log")
     import_run("du", files / "du.json", files / "du")
     import_run("critic_actor", files / "ca.json", files / "ca")       # their formats, the protocols' parts, say whether their logs go on
     assert md.LOG_CONTINUATIONS["du"] is None and "not the chats" in md.LOG_CONTINUATIONS["critic_actor"]
-    code = ("import sys; from madlab.core import Transcript; import madlab.widgets; from madlab.debate import continue_log\n"
+    code = ("import sys; from madlab.core import Transcript; import madlab.imports; from madlab.debate import continue_log\n"
             "t = Transcript.from_json(open(sys.argv[1]).read()); d = continue_log(t, 1, 'synthetic:medium', rounds=3); print(len(d.run().rounds))\n"
             "c = Transcript.from_json(open(sys.argv[2]).read())\n"
             "try: continue_log(c, 1, 'synthetic:medium')\nexcept ValueError as e: print(e)")
@@ -285,3 +287,12 @@ def test_continue_log_lives_beside_fork(files):
     p = subprocess.run([sys.executable, "-c", code, *map(str, ts)], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     assert p.stdout.splitlines()[0] == "4" and "cannot be continued with a model: CS546" in p.stdout, p.stdout
+    alone = ("import sys, madlab.widgets; from madlab.core import Transcript; from madlab.debate import continue_log\n"
+             "assert 'madlab.imports' not in sys.modules\n"
+             "try: continue_log(Transcript.from_json(open(sys.argv[1]).read()), 1, 'synthetic:medium')\nexcept ValueError as e: print(e)")
+    p = subprocess.run([sys.executable, "-c", alone, str(ts[0])], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0 and "`import madlab.imports` registers" in p.stdout, p.stdout + p.stderr
+    opened = ("import sys; from madlab.runs import open_run\n"
+              "s = open_run(sys.argv[1]).stepper(0); d = s.fork(1, model='synthetic:medium'); s.run(); print(len(d.rounds) > 1, d.done)")
+    p = subprocess.run([sys.executable, "-c", opened, str(files / "du")], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0 and p.stdout.split() == ["True", "True"], p.stdout + p.stderr[-2000:]

@@ -30,8 +30,13 @@ def _top_level_imports(path: Path, me: str) -> set[str]:
     visit(ast.parse(path.read_text()).body)
     return out
 
-def test_core_imports_nothing_of_madlab():
-    assert not {d for d in _top_level_imports(PKG / "core.py", "madlab.core") if d != "madlab"}
+LEAVES = ("madlab.registry", "madlab.redact", "madlab.pages", "madlab.jsontext")   # below core: they import nothing of madlab
+
+def test_core_imports_nothing_of_madlab_but_the_leaves():
+    "core imports only the leaves below it (anywhere, inside functions too), and they import nothing of madlab."
+    g = _graph()
+    assert g["madlab.core"] <= set(LEAVES), g["madlab.core"]
+    assert not {leaf: g[leaf] for leaf in LEAVES if g[leaf]}
 
 def _protocol_files() -> list[Path]:
     "Every module under madlab/protocols/, those of a protocol's own package (protocols/agentverse/) included."
@@ -99,7 +104,7 @@ def test_import_finder_sees_lazy_and_relative_imports(tmp_path):
 
 ALLOWED_CIRCLES: list = []   # no circle at all
 COMPAT_EDGES: set = set()   # edges left out of the graph: none
-VIEWS = ("madlab.widgets", "madlab.viz", "madlab.live")
+VIEWS = ("madlab.widgets", "madlab.positions", "madlab.viz", "madlab.live")
 
 def _graph(pkg: Path = PKG, compat=COMPAT_EDGES) -> dict[str, set[str]]: return _ig.import_graph(pkg, compat)
 def _circles(graph) -> list[set[str]]: return [set(c) for c in _ig.circles(graph)]
@@ -145,3 +150,23 @@ def test_import_graph_tool_agrees():
     g = _graph()
     printed = dict(l.split(" -> ", 1) for l in out.stdout.splitlines() if " -> " in l and not l.startswith(("circle", "view", "left out")))
     assert {m: {"madlab." + d for d in v.split(", ")} if v != "(nothing)" else set() for m, v in printed.items()} == g
+
+def test_no_module_over_700_lines():
+    "No module of madlab is longer than `MAX_LINES` (700) but those in the shrinking `LONG_MODULES`, none longer than listed."
+    bad = _ig.too_long()
+    assert not bad, "split these modules by concern (a notebook each):\n" + "\n".join(bad)
+
+def test_the_length_check_finds_a_long_module(tmp_path):
+    pkg = tmp_path / "madlab"; pkg.mkdir()
+    (pkg / "a.py").write_text("x = 1\n" * 700); (pkg / "b.py").write_text("x = 1\n" * 701); (pkg / "_modidx.py").write_text("d = 1\n" * 900)
+    assert _ig.too_long(pkg, allowed={}) == ["madlab.b: 701 lines (at most 700)"]
+    assert _ig.too_long(pkg, allowed={"madlab.b": 701}) == [] and _ig.too_long(pkg, allowed={"madlab.b": 701}, cap=699) != []
+
+RUNNING = (  # what imports or runs debates; a view shows what it is given
+    "madlab.imports", "madlab.import_run", "madlab.run", "madlab.experiments")
+
+def test_views_run_nothing():
+    "Widgets, viz and live reach none of the importers, the runner or the experiments, at module level or inside functions."
+    g = _graph()
+    found = {f"{v} -> {goal}": " -> ".join(p) for v in VIEWS for goal in RUNNING if (p := _path(g, v, goal))}
+    assert not found, found

@@ -1,5 +1,5 @@
 """Notebooks read as documentation: each exported cell holds one small definition (at most `CAP` lines)."""
-import json, re
+import ast, json, os, re, shutil, subprocess, sys
 from pathlib import Path
 import pytest
 
@@ -49,3 +49,118 @@ def test_the_check_finds_a_long_cell(tmp_path):
     assert too_long(nb(CAP + 1)) == [f"x.ipynb cell abc: {CAP + 1} lines (at most {CAP})"]
     assert too_long(nb(70), allowed={("x.ipynb", "abc"): 70}) == []
     assert too_long(nb(71), allowed={("x.ipynb", "abc"): 70}) != []
+
+# One public definition per exported cell, lines of at most 120 characters: enforced on the notebooks listed in `STYLED`.
+# This list is to grow (the opposite of `ALLOWED`): bring a notebook to the style (split each exported cell to one public
+# definition with its sentence and example; wrap long lines by hand) and add it here.
+STYLED = [
+    "00_core.ipynb", "00_registry.ipynb", "00b_store.ipynb", "00c_redact.ipynb", "00d_pages.ipynb",
+    "00e_jsontext.ipynb", "03a_cost.ipynb", "20_viz.ipynb", "20a_positions.ipynb", "21_widgets.ipynb",
+    "22_live.ipynb", "23a_baselines_budget.ipynb", "23b_blame.ipynb", "23c_export.ipynb",
+]
+LINE_LENGTH = 120   # pyproject.toml [tool.ruff] line-length; ruff's E501 checks it in every code cell
+
+def _public_names(tree: ast.Module) -> list[str]:
+    """The public definitions at the top level of a cell: `def`, `async def`, `class` and assignments to a name not
+    starting with `_` (inside top-level `if`/`try` too). A `@patch`ed function is one definition, named by its method.
+    Public constants count: they land in `__all__` and are documented like functions. Imports, expressions and
+    underscore names (helpers, `__all__`-like dunders) are not public definitions."""
+    out = []
+    def targets(t):
+        if isinstance(t, ast.Name): yield t.id
+        elif isinstance(t, (ast.Tuple, ast.List)):
+            for e in t.elts: yield from targets(e)
+    def visit(body):
+        for n in body:
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)): out.append(n.name)
+            elif isinstance(n, ast.Assign): out.extend(x for t in n.targets for x in targets(t))
+            elif isinstance(n, (ast.AnnAssign, ast.AugAssign)) and isinstance(n.target, ast.Name):
+                if not isinstance(n, ast.AugAssign): out.append(n.target.id)
+            elif isinstance(n, (ast.If, ast.Try)):
+                visit(n.body); visit(n.orelse)
+                for h in getattr(n, "handlers", []): visit(h.body)
+                visit(getattr(n, "finalbody", []))
+    visit(tree.body)
+    return [x for x in dict.fromkeys(out) if not x.startswith("_")]
+
+def _code(src: str) -> str:
+    "A cell's source as Python: nbdev's `#|` directives and IPython's `%`/`!` lines become blank lines."
+    return "\n".join("" if l.lstrip().startswith(("%", "!")) else l for l in src.splitlines())
+
+def crowded_cells(path: Path) -> list[str]:
+    "The exported cells of a notebook holding more than one public definition."
+    name = str(path.relative_to(NBS)) if path.is_relative_to(NBS) else path.name
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    out = []
+    for c in nb["cells"]:
+        src = "".join(c["source"]) if isinstance(c["source"], list) else c["source"]
+        if c["cell_type"] != "code" or not EXPORT.match(src.lstrip()): continue
+        names = _public_names(ast.parse(_code(src)))
+        if len(names) > 1: out.append(f"{name} cell {c.get('id')}: {len(names)} public definitions ({', '.join(names)})")
+    return out
+
+def _ruff() -> str|None:
+    "The ruff next to this Python (the dev install's), else one on PATH; None when there is none."
+    here = Path(sys.executable).parent / "ruff"
+    return str(here) if here.exists() else shutil.which("ruff")
+
+def long_lines(paths: list[Path], ruff: str) -> list[str]:
+    "`notebook cell N line L: (length)` for each code line over `LINE_LENGTH`, as ruff (E501, pyproject's settings) reports it."
+    out = subprocess.run([ruff, "check", "--no-cache", "--select", "E501", "--output-format", "json",
+                          "--config", str(NBS.parent / "pyproject.toml"), *map(str, paths)],
+                         capture_output=True, text=True, timeout=300, cwd=NBS.parent)
+    if out.returncode not in (0, 1): raise RuntimeError(f"ruff failed ({out.returncode}): {out.stderr[-2000:]}")
+    return [f"{Path(d['filename']).name} cell {d.get('cell')} line {d['location']['row']}: {d['message']}"
+            for d in json.loads(out.stdout or "[]")]
+
+def _styled() -> list[Path]: return [NBS / n for n in STYLED]
+
+@pytest.mark.parametrize("name", STYLED)
+def test_styled_notebooks_hold_one_public_definition_per_exported_cell(name):
+    bad = crowded_cells(NBS / name)
+    assert not bad, "give each public definition its own cell (with its sentence and example):\n" + "\n".join(bad)
+
+def _need_ruff() -> str:
+    ruff = _ruff()
+    if ruff is None:
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"): pytest.fail("ruff is not installed (the dev extra has it)")
+        pytest.skip("ruff is not installed: `pip install -e '.[dev]'` (the dev extra) brings it; the line-length check did not run")
+    return ruff
+
+def test_styled_notebooks_keep_lines_within_120():
+    bad = long_lines(_styled(), _need_ruff()) if STYLED else []
+    assert not bad, f"wrap these lines by hand to at most {LINE_LENGTH} characters:\n" + "\n".join(bad)
+
+def test_styled_notebooks_exist_and_are_sorted():
+    assert STYLED == sorted(set(STYLED)) and all((NBS / n).exists() for n in STYLED), STYLED
+
+def _notebook(tmp_path, *sources) -> Path:
+    p = tmp_path / "x.ipynb"
+    cells = [{"cell_type": "code", "id": f"c{i}", "metadata": {}, "outputs": [], "execution_count": None, "source": s}
+             for i, s in enumerate(sources)]
+    p.write_text(json.dumps({"cells": cells, "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3",
+                             "language": "python"}}, "nbformat": 4, "nbformat_minor": 5}))
+    return p
+
+def test_the_check_finds_two_public_definitions(tmp_path):
+    ok = _notebook(tmp_path, "#| export\nfrom fastcore.basics import patch\n_X = 1\ndef f(): return _X\ndef _g(): pass",
+                   "#| export\n@patch\ndef show(self: int): pass\n@patch\ndef _draw(self: int): pass", "def a(): pass\ndef b(): pass")
+    assert crowded_cells(ok) == []
+    bad = _notebook(tmp_path, "#| export\nclass A: pass\ndef f(): pass")
+    assert crowded_cells(bad) == ["x.ipynb cell c0: 2 public definitions (A, f)"]
+    two_patches = _notebook(tmp_path, "#| export\n@patch\ndef back(self: int): pass\n@patch\ndef forward(self: int): pass")
+    assert crowded_cells(two_patches) == ["x.ipynb cell c0: 2 public definitions (back, forward)"]
+    constant = _notebook(tmp_path, "#| exports\nROLES = ('a',)\ndef role(): pass")
+    assert crowded_cells(constant) == ["x.ipynb cell c0: 2 public definitions (ROLES, role)"]
+
+def test_the_check_finds_a_121_character_line(tmp_path):
+    ruff = _need_ruff()
+    fits = "x = " + "1" * (LINE_LENGTH - 4)
+    assert long_lines([_notebook(tmp_path, "#| export\n" + fits)], ruff) == []
+    assert long_lines([_notebook(tmp_path, "y = 2", "#| export\n" + fits + "1")], ruff) == [
+        f"x.ipynb cell 2 line 2: Line too long ({LINE_LENGTH + 1} > {LINE_LENGTH})"]
+
+def test_ruff_reads_the_line_length_from_pyproject():
+    import tomllib
+    conf = tomllib.loads((NBS.parent / "pyproject.toml").read_text())["tool"]["ruff"]
+    assert conf["line-length"] == LINE_LENGTH and "E501" in conf["lint"]["select"]

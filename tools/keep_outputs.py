@@ -51,7 +51,7 @@ def _secret(text: str) -> str | None:
     "A credential-shaped string in `text` (madlab's own scrubber, plus key formats of the common providers), or None."
     if m := KEYS.search(text): return m.group(0)[:6] + "..."
     try:
-        from madlab.core import scrub_secrets
+        from madlab.redact import scrub_secrets
         if scrub_secrets(text) != text: return "a token madlab's scrubber redacts"
     except ImportError: pass
     return None

@@ -10,6 +10,7 @@ import collections, json, logging
 from dataclasses import dataclass, field
 from typing import Literal
 from ..core import *
+from ..jsontext import extract_json
 from ..core import Ask, AnswerSchema
 from ..formats import AnswerFormat, register_format, schema_for
 from ..synthetic import synthetic_confidence

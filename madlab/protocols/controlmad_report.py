@@ -11,7 +11,7 @@ from markupsafe import Markup
 from pathlib import Path
 import pandas as pd
 from ..core import *
-from ..core import _page
+from ..pages import _page
 from .controlmad import controlmad
 from ..scoring import score_result, agent_usage
 from ..puzzles import KKS_ROLES

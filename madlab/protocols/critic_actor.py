@@ -10,6 +10,7 @@ import json, re
 from dataclasses import dataclass, field
 from typing import Literal
 from ..core import *
+from ..jsontext import json_objects
 from ..core import Ask, AnswerSchema
 from ..formats import AnswerFormat, register_format, schema_for
 from ..synthetic import Persona, synthetic_rng, believes_gold

@@ -10,6 +10,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 from ..core import *
+from ..jsontext import json_objects
 from ..core import Ask, AnswerSchema
 from ..formats import AnswerFormat, register_format, answer_format
 from ..debate import Debate, argument, EXTRA_ROLES

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, asdict, replace
 from pathlib import Path
 from typing import Callable
 from ..core import *
+from ..jsontext import json_objects
 from ..core import Ask
 from ..formats import AnswerFormat, register_format, schema_for
 from ..synthetic import synthetic_rng, believes_gold, conform, synthetic_confidence

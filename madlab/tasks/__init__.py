@@ -8,7 +8,8 @@ Docs: https://madlab.github.io/madlab/tasks.html.md"""
 from __future__ import annotations
 import csv, dataclasses, hashlib, importlib, io, pkgutil, re
 from pathlib import Path
-from ..core import Item, OptionError, madlab_data, _read_jsonl
+from ..core import Item, OptionError, madlab_data
+from ..jsontext import _read_jsonl
 from ..formats import Task, TASKS, register_task
 from ..scoring import extract_number, parse_choice, _to_number, NUMBER, CHOICE, TEXT
 from ..public_sets import PUBLIC_SETS, public_set_path, missing_set

@@ -6,7 +6,8 @@ Docs: https://madlab.github.io/madlab/gsm8k.html.md"""
 
 # %% ../../nbs/04e_gsm8k.ipynb #f9ffbef8
 from __future__ import annotations
-from ..core import Item, _read_jsonl
+from ..core import Item
+from ..jsontext import _read_jsonl
 from ..formats import Task, register_task
 from ..scoring import NUMBER, _to_number
 

@@ -10,7 +10,8 @@ import dataclasses, json, re
 from dataclasses import dataclass
 from pathlib import Path
 from ..core import *
-from ..core import Ask, AnswerSchema, _loads
+from ..core import Ask, AnswerSchema
+from ..jsontext import json_objects, _loads
 from ..formats import AnswerFormat, Task, register_format, register_task
 from ..synthetic import Persona, synthetic_rng, believes_gold, conform, synthetic_confidence, _convinced
 from ..puzzles import KKS_ROLES, Puzzle

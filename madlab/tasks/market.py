@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from ..core import *
-from ..core import _read_jsonl
+from ..jsontext import extract_json, _read_jsonl
 from ..formats import AnswerFormat, Task, register_format, register_task, reasoned
 from ..synthetic import synthetic_rng, believes_gold, conform, synthetic_confidence
 

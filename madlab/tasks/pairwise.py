@@ -10,7 +10,7 @@ import collections, json, re
 from dataclasses import dataclass
 from pathlib import Path
 from ..core import *
-from ..core import _read_jsonl
+from ..jsontext import _read_jsonl
 from ..formats import AnswerFormat, Task, register_format, register_task, reasoned, answer_field
 from ..synthetic import synthetic_rng, believes_gold, conform
 

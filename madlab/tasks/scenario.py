@@ -6,7 +6,8 @@ Docs: https://madlab.github.io/madlab/scenario.html.md"""
 
 # %% ../../nbs/04h_scenario.ipynb #3fb44c2e
 from __future__ import annotations
-from ..core import Item, _read_jsonl
+from ..core import Item
+from ..jsontext import _read_jsonl
 from ..formats import Task, register_task
 from ..scoring import TEXT
 
