@@ -37,8 +37,9 @@ _TYPES: dict[str, type] = {}
 _NAMES: dict[type, str] = {}     # class -> the name its JSON carries
 
 def serializable(cls=None, *, name: str|None = None):
-    """Register dataclass `cls` so `to_jsonable`/`from_jsonable` round-trip it by name: `module.Class`, or `name`, the name
-    JSON already carries for a class that moved to another module (`@serializable(name="madlab.market.StockAnswer")`)."""
+    """Register dataclass `cls` so `to_jsonable`/`from_jsonable` round-trip it by name: `module.Class`, or `name`,
+    the name JSON already carries for a class that moved to another module
+    (`@serializable(name="madlab.market.StockAnswer")`)."""
     if cls is None: return lambda c: serializable(c, name=name)
     _NAMES[cls] = name or f"{cls.__module__}.{cls.__qualname__}"
     _TYPES[_NAMES[cls]] = _TYPES[f"{cls.__module__}.{cls.__qualname__}"] = cls
