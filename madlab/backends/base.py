@@ -21,17 +21,23 @@ __all__ = ['ENTRY_POINT_GROUP', 'BACKEND_PROVIDERS', 'held_call', 'display_name'
            'load_providers', 'Ask', 'AnswerSchema', 'schema_for', 'schema_example', 'Backend', 'BackendError']
 
 # %% ../../nbs/01_backends.ipynb #3e887c12
-_all_ = ['Ask', 'AnswerSchema', 'schema_for', 'schema_example', 'Backend', 'BackendError']   # the request contract lives in `madlab.core` and `madlab.formats`; old imports keep working
+# the request contract lives in `madlab.core` and `madlab.formats`; old imports keep working
+_all_ = ['Ask', 'AnswerSchema', 'schema_for', 'schema_example', 'Backend', 'BackendError']
 
-def held_call(backend, ask: Ask|None, params: dict, mode: str = "auto", max_tokens: int|None = None) -> tuple[dict, str]:
-    "`params` with the reply's schema (capped to `max_tokens`) where `backend` can hold a reply to one and `mode` is not off, and the prompt note that shows it."
+def held_call(
+    backend, ask: Ask | None, params: dict, mode: str = "auto", max_tokens: int | None = None
+) -> tuple[dict, str]:
+    """`params` with the reply's schema (capped to `max_tokens`) where `backend` can hold a reply to one and `mode` is
+    not off, and the prompt note that shows it."""
     sch = schema_for(ask) if mode != "off" and getattr(backend, "structured", None) else None
-    if sch is None: return params, ""
+    if sch is None:
+        return params, ""
     return {**params, "schema": sch.capped(max_tokens)}, ("" if sch.prompted else "\n\n" + sch.note())
 
 # %% ../../nbs/01_backends.ipynb #908608d0
 def display_name(display: str, model: str) -> str:
-    "An agent's readable name `DISPLAY-MODEL`: characters of `model` other than letters, digits and `._-` become dashes."
+    """An agent's readable name `DISPLAY-MODEL`: characters of `model` other than letters, digits and `._-` become
+    dashes."""
     model = re.sub(r"[^A-Za-z0-9._-]+", "-", model).strip("-")
     return f"{display}-{model}" if model else display
 
@@ -95,7 +101,8 @@ ENTRY_POINT_GROUP = "madlab.backends"         # where another installed package 
 
 # %% ../../nbs/01_backends.ipynb #c75d51fc
 def _as_provider(prefix: str, obj):
-    "What an entry point gives, as a record: a `Provider` as it is, a bare factory `f(rest, **kw)` as the record of `prefix`."
+    """What an entry point gives, as a record: a `Provider` as it is, a bare factory `f(rest, **kw)` as the record of
+    `prefix`."""
     return Provider(prefix, obj) if callable(obj) and not isinstance(obj, Provider) else obj
 
 def _provider_doc(p) -> str: return p.doc or (_one_line(p.factory) if callable(p.factory) else "")
@@ -115,7 +122,8 @@ def register_backend(prefix: str, factory: Callable, requires=(), extra: str|Non
     """Make specs `PREFIX:REST` build `factory(rest, **kw)` (a `Backend`): the record of `prefix` with `factory`,
     `requires` (the modules its backends need, looked for before one is built), `extra` (madlab's pip extra that
     installs them) and `record`'s other fields (see `Provider`). Returns `factory`."""
-    if not callable(factory): raise TypeError(f"the factory of {prefix}: must be callable; got {type(factory).__name__}")
+    if not callable(factory):
+        raise TypeError(f"the factory of {prefix}: must be callable; got {type(factory).__name__}")
     register_provider(Provider(prefix, factory, requires=requires, extra=extra, **record), replace)
     return factory
 
@@ -144,33 +152,41 @@ def logprob_kinds(how: str = "model") -> list[str]:
 class MissingPackages(ImportError, ValueError):
     "A backend whose provider needs packages that are not installed; the message names them and how to install them."
 
+# %% ../../nbs/01_backends.ipynb #631227d5
 def _installed(module: str) -> bool:
     import importlib.util
     try: return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError): return False       # a parent package missing, or a blocked module (None in sys.modules)
+    # a parent package missing, or a blocked module (None in sys.modules)
+    except (ImportError, ValueError): return False
 
 def missing_packages(kind: str) -> list[str]:
     "The modules `kind:` backends need (see `register_backend`) that are not installed; nothing is imported."
     p = BACKEND_PROVIDERS[kind] if kind in BACKEND_PROVIDERS else None
     return [m for m in (p.requires if p else ()) if not _installed(m)]
 
+# %% ../../nbs/01_backends.ipynb #9724eebd
 def check_requirements(spec: str) -> None:
-    "Refuse a spec (`MissingPackages`) whose provider needs packages that are not installed, naming them and how to get them."
+    """Refuse a spec (`MissingPackages`) whose provider needs packages that are not installed, naming them and how to
+    get them."""
     kind = str(spec).split(":", 1)[0]
     missing = missing_packages(kind)
     if not missing: return
     extra = BACKEND_PROVIDERS[kind].extra
     how = f"pip install 'madlab[{extra}]'" if extra else "pip install " + " ".join(missing)
-    raise MissingPackages(f"{spec}: {kind}: backends need {', '.join(missing)}, not installed here; install with: {how}",
-                          name=missing[0])
+    raise MissingPackages(
+        f"{spec}: {kind}: backends need {', '.join(missing)}, not installed here; install with: {how}", name=missing[0]
+    )
 
 # %% ../../nbs/01_backends.ipynb #0d386702
 def backend_kinds() -> tuple[str, ...]:
-    "The spec prefixes madlab can build now: those registered, then those installed packages offer (loaded on first use)."
+    """The spec prefixes madlab can build now: those registered, then those installed packages offer (loaded on first
+    use)."""
     return BACKEND_PROVIDERS.names()
 
+# %% ../../nbs/01_backends.ipynb #4865c5b2
 def get_backend(spec: str, **kw) -> Backend:
-    "Build the backend named by `spec`, `KIND:REST`, with the provider registered for `KIND` (see `backend_kinds`); `kw` go to it."
+    """Build the backend named by `spec`, `KIND:REST`, with the provider registered for `KIND` (see `backend_kinds`);
+    `kw` go to it."""
     if isinstance(spec, Backend): return spec
     if not isinstance(spec, str) or ":" not in spec:
         raise ValueError(f"backend spec must look like KIND:NAME with KIND one of {', '.join(backend_kinds())}; got {spec!r}")
@@ -178,9 +194,9 @@ def get_backend(spec: str, **kw) -> Backend:
     p = BACKEND_PROVIDERS.lookup(kind, lambda m: ValueError(f"{m} (in {spec!r})"))   # an entry point loads now
     check_requirements(spec)                    # a missing package is named before anything is built or called
     b = p.build(rest, **kw)
-    if not callable(getattr(b, "complete", None)): raise TypeError(f"the {kind}: provider built {type(b).__name__}, not a backend (it has no `complete`)")
+    if not callable(getattr(b, "complete", None)):
+        raise TypeError(f"the {kind}: provider built {type(b).__name__}, not a backend (it has no `complete`)")
     return b
-
 
 # %% ../../nbs/01_backends.ipynb #cb90ea7b
 def _spec_options(spec, rest, allowed) -> tuple[str, dict]:

@@ -22,7 +22,8 @@ class _UntrustedEntry(Exception): "A cache row madlab did not write; it is never
 
 @functools.cache
 def _text_only_disk():
-    "A `diskcache.Disk` that stores and reads strings in the database only: any other row (pickled, a file) is refused, never unpickled."
+    """A `diskcache.Disk` that stores and reads strings in the database only: any other row (pickled, a file) is
+    refused, never unpickled."""
     import diskcache
     from diskcache.core import MODE_RAW, UNKNOWN
     class TextOnlyDisk(diskcache.Disk):
@@ -33,7 +34,8 @@ def _text_only_disk():
             if not raw or type(key) is not str: raise _UntrustedEntry("a pickled key")
             return key
         def store(self, value, read, key=UNKNOWN):
-            if read or type(value) is not str: raise TypeError(f"the cache stores JSON text only; got {type(value).__name__}")
+            if read or type(value) is not str:
+                raise TypeError(f"the cache stores JSON text only; got {type(value).__name__}")
             return 0, MODE_RAW, None, value
         def fetch(self, mode, filename, value, read):
             if mode != MODE_RAW or filename is not None or type(value) is not str:
@@ -45,9 +47,16 @@ def _text_only_disk():
 def _completion_from_json(text: str) -> Completion:
     "The completion a cache entry holds; ValueError unless it is a madlab completion with a non-empty reply."
     d = json.loads(text)
-    if not isinstance(d, dict) or d.get("__type__") != "madlab.core.Completion": raise ValueError("not a madlab completion")
+    if not isinstance(d, dict) or d.get("__type__") != "madlab.core.Completion":
+        raise ValueError("not a madlab completion")
     c = from_jsonable(d)
-    if not (isinstance(c, Completion) and isinstance(c.text, str) and c.text.strip() and isinstance(c.usage, Usage) and isinstance(c.meta, dict)):
+    if not (
+        isinstance(c, Completion)
+        and isinstance(c.text, str)
+        and c.text.strip()
+        and isinstance(c.usage, Usage)
+        and isinstance(c.meta, dict)
+    ):
         raise ValueError("not a complete, non-empty completion")
     return c
 
@@ -60,7 +69,9 @@ class CachedBackend(Backend):
         self.spec, self.synthetic = inner.spec, inner.synthetic
         try: self._cache = diskcache.Cache(self.path, disk=_text_only_disk())
         except (sqlite3.DatabaseError, OSError) as e:
-            raise ValueError(f"cache folder {self.path}: cannot open it as a cache ({e}); remove it or choose another folder") from None
+            raise ValueError(
+                f"cache folder {self.path}: cannot open it as a cache ({e}); remove it or choose another folder"
+            ) from None
         self.hits = self.misses = self.evicted = 0
 
     def key(self, messages, ctx, params) -> str:
@@ -68,14 +79,17 @@ class CachedBackend(Backend):
                            ctx.sample if ctx else 0, self.inner.cache_key_extra(ctx))
 
     def _read(self, k: str) -> Completion|None:
-        "The completion cached under `k`; None on a miss. An entry madlab did not write, or cannot read, is logged and evicted."
+        """The completion cached under `k`; None on a miss. An entry madlab did not write, or cannot read, is logged and
+        evicted."""
         try: raw = self._cache.get(k)
         except _UntrustedEntry as e: why = str(e)
         else:
             if raw is None: return None
             try: return _completion_from_json(raw)
             except (ValueError, TypeError, KeyError, RecursionError) as e: why = f"{type(e).__name__}: {str(e)[:100]}"
-        _cache_log.warning("cache %s: entry %s is not a madlab completion (%s); evicted, asking the backend", self.path, k[:16], why)
+        _cache_log.warning(
+            "cache %s: entry %s is not a madlab completion (%s); evicted, asking the backend", self.path, k[:16], why
+        )
         self.evicted += 1
         self._cache.delete(k)
         return None
@@ -102,4 +116,5 @@ class CachedBackend(Backend):
     def structured(self): return self.inner.structured
     @property
     def logprobs(self): return getattr(self.inner, "logprobs", False)
-    def __repr__(self): return f"CachedBackend({self.inner!r}, hits={self.hits}, misses={self.misses}, evicted={self.evicted})"
+    def __repr__(self):
+        return f"CachedBackend({self.inner!r}, hits={self.hits}, misses={self.misses}, evicted={self.evicted})"

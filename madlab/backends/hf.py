@@ -14,7 +14,14 @@ from ..core import *
 from ..core import _estimate_tokens
 from .base import Provider, register_provider, display_name, _spec_options
 from .schema_mask import _SchemaMask, _usable_cores
-from .prefix_store import _PrefixStore, _common_prefix, _kv_layers, _dynamic_cache, _cache_arg, _out_cache
+from madlab.backends.prefix_store import (
+    _PrefixStore,
+    _common_prefix,
+    _kv_layers,
+    _dynamic_cache,
+    _cache_arg,
+    _out_cache,
+)
 
 # %% auto #0
 __all__ = ['END_OF_TURN_TOKENS', 'AUTO_BATCH_CAP', 'HF_OPTIONS', 'HF', 'HFBackend']
@@ -39,14 +46,16 @@ END_OF_TURN_TOKENS = ("<|eot_id|>", "<|im_end|>", "<end_of_turn>", "<|end|>")
 def _as_list(x): return list(x) if isinstance(x, (list, tuple)) else [x]
 
 def _fast_cpu_bf16() -> bool:
-    "Whether this CPU computes in bfloat16 natively (AMX or AVX-512 BF16); without it bf16 runs about 3x slower than float32."
+    """Whether this CPU computes in bfloat16 natively (AMX or AVX-512 BF16); without it bf16 runs about 3x slower than
+    float32."""
     try: flags = open("/proc/cpuinfo").read()
     except OSError: return False
     return " amx_bf16" in flags or " avx512_bf16" in flags
 
 # %% ../../nbs/01g_hf.ipynb #0566884c
 def _free_memory(device) -> int:
-    "Bytes free for `device`: the GPU's free memory on CUDA, else the RAM available to new work (1 GiB when unreadable)."
+    """Bytes free for `device`: the GPU's free memory on CUDA, else the RAM available to new work (1 GiB when
+    unreadable)."""
     import torch
     if getattr(device, "type", str(device)) == "cuda": return int(torch.cuda.mem_get_info(device)[0])
     try: return next(int(l.split()[1]) * 1024 for l in open("/proc/meminfo") if l.startswith("MemAvailable:"))
@@ -59,7 +68,8 @@ def _kv_budget_mb(device) -> int:
 
 # %% ../../nbs/01g_hf.ipynb #e8ca10f5
 def _hf_dtype(dtype):
-    "`auto` means the checkpoint's dtype on a GPU (or a CPU with fast bf16) and float32 on any other CPU; anything else is kept."
+    """`auto` means the checkpoint's dtype on a GPU (or a CPU with fast bf16) and float32 on any other CPU; anything
+    else is kept."""
     import torch
     if dtype != "auto": return getattr(torch, dtype) if isinstance(dtype, str) else dtype
     if torch.cuda.is_available() or _fast_cpu_bf16(): return "auto"
@@ -68,10 +78,27 @@ def _hf_dtype(dtype):
 # %% ../../nbs/01g_hf.ipynb #948fed8b
 class HFBackend(Backend):
     "A transformers model in this process; concurrent requests are batched into one `generate` call."
-    min_shared = 16    # tokens two prompts of a batch must share beyond the store before they are computed once for both
-    def __init__(self, path: str, device_map="auto", dtype="auto", max_batch: int|None = None, batch_window: float = 0.005,
-                 max_new_tokens: int = 512, kv_cache_mb: int|None = None, threads: int|None = None, **defaults):
-        self.path, self.device_map, self.dtype, self.max_batch, self.batch_window = path, device_map, dtype, max_batch, batch_window
+    # tokens two prompts of a batch must share beyond the store before they are computed once for both
+    min_shared = 16
+    def __init__(
+        self,
+        path: str,
+        device_map="auto",
+        dtype="auto",
+        max_batch: int | None = None,
+        batch_window: float = 0.005,
+        max_new_tokens: int = 512,
+        kv_cache_mb: int | None = None,
+        threads: int | None = None,
+        **defaults,
+    ):
+        self.path, self.device_map, self.dtype, self.max_batch, self.batch_window = (
+            path,
+            device_map,
+            dtype,
+            max_batch,
+            batch_window,
+        )
         self.kv_cache_mb, self.threads = kv_cache_mb, threads or _usable_cores()
         self.defaults = {"max_new_tokens": max_new_tokens, **defaults}
         self.spec, self.logprobs = f"hf:{path}", True
@@ -103,11 +130,20 @@ def _load(self: HFBackend):
     mb = _kv_budget_mb(model.device) if self.kv_cache_mb is None else self.kv_cache_mb
     self._cache_kw = _cache_arg(model)           # `cache` or `past_key_values`: transformers renamed it within 5.x
     self._prefix = _PrefixStore(mb * 2**20) if mb > 0 and self._cache_kw else None
-    self.prefix_off = None if self._prefix is not None else "kv_cache_mb=0" if mb <= 0 else "this model's forward takes no cache to continue from"
+    self.prefix_off = (
+        None
+        if self._prefix is not None
+        else "kv_cache_mb=0"
+        if mb <= 0
+        else "this model's forward takes no cache to continue from"
+    )
     params = inspect.signature(model.forward).parameters
     self._logits_to_keep = next((p for p in ("logits_to_keep", "num_logits_to_keep") if p in params), None)
-    added = tok.get_added_vocab()    # the chat template's end-of-turn token (Llama 3's <|eot_id|>) ends a reply as eos does
-    self.end_of_turn = [added[t] for t in END_OF_TURN_TOKENS if t in added and t in str(getattr(tok, "chat_template", None) or "")]
+    # the chat template's end-of-turn token (Llama 3's <|eot_id|>) ends a reply as eos does
+    added = tok.get_added_vocab()
+    self.end_of_turn = [
+        added[t] for t in END_OF_TURN_TOKENS if t in added and t in str(getattr(tok, "chat_template", None) or "")
+    ]
     self.tokenizer, self.model = tok, model
 
 # %% ../../nbs/01g_hf.ipynb #af2d3052
@@ -178,7 +214,8 @@ def _prefill(self: HFBackend, toks) -> int:
 
 @patch
 def _share_prefixes(self: HFBackend, rows) -> list[int]:
-    "Before a batch: prefill once the longest prefix two rows share beyond what is stored, so neither computes it; tokens computed per row."
+    """Before a batch: prefill once the longest prefix two rows share beyond what is stored, so neither computes it;
+    tokens computed per row."""
     done = [0] * len(rows)
     for _ in range(len(rows)):
         have = [self._prefix.longest(r)[1] for r in rows]
@@ -207,21 +244,34 @@ def _reply_logprob(out, row: int, n_in: int, n: int) -> float|None:
 def _generate(self: HFBackend, reqs: list[_HFRequest]):
     import torch
     t0, tok, model = time.perf_counter(), self.tokenizer, self.model
-    rows = [torch.tensor(tok(self._prompt(r.messages), add_special_tokens=False)["input_ids"], dtype=torch.long) for r in reqs]
+    rows = [
+        torch.tensor(tok(self._prompt(r.messages), add_special_tokens=False)["input_ids"], dtype=torch.long) for r in reqs
+    ]
     shared = self._share_prefixes(rows) if self._prefix is not None and len(rows) > 1 else [0] * len(rows)
     ids, mask, cache, cs = self._layout(rows)
-    enc = {"input_ids": ids.to(model.device), "attention_mask": mask.to(model.device), **({self._cache_kw: cache} if cache is not None else {})}
+    enc = {
+        "input_ids": ids.to(model.device),
+        "attention_mask": mask.to(model.device),
+        **({self._cache_kw: cache} if cache is not None else {}),
+    }
     r0 = reqs[0]
-    gen = dict(max_new_tokens=max(r.max_new_tokens for r in reqs), do_sample=r0.do_sample, pad_token_id=tok.pad_token_id, return_dict_in_generate=True)
+    gen = dict(
+        max_new_tokens=max(r.max_new_tokens for r in reqs),
+        do_sample=r0.do_sample,
+        pad_token_id=tok.pad_token_id,
+        return_dict_in_generate=True,
+    )
     stops = [tok.eos_token_id, *_as_list(model.generation_config.eos_token_id), *getattr(self, "end_of_turn", [])]
-    gen["eos_token_id"] = sorted({int(x) for x in stops if x is not None})   # every sequence stops there, not only at max_new_tokens
+    # every sequence stops there, not only at max_new_tokens
+    gen["eos_token_id"] = sorted({int(x) for x in stops if x is not None})
     if r0.do_sample: gen.update(temperature=r0.temperature, top_p=r0.top_p)
     else: gen.update(temperature=None, top_p=None, top_k=None)
     n_in = ids.shape[1]
     held = _SchemaMask.for_requests(self, reqs, n_in, [*gen["eos_token_id"], *(e for r in reqs for e in r.eos)])
     if held is not None: gen["logits_processor"] = [held]
     if any(r.logprobs for r in reqs):
-        gen["output_logits"] = True                                    # the model's own logits at each step, before any processor
+        # the model's own logits at each step, before any processor
+        gen["output_logits"] = True
         if held is not None: held.keep_logits = True                   # which the schema's mask must leave as they are
     with torch.inference_mode(): out = model.generate(**enc, **gen)
     self.generate_calls += 1; self.batch_sizes.append(len(reqs))
@@ -231,7 +281,8 @@ def _generate(self: HFBackend, reqs: list[_HFRequest]):
     for i, r in enumerate(reqs):
         ids_i = out.sequences[i, n_in:].tolist()[: r.max_new_tokens]
         cut = next((j for j, t in enumerate(ids_i) if t in eos or t in r.eos), None)
-        replies.append(ids_i if cut is None else ids_i[:cut + 1])      # what the model computed of this row: the reply and its end
+        # what the model computed of this row: the reply and its end
+        replies.append(ids_i if cut is None else ids_i[:cut + 1])
         text = tok.decode(ids_i if cut is None else ids_i[:cut], skip_special_tokens=True)
         for s in r.stop:
             if s and s in text: text = text[: text.index(s)]
@@ -245,17 +296,26 @@ def _generate(self: HFBackend, reqs: list[_HFRequest]):
 # %% ../../nbs/01g_hf.ipynb #edb0acba
 @patch
 def _keep(self: HFBackend, out, ids, mask, replies):
-    "After a batch: store each row's prompt and reply (the tokens whose keys and values were computed), without the padding."
+    """After a batch: store each row's prompt and reply (the tokens whose keys and values were computed), without the
+    padding."""
     import torch
     if self._prefix is None: return
     kv = _kv_layers(_out_cache(out))
-    if kv is None: self._prefix, self.prefix_off = None, "this model's cache is not plain per-layer tensors (sliding windows or quantised)"; return
+    if kv is None:
+        self._prefix, self.prefix_off = (
+            None,
+            "this model's cache is not plain per-layer tensors (sliding windows or quantised)",
+        )
+        return
     n, computed = ids.shape[1], kv[0][0].shape[2]
     for i, g in enumerate(replies):
         g = g[: computed - n]                 # the last token of the longest reply was never fed back
         keep = mask[i].bool()
         idx = torch.cat([keep.nonzero()[:, 0], n + torch.arange(len(g))]).to(kv[0][0].device)
-        self._prefix.add(torch.cat([ids[i][keep], torch.tensor(g, dtype=torch.long)]), [(k[i:i + 1, :, idx], v[i:i + 1, :, idx]) for k, v in kv])
+        self._prefix.add(
+            torch.cat([ids[i][keep], torch.tensor(g, dtype=torch.long)]),
+            [(k[i : i + 1, :, idx], v[i : i + 1, :, idx]) for k, v in kv],
+        )
 
 # %% ../../nbs/01g_hf.ipynb #261ccc4f
 @patch
@@ -265,7 +325,8 @@ async def _run_worker(self: HFBackend):
         await asyncio.sleep(self.batch_window)          # let concurrent requests join
         pending, self._queue = self._queue, []
         groups = collections.defaultdict(list)
-        for r in pending: groups[(r.do_sample, r.temperature if r.do_sample else 0, r.top_p if r.do_sample else 1)].append(r)
+        for r in pending:
+            groups[(r.do_sample, r.temperature if r.do_sample else 0, r.top_p if r.do_sample else 1)].append(r)
         for reqs in groups.values():
             size = self._batch_limit(reqs)
             for i in range(0, len(reqs), size):
@@ -276,11 +337,13 @@ async def _run_worker(self: HFBackend):
                         if not r.future.done(): r.future.set_result(o)
                 except Exception as e:
                     for r in chunk:
-                        if not r.future.done(): r.future.set_exception(BackendError(f"{self.spec}: generate failed: {type(e).__name__}: {e}"))
+                        if not r.future.done():
+                            r.future.set_exception(BackendError(f"{self.spec}: generate failed: {type(e).__name__}: {e}"))
     self._worker = None
 
 # %% ../../nbs/01g_hf.ipynb #c00c8f02
-AUTO_BATCH_CAP = {"cuda": 1024, "cpu": 64}   # the most rows `max_batch=None` puts in one generate (a CPU gains nothing past 64)
+# the most rows `max_batch=None` puts in one generate (a CPU gains nothing past 64)
+AUTO_BATCH_CAP = {"cuda": 1024, "cpu": 64}
 
 @patch
 def _batch_limit(self: HFBackend, reqs) -> int:
@@ -292,10 +355,19 @@ def _batch_limit(self: HFBackend, reqs) -> int:
     cfg = getattr(cfg, "get_text_config", lambda: cfg)()
     heads = getattr(cfg, "num_attention_heads", 1) or 1
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
-    per_token = 2 * cfg.num_hidden_layers * (getattr(cfg, "num_key_value_heads", None) or heads) * head_dim * self.model.dtype.itemsize
-    tokens = max(_estimate_tokens(" ".join(str(m.get("content") or "") for m in r.messages)) + r.max_new_tokens for r in reqs)
+    per_token = (
+        2
+        * cfg.num_hidden_layers
+        * (getattr(cfg, "num_key_value_heads", None) or heads)
+        * head_dim
+        * self.model.dtype.itemsize
+    )
+    tokens = max(
+        _estimate_tokens(" ".join(str(m.get("content") or "") for m in r.messages)) + r.max_new_tokens for r in reqs
+    )
     per_row = tokens * per_token + 4 * cfg.vocab_size * 4
-    if any(r.logprobs for r in reqs): per_row += max(r.max_new_tokens for r in reqs) * cfg.vocab_size * 4   # the logits of every step, kept for the log-probabilities
+    # the logits of every step, kept for the log-probabilities
+    if any(r.logprobs for r in reqs): per_row += max(r.max_new_tokens for r in reqs) * cfg.vocab_size * 4
     cap = AUTO_BATCH_CAP.get(dev.type, AUTO_BATCH_CAP["cpu"])
     self.batch_limit = max(1, min(cap, int(_free_memory(dev) / 2 // per_row)))
     return self.batch_limit
@@ -307,7 +379,8 @@ async def complete(self: HFBackend, messages, ctx=None, **params) -> Completion:
     import concurrent.futures
     if self._load_lock is None: self._load_lock = asyncio.Lock()
     async with self._load_lock:
-        if self._executor is None: self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="madlab-hf")
+        if self._executor is None:
+            self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="madlab-hf")
         if self.model is None: await asyncio.get_running_loop().run_in_executor(self._executor, self._load)
     p = {**self.defaults, **params}
     greedy = p.get("greedy", False) or p.get("do_sample", True) is False or p.get("temperature", 1.0) == 0
@@ -316,19 +389,44 @@ async def complete(self: HFBackend, messages, ctx=None, **params) -> Completion:
     eos = p.get("eos_token_id", p.get("stop_token_ids")) or []
     if isinstance(eos, int): eos = [eos]
     added = self.tokenizer.get_added_vocab()
-    eos = [*eos, *(added[s] for s in stop if s in added)]    # a stop that is a special token (e.g. "<|eot_id|>") is a stop id
-    n_new = params.get("max_new_tokens") or params.get("max_tokens") or self.defaults.get("max_new_tokens") or self.defaults.get("max_tokens") or 512
-    req = _HFRequest(messages, int(n_new), not greedy,
-                     float(p.get("temperature", 1.0)), float(p.get("top_p", 1.0)), list(stop), asyncio.get_running_loop().create_future(), [int(x) for x in eos],
-                     p.get("schema") if self.structured else None, bool(p.get("logprobs")))
+    # a stop that is a special token (e.g. "<|eot_id|>") is a stop id
+    eos = [*eos, *(added[s] for s in stop if s in added)]
+    n_new = (
+        params.get("max_new_tokens")
+        or params.get("max_tokens")
+        or self.defaults.get("max_new_tokens")
+        or self.defaults.get("max_tokens")
+        or 512
+    )
+    req = _HFRequest(
+        messages,
+        int(n_new),
+        not greedy,
+        float(p.get("temperature", 1.0)),
+        float(p.get("top_p", 1.0)),
+        list(stop),
+        asyncio.get_running_loop().create_future(),
+        [int(x) for x in eos],
+        p.get("schema") if self.structured else None,
+        bool(p.get("logprobs")),
+    )
     self.requests += 1
     t0 = time.perf_counter()
     self._queue.append(req)
     if self._worker is None: self._worker = asyncio.ensure_future(self._run_worker())
     text, n_prompt, n_new, held, computed, lp, seconds = await req.future
-    return Completion(text, Usage(n_prompt, n_new, 1), time.perf_counter() - t0, model=self.spec,
-                      meta={"prefill_tokens": computed, "compute_seconds": round(seconds, 6), **({"structured": held} if held else {}),
-                            **({"logprob": lp} if req.logprobs else {})})
+    return Completion(
+        text,
+        Usage(n_prompt, n_new, 1),
+        time.perf_counter() - t0,
+        model=self.spec,
+        meta={
+            "prefill_tokens": computed,
+            "compute_seconds": round(seconds, 6),
+            **({"structured": held} if held else {}),
+            **({"logprob": lp} if req.logprobs else {}),
+        },
+    )
 
 # %% ../../nbs/01g_hf.ipynb #850e13c4
 _HF_SHARED: dict = {}   # (path, options) -> HFBackend: one loaded model and one batching queue per spec
@@ -343,7 +441,8 @@ def _hf_options(spec, rest) -> tuple[str, dict]:
     name, opts = _spec_options(spec, rest, HF_OPTIONS)
     for k, v in opts.items():
         allowed = HF_OPTIONS[k]
-        if k == "max_batch" and v == "auto": opts[k] = None; continue   # sized from free memory (`HFBackend._batch_limit`)
+        # sized from free memory (`HFBackend._batch_limit`)
+        if k == "max_batch" and v == "auto": opts[k] = None; continue
         if isinstance(allowed, tuple) and v not in allowed:
             raise ValueError(f"{spec}: {k} must be one of {', '.join(allowed)}; got {v!r}")
         if isinstance(allowed, range):
@@ -355,14 +454,17 @@ def _hf_options(spec, rest) -> tuple[str, dict]:
 
 # %% ../../nbs/01g_hf.ipynb #b3fa897a
 def _hf_provider(rest, **kw):
-    "`hf:PATH,key=value,...`: a transformers model in process, one per spec and options (torch loads when it first answers)."
+    """`hf:PATH,key=value,...`: a transformers model in process, one per spec and options (torch loads when it first
+    answers)."""
     if not rest: raise ValueError("hf: needs a model path or hub name, e.g. hf:/models/tiny")
     key = (rest, repr(sorted(kw.items())))
     if key not in _HF_SHARED:
-        from madlab.models import resolve_model   # `hf:smollm2`: one of madlab's own models, got with `madlab models get`
+        # `hf:smollm2`: one of madlab's own models, got with `madlab models get`
+        from madlab.models import resolve_model
         name, opts = _hf_options(f"hf:{rest}", rest)
         try: path = resolve_model(name)
-        except (FileNotFoundError, RuntimeError) as e: raise ValueError(str(e)) from None   # not got yet, or a folder it refuses
+        # not got yet, or a folder it refuses
+        except (FileNotFoundError, RuntimeError) as e: raise ValueError(str(e)) from None
         _HF_SHARED[key] = b = HFBackend(path, **{**opts, **kw})
         b.spec = f"hf:{rest}"
     return _HF_SHARED[key]

@@ -12,7 +12,14 @@ from ..core import *
 from ..core import _estimate_tokens
 from .base import Provider, register_provider, display_name, _spec_options
 from .resilience import *
-from .resilience import _Endpoint, _Replicas, _replica_urls, _backoff, _honoured_retry_after, _env_max_concurrency
+from madlab.backends.resilience import (
+    _Endpoint,
+    _Replicas,
+    _replica_urls,
+    _backoff,
+    _honoured_retry_after,
+    _env_max_concurrency,
+)
 
 # %% auto #0
 __all__ = ['PRESETS', 'ENDPOINT_OPTIONS', 'response_format', 'OpenAIBackend']
@@ -44,7 +51,8 @@ PRESETS = {p.prefix: p for p in (
 )}
 
 def _takes_schema(preset: str, base_url) -> bool:
-    "Whether `preset` says the server at `base_url` takes `response_format`: vLLM anywhere, a hosted API at its own URL."
+    """Whether `preset` says the server at `base_url` takes `response_format`: vLLM anywhere, a hosted API at its own
+    URL."""
     p = PRESETS.get(preset)
     return p is not None and (p.schemas == "server" or (p.schemas == "hosted" and base_url == p.endpoint))
 
@@ -55,14 +63,16 @@ def _prompt_tokens(messages): return sum(_estimate_tokens(m.get("content") or ""
 class _Malformed(Exception): pass
 
 def _sdk(*names) -> tuple:
-    "The `openai` exception classes named, for `except`; none before `openai` is imported (no error of its types exists then)."
+    """The `openai` exception classes named, for `except`; none before `openai` is imported (no error of its types
+    exists then)."""
     import sys
     m = sys.modules.get("openai")
     return tuple(getattr(m, n) for n in names) if m is not None else ()
 
 # %% ../../nbs/01d_openai.ipynb #33903a82
 def _json_body(d) -> bytes:
-    "A request body: orjson (about ten times faster), or the standard encoder for what orjson refuses (integers beyond 64 bits, lone surrogates)."
+    """A request body: orjson (about ten times faster), or the standard encoder for what orjson refuses (integers beyond
+    64 bits, lone surrogates)."""
     import orjson
     try: return orjson.dumps(d)
     except TypeError: return json.dumps(d).encode()
@@ -77,7 +87,8 @@ _OPENAI_PARAMS = {"max_tokens", "temperature", "top_p", "stop", "seed", "respons
 
 # %% ../../nbs/01d_openai.ipynb #c29abc5c
 def _strict_subset(s):
-    "JSON schema `s` in the subset OpenAI's strict mode takes: no string lengths, per-position items as any of them, every property required."
+    """JSON schema `s` in the subset OpenAI's strict mode takes: no string lengths, per-position items as any of them,
+    every property required."""
     if isinstance(s, list): return [_strict_subset(x) for x in s]
     if not isinstance(s, dict): return s
     out = {k: _strict_subset(v) for k, v in s.items() if k not in ("maxLength", "minLength", "prefixItems")}
@@ -90,7 +101,10 @@ def response_format(preset: str, schema: dict) -> dict:
     if preset == "qwen": return {"type": "json_object"}
     if preset in ("openai", "gemini"): schema, strict = _strict_subset(schema), True
     else: strict = preset != "ollama"
-    return {"type": "json_schema", "json_schema": {"name": "answer", "schema": schema, **({"strict": True} if strict else {})}}
+    return {
+        "type": "json_schema",
+        "json_schema": {"name": "answer", "schema": schema, **({"strict": True} if strict else {})},
+    }
 
 # %% ../../nbs/01d_openai.ipynb #73eb3a13
 def _number(name, v, kind, lo, strict=False, auto=False):
@@ -107,7 +121,8 @@ def _number(name, v, kind, lo, strict=False, auto=False):
     return x
 
 class OpenAIBackend(Backend):
-    "Any OpenAI-compatible chat completions endpoint: the body is serialised once and sent with aiohttp; errors are the `openai` client's."
+    """Any OpenAI-compatible chat completions endpoint: the body is serialised once and sent with aiohttp; errors are
+    the `openai` client's."""
     _endpoints = weakref.WeakKeyDictionary()    # event loop -> {base_url: _Endpoint}, while a backend holds it
     _sessions = weakref.WeakKeyDictionary()     # event loop -> aiohttp.ClientSession
     _clients = weakref.WeakKeyDictionary()      # event loop -> {(base_url, key digest, timeout): AsyncOpenAI}
@@ -119,18 +134,34 @@ class OpenAIBackend(Backend):
         p = PRESETS[preset]
         self.model, self.preset, self.defaults = model, preset, defaults
         self.base_url = base_url or (os.environ.get("OPENAI_BASE_URL") if preset == "openai" else None) or p.endpoint
-        self._urls, self._pins, self._eps, self._set = _replica_urls(self.base_url), None, None, None   # the replicas, their own limits where set
-        self._api_key = api_key or (os.environ.get(p.key_env) if p.key_env else None) or os.environ.get("OPENAI_API_KEY") or "not-needed"
+        # the replicas, their own limits where set
+        self._urls, self._pins, self._eps, self._set = _replica_urls(self.base_url), None, None, None
+        self._api_key = (
+            api_key or (os.environ.get(p.key_env) if p.key_env else None) or os.environ.get("OPENAI_API_KEY") or "not-needed"
+        )
         if self._api_key != "not-needed": register_secret(self._api_key)     # scrubbed from every text madlab records
-        self._missing = (f"{preset}:{model}: no API key and no server: set {p.key_env} (or pass api_key=...), or point base_url (or OPENAI_BASE_URL) "
-                         "at an OpenAI-compatible server (vLLM, Ollama, `transformers serve`)") if self._api_key == "not-needed" and p.key_env and self.base_url == p.endpoint else None
+        self._missing = (
+            (
+                f"{preset}:{model}: no API key and no server: set {p.key_env} (or pass api_key=...), or point base_url (or OPENAI_BASE_URL) "
+                "at an OpenAI-compatible server (vLLM, Ollama, `transformers serve`)"
+            )
+            if self._api_key == "not-needed" and p.key_env and self.base_url == p.endpoint
+            else None
+        )
         self.spec, self.breaker_cooldown = f"{preset}:{model}", breaker_cooldown
-        self.logprobs = p.logprobs is not None      # the presets whose servers give token log-probabilities (OpenAI's, vLLM's)
+        # the presets whose servers give token log-probabilities (OpenAI's, vLLM's)
+        self.logprobs = p.logprobs is not None
         self._client, self._wire, self._ep, self.calls, self.attempts = None, None, None, 0, 0
         self.max_concurrency = None
-        self.configure(max_concurrency=max_concurrency if max_concurrency is not None else _env_max_concurrency(),
-                       max_retries=max_retries, timeout=timeout, max_wait=max_wait, breaker_after=breaker_after, give_up_after=give_up_after,
-                       give_up_first=give_up_first)
+        self.configure(
+            max_concurrency=max_concurrency if max_concurrency is not None else _env_max_concurrency(),
+            max_retries=max_retries,
+            timeout=timeout,
+            max_wait=max_wait,
+            breaker_after=breaker_after,
+            give_up_after=give_up_after,
+            give_up_first=give_up_first,
+        )
 
 
     def __repr__(self): return f"OpenAIBackend({self.spec!r}, base_url={self.base_url!r})"  # never the key
@@ -138,7 +169,8 @@ class OpenAIBackend(Backend):
     def identity(self) -> str: return f"{self.spec}@{self.base_url or 'https://api.openai.com/v1'}"
     @property
     def capacity(self) -> int: return sum(n or ADAPTIVE_START for n in self._limits())
-    def _limits(self) -> list: return [self.max_concurrency if p is None else p for p in (self._pins or [None] * len(self._urls))]
+    def _limits(self) -> list:
+        return [self.max_concurrency if p is None else p for p in (self._pins or [None] * len(self._urls))]
 
     @classmethod
     async def close_clients(cls):
@@ -151,15 +183,25 @@ class OpenAIBackend(Backend):
 # %% ../../nbs/01d_openai.ipynb #fb9c0fbf
 @patch
 def configure(self: OpenAIBackend, **opts):
-    "Set `max_concurrency` (an int pins each replica's limit, `N1|N2|...` one each; 'auto' adapts), `max_retries`, `timeout`, `max_wait`, `breaker_after`, `give_up_after`, `give_up_first`, `endpoints`."
-    kinds = {"max_concurrency": (int, 1, False, True), "max_retries": (int, 0, False, False), "timeout": (float, 0, True, False),
-             "max_wait": (float, 0, False, False), "breaker_after": (int, 1, False, False), "give_up_after": (float, 0, True, False),
-             "give_up_first": (float, 0, True, False)}
+    """Set `max_concurrency` (an int pins each replica's limit, `N1|N2|...` one each; 'auto' adapts), `max_retries`,
+    `timeout`, `max_wait`, `breaker_after`, `give_up_after`, `give_up_first`, `endpoints`."""
+    kinds = {
+        "max_concurrency": (int, 1, False, True),
+        "max_retries": (int, 0, False, False),
+        "timeout": (float, 0, True, False),
+        "max_wait": (float, 0, False, False),
+        "breaker_after": (int, 1, False, False),
+        "give_up_after": (float, 0, True, False),
+        "give_up_first": (float, 0, True, False),
+    }
     opts = dict(opts)
     mc = opts.get("max_concurrency")
     if isinstance(mc, str) and "|" in mc:                # one limit per replica
         pins = [_number("max_concurrency", x.strip(), *kinds["max_concurrency"]) for x in mc.split("|")]
-        if len(pins) != len(self._urls): raise ValueError(f"max_concurrency: {len(pins)} limits for {len(self._urls)} replica URL(s) in base_url; give one limit, or one per replica")
+        if len(pins) != len(self._urls):
+            raise ValueError(
+                f"max_concurrency: {len(pins)} limits for {len(self._urls)} replica URL(s) in base_url; give one limit, or one per replica"
+            )
         self._pins, opts["max_concurrency"] = pins, self.max_concurrency
     for k, v in opts.items():
         if k == "endpoints": self._set_endpoints(v); continue
@@ -174,9 +216,11 @@ def configure(self: OpenAIBackend, **opts):
 
 @patch
 def _set_endpoints(self: OpenAIBackend, v):
-    "The replicas from `endpoints`: URLs (a list, or one string `URL1|URL2`) or `{url, max_concurrency}` dicts; a ValueError names the field."
+    """The replicas from `endpoints`: URLs (a list, or one string `URL1|URL2`) or `{url, max_concurrency}` dicts; a
+    ValueError names the field."""
     items = v.split("|") if isinstance(v, str) else v
-    if not isinstance(items, (list, tuple)) or not items: raise ValueError(f"endpoints must be a list of URLs or of {{url, max_concurrency}}; got {v!r}")
+    if not isinstance(items, (list, tuple)) or not items:
+        raise ValueError(f"endpoints must be a list of URLs or of {{url, max_concurrency}}; got {v!r}")
     urls, pins = [], []
     for x in items:
         u = (x.get("url") or x.get("base_url")) if isinstance(x, dict) else x
@@ -192,7 +236,8 @@ def _set_endpoints(self: OpenAIBackend, v):
 # %% ../../nbs/01d_openai.ipynb #be35d267
 @patch
 def _endpoint(self: OpenAIBackend) -> _Endpoint:
-    "The first replica's shared limit and breaker on the running loop (it holds what the server said of the schema); `_eps`: every replica's."
+    """The first replica's shared limit and breaker on the running loop (it holds what the server said of the schema);
+    `_eps`: every replica's."""
     loop = asyncio.get_running_loop()
     if self._ep is not None and self._ep_loop is loop: return self._ep
     per_loop = self._endpoints.setdefault(loop, weakref.WeakValueDictionary())
@@ -200,8 +245,14 @@ def _endpoint(self: OpenAIBackend) -> _Endpoint:
     for url, n in zip(self._urls, self._limits()):
         ep = per_loop.get(url)
         if ep is None:
-            ep = per_loop[url] = _Endpoint(url or "https://api.openai.com/v1", n, self.breaker_after, self.breaker_cooldown,
-                                           self.give_up_after, self.give_up_first)
+            ep = per_loop[url] = _Endpoint(
+                url or "https://api.openai.com/v1",
+                n,
+                self.breaker_after,
+                self.breaker_cooldown,
+                self.give_up_after,
+                self.give_up_first,
+            )
         elif n is not None: ep.limit.pin(n)
         eps.append(ep)
     if len(eps) > 1:
@@ -227,30 +278,43 @@ def _get_client(self: OpenAIBackend):
 # %% ../../nbs/01d_openai.ipynb #d64ff807
 @patch(as_prop=True)
 def structured(self: OpenAIBackend) -> str|None:
-    "'requested': a `schema=` param goes to the server as `response_format`; None once its endpoint refused that (then prompts ask in prose, as before)."
+    """'requested': a `schema=` param goes to the server as `response_format`; None once its endpoint refused that (then
+    prompts ask in prose, as before)."""
     return None if self._ep is not None and self._ep.schema_refused else "requested"
 
 # %% ../../nbs/01d_openai.ipynb #6bfae38a
 def _usage(u: dict) -> Usage:
-    "The `Usage` of an OpenAI-compatible reply's `usage`: prompt and completion tokens, and the prompt tokens the provider served from its prompt cache (`prompt_tokens_details.cached_tokens`, where it says)."
+    """The `Usage` of an OpenAI-compatible reply's `usage`: prompt and completion tokens, and the prompt tokens the
+    provider served from its prompt cache (`prompt_tokens_details.cached_tokens`, where it says)."""
     details = u.get("prompt_tokens_details")
     cached = details.get("cached_tokens") if isinstance(details, dict) else None
     num = lambda v: v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else 0
-    return Usage(num(u.get("prompt_tokens")), num(u.get("completion_tokens")), 1, min(num(cached), num(u.get("prompt_tokens"))))
+    return Usage(
+        num(u.get("prompt_tokens")), num(u.get("completion_tokens")), 1, min(num(cached), num(u.get("prompt_tokens")))
+    )
 
 # %% ../../nbs/01d_openai.ipynb #f1a2b3c4
 def _mean_logprob(spec: str, choice: dict) -> float|None:
-    "The mean log-probability of a chat reply's tokens (`choices[0].logprobs.content`; None for an empty reply); a `BackendError` when the server gave none though asked."
+    """The mean log-probability of a chat reply's tokens (`choices[0].logprobs.content`; None for an empty reply); a
+    `BackendError` when the server gave none though asked."""
     lp = choice.get("logprobs")
     toks = lp.get("content") if isinstance(lp, dict) else None
-    if not isinstance(toks, list): raise BackendError(f"{spec}: the server gave no token log-probabilities though asked (logprobs=True); it cannot serve confidence:logprob")
-    vals = [t["logprob"] for t in toks if isinstance(t, dict) and isinstance(t.get("logprob"), (int, float)) and not isinstance(t.get("logprob"), bool)]
+    if not isinstance(toks, list):
+        raise BackendError(
+            f"{spec}: the server gave no token log-probabilities though asked (logprobs=True); it cannot serve confidence:logprob"
+        )
+    vals = [
+        t["logprob"]
+        for t in toks
+        if isinstance(t, dict) and isinstance(t.get("logprob"), (int, float)) and not isinstance(t.get("logprob"), bool)
+    ]
     return round(sum(vals) / len(vals), 6) if vals else None
 
 # %% ../../nbs/01d_openai.ipynb #b6ef2abf
 @patch
 async def complete(self: OpenAIBackend, messages, ctx=None, **params) -> Completion:
-    if self._missing: raise BackendError(self._missing)      # say what is missing before the first call, not after retries
+    # say what is missing before the first call, not after retries
+    if self._missing: raise BackendError(self._missing)
     params = {**self.defaults, **params}
     schema = params.pop("schema", None)
     if params.pop("json", False): params.setdefault("response_format", {"type": "json_object"})
@@ -267,76 +331,136 @@ async def complete(self: OpenAIBackend, messages, ctx=None, **params) -> Complet
     held, probe = None, False
     if schema is not None and "response_format" not in params:
         if not _takes_schema(self.preset, self.base_url):
-            probe = await ep.schema_turn()              # the first call finds out whether the server takes a schema; the rest wait for it
-        if ep.schema_refused is None: params["response_format"], held = response_format(self.preset, schema), "requested"
-        else: held = "refused"
+            # the first call finds out whether the server takes a schema; the rest wait for it
+            probe = await ep.schema_turn()
+        if ep.schema_refused is None:
+            params["response_format"], held = response_format(self.preset, schema), "requested"
+        else:
+            held = "refused"
     body = _json_body({"model": self.model, "messages": messages, **params, **extra_body})   # once, for every attempt
     try:
         try:
             r = await self._send(ep, body, ep.schema_settled if probe else None)
-            if held == "requested": ep.schema_ok = True
+            if held == "requested":
+                ep.schema_ok = True
         except _sdk("BadRequestError", "UnprocessableEntityError") as e:
-            if held != "requested" or not _refuses_schema(e): raise
-            ep.schema_refused = ep.schema_refused or _err_text(e)[:200]   # remembered: later calls to this endpoint send no schema
-            if probe: ep.schema_settled(); probe = False
-            params.pop("response_format"); held = "refused"
+            if held != "requested" or not _refuses_schema(e):
+                raise
+            # remembered: later calls to this endpoint send no schema
+            ep.schema_refused = ep.schema_refused or _err_text(e)[:200]
+            if probe:
+                ep.schema_settled()
+                probe = False
+            params.pop("response_format")
+            held = "refused"
             r = await self._send(ep, _json_body({"model": self.model, "messages": messages, **params, **extra_body}))
-    except EndpointDown as e: raise EndpointDown(f"{self.spec}: {e}") from None
-    except _sdk("AuthenticationError"): raise BackendError(f"{self.spec}: authentication failed at {self.base_url or 'api.openai.com'} (check the API key in the environment)") from None
-    except _sdk("PermissionDeniedError") as e: raise BackendError(f"{self.spec}: permission denied ({e.status_code})") from None
-    except _sdk("NotFoundError") as e: raise BackendError(f"{self.spec}: not found at {self.base_url} (is the model name right?)") from None
-    except _sdk("BadRequestError") as e: raise BackendError(f"{self.spec}: bad request: {_err_text(e)}") from None
-    except _retryable() as e: raise BackendError(f"{self.spec}: gave up after {self.max_retries + 1} attempts: {type(e).__name__}: {_err_text(e)}") from None
-    except _sdk("APIStatusError") as e: raise BackendError(f"{self.spec}: HTTP {e.status_code}: {_err_text(e)}") from None
+    except EndpointDown as e:
+        raise EndpointDown(f"{self.spec}: {e}") from None
+    except _sdk("AuthenticationError"):
+        raise BackendError(
+            f"{self.spec}: authentication failed at {self.base_url or 'api.openai.com'} (check the API key in the environment)"
+        ) from None
+    except _sdk("PermissionDeniedError") as e:
+        raise BackendError(f"{self.spec}: permission denied ({e.status_code})") from None
+    except _sdk("NotFoundError") as e:
+        raise BackendError(f"{self.spec}: not found at {self.base_url} (is the model name right?)") from None
+    except _sdk("BadRequestError") as e:
+        raise BackendError(f"{self.spec}: bad request: {_err_text(e)}") from None
+    except _retryable() as e:
+        raise BackendError(
+            f"{self.spec}: gave up after {self.max_retries + 1} attempts: {type(e).__name__}: {_err_text(e)}"
+        ) from None
+    except _sdk("APIStatusError") as e:
+        raise BackendError(f"{self.spec}: HTTP {e.status_code}: {_err_text(e)}") from None
     finally:
-        if probe: ep.schema_settled()
+        if probe:
+            ep.schema_settled()
     self.calls += 1
     ch = r["choices"][0]
     text = ch["message"].get("content")
     text = text if isinstance(text, str) else ""
     u = r.get("usage")
     usage = _usage(u) if isinstance(u, dict) else Usage(_prompt_tokens(messages), _estimate_tokens(text), 1)
-    meta = {"finish_reason": ch.get("finish_reason"), **({} if isinstance(u, dict) else {"usage_estimated": True}), **({"structured": held} if held else {})}
+    meta = {
+        "finish_reason": ch.get("finish_reason"),
+        **({} if isinstance(u, dict) else {"usage_estimated": True}),
+        **({"structured": held} if held else {}),
+    }
     if params.get("logprobs"): meta["logprob"] = _mean_logprob(self.spec, ch)
     return Completion(text, usage, time.perf_counter() - t0, model=self.spec, meta=meta)
 
 # %% ../../nbs/01d_openai.ipynb #5828900e
 @patch
 async def _send(self: OpenAIBackend, ep: _Endpoint, body: bytes, first_failed=None) -> dict:
-    "One call: most take one attempt (no retry machinery for them); retryable failures are retried within bounds (`first_failed()` is told of the first)."
+    """One call: most take one attempt (no retry machinery for them); retryable failures are retried within bounds
+    (`first_failed()` is told of the first)."""
     try: return await self._attempt(ep, body)
     except Exception as e:
-        if first_failed is not None and not isinstance(e, _sdk("BadRequestError", "UnprocessableEntityError")): first_failed()   # no answer about the schema: stop holding the others
+        # no answer about the schema: stop holding the others
+        if first_failed is not None and not isinstance(e, _sdk("BadRequestError", "UnprocessableEntityError")):
+            first_failed()
         if not isinstance(e, _retryable()) or not self.max_retries: raise
         return await self._retry(ep, body, e)
 
 # %% ../../nbs/01d_openai.ipynb #aeb3f843
 def _refuses_schema(e) -> bool:
-    "Whether a 400/422 answer refuses the structured-output field (it names `response_format`, `json_schema` or guided decoding)."
+    """Whether a 400/422 answer refuses the structured-output field (it names `response_format`, `json_schema` or guided
+    decoding)."""
     return bool(re.search(r"response_format|json_schema|guided|structured output", _err_text(e), re.I))
 
 # %% ../../nbs/01d_openai.ipynb #3514c2de
 def _replica_record(ep) -> dict:
-    "One endpoint's record: calls answered, attempts, outages and seconds down, calls that waited for it, queued for a slot, or went to another replica."
+    """One endpoint's record: calls answered, attempts, outages and seconds down, calls that waited for it, queued for a
+    slot, or went to another replica."""
     br = ep.breaker
-    now_down = br.open and br.confirmed                  # an opening on one dropped connection is not an outage until confirmed
+    # an opening on one dropped connection is not an outage until confirmed
+    now_down = br.open and br.confirmed
     down = br.outage_seconds + (time.monotonic() - br.opened_at if now_down else 0.0)
-    return {"url": ep.url, "calls": ep.calls, "attempts": ep.attempts, "outages": br.outages + now_down, "unreachable_seconds": round(down, 1),
-            "calls_waited": br.calls_waited + (br._waited_now if now_down else 0), "queued": ep.limit.waited, "rerouted": ep.rerouted,
-            "limit": ep.limit.cap, "max_in_flight": ep.limit.max_in_flight, "gave_up": br.gave_up}
+    return {
+        "url": ep.url,
+        "calls": ep.calls,
+        "attempts": ep.attempts,
+        "outages": br.outages + now_down,
+        "unreachable_seconds": round(down, 1),
+        "calls_waited": br.calls_waited + (br._waited_now if now_down else 0),
+        "queued": ep.limit.waited,
+        "rerouted": ep.rerouted,
+        "limit": ep.limit.cap,
+        "max_in_flight": ep.limit.max_in_flight,
+        "gave_up": br.gave_up,
+    }
 
 @patch
 def health(self: OpenAIBackend) -> dict|None:
-    "The endpoint's record on the loop it last ran on: seconds unreachable (an open breaker), outages, calls that waited, whether it gave up, Retry-Afters not honoured; `replicas`: each replica's."
+    """The endpoint's record on the loop it last ran on: seconds unreachable (an open breaker), outages, calls that
+    waited, whether it gave up, Retry-Afters not honoured; `replicas`: each replica's."""
     if self._ep is None: return None
-    extra = {**({"absurd_retry_after": sum(e.absurd_retry_after for e in self._eps)} if any(e.absurd_retry_after for e in self._eps) else {}),
-             **({"structured": f"refused: {self._ep.schema_refused}"} if self._ep.schema_refused else {})}
-    if len(self._eps) > 1:                               # replicas: the set is down only while all are; each has its record
+    extra = {
+        **(
+            {"absurd_retry_after": sum(e.absurd_retry_after for e in self._eps)}
+            if any(e.absurd_retry_after for e in self._eps)
+            else {}
+        ),
+        **({"structured": f"refused: {self._ep.schema_refused}"} if self._ep.schema_refused else {}),
+    }
+    # replicas: the set is down only while all are; each has its record
+    if len(self._eps) > 1:
         reps = [_replica_record(e) for e in self._eps]
-        return {"endpoint": self.base_url, "unreachable_seconds": 0.0, "outages": 0, "calls_waited": sum(r["calls_waited"] for r in reps),
-                "gave_up": all(r["gave_up"] for r in reps), "replicas": reps, **extra}
+        return {
+            "endpoint": self.base_url,
+            "unreachable_seconds": 0.0,
+            "outages": 0,
+            "calls_waited": sum(r["calls_waited"] for r in reps),
+            "gave_up": all(r["gave_up"] for r in reps),
+            "replicas": reps,
+            **extra,
+        }
     r = _replica_record(self._ep)
-    return {"endpoint": self._ep.url, **{k: r[k] for k in ("unreachable_seconds", "outages", "calls_waited", "gave_up")}, **extra}
+    return {
+        "endpoint": self._ep.url,
+        **{k: r[k] for k in ("unreachable_seconds", "outages", "calls_waited", "gave_up")},
+        **extra,
+    }
 
 
 # %% ../../nbs/01d_openai.ipynb #39f649c6
@@ -372,7 +496,8 @@ def _httpx():
 
 # %% ../../nbs/01d_openai.ipynb #9a069bd0
 def _session():
-    "The running loop's aiohttp session: one connection pool per host and no cap of its own (the endpoint limits bound it)."
+    """The running loop's aiohttp session: one connection pool per host and no cap of its own (the endpoint limits bound
+    it)."""
     loop = asyncio.get_running_loop()
     s = OpenAIBackend._sessions.get(loop)
     if s is None or s.closed:
@@ -382,13 +507,16 @@ def _session():
     return s
 
 # %% ../../nbs/01d_openai.ipynb #c5b0e30d
-_closers = weakref.WeakKeyDictionary()          # event loop -> the async generator that closes its session when the loop shuts down
+# event loop -> the async generator that closes its session when the loop shuts down
+_closers = weakref.WeakKeyDictionary()
 
 async def _closer(loop, sessions, clients):
-    "Parked at its `yield` until the loop finalises it (`asyncio.run` does, in `shutdown_asyncgens`): then closes the loop's session and clients."
+    """Parked at its `yield` until the loop finalises it (`asyncio.run` does, in `shutdown_asyncgens`): then closes the
+    loop's session and clients."""
     try: yield
     finally:
-        try:                                     # (it may also be finalised late, at interpreter exit: never a traceback from here)
+        # (it may also be finalised late, at interpreter exit: never a traceback from here)
+        try:
             for c in clients.pop(loop, {}).values(): await c.close()
             s = sessions.pop(loop, None)
             if s is not None and not s.closed: await s.close()
@@ -396,7 +524,8 @@ async def _closer(loop, sessions, clients):
 
 # %% ../../nbs/01d_openai.ipynb #235b6da4
 def _close_with_loop(loop):
-    "Tie the session to `loop`: a script's own `asyncio.run(...)` ends with it closed (no 'Unclosed client session' at exit)."
+    """Tie the session to `loop`: a script's own `asyncio.run(...)` ends with it closed (no 'Unclosed client session' at
+    exit)."""
     if loop in _closers: return
     g = _closers[loop] = _closer(loop, OpenAIBackend._sessions, OpenAIBackend._clients)
     step = g.__anext__()                         # the first step registers it with the running loop's async generators
@@ -416,14 +545,18 @@ def _wire_for(self: OpenAIBackend):
 
 # %% ../../nbs/01d_openai.ipynb #f6e35767
 def _no_connection(e) -> bool:
-    "Whether an aiohttp error means the endpoint is not there: refused, reset or dropped before an answer began (not a DNS or TLS failure, not a cut-off body)."
+    """Whether an aiohttp error means the endpoint is not there: refused, reset or dropped before an answer began (not a
+    DNS or TLS failure, not a cut-off body)."""
     import aiohttp
-    return isinstance(e, (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError)) and not isinstance(e, (aiohttp.ClientConnectorDNSError, aiohttp.ClientSSLError))
+    return isinstance(e, (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError)) and not isinstance(
+        e, (aiohttp.ClientConnectorDNSError, aiohttp.ClientSSLError)
+    )
 
 # %% ../../nbs/01d_openai.ipynb #1b888233
 @patch
 async def _post(self: OpenAIBackend, body: bytes, url: str|None = None) -> dict:
-    "One HTTP attempt (to `url`, a replica's, or this backend's): the decoded answer, or the exception the `openai` client raises for the same failure."
+    """One HTTP attempt (to `url`, a replica's, or this backend's): the decoded answer, or the exception the `openai`
+    client raises for the same failure."""
     import aiohttp, orjson
     _, own, headers, timeout = self._wire_for()
     url = url or own
@@ -434,30 +567,38 @@ async def _post(self: OpenAIBackend, body: bytes, url: str|None = None) -> dict:
     except asyncio.TimeoutError as e:
         import openai
         err = openai.APITimeoutError(request=_httpx().Request("POST", url))
-        err.no_connection = isinstance(e, aiohttp.ConnectionTimeoutError)    # no connection was made in time: nothing reached a server
+        # no connection was made in time: nothing reached a server
+        err.no_connection = isinstance(e, aiohttp.ConnectionTimeoutError)
         raise err from None
     except aiohttp.ClientError as e:
         import openai
-        err = openai.APIConnectionError(message=f"Connection error: {type(e).__name__}: {e}"[:300], request=_httpx().Request("POST", url))
+        err = openai.APIConnectionError(
+            message=f"Connection error: {type(e).__name__}: {e}"[:300], request=_httpx().Request("POST", url)
+        )
         err.no_connection = _no_connection(e)
         raise err from None
     if rh is not None:
-        raise self._get_client()._make_status_error_from_response(_httpx().Response(status, headers=rh, content=raw, request=_httpx().Request("POST", url)))
+        raise self._get_client()._make_status_error_from_response(
+            _httpx().Response(status, headers=rh, content=raw, request=_httpx().Request("POST", url))
+        )
     try: r = orjson.loads(raw)
     except ValueError:                              # what only the standard decoder reads (NaN), or not JSON at all
         try: r = json.loads(raw)
         except ValueError: raise _Malformed(f"malformed response body: not JSON ({len(raw)} bytes)") from None
     ch = r.get("choices") if isinstance(r, dict) else None
-    if not ch or not isinstance(ch, list) or not isinstance(ch[0], dict) or not isinstance(ch[0].get("message"), dict): raise _Malformed("response has no choices")
+    if not ch or not isinstance(ch, list) or not isinstance(ch[0], dict) or not isinstance(ch[0].get("message"), dict):
+        raise _Malformed("response has no choices")
     return r
 
 # %% ../../nbs/01d_openai.ipynb #288db7f4
 @patch
 async def _attempt(self: OpenAIBackend, ep: _Endpoint, body: bytes) -> dict:
-    "One attempt under the endpoint's breaker and limit; it tells both how it went. One that finds the endpoint down waits for it and goes again, not counted."
+    """One attempt under the endpoint's breaker and limit; it tells both how it went. One that finds the endpoint down
+    waits for it and goes again, not counted."""
     br, many = ep.breaker, len(self._eps or ()) > 1
     while True:
-        if many: ep, probe = await self._set.pick(self.spec); br = ep.breaker    # replicas: a slot on the least loaded up one, or a probe
+        # replicas: a slot on the least loaded up one, or a probe
+        if many: ep, probe = await self._set.pick(self.spec); br = ep.breaker
         else: probe = await br.admit()              # while the endpoint looks down: wait for its probe, holding no slot
         try: epoch = await ep.limit.acquire()
         except BaseException:
@@ -468,12 +609,16 @@ async def _attempt(self: OpenAIBackend, ep: _Endpoint, body: bytes) -> dict:
             seen, started = br.answers, time.monotonic()
             r = await self._post(body, ep.post_url)
         except _sdk("APIConnectionError") as e:    # refused, dropped, timed out: no answer
-            what = f"APITimeoutError: no answer within {self.timeout:g} s" if isinstance(e, _sdk("APITimeoutError")) else _err_text(e)
+            what = (
+                f"APITimeoutError: no answer within {self.timeout:g} s" if isinstance(e, _sdk("APITimeoutError")) else _err_text(e)
+            )
             if getattr(e, "no_connection", False):
-                if br.unreachable(what, seen, started, probe):            # down, nothing answered since: wait for it (or go to another replica)
+                # down, nothing answered since: wait for it (or go to another replica)
+                if br.unreachable(what, seen, started, probe):
                     ep.rerouted += many; continue
             else:
-                br.reached = br.reached or isinstance(e, _sdk("APITimeoutError"))   # held a connection until the timeout
+                # held a connection until the timeout
+                br.reached = br.reached or isinstance(e, _sdk("APITimeoutError"))
                 br.failed(what)
             ep.limit.connection_failed(epoch)       # timeouts and drops in a burst bring the limit down, as 429s do
             e.endpoint_busy = br.answers != seen    # it answered other calls meanwhile: up, but busy
@@ -512,15 +657,25 @@ async def _retry(self: OpenAIBackend, ep: _Endpoint, body: bytes, first: Excepti
         used[0] += counts(rs.outcome.exception())
         return used[0] > self.max_retries or rs.attempt_number + 1 >= 4 * (self.max_retries + 1)
     await asyncio.sleep(wait(first, 1))
-    async for attempt in tenacity.AsyncRetrying(retry=tenacity.retry_if_exception(lambda e: isinstance(e, _retryable())), reraise=True,
-                                                wait=lambda rs: wait(rs.outcome.exception(), rs.attempt_number + 1), stop=stop):
-        with attempt: r = await self._attempt(ep, body)
+    async for attempt in tenacity.AsyncRetrying(
+        retry=tenacity.retry_if_exception(lambda e: isinstance(e, _retryable())),
+        reraise=True,
+        wait=lambda rs: wait(rs.outcome.exception(), rs.attempt_number + 1),
+        stop=stop,
+    ):
+        with attempt:
+            r = await self._attempt(ep, body)
     return r
 
 def _request_headers(api_key: str) -> dict:
-    "What the `openai` client sends with a request (its key, organization and project from the environment), without importing it."
-    h = {"Accept": "application/json", "Content-Type": "application/json", "User-Agent": f"AsyncOpenAI/Python {_sdk_version()}",
-         "Authorization": f"Bearer {api_key}"}
+    """What the `openai` client sends with a request (its key, organization and project from the environment), without
+    importing it."""
+    h = {
+        "Accept": "application/json",
+        "Content-Type": "application/json",
+        "User-Agent": f"AsyncOpenAI/Python {_sdk_version()}",
+        "Authorization": f"Bearer {api_key}",
+    }
     for k, env in (("OpenAI-Organization", "OPENAI_ORG_ID"), ("OpenAI-Project", "OPENAI_PROJECT_ID")):
         if os.environ.get(env): h[k] = os.environ[env]
     return h

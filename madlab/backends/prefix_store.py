@@ -19,12 +19,14 @@ def _common_prefix(a, b) -> int:
     return int(d[0]) if len(d) else m
 
 class _PrefixStore:
-    "Key/value caches of one model's earlier sequences (prompt + reply tokens), least recently used dropped past `budget` bytes."
+    """Key/value caches of one model's earlier sequences (prompt + reply tokens), least recently used dropped past
+    `budget` bytes."""
     def __init__(self, budget: int):
         self.budget, self.entries, self.nbytes, self.evicted, self._next = budget, collections.OrderedDict(), 0, 0, 0
 
     def longest(self, ids):
-        "The key of the entry sharing the longest prefix with the token tensor `ids`, and that length: `(None, 0)` when none does."
+        """The key of the entry sharing the longest prefix with the token tensor `ids`, and that length: `(None, 0)`
+        when none does."""
         best, n = None, 0
         for key, (toks, _kv, _size) in self.entries.items():
             if min(len(toks), len(ids)) <= n: continue
@@ -34,7 +36,8 @@ class _PrefixStore:
         return best, n
 
     def add(self, toks, kv) -> int|None:
-        "Keep `kv` (per layer `(keys, values)`, batch 1) for the tokens `toks`; entries it extends are dropped. The key, or None when over budget."
+        """Keep `kv` (per layer `(keys, values)`, batch 1) for the tokens `toks`; entries it extends are dropped. The
+        key, or None when over budget."""
         size = sum(t.numel() * t.element_size() for k, v in kv for t in (k, v))
         if size > self.budget: return None
         for key in [k for k, (t, _, _) in self.entries.items() if _common_prefix(t, toks) == len(t)]:
@@ -46,14 +49,17 @@ class _PrefixStore:
 
     def _drop(self, key): self.nbytes -= self.entries.pop(key)[2]
     def __len__(self): return len(self.entries)
-    def __repr__(self): return f"_PrefixStore({len(self)} sequences, {self.nbytes / 2**20:.1f} of {self.budget / 2**20:.0f} MB)"
+    def __repr__(self):
+        return f"_PrefixStore({len(self)} sequences, {self.nbytes / 2**20:.1f} of {self.budget / 2**20:.0f} MB)"
 
 
 # %% ../../nbs/01f_prefix_store.ipynb #02e9065b
 def _kv_layers(cache) -> list|None:
-    "Per layer `(keys, values)` of a transformers cache; None for one that is not plain per-layer tensors (sliding windows, quantised)."
+    """Per layer `(keys, values)` of a transformers cache; None for one that is not plain per-layer tensors (sliding
+    windows, quantised)."""
     layers = getattr(cache, "layers", None)
-    if not layers or not all(type(l).__name__ == "DynamicLayer" and getattr(l, "keys", None) is not None for l in layers): return None
+    if not layers or not all(type(l).__name__ == "DynamicLayer" and getattr(l, "keys", None) is not None for l in layers):
+        return None
     return [(l.keys, l.values) for l in layers]
 
 def _dynamic_cache(kv):
@@ -64,7 +70,8 @@ def _dynamic_cache(kv):
     return c
 
 def _cache_arg(model) -> str|None:
-    "What `model.forward` (and so `generate`) calls a cache to continue from, read from its signature; None when it takes none."
+    """What `model.forward` (and so `generate`) calls a cache to continue from, read from its signature; None when it
+    takes none."""
     import inspect
     params = inspect.signature(model.forward).parameters
     return next((p for p in ("cache", "past_key_values") if p in params), None)

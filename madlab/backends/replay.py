@@ -20,16 +20,28 @@ class ReplayMiss(BackendError):
 # %% ../../nbs/01i_replay.ipynb #5ce8413d
 class ReplayBackend(Backend):
     "Serve recorded replies; unmatched requests go to `fallback` or raise `ReplayMiss`."
-    def __init__(self, turns: list, fallback: Backend|None = None, spec="replay:", agent: str|None = None, synthetic: bool|None = None):
+    def __init__(
+        self,
+        turns: list,
+        fallback: Backend | None = None,
+        spec="replay:",
+        agent: str | None = None,
+        synthetic: bool | None = None,
+    ):
         self.fallback, self.spec, self.agent = fallback, spec, agent
-        self.synthetic = bool(synthetic) if synthetic is not None else getattr(fallback, "synthetic", False)  # as recorded
+        # as recorded
+        self.synthetic = bool(synthetic) if synthetic is not None else getattr(fallback, "synthetic", False)
         self._script = collections.defaultdict(collections.deque)
         for t in turns:
-            if agent is None or t.agent == agent: self._script[stable_hash(agent or t.agent, t.messages)].append(t)
+            if agent is None or t.agent == agent:
+                self._script[stable_hash(agent or t.agent, t.messages)].append(t)
         self.replayed = 0
         held = any((t.meta or {}).get("structured") for q in self._script.values() for t in q)
-        self.structured = "replayed" if held else getattr(fallback, "structured", None)   # asked as recorded, so the prompts match
-        self.logprobs = any("logprob" in (t.meta or {}) for q in self._script.values() for t in q) or getattr(fallback, "logprobs", False)
+        # asked as recorded, so the prompts match
+        self.structured = "replayed" if held else getattr(fallback, "structured", None)
+        self.logprobs = any("logprob" in (t.meta or {}) for q in self._script.values() for t in q) or getattr(
+            fallback, "logprobs", False
+        )
 
     async def complete(self, messages, ctx=None, **params) -> Completion:
         q = self._script.get(stable_hash(self.agent or (ctx.agent if ctx else None), messages))
@@ -38,8 +50,11 @@ class ReplayBackend(Backend):
             if t.error is not None: raise BackendError(t.error)
             held = (t.meta or {}).get("structured")
             lp = {"logprob": t.meta["logprob"]} if "logprob" in (t.meta or {}) else {}
-            return Completion(t.reply or "", t.usage, 0.0, cached=True, meta={"replayed": True, **({"structured": held} if held else {}), **lp})
-        if self.fallback is None: raise ReplayMiss(f"no recorded reply for {ctx.agent if ctx else '?'} at this point: the debate left the transcript")
+            return Completion(
+                t.reply or "", t.usage, 0.0, cached=True, meta={"replayed": True, **({"structured": held} if held else {}), **lp}
+            )
+        if self.fallback is None:
+            raise ReplayMiss(f"no recorded reply for {ctx.agent if ctx else '?'} at this point: the debate left the transcript")
         return await self.fallback.complete(messages, ctx, **params)
 
     def count_tokens(self, text: str) -> int:
@@ -48,15 +63,18 @@ class ReplayBackend(Backend):
 
 # %% ../../nbs/01i_replay.ipynb #d82c4336
 def _replay_backend(spec, path, agent) -> ReplayBackend:
-    "The backend of `replay:PATH#AGENT`, checked now: a ValueError says what is wrong (no file, not a transcript, no such agent)."
+    """The backend of `replay:PATH#AGENT`, checked now: a ValueError says what is wrong (no file, not a transcript, no
+    such agent)."""
     from pathlib import Path
     p = Path(path)
-    if not p.is_file(): raise ValueError(f"{spec}: no transcript file {path}" + (" (it is a folder)" if p.is_dir() else ""))
+    if not p.is_file():
+        raise ValueError(f"{spec}: no transcript file {path}" + (" (it is a folder)" if p.is_dir() else ""))
     try: t = Transcript.from_json(p)                   # its errors name the file
     except OSError as e: raise ValueError(f"{spec}: cannot read {path} ({e.strerror or e})") from None
     team = [a for a in t.team if isinstance(a, dict)] if isinstance(t.team, list) else []
     names = [str(a.get("name")) for a in team]
-    if agent not in names: raise ValueError(f"{spec}: {path} has no agent {agent!r}; its agents: {', '.join(names) or 'none'}")
+    if agent not in names:
+        raise ValueError(f"{spec}: {path} has no agent {agent!r}; its agents: {', '.join(names) or 'none'}")
     rounds = t.rounds if isinstance(t.rounds, list) else [None]
     if not all(isinstance(r, Round) and isinstance(r.turns, list) and all(isinstance(tu, Turn) for tu in r.turns)
                for r in rounds):

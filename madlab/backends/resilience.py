@@ -26,8 +26,10 @@ def _env_max_concurrency() -> int|None:
     if n < 1: raise ValueError(f"MADLAB_MAX_CONCURRENCY must be a positive integer or 'auto'; got {v!r}")
     return n
 
+# %% ../../nbs/01c_resilience.ipynb #4e752c78
 class EndpointLimit:
-    "Calls in flight to one endpoint: pinned at `limit`, or adaptive (`limit=None`): starts at `start`, halves on overload, grows back by one per window of successes."
+    """Calls in flight to one endpoint: pinned at `limit`, or adaptive (`limit=None`): starts at `start`, halves on
+    overload, grows back by one per window of successes."""
     def __init__(self, limit: int|None = None, start: int = ADAPTIVE_START, floor: int = 1):
         self.pinned = limit is not None
         self.limit = float(limit if self.pinned else start)
@@ -38,7 +40,8 @@ class EndpointLimit:
         self._paused_until = 0.0          # loop time before which no call starts (Retry-After)
         self._conn_errors = collections.deque()
         self._timer = None
-        self._on_free = []                # callbacks told when a slot may have come free (the replica sets this endpoint is in)
+        # callbacks told when a slot may have come free (the replica sets this endpoint is in)
+        self._on_free = []
 
     @property
     def cap(self) -> int: return max(self.floor, int(self.limit))
@@ -70,6 +73,7 @@ async def acquire(self: EndpointLimit) -> int:
     self.max_in_flight = max(self.max_in_flight, self.in_flight)
     return self._epoch
 
+# %% ../../nbs/01c_resilience.ipynb #62d63c28
 @patch
 def release(self: EndpointLimit):
     "Give a slot back (after each attempt: a call waiting out its back-off holds no slot)."
@@ -102,15 +106,18 @@ def succeeded(self: EndpointLimit):
         self.limit = min(self.ceiling, self.limit + 1 / self.limit)
         self._wake()
 
+# %% ../../nbs/01c_resilience.ipynb #fe63fef5
 @patch
 def overloaded(self: EndpointLimit, epoch: int, retry_after: float|None = None):
-    "The server refused a call (429): pause new calls for `retry_after` s; an adaptive limit halves what is in flight, once per epoch."
+    """The server refused a call (429): pause new calls for `retry_after` s; an adaptive limit halves what is in flight,
+    once per epoch."""
     if retry_after:
         self._paused_until = max(self._paused_until, asyncio.get_running_loop().time() + retry_after)
     if not self.pinned and epoch == self._epoch:
         self.limit = max(float(self.floor), min(self.limit, self.in_flight) / 2)
         self._epoch += 1; self.cuts += 1
 
+# %% ../../nbs/01c_resilience.ipynb #60b03386
 @patch
 def connection_failed(self: EndpointLimit, epoch: int, burst: int = 3, window: float = 1.0):
     "A connection error or timeout: `burst` of them within `window` seconds count as overload."
@@ -124,17 +131,26 @@ def connection_failed(self: EndpointLimit, epoch: int, burst: int = 3, window: f
 class EndpointDown(BackendError):
     "The endpoint has answered nothing for its `give_up_after` seconds: calls to it fail."
 
-DOWN_PROBE_CAP = 2.0     # seconds between probes of an endpoint that refuses connections (a probe of it costs the server nothing)
-GIVE_UP_FIRST = 30.0     # seconds of silence for an endpoint not reached yet in this run (a wrong URL, a server not started)
+# %% ../../nbs/01c_resilience.ipynb #7c8c7727
+# seconds between probes of an endpoint that refuses connections (a probe of it costs the server nothing)
+DOWN_PROBE_CAP = 2.0
+
+# %% ../../nbs/01c_resilience.ipynb #7a53d57d
+# seconds of silence for an endpoint not reached yet in this run (a wrong URL, a server not started)
+GIVE_UP_FIRST = 30.0
 _endpoint_log = logging.getLogger("madlab.endpoints")   # an outage as it begins: the endpoint, how long its calls wait
 
+# %% ../../nbs/01c_resilience.ipynb #31e2fccb
 class CircuitBreaker:
-    "Whether one endpoint is up, judged on a window of attempts: open, calls wait for a probe; silent for `give_up_after` s, they fail."
+    """Whether one endpoint is up, judged on a window of attempts: open, calls wait for a probe; silent for
+    `give_up_after` s, they fail."""
     def __init__(self, endpoint: str, after: int = 5, cooldown: float = 30.0, give_up_after: float = 300.0,
                  window: float = 10.0, rate: float = 0.5, silence: float = 10.0, give_up_first: float = GIVE_UP_FIRST):
         self.endpoint, self.after, self.cooldown, self.give_up_after = endpoint, after, cooldown, give_up_after
-        self.give_up_first, self.reached = give_up_first, False     # reached: it answered, or held a connection until a timeout
-        self._what, self._refused = None, False                     # the last failure, and whether it was a refused connection
+        # reached: it answered, or held a connection until a timeout
+        self.give_up_first, self.reached = give_up_first, False
+        # the last failure, and whether it was a refused connection
+        self._what, self._refused = None, False
         self.window, self.rate, self.silence = window, rate, silence
         self._recent = collections.deque()          # (time, failed) of the attempts of the last `window` seconds
         self.last_answer = time.monotonic()         # or when the breaker began: silence is counted from here
@@ -143,7 +159,8 @@ class CircuitBreaker:
         self.backoff, self.next_probe, self._probing, self._changed, self._cap = 1.0, 0.0, False, None, cooldown
         self.outage_seconds, self.outages, self.calls_waited, self.gave_up = 0.0, 0, 0, False
         self.answers = 0                            # answers so far: an attempt that failed after one came is stale
-        self.confirmed, self._waited_now, self.blips = True, 0, 0   # an opening on one failed connection is an outage once confirmed
+        # an opening on one failed connection is an outage once confirmed
+        self.confirmed, self._waited_now, self.blips = True, 0, 0
 
     @property
     def open(self) -> bool: return self.opened_at is not None
@@ -153,25 +170,32 @@ class CircuitBreaker:
         return not (self.reached or self.answers) and self.give_up_first < self.give_up_after
     @property
     def give_up_now(self) -> float:
-        "Seconds of silence after which calls fail: `give_up_first` for an endpoint never reached, else `give_up_after`."
+        """Seconds of silence after which calls fail: `give_up_first` for an endpoint never reached, else
+        `give_up_after`."""
         return self.give_up_first if self.first else self.give_up_after
-    def __repr__(self): return f"CircuitBreaker({self.endpoint!r}, {'open' if self.open else 'closed'}, outages={self.outages}, waited={self.calls_waited})"
+    def __repr__(self):
+        return f"CircuitBreaker({self.endpoint!r}, {'open' if self.open else 'closed'}, outages={self.outages}, waited={self.calls_waited})"
 
 # %% ../../nbs/01c_resilience.ipynb #cb7a1e02
 @patch
 def failed(self: CircuitBreaker, what: str):
-    "An attempt got no answer (timeout, refused or dropped connection): open on the window's failure rate or on a long silence."
+    """An attempt got no answer (timeout, refused or dropped connection): open on the window's failure rate or on a long
+    silence."""
     now = time.monotonic()
     self._note(now, True); self._what, self._refused = what, False
     if self.failing_since is None: self.failing_since = now
     if self._probing: self._probing = False; self._reschedule(now)
     if self.open: return
     fails = sum(f for _, f in self._recent)
-    if (len(self._recent) >= self.after and fails >= self.rate * len(self._recent)) or now - self.failing_since >= self.silence:
+    if (
+        len(self._recent) >= self.after and fails >= self.rate * len(self._recent)
+    ) or now - self.failing_since >= self.silence:
         self.opened_at, self.backoff, self.next_probe, self._cap, self.confirmed = now, 1.0, now + 1.0, self.cooldown, True
         self.reason = f"{fails} of its last {len(self._recent)} attempts got no answer ({what})"
-        self._announce(); self._wake()
+        self._announce()
+        self._wake()
 
+# %% ../../nbs/01c_resilience.ipynb #2877616a
 @patch
 def answered(self: CircuitBreaker):
     "The endpoint answered (any HTTP status): it is up; an open breaker closes and the waiting calls go on."
@@ -181,7 +205,8 @@ def answered(self: CircuitBreaker):
     self.answers += 1
     if self.open:
         if self.confirmed: self.outage_seconds += now - self.opened_at; self.outages += 1
-        else: self.blips += 1                        # one dropped connection, and the next attempt was answered: no outage
+        # one dropped connection, and the next attempt was answered: no outage
+        else: self.blips += 1
         self.opened_at, self._probing, self._waited_now = None, False, 0
         self._wake()
 
@@ -193,14 +218,17 @@ def _note(self: CircuitBreaker, now: float, failed: bool):
 
 @patch
 def _reschedule(self: CircuitBreaker, now: float):
-    "A probe failed: the next one after twice the back-off (at most `cooldown`, or `DOWN_PROBE_CAP` for an endpoint that refuses connections)."
+    """A probe failed: the next one after twice the back-off (at most `cooldown`, or `DOWN_PROBE_CAP` for an endpoint
+    that refuses connections)."""
     self.backoff = min(self._cap, self.backoff * 2)
     self.next_probe = now + self.backoff
     self._wake()
 
+# %% ../../nbs/01c_resilience.ipynb #e3f62147
 @patch
 def abandon_probe(self: CircuitBreaker):
-    "The probe ended with no outcome (it was cancelled): the next call may probe (a no-op once its outcome was recorded)."
+    """The probe ended with no outcome (it was cancelled): the next call may probe (a no-op once its outcome was
+    recorded)."""
     if self._probing: self._probing = False; self._wake()
 
 @patch
@@ -214,16 +242,18 @@ def _confirm(self: CircuitBreaker):
         self.confirmed, self.calls_waited, self._waited_now = True, self.calls_waited + self._waited_now, 0
         if not self.gave_up: self._announce()
 
-
 # %% ../../nbs/01c_resilience.ipynb #318b8fe6
 @patch
 def _announce(self: CircuitBreaker):
-    "Say in the log (`madlab.endpoints`, a warning) that an outage began: the endpoint, what failed, how long calls wait for it."
+    """Say in the log (`madlab.endpoints`, a warning) that an outage began: the endpoint, what failed, how long calls
+    wait for it."""
     left = max(0.0, self.last_answer + self.give_up_now - time.monotonic())
     if self.first:
         how = "refuses connections" if self._refused else "cannot be reached"
-        msg = (f"endpoint {self.endpoint} {how} ({self._what}); it has not answered once in this run: its calls wait for it "
-               f"at most {left:.0f} s more, then fail (give-up for an endpoint not reached yet: {self.give_up_first:g} s, --give-up-first)")
+        msg = (
+            f"endpoint {self.endpoint} {how} ({self._what}); it has not answered once in this run: its calls wait for it "
+            f"at most {left:.0f} s more, then fail (give-up for an endpoint not reached yet: {self.give_up_first:g} s, --give-up-first)"
+        )
     else: msg = (f"endpoint {self.endpoint} is not answering ({self._what}); its calls wait for it at most {left:.0f} s more, "
                  f"then fail (give-up after {self.give_up_after:g} s of silence, --give-up-after)")
     _endpoint_log.warning(msg)
@@ -232,7 +262,8 @@ def _announce(self: CircuitBreaker):
 # %% ../../nbs/01c_resilience.ipynb #cb7a1e04
 @patch
 async def admit(self: CircuitBreaker) -> bool:
-    "Let a call through: at once while closed (False); while open, wait for the probe (True: this call is it); `EndpointDown` once given up."
+    """Let a call through: at once while closed (False); while open, wait for the probe (True: this call is it);
+    `EndpointDown` once given up."""
     waited = False
     while self.open:
         now = time.monotonic()
@@ -255,17 +286,23 @@ def _down_message(self: CircuitBreaker, now: float) -> str:
     "Why the calls fail: the endpoint, how long it was silent, the limit that applied, and what to do."
     silent = f"endpoint {self.endpoint} has answered nothing for {now - self.last_answer:.0f} s"
     if self.first:
-        return (f"{silent} and has not answered once in this run (give-up for an endpoint not reached yet: {self.give_up_first:g} s; "
-                f"{self.reason}). Check the URL and that the server is started (or raise --give-up-first), "
-                "then run again: finished items are kept")
-    return (f"{silent} (give-up after {self.give_up_after:g} s; {self.reason}). Check that the server is up and reachable "
-            "(or raise --give-up-after or --timeout), then run again: finished items are kept")
+        return (
+            f"{silent} and has not answered once in this run (give-up for an endpoint not reached yet: {self.give_up_first:g} s; "
+            f"{self.reason}). Check the URL and that the server is started (or raise --give-up-first), "
+            "then run again: finished items are kept"
+        )
+    return (
+        f"{silent} (give-up after {self.give_up_after:g} s; {self.reason}). Check that the server is up and reachable "
+        "(or raise --give-up-after or --timeout), then run again: finished items are kept"
+    )
 
 # %% ../../nbs/01c_resilience.ipynb #9b72dbb3
 @patch
 def unreachable(self: CircuitBreaker, what: str, seen: int, started: float, probe: bool = False) -> bool:
-    "An attempt begun at `started` (after `seen` answers) was refused or reset: with no answer since, open at once (True: wait, not counted)."
-    if self.answers != seen: self.failed(what); return False        # the endpoint answered meanwhile: up, this failure is stale
+    """An attempt begun at `started` (after `seen` answers) was refused or reset: with no answer since, open at once
+    (True: wait, not counted)."""
+    # the endpoint answered meanwhile: up, this failure is stale
+    if self.answers != seen: self.failed(what); return False
     now = time.monotonic()
     self._note(now, True); self._what, self._refused = what, True
     if self.failing_since is None: self.failing_since = now
@@ -285,10 +322,12 @@ def _backoff(attempt: int, max_wait: float, base: float = 0.2) -> float:
     return min(max_wait, step * (1 + random.random() * 0.5))
 
 # %% ../../nbs/01c_resilience.ipynb #c8d63180
-RETRY_AFTER_MAX = 60.0   # the longest Retry-After honoured (the openai client's convention); beyond it a call backs off on its own
+# the longest Retry-After honoured (the openai client's convention); beyond it a call backs off on its own
+RETRY_AFTER_MAX = 60.0
 
 def _honoured_retry_after(exc, ep=None) -> float|None:
-    "The server's Retry-After when it is at most `RETRY_AFTER_MAX`; a longer one is not honoured (counted on `ep`), and None is returned."
+    """The server's Retry-After when it is at most `RETRY_AFTER_MAX`; a longer one is not honoured (counted on `ep`),
+    and None is returned."""
     ra = _retry_after(exc)
     if ra is None or ra <= RETRY_AFTER_MAX: return ra
     if ep is not None: ep.absurd_retry_after += 1
@@ -320,15 +359,22 @@ class _Endpoint:
         self.url, self.limit = url, EndpointLimit(limit)
         self.breaker = CircuitBreaker(url, breaker_after, cooldown, give_up_after, give_up_first=give_up_first)
         self.post_url = (url or "https://api.openai.com/v1").rstrip("/") + "/chat/completions"
-        self.calls = self.attempts = self.rerouted = 0   # answers, attempts, calls that found it down and went to another replica
-        self.absurd_retry_after = 0              # 429s whose Retry-After was too long to honour (each backed off on its own)
-        self.schema_refused: str|None = None     # why the server refused `response_format` (then it is never sent again)
-        self.schema_ok, self._schema_probe, self._schema_asked = False, None, False   # it took one; the call finding out; whether one did
+        # answers, attempts, calls that found it down and went to another replica
+        self.calls = self.attempts = self.rerouted = 0
+        # 429s whose Retry-After was too long to honour (each backed off on its own)
+        self.absurd_retry_after = 0
+        # why the server refused `response_format` (then it is never sent again)
+        self.schema_refused: str|None = None
+        # it took one; the call finding out; whether one did
+        self.schema_ok, self._schema_probe, self._schema_asked = False, None, False
 
     async def schema_turn(self) -> bool:
-        "Wait while the first call finds out whether this server takes `response_format`; True when this call is that first one."
-        while not self.schema_ok and self.schema_refused is None and self._schema_probe is not None: await asyncio.shield(self._schema_probe)
-        if self.schema_ok or self.schema_refused is not None or self._schema_asked: return False   # one call finds out; after it, none waits
+        """Wait while the first call finds out whether this server takes `response_format`; True when this call is that
+        first one."""
+        while not self.schema_ok and self.schema_refused is None and self._schema_probe is not None:
+            await asyncio.shield(self._schema_probe)
+        # one call finds out; after it, none waits
+        if self.schema_ok or self.schema_refused is not None or self._schema_asked: return False
         self._schema_asked = True
         self._schema_probe = asyncio.get_running_loop().create_future()
         return True
@@ -341,10 +387,12 @@ class _Endpoint:
 
 # %% ../../nbs/01c_resilience.ipynb #299e9a59
 def _replica_urls(base_url) -> list:
-    "The replica URLs of `base_url` (`URL1|URL2|...`; None: the preset's default); a ValueError names an empty or repeated one."
+    """The replica URLs of `base_url` (`URL1|URL2|...`; None: the preset's default); a ValueError names an empty or
+    repeated one."""
     if base_url is None: return [None]
     urls = [u.strip() for u in str(base_url).split("|")]
-    if not all(urls): raise ValueError(f"base_url: an empty replica URL in {base_url!r}; separate the replicas' URLs with |")
+    if not all(urls):
+        raise ValueError(f"base_url: an empty replica URL in {base_url!r}; separate the replicas' URLs with |")
     if len(set(urls)) != len(urls): raise ValueError(f"base_url: a replica URL appears twice in {base_url!r}")
     return urls
 
@@ -355,7 +403,8 @@ def _load(ep) -> float:
 
 # %% ../../nbs/01c_resilience.ipynb #efeb1d3c
 class _Replicas:
-    "The replicas of one model on one event loop: a call waits here (first come, first served) for a free slot on the least loaded up replica."
+    """The replicas of one model on one event loop: a call waits here (first come, first served) for a free slot on the
+    least loaded up replica."""
     def __init__(self, eps: list):
         self.eps, self._waiters = eps, collections.deque()
         for e in eps: e.limit._on_free.append(self._kick)
@@ -369,11 +418,16 @@ class _Replicas:
 
     def _room(self, now: float):
         "The least loaded up replica with a free slot (`now`: loop time), or None."
-        free = [e for e in self.eps if not e.breaker.open and not e.limit._waiters and e.limit.in_flight < e.limit.cap and now >= e.limit._paused_until]
+        free = [
+            e
+            for e in self.eps
+            if not e.breaker.open and not e.limit._waiters and e.limit.in_flight < e.limit.cap and now >= e.limit._paused_until
+        ]
         return min(free, key=_load) if free else None
 
     async def _wait(self, front: bool, delay: float|None):
-        "Queue for a slot (at the front: woken before, and found none) until a slot frees or `delay` s pass (a probe or a pause is due)."
+        """Queue for a slot (at the front: woken before, and found none) until a slot frees or `delay` s pass (a probe
+        or a pause is due)."""
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
         (self._waiters.appendleft if front else self._waiters.append)(fut)
@@ -385,7 +439,8 @@ class _Replicas:
         h = loop.call_later(max(0.005, delay), due) if delay is not None else None
         try: await fut
         except asyncio.CancelledError:
-            if fut.done() and not fut.cancelled(): self._kick()       # woken, then cancelled: the wake-up goes to the next call
+            # woken, then cancelled: the wake-up goes to the next call
+            if fut.done() and not fut.cancelled(): self._kick()
             else:
                 try: self._waiters.remove(fut)
                 except ValueError: pass
@@ -397,7 +452,8 @@ class _Replicas:
 # %% ../../nbs/01c_resilience.ipynb #d4a470f0
 @patch
 async def pick(self: _Replicas, what: str) -> tuple:
-    "(replica, probe) for one attempt: a down replica whose probe is due, as its probe; else a free slot on the least loaded up replica; all down: wait for a probe."
+    """(replica, probe) for one attempt: a down replica whose probe is due, as its probe; else a free slot on the least
+    loaded up replica; all down: wait for a probe."""
     loop, waited, front = asyncio.get_running_loop(), None, False
     while True:
         now = time.monotonic()
@@ -411,14 +467,20 @@ async def pick(self: _Replicas, what: str) -> tuple:
                 if self._waiters: self._kick()               # it may have been one of several slots freed at once
                 return e, False
             lt = loop.time()
-            delays = [e.breaker.next_probe - now for e in self.eps if e.breaker.open and not e.breaker._probing] + [e.limit._paused_until - lt for e in up if e.limit._paused_until > lt]
+            delays = [e.breaker.next_probe - now for e in self.eps if e.breaker.open and not e.breaker._probing] + [
+                e.limit._paused_until - lt for e in up if e.limit._paused_until > lt
+            ]
             await self._wait(front, min(delays) if delays else None); front = True
             continue
         if all(now - e.breaker.last_answer >= e.breaker.give_up_now for e in self.eps):
             for e in self.eps: e.breaker.gave_up = True; e.breaker._confirm()
-            raise EndpointDown(f"every replica of {what} has answered nothing for its give-up time ("
-                               + "; ".join(f"{e.url}: {e.breaker.reason}" for e in self.eps) + "). Check that the servers are up and reachable, then run again: finished items are kept")
-        if waited is None:                               # every replica down: counted once, on the replica whose probe it waits for
+            raise EndpointDown(
+                f"every replica of {what} has answered nothing for its give-up time ("
+                + "; ".join(f"{e.url}: {e.breaker.reason}" for e in self.eps)
+                + "). Check that the servers are up and reachable, then run again: finished items are kept"
+            )
+        # every replica down: counted once, on the replica whose probe it waits for
+        if waited is None:
             waited = min(self.eps, key=lambda e: e.breaker.next_probe).breaker
             if waited.confirmed: waited.calls_waited += 1
             else: waited._waited_now += 1
@@ -427,7 +489,13 @@ async def pick(self: _Replicas, what: str) -> tuple:
             if e.breaker._changed is None: e.breaker._changed = asyncio.Event()
             evs.append(asyncio.ensure_future(e.breaker._changed.wait()))
         due = [e.breaker.next_probe for e in self.eps if not e.breaker._probing]
-        until = min(due + [max(e.breaker.last_answer + e.breaker.give_up_now for e in self.eps), now + max(e.breaker.cooldown for e in self.eps)])
+        until = min(
+            due
+            + [
+                max(e.breaker.last_answer + e.breaker.give_up_now for e in self.eps),
+                now + max(e.breaker.cooldown for e in self.eps),
+            ]
+        )
         try: await asyncio.wait(evs, timeout=max(0.005, until - now), return_when=asyncio.FIRST_COMPLETED)
         finally:
             for f in evs: f.cancel()

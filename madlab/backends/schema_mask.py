@@ -21,7 +21,8 @@ def _usable_cores() -> int:
 _LLG_EXECUTOR = None
 
 def _llg_executor():
-    "The process's llguidance executor: it fills the masks of a batch's rows in parallel, one thread per usable core (at most 32)."
+    """The process's llguidance executor: it fills the masks of a batch's rows in parallel, one thread per usable core
+    (at most 32)."""
     global _LLG_EXECUTOR
     if _LLG_EXECUTOR is None:
         import llguidance
@@ -29,18 +30,24 @@ def _llg_executor():
     return _LLG_EXECUTOR
 
 class _SchemaMask:
-    "A logits processor for one `generate`: row i follows `schemas[i]` (llguidance, compact JSON) or is free when it is None."
+    """A logits processor for one `generate`: row i follows `schemas[i]` (llguidance, compact JSON) or is free when it
+    is None."""
     def __init__(self, tokenizer, schemas, n_in: int, eos=()):
         import llguidance, llguidance.torch
         self.n_in, self.torch, self.eos = n_in, llguidance.torch, sorted(set(eos))
         opts = {"whitespace_flexible": False, "key_separator": ": ", "item_separator": ", "}
-        self.matchers = [None if s is None else llguidance.LLMatcher(tokenizer, llguidance.LLMatcher.grammar_from_json_schema(json.dumps(s), defaults=opts))
-                         for s in schemas]
+        self.matchers = [
+            None
+            if s is None
+            else llguidance.LLMatcher(tokenizer, llguidance.LLMatcher.grammar_from_json_schema(json.dumps(s), defaults=opts))
+            for s in schemas
+        ]
         for m in self.matchers:
             if m is not None and m.is_error(): raise ValueError(f"schema not supported: {m.get_error()[:200]}")
         self.broken = [False] * len(schemas)
         self.mask = llguidance.torch.allocate_token_bitmask(len(schemas), tokenizer.vocab_size)
-        self.keep_logits = False       # True: mask a copy of the scores, so the step's raw logits stay as the model gave them
+        # True: mask a copy of the scores, so the step's raw logits stay as the model gave them
+        self.keep_logits = False
 
     @classmethod
     def for_requests(cls, backend, reqs, n_in: int, eos=()):
@@ -48,12 +55,15 @@ class _SchemaMask:
         if not any(r.schema for r in reqs): return None
         if getattr(backend, "_llg", None) is None:
             import llguidance.hf
-            backend._llg = llguidance.hf.from_tokenizer(backend.tokenizer, n_vocab=backend.model.get_output_embeddings().weight.shape[0])
+            backend._llg = llguidance.hf.from_tokenizer(
+                backend.tokenizer, n_vocab=backend.model.get_output_embeddings().weight.shape[0]
+            )
         return cls(backend._llg, [r.schema for r in reqs], n_in, eos)
 
     def __call__(self, input_ids, scores):
         new = input_ids.shape[1] > self.n_in
-        last = input_ids[:, -1].tolist() if new else None       # the step's tokens in one read from the device, not one per row
+        # the step's tokens in one read from the device, not one per row
+        last = input_ids[:, -1].tolist() if new else None
         self.mask.fill_(-1)                                     # all tokens allowed, for free and finished rows
         rows = []
         for i, m in enumerate(self.matchers):
@@ -61,15 +71,19 @@ class _SchemaMask:
             if new and not m.consume_token(last[i]): self.broken[i] = True; continue
             if m.is_stopped(): self._only_eos(i)             # the reply is complete: it ends here
             else: rows.append((m, i))
-        if len(rows) > 1: self.torch.fill_next_token_bitmask_par(_llg_executor(), rows, self.mask)   # every held row's mask at once, on all cores
-        elif rows: self.torch.fill_next_token_bitmask(*rows[0][:1], self.mask, rows[0][1])           # one row: no threads to wake
-        if self.keep_logits: scores = scores.clone()           # generate keeps this very tensor as the step's raw logits (log-probabilities read them)
+        # every held row's mask at once, on all cores
+        if len(rows) > 1: self.torch.fill_next_token_bitmask_par(_llg_executor(), rows, self.mask)
+        # one row: no threads to wake
+        elif rows: self.torch.fill_next_token_bitmask(*rows[0][:1], self.mask, rows[0][1])
+        # generate keeps this very tensor as the step's raw logits (log-probabilities read them)
+        if self.keep_logits: scores = scores.clone()
         self.torch.apply_token_bitmask_inplace(scores, self.mask.to(scores.device))
         return scores
 
     def _only_eos(self, i):
         self.mask[i].zero_()
-        for e in self.eos: self.mask[i, e // 32] |= (1 << (e % 32)) - (1 << 32 if e % 32 == 31 else 0)   # int32 words: bit 31 is the sign
+        # int32 words: bit 31 is the sign
+        for e in self.eos: self.mask[i, e // 32] |= (1 << (e % 32)) - (1 << 32 if e % 32 == 31 else 0)
 
     def outcome(self, i) -> str|None:
         "What held row i: 'enforced' (the schema held every token), 'broken' (a token left it), or None (free text)."
