@@ -63,7 +63,8 @@ class Provider:
 
     def __post_init__(self):
         if not isinstance(self.prefix, str) or not re.fullmatch(r"[A-Za-z][\w-]*", self.prefix):
-            raise ValueError(f"a backend prefix is a letter then letters, digits, '_' or '-' (no ':'); got {self.prefix!r}")
+            raise ValueError("a backend prefix is a letter then letters, digits, '_' or '-' (no ':'); "
+                             f"got {self.prefix!r}")
         f = self.factory
         if not (callable(f) or isinstance(f, str) and re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*", f)):
             raise TypeError(f"the factory of {self.prefix}: must be callable or 'module:name'; got {type(f).__name__}")
@@ -189,7 +190,8 @@ def get_backend(spec: str, **kw) -> Backend:
     `kw` go to it."""
     if isinstance(spec, Backend): return spec
     if not isinstance(spec, str) or ":" not in spec:
-        raise ValueError(f"backend spec must look like KIND:NAME with KIND one of {', '.join(backend_kinds())}; got {spec!r}")
+        raise ValueError(f"backend spec must look like KIND:NAME with KIND one of {', '.join(backend_kinds())}; "
+                         f"got {spec!r}")
     kind, rest = spec.split(":", 1)
     p = BACKEND_PROVIDERS.lookup(kind, lambda m: ValueError(f"{m} (in {spec!r})"))   # an entry point loads now
     check_requirements(spec)                    # a missing package is named before anything is built or called
@@ -207,7 +209,8 @@ def _spec_options(spec, rest, allowed) -> tuple[str, dict]:
         k, eq, v = p.partition("=")
         k = k.strip()
         if not eq or k not in allowed:
-            raise ValueError(f"{spec}: unknown option {p.strip()!r}; options are key=value with key one of {', '.join(allowed)}")
+            raise ValueError(f"{spec}: unknown option {p.strip()!r}; "
+                             f"options are key=value with key one of {', '.join(allowed)}")
         opts[k] = v.strip()
     return model.strip(), opts
 

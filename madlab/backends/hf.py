@@ -176,8 +176,10 @@ def _prompt(self: HFBackend, messages):
 # %% ../../nbs/01g_hf.ipynb #19f3e72c
 @patch
 def _layout(self: HFBackend, rows):
-    """One batch of `rows` (token tensors) for `generate`: each row is its stored prefix, then the rest of its prompt, each
-    left-padded to the longest (`[pad, prefix, pad, rest]`, positions follow the attention mask), and the stored prefixes as one cache."""
+    """One batch of `rows` (token tensors) for `generate`: each row is its stored prefix, then the rest of its prompt,
+    each
+    left-padded to the longest (`[pad, prefix, pad, rest]`, positions follow the attention mask), and the stored
+    prefixes as one cache."""
     import torch
     store = self._prefix
     found = [store.longest(r) if store is not None else (None, 0) for r in rows]
@@ -231,7 +233,8 @@ def _share_prefixes(self: HFBackend, rows) -> list[int]:
 
 # %% ../../nbs/01g_hf.ipynb #f1a2b3d1
 def _reply_logprob(out, row: int, n_in: int, n: int) -> float|None:
-    """The mean log-probability, under the model's own logits (`out.logits`, before any sampling warper or schema mask), of the first `n`
+    """The mean log-probability, under the model's own logits (`out.logits`, before any sampling warper or schema
+    mask), of the first `n`
     tokens row `row` generated: the reply without its end token (None for an empty reply)."""
     import torch
     if n <= 0 or not getattr(out, "logits", None): return None
@@ -245,7 +248,8 @@ def _generate(self: HFBackend, reqs: list[_HFRequest]):
     import torch
     t0, tok, model = time.perf_counter(), self.tokenizer, self.model
     rows = [
-        torch.tensor(tok(self._prompt(r.messages), add_special_tokens=False)["input_ids"], dtype=torch.long) for r in reqs
+        torch.tensor(tok(self._prompt(r.messages), add_special_tokens=False)["input_ids"], dtype=torch.long)
+        for r in reqs
     ]
     shared = self._share_prefixes(rows) if self._prefix is not None and len(rows) > 1 else [0] * len(rows)
     ids, mask, cache, cs = self._layout(rows)
@@ -338,7 +342,8 @@ async def _run_worker(self: HFBackend):
                 except Exception as e:
                     for r in chunk:
                         if not r.future.done():
-                            r.future.set_exception(BackendError(f"{self.spec}: generate failed: {type(e).__name__}: {e}"))
+                            why = f"{self.spec}: generate failed: {type(e).__name__}: {e}"
+                            r.future.set_exception(BackendError(why))
     self._worker = None
 
 # %% ../../nbs/01g_hf.ipynb #c00c8f02
@@ -347,8 +352,10 @@ AUTO_BATCH_CAP = {"cuda": 1024, "cpu": 64}
 
 @patch
 def _batch_limit(self: HFBackend, reqs) -> int:
-    """Rows per `generate`: `max_batch` when given; else as many as half the device's free memory holds, each row needing its
-    key/value cache for its prompt and reply and a few copies of the vocabulary's logits, and every step's logits when log-probabilities are asked
+    """Rows per `generate`: `max_batch` when given; else as many as half the device's free memory holds, each row
+    needing its
+    key/value cache for its prompt and reply and a few copies of the vocabulary's logits, and every step's logits
+    when log-probabilities are asked
     (at least 1, at most `AUTO_BATCH_CAP`)."""
     if self.max_batch: return self.max_batch
     cfg, dev = self.model.config, self.model.device

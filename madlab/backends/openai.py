@@ -37,7 +37,8 @@ def _preset(prefix, display, endpoint, key_env, schemas, logprobs=None, price_ke
         "`PRESET:MODEL,key=value,...`: an OpenAI-compatible server (see `PRESETS`, `ENDPOINT_OPTIONS`)."
         return _openai_provider(prefix, rest, **kw)
     def name(rest): return display_name(display, rest.split(",")[0])
-    return Provider(prefix, make, display, key_env, schemas, logprobs, price_key=price_key, endpoint=endpoint, naming=name)
+    return Provider(prefix, make, display, key_env, schemas, logprobs, price_key=price_key, endpoint=endpoint,
+                    naming=name)
 
 # %% ../../nbs/01d_openai.ipynb #9a41071b
 PRESETS = {p.prefix: p for p in (
@@ -137,12 +138,14 @@ class OpenAIBackend(Backend):
         # the replicas, their own limits where set
         self._urls, self._pins, self._eps, self._set = _replica_urls(self.base_url), None, None, None
         self._api_key = (
-            api_key or (os.environ.get(p.key_env) if p.key_env else None) or os.environ.get("OPENAI_API_KEY") or "not-needed"
+            api_key or (os.environ.get(p.key_env) if p.key_env else None) or os.environ.get("OPENAI_API_KEY")
+            or "not-needed"
         )
         if self._api_key != "not-needed": register_secret(self._api_key)     # scrubbed from every text madlab records
         self._missing = (
             (
-                f"{preset}:{model}: no API key and no server: set {p.key_env} (or pass api_key=...), or point base_url (or OPENAI_BASE_URL) "
+                f"{preset}:{model}: no API key and no server: set {p.key_env} (or pass api_key=...), "
+                "or point base_url (or OPENAI_BASE_URL) "
                 "at an OpenAI-compatible server (vLLM, Ollama, `transformers serve`)"
             )
             if self._api_key == "not-needed" and p.key_env and self.base_url == p.endpoint
@@ -200,7 +203,8 @@ def configure(self: OpenAIBackend, **opts):
         pins = [_number("max_concurrency", x.strip(), *kinds["max_concurrency"]) for x in mc.split("|")]
         if len(pins) != len(self._urls):
             raise ValueError(
-                f"max_concurrency: {len(pins)} limits for {len(self._urls)} replica URL(s) in base_url; give one limit, or one per replica"
+                f"max_concurrency: {len(pins)} limits for {len(self._urls)} replica URL(s) in base_url; "
+                "give one limit, or one per replica"
             )
         self._pins, opts["max_concurrency"] = pins, self.max_concurrency
     for k, v in opts.items():
@@ -227,7 +231,8 @@ def _set_endpoints(self: OpenAIBackend, v):
         if not isinstance(u, str) or (isinstance(x, dict) and set(x) - {"url", "base_url", "max_concurrency"}):
             raise ValueError(f"endpoints: each replica is a URL or {{url, max_concurrency}}; got {x!r}")
         urls.append(u.strip())
-        pins.append(_number("max_concurrency", x.get("max_concurrency"), int, 1, auto=True) if isinstance(x, dict) else None)
+        own = x.get("max_concurrency") if isinstance(x, dict) else None
+        pins.append(_number("max_concurrency", own, int, 1, auto=True) if isinstance(x, dict) else None)
     self._urls = _replica_urls("|".join(urls))
     self.base_url, self._pins = "|".join(self._urls), (pins if any(p is not None for p in pins) else None)
     self._ep = self._eps = self._wire = self._missing = None     # a server of one's own: no key needed
@@ -270,7 +275,8 @@ def _get_client(self: OpenAIBackend):
     k = (self._urls[0], stable_hash(self._api_key)[:16], self.timeout)
     if k not in per_loop:
         import openai
-        per_loop[k] = openai.AsyncOpenAI(base_url=self._urls[0], api_key=self._api_key, max_retries=0, timeout=self.timeout)
+        per_loop[k] = openai.AsyncOpenAI(base_url=self._urls[0], api_key=self._api_key, max_retries=0,
+                                         timeout=self.timeout)
     self._client = per_loop[k]
     return self._client
 
@@ -301,7 +307,8 @@ def _mean_logprob(spec: str, choice: dict) -> float|None:
     toks = lp.get("content") if isinstance(lp, dict) else None
     if not isinstance(toks, list):
         raise BackendError(
-            f"{spec}: the server gave no token log-probabilities though asked (logprobs=True); it cannot serve confidence:logprob"
+            f"{spec}: the server gave no token log-probabilities though asked (logprobs=True); "
+            "it cannot serve confidence:logprob"
         )
     vals = [
         t["logprob"]
@@ -358,7 +365,8 @@ async def complete(self: OpenAIBackend, messages, ctx=None, **params) -> Complet
         raise EndpointDown(f"{self.spec}: {e}") from None
     except _sdk("AuthenticationError"):
         raise BackendError(
-            f"{self.spec}: authentication failed at {self.base_url or 'api.openai.com'} (check the API key in the environment)"
+            f"{self.spec}: authentication failed at {self.base_url or 'api.openai.com'} "
+            "(check the API key in the environment)"
         ) from None
     except _sdk("PermissionDeniedError") as e:
         raise BackendError(f"{self.spec}: permission denied ({e.status_code})") from None
@@ -610,7 +618,8 @@ async def _attempt(self: OpenAIBackend, ep: _Endpoint, body: bytes) -> dict:
             r = await self._post(body, ep.post_url)
         except _sdk("APIConnectionError") as e:    # refused, dropped, timed out: no answer
             what = (
-                f"APITimeoutError: no answer within {self.timeout:g} s" if isinstance(e, _sdk("APITimeoutError")) else _err_text(e)
+                f"APITimeoutError: no answer within {self.timeout:g} s" if isinstance(e, _sdk("APITimeoutError"))
+                else _err_text(e)
             )
             if getattr(e, "no_connection", False):
                 # down, nothing answered since: wait for it (or go to another replica)
@@ -644,9 +653,12 @@ atexit.register(_close_sessions_at_exit)
 # %% ../../nbs/01d_openai.ipynb #e10d4a02
 @patch
 async def _retry(self: OpenAIBackend, ep: _Endpoint, body: bytes, first: Exception) -> dict:
-    """Attempts after a retryable failure `first`, with the server's Retry-After (at most `max_wait`; over 60 s, back-off) or back-off between them: up to
-    `max_retries + 1` that count. An attempt that got no answer while the endpoint answered other calls (a queue, a dropped connection)
-    does not count; at most `4 * (max_retries + 1)` attempts in all. A down endpoint is the breaker's to judge (`give_up_after`)."""
+    """Attempts after a retryable failure `first`, with the server's Retry-After (at most `max_wait`; over 60 s,
+    back-off) or back-off between them: up to
+    `max_retries + 1` that count. An attempt that got no answer while the endpoint answered other calls (a queue, a
+    dropped connection)
+    does not count; at most `4 * (max_retries + 1)` attempts in all. A down endpoint is the breaker's to judge
+    (`give_up_after`)."""
     import tenacity
     def wait(e, attempt):
         ra = _honoured_retry_after(e)               # one too long to honour: this call backs off on its own
@@ -680,7 +692,6 @@ def _request_headers(api_key: str) -> dict:
         if os.environ.get(env): h[k] = os.environ[env]
     return h
 
-import functools
 
 @functools.lru_cache(None)
 def _sdk_version() -> str:

@@ -58,7 +58,8 @@ def _kv_layers(cache) -> list|None:
     """Per layer `(keys, values)` of a transformers cache; None for one that is not plain per-layer tensors (sliding
     windows, quantised)."""
     layers = getattr(cache, "layers", None)
-    if not layers or not all(type(l).__name__ == "DynamicLayer" and getattr(l, "keys", None) is not None for l in layers):
+    plain = lambda l: type(l).__name__ == "DynamicLayer" and getattr(l, "keys", None) is not None
+    if not layers or not all(plain(l) for l in layers):
         return None
     return [(l.keys, l.values) for l in layers]
 

@@ -51,10 +51,12 @@ class ReplayBackend(Backend):
             held = (t.meta or {}).get("structured")
             lp = {"logprob": t.meta["logprob"]} if "logprob" in (t.meta or {}) else {}
             return Completion(
-                t.reply or "", t.usage, 0.0, cached=True, meta={"replayed": True, **({"structured": held} if held else {}), **lp}
+                t.reply or "", t.usage, 0.0, cached=True,
+                meta={"replayed": True, **({"structured": held} if held else {}), **lp}
             )
         if self.fallback is None:
-            raise ReplayMiss(f"no recorded reply for {ctx.agent if ctx else '?'} at this point: the debate left the transcript")
+            who = ctx.agent if ctx else "?"
+            raise ReplayMiss(f"no recorded reply for {who} at this point: the debate left the transcript")
         return await self.fallback.complete(messages, ctx, **params)
 
     def count_tokens(self, text: str) -> int:

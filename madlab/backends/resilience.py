@@ -46,7 +46,8 @@ class EndpointLimit:
     @property
     def cap(self) -> int: return max(self.floor, int(self.limit))
     def __repr__(self):
-        return f"EndpointLimit({'pinned' if self.pinned else 'adaptive'}, limit={self.cap}, in_flight={self.in_flight}, cuts={self.cuts})"
+        how = "pinned" if self.pinned else "adaptive"
+        return f"EndpointLimit({how}, limit={self.cap}, in_flight={self.in_flight}, cuts={self.cuts})"
 
     def pin(self, n: int):
         "Pin the limit (the smallest pin wins when several backends pin one endpoint)."
@@ -174,7 +175,8 @@ class CircuitBreaker:
         `give_up_after`."""
         return self.give_up_first if self.first else self.give_up_after
     def __repr__(self):
-        return f"CircuitBreaker({self.endpoint!r}, {'open' if self.open else 'closed'}, outages={self.outages}, waited={self.calls_waited})"
+        state = "open" if self.open else "closed"
+        return f"CircuitBreaker({self.endpoint!r}, {state}, outages={self.outages}, waited={self.calls_waited})"
 
 # %% ../../nbs/01c_resilience.ipynb #cb7a1e02
 @patch
@@ -190,7 +192,8 @@ def failed(self: CircuitBreaker, what: str):
     if (
         len(self._recent) >= self.after and fails >= self.rate * len(self._recent)
     ) or now - self.failing_since >= self.silence:
-        self.opened_at, self.backoff, self.next_probe, self._cap, self.confirmed = now, 1.0, now + 1.0, self.cooldown, True
+        self.opened_at, self.backoff, self.next_probe = now, 1.0, now + 1.0
+        self._cap, self.confirmed = self.cooldown, True
         self.reason = f"{fails} of its last {len(self._recent)} attempts got no answer ({what})"
         self._announce()
         self._wake()
@@ -251,10 +254,13 @@ def _announce(self: CircuitBreaker):
     if self.first:
         how = "refuses connections" if self._refused else "cannot be reached"
         msg = (
-            f"endpoint {self.endpoint} {how} ({self._what}); it has not answered once in this run: its calls wait for it "
-            f"at most {left:.0f} s more, then fail (give-up for an endpoint not reached yet: {self.give_up_first:g} s, --give-up-first)"
+            f"endpoint {self.endpoint} {how} ({self._what}); it has not answered once in this run: "
+            "its calls wait for it "
+            f"at most {left:.0f} s more, then fail "
+            f"(give-up for an endpoint not reached yet: {self.give_up_first:g} s, --give-up-first)"
         )
-    else: msg = (f"endpoint {self.endpoint} is not answering ({self._what}); its calls wait for it at most {left:.0f} s more, "
+    else: msg = (f"endpoint {self.endpoint} is not answering ({self._what}); "
+                 f"its calls wait for it at most {left:.0f} s more, "
                  f"then fail (give-up after {self.give_up_after:g} s of silence, --give-up-after)")
     _endpoint_log.warning(msg)
 
@@ -287,7 +293,8 @@ def _down_message(self: CircuitBreaker, now: float) -> str:
     silent = f"endpoint {self.endpoint} has answered nothing for {now - self.last_answer:.0f} s"
     if self.first:
         return (
-            f"{silent} and has not answered once in this run (give-up for an endpoint not reached yet: {self.give_up_first:g} s; "
+            f"{silent} and has not answered once in this run "
+            f"(give-up for an endpoint not reached yet: {self.give_up_first:g} s; "
             f"{self.reason}). Check the URL and that the server is started (or raise --give-up-first), "
             "then run again: finished items are kept"
         )
@@ -421,7 +428,8 @@ class _Replicas:
         free = [
             e
             for e in self.eps
-            if not e.breaker.open and not e.limit._waiters and e.limit.in_flight < e.limit.cap and now >= e.limit._paused_until
+            if not e.breaker.open and not e.limit._waiters and e.limit.in_flight < e.limit.cap
+            and now >= e.limit._paused_until
         ]
         return min(free, key=_load) if free else None
 

@@ -39,7 +39,8 @@ class _SchemaMask:
         self.matchers = [
             None
             if s is None
-            else llguidance.LLMatcher(tokenizer, llguidance.LLMatcher.grammar_from_json_schema(json.dumps(s), defaults=opts))
+            else llguidance.LLMatcher(tokenizer,
+                                      llguidance.LLMatcher.grammar_from_json_schema(json.dumps(s), defaults=opts))
             for s in schemas
         ]
         for m in self.matchers:
