@@ -476,7 +476,7 @@ def games_at_once(agents) -> int:
 _OFFLINE = "synthetic:strong,synthetic:medium,synthetic:weak"
 
 def _key_env(b) -> str|None:
-    "The variable the missing API key of backend `b` should come from (its `missing_key`); None when it has one or needs none."
+    "The variable the missing API key of backend `b` should come from (its `missing_key`); None: it needs none."
     while getattr(b, "inner", None) is not None: b = b.inner          # through the response cache and other wrappers
     return getattr(b, "missing_key", None)
 
@@ -489,7 +489,7 @@ def check_api_keys(agents, specs=()) -> None:
     need = {}
     for a in agents: need.setdefault((a.spec, _key_env(a.backend)), []).append(a.name)
     for by, s in (specs.items() if isinstance(specs, dict) else ((None, s) for s in specs)):
-        if isinstance(s, str) and getattr(provider_for(s), "key_env", None):   # its provider's record says it takes a key
+        if isinstance(s, str) and getattr(provider_for(s), "key_env", None):   # its provider's record: it takes a key
             need.setdefault((s, _key_env(get_backend(s))), []).append(by or s.split(":", 1)[0])
     missing = [(spec, env, names) for (spec, env), names in need.items() if env]
     if not missing: return
