@@ -12,14 +12,8 @@ from ..core import *
 from ..core import _estimate_tokens
 from .base import Provider, register_provider, display_name, _spec_options
 from .resilience import *
-from madlab.backends.resilience import (
-    _Endpoint,
-    _Replicas,
-    _replica_urls,
-    _backoff,
-    _honoured_retry_after,
-    _env_max_concurrency,
-)
+from .resilience import _Endpoint, _Replicas, _replica_urls, _backoff, _honoured_retry_after
+from .resilience import _env_max_concurrency
 
 # %% auto #0
 __all__ = ['PRESETS', 'ENDPOINT_OPTIONS', 'response_format', 'OpenAIBackend']
@@ -107,7 +101,7 @@ def response_format(preset: str, schema: dict) -> dict:
         "json_schema": {"name": "answer", "schema": schema, **({"strict": True} if strict else {})},
     }
 
-# %% ../../nbs/01d_openai.ipynb #73eb3a13
+# %% ../../nbs/01d_openai.ipynb #5b1c0e77
 def _number(name, v, kind, lo, strict=False, auto=False):
     "`v` as an int or float >= `lo` (> `lo` when `strict`; None for 'auto' when `auto`); a ValueError names the option."
     if auto and (v is None or (isinstance(v, str) and v.strip().lower() in ("auto", "adaptive"))): return None
@@ -121,6 +115,7 @@ def _number(name, v, kind, lo, strict=False, auto=False):
         raise ValueError(f"{name} must be {what}{' or auto' if auto else ''}; got {v!r}") from None
     return x
 
+# %% ../../nbs/01d_openai.ipynb #73eb3a13
 class OpenAIBackend(Backend):
     """Any OpenAI-compatible chat completions endpoint: the body is serialised once and sent with aiohttp; errors are
     the `openai` client's."""
@@ -137,35 +132,21 @@ class OpenAIBackend(Backend):
         self.base_url = base_url or (os.environ.get("OPENAI_BASE_URL") if preset == "openai" else None) or p.endpoint
         # the replicas, their own limits where set
         self._urls, self._pins, self._eps, self._set = _replica_urls(self.base_url), None, None, None
-        self._api_key = (
-            api_key or (os.environ.get(p.key_env) if p.key_env else None) or os.environ.get("OPENAI_API_KEY")
-            or "not-needed"
-        )
+        key = api_key or (os.environ.get(p.key_env) if p.key_env else None) or os.environ.get("OPENAI_API_KEY")
+        self._api_key = key or "not-needed"
         if self._api_key != "not-needed": register_secret(self._api_key)     # scrubbed from every text madlab records
-        self._missing = (
-            (
-                f"{preset}:{model}: no API key and no server: set {p.key_env} (or pass api_key=...), "
-                "or point base_url (or OPENAI_BASE_URL) "
-                "at an OpenAI-compatible server (vLLM, Ollama, `transformers serve`)"
-            )
-            if self._api_key == "not-needed" and p.key_env and self.base_url == p.endpoint
-            else None
-        )
+        self._missing = (f"{preset}:{model}: no API key and no server: set {p.key_env} (or pass api_key=...), "
+                         "or point base_url (or OPENAI_BASE_URL) at an OpenAI-compatible server (vLLM, Ollama, "
+                         "`transformers serve`)") if self._api_key == "not-needed" and p.key_env and \
+                                                     self.base_url == p.endpoint else None
         self.spec, self.breaker_cooldown = f"{preset}:{model}", breaker_cooldown
         # the presets whose servers give token log-probabilities (OpenAI's, vLLM's)
         self.logprobs = p.logprobs is not None
         self._client, self._wire, self._ep, self.calls, self.attempts = None, None, None, 0, 0
         self.max_concurrency = None
-        self.configure(
-            max_concurrency=max_concurrency if max_concurrency is not None else _env_max_concurrency(),
-            max_retries=max_retries,
-            timeout=timeout,
-            max_wait=max_wait,
-            breaker_after=breaker_after,
-            give_up_after=give_up_after,
-            give_up_first=give_up_first,
-        )
-
+        self.configure(max_concurrency=max_concurrency if max_concurrency is not None else _env_max_concurrency(),
+                       max_retries=max_retries, timeout=timeout, max_wait=max_wait, breaker_after=breaker_after,
+                       give_up_after=give_up_after, give_up_first=give_up_first)
 
     def __repr__(self): return f"OpenAIBackend({self.spec!r}, base_url={self.base_url!r})"  # never the key
     @property
@@ -188,24 +169,17 @@ class OpenAIBackend(Backend):
 def configure(self: OpenAIBackend, **opts):
     """Set `max_concurrency` (an int pins each replica's limit, `N1|N2|...` one each; 'auto' adapts), `max_retries`,
     `timeout`, `max_wait`, `breaker_after`, `give_up_after`, `give_up_first`, `endpoints`."""
-    kinds = {
-        "max_concurrency": (int, 1, False, True),
-        "max_retries": (int, 0, False, False),
-        "timeout": (float, 0, True, False),
-        "max_wait": (float, 0, False, False),
-        "breaker_after": (int, 1, False, False),
-        "give_up_after": (float, 0, True, False),
-        "give_up_first": (float, 0, True, False),
-    }
+    kinds = {"max_concurrency": (int, 1, False, True), "max_retries": (int, 0, False, False),
+             "timeout": (float, 0, True, False), "max_wait": (float, 0, False, False),
+             "breaker_after": (int, 1, False, False), "give_up_after": (float, 0, True, False),
+             "give_up_first": (float, 0, True, False)}
     opts = dict(opts)
     mc = opts.get("max_concurrency")
     if isinstance(mc, str) and "|" in mc:                # one limit per replica
         pins = [_number("max_concurrency", x.strip(), *kinds["max_concurrency"]) for x in mc.split("|")]
         if len(pins) != len(self._urls):
-            raise ValueError(
-                f"max_concurrency: {len(pins)} limits for {len(self._urls)} replica URL(s) in base_url; "
-                "give one limit, or one per replica"
-            )
+            raise ValueError(f"max_concurrency: {len(pins)} limits for {len(self._urls)} replica URL(s) in base_url; "
+                             "give one limit, or one per replica")
         self._pins, opts["max_concurrency"] = pins, self.max_concurrency
     for k, v in opts.items():
         if k == "endpoints": self._set_endpoints(v); continue
@@ -250,14 +224,8 @@ def _endpoint(self: OpenAIBackend) -> _Endpoint:
     for url, n in zip(self._urls, self._limits()):
         ep = per_loop.get(url)
         if ep is None:
-            ep = per_loop[url] = _Endpoint(
-                url or "https://api.openai.com/v1",
-                n,
-                self.breaker_after,
-                self.breaker_cooldown,
-                self.give_up_after,
-                self.give_up_first,
-            )
+            ep = per_loop[url] = _Endpoint(url or "https://api.openai.com/v1", n, self.breaker_after,
+                                           self.breaker_cooldown, self.give_up_after, self.give_up_first)
         elif n is not None: ep.limit.pin(n)
         eps.append(ep)
     if len(eps) > 1:
@@ -295,9 +263,8 @@ def _usage(u: dict) -> Usage:
     details = u.get("prompt_tokens_details")
     cached = details.get("cached_tokens") if isinstance(details, dict) else None
     num = lambda v: v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else 0
-    return Usage(
-        num(u.get("prompt_tokens")), num(u.get("completion_tokens")), 1, min(num(cached), num(u.get("prompt_tokens")))
-    )
+    n_in = num(u.get("prompt_tokens"))
+    return Usage(n_in, num(u.get("completion_tokens")), 1, min(num(cached), n_in))
 
 # %% ../../nbs/01d_openai.ipynb #f1a2b3c4
 def _mean_logprob(spec: str, choice: dict) -> float|None:
@@ -306,23 +273,15 @@ def _mean_logprob(spec: str, choice: dict) -> float|None:
     lp = choice.get("logprobs")
     toks = lp.get("content") if isinstance(lp, dict) else None
     if not isinstance(toks, list):
-        raise BackendError(
-            f"{spec}: the server gave no token log-probabilities though asked (logprobs=True); "
-            "it cannot serve confidence:logprob"
-        )
-    vals = [
-        t["logprob"]
-        for t in toks
-        if isinstance(t, dict) and isinstance(t.get("logprob"), (int, float)) and not isinstance(t.get("logprob"), bool)
-    ]
+        raise BackendError(f"{spec}: the server gave no token log-probabilities though asked (logprobs=True); "
+                           "it cannot serve confidence:logprob")
+    number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
+    vals = [t["logprob"] for t in toks if isinstance(t, dict) and number(t.get("logprob"))]
     return round(sum(vals) / len(vals), 6) if vals else None
 
-# %% ../../nbs/01d_openai.ipynb #b6ef2abf
-@patch
-async def complete(self: OpenAIBackend, messages, ctx=None, **params) -> Completion:
-    # say what is missing before the first call, not after retries
-    if self._missing: raise BackendError(self._missing)
-    params = {**self.defaults, **params}
+# %% ../../nbs/01d_openai.ipynb #7c2d91a4
+def _api_params(params: dict) -> tuple[dict, dict|None, dict]:
+    "A call's params as the API takes them, the reply's schema, and the body's extra fields (hf-style params too)."
     schema = params.pop("schema", None)
     if params.pop("json", False): params.setdefault("response_format", {"type": "json_object"})
     greedy, do_sample = params.pop("greedy", False), params.pop("do_sample", None)
@@ -333,7 +292,14 @@ async def complete(self: OpenAIBackend, messages, ctx=None, **params) -> Complet
         ids = extra.pop("eos_token_id")
         extra.setdefault("stop_token_ids", [ids] if isinstance(ids, int) else list(ids))
     if extra: params["extra_body"] = extra
-    extra_body = params.pop("extra_body", None) or {}
+    return params, schema, params.pop("extra_body", None) or {}
+
+# %% ../../nbs/01d_openai.ipynb #b6ef2abf
+@patch
+async def complete(self: OpenAIBackend, messages, ctx=None, **params) -> Completion:
+    # say what is missing before the first call, not after retries
+    if self._missing: raise BackendError(self._missing)
+    params, schema, extra_body = _api_params({**self.defaults, **params})
     ep, t0 = self._endpoint(), time.perf_counter()
     held, probe = None, False
     if schema is not None and "response_format" not in params:
@@ -342,58 +308,43 @@ async def complete(self: OpenAIBackend, messages, ctx=None, **params) -> Complet
             probe = await ep.schema_turn()
         if ep.schema_refused is None:
             params["response_format"], held = response_format(self.preset, schema), "requested"
-        else:
-            held = "refused"
+        else: held = "refused"
     body = _json_body({"model": self.model, "messages": messages, **params, **extra_body})   # once, for every attempt
     try:
         try:
             r = await self._send(ep, body, ep.schema_settled if probe else None)
-            if held == "requested":
-                ep.schema_ok = True
+            if held == "requested": ep.schema_ok = True
         except _sdk("BadRequestError", "UnprocessableEntityError") as e:
-            if held != "requested" or not _refuses_schema(e):
-                raise
+            if held != "requested" or not _refuses_schema(e): raise
             # remembered: later calls to this endpoint send no schema
             ep.schema_refused = ep.schema_refused or _err_text(e)[:200]
-            if probe:
-                ep.schema_settled()
-                probe = False
-            params.pop("response_format")
-            held = "refused"
+            if probe: ep.schema_settled(); probe = False
+            params.pop("response_format"); held = "refused"
             r = await self._send(ep, _json_body({"model": self.model, "messages": messages, **params, **extra_body}))
-    except EndpointDown as e:
-        raise EndpointDown(f"{self.spec}: {e}") from None
+    except EndpointDown as e: raise EndpointDown(f"{self.spec}: {e}") from None
     except _sdk("AuthenticationError"):
-        raise BackendError(
-            f"{self.spec}: authentication failed at {self.base_url or 'api.openai.com'} "
-            "(check the API key in the environment)"
-        ) from None
+        raise BackendError(f"{self.spec}: authentication failed at {self.base_url or 'api.openai.com'} "
+                           "(check the API key in the environment)") from None
     except _sdk("PermissionDeniedError") as e:
         raise BackendError(f"{self.spec}: permission denied ({e.status_code})") from None
-    except _sdk("NotFoundError") as e:
+    except _sdk("NotFoundError"):
         raise BackendError(f"{self.spec}: not found at {self.base_url} (is the model name right?)") from None
-    except _sdk("BadRequestError") as e:
-        raise BackendError(f"{self.spec}: bad request: {_err_text(e)}") from None
+    except _sdk("BadRequestError") as e: raise BackendError(f"{self.spec}: bad request: {_err_text(e)}") from None
     except _retryable() as e:
-        raise BackendError(
-            f"{self.spec}: gave up after {self.max_retries + 1} attempts: {type(e).__name__}: {_err_text(e)}"
-        ) from None
+        raise BackendError(f"{self.spec}: gave up after {self.max_retries + 1} attempts: "
+                           f"{type(e).__name__}: {_err_text(e)}") from None
     except _sdk("APIStatusError") as e:
         raise BackendError(f"{self.spec}: HTTP {e.status_code}: {_err_text(e)}") from None
     finally:
-        if probe:
-            ep.schema_settled()
+        if probe: ep.schema_settled()
     self.calls += 1
     ch = r["choices"][0]
     text = ch["message"].get("content")
     text = text if isinstance(text, str) else ""
     u = r.get("usage")
     usage = _usage(u) if isinstance(u, dict) else Usage(_prompt_tokens(messages), _estimate_tokens(text), 1)
-    meta = {
-        "finish_reason": ch.get("finish_reason"),
-        **({} if isinstance(u, dict) else {"usage_estimated": True}),
-        **({"structured": held} if held else {}),
-    }
+    meta = {"finish_reason": ch.get("finish_reason"), **({} if isinstance(u, dict) else {"usage_estimated": True}),
+            **({"structured": held} if held else {})}
     if params.get("logprobs"): meta["logprob"] = _mean_logprob(self.spec, ch)
     return Completion(text, usage, time.perf_counter() - t0, model=self.spec, meta=meta)
 
@@ -556,9 +507,8 @@ def _no_connection(e) -> bool:
     """Whether an aiohttp error means the endpoint is not there: refused, reset or dropped before an answer began (not a
     DNS or TLS failure, not a cut-off body)."""
     import aiohttp
-    return isinstance(e, (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError)) and not isinstance(
-        e, (aiohttp.ClientConnectorDNSError, aiohttp.ClientSSLError)
-    )
+    gone = isinstance(e, (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError))
+    return gone and not isinstance(e, (aiohttp.ClientConnectorDNSError, aiohttp.ClientSSLError))
 
 # %% ../../nbs/01d_openai.ipynb #1b888233
 @patch
@@ -580,15 +530,13 @@ async def _post(self: OpenAIBackend, body: bytes, url: str|None = None) -> dict:
         raise err from None
     except aiohttp.ClientError as e:
         import openai
-        err = openai.APIConnectionError(
-            message=f"Connection error: {type(e).__name__}: {e}"[:300], request=_httpx().Request("POST", url)
-        )
+        err = openai.APIConnectionError(message=f"Connection error: {type(e).__name__}: {e}"[:300],
+                                        request=_httpx().Request("POST", url))
         err.no_connection = _no_connection(e)
         raise err from None
     if rh is not None:
-        raise self._get_client()._make_status_error_from_response(
-            _httpx().Response(status, headers=rh, content=raw, request=_httpx().Request("POST", url))
-        )
+        answer = _httpx().Response(status, headers=rh, content=raw, request=_httpx().Request("POST", url))
+        raise self._get_client()._make_status_error_from_response(answer)
     try: r = orjson.loads(raw)
     except ValueError:                              # what only the standard decoder reads (NaN), or not JSON at all
         try: r = json.loads(raw)
@@ -617,10 +565,8 @@ async def _attempt(self: OpenAIBackend, ep: _Endpoint, body: bytes) -> dict:
             seen, started = br.answers, time.monotonic()
             r = await self._post(body, ep.post_url)
         except _sdk("APIConnectionError") as e:    # refused, dropped, timed out: no answer
-            what = (
-                f"APITimeoutError: no answer within {self.timeout:g} s" if isinstance(e, _sdk("APITimeoutError"))
-                else _err_text(e)
-            )
+            timed_out = isinstance(e, _sdk("APITimeoutError"))
+            what = f"APITimeoutError: no answer within {self.timeout:g} s" if timed_out else _err_text(e)
             if getattr(e, "no_connection", False):
                 # down, nothing answered since: wait for it (or go to another replica)
                 if br.unreachable(what, seen, started, probe):
@@ -654,11 +600,9 @@ atexit.register(_close_sessions_at_exit)
 @patch
 async def _retry(self: OpenAIBackend, ep: _Endpoint, body: bytes, first: Exception) -> dict:
     """Attempts after a retryable failure `first`, with the server's Retry-After (at most `max_wait`; over 60 s,
-    back-off) or back-off between them: up to
-    `max_retries + 1` that count. An attempt that got no answer while the endpoint answered other calls (a queue, a
-    dropped connection)
-    does not count; at most `4 * (max_retries + 1)` attempts in all. A down endpoint is the breaker's to judge
-    (`give_up_after`)."""
+    back-off) or back-off between them: up to `max_retries + 1` that count. An attempt that got no answer while the
+    endpoint answered other calls (a queue, a dropped connection) does not count; at most `4 * (max_retries + 1)`
+    attempts in all. A down endpoint is the breaker's to judge (`give_up_after`)."""
     import tenacity
     def wait(e, attempt):
         ra = _honoured_retry_after(e)               # one too long to honour: this call backs off on its own
@@ -669,25 +613,17 @@ async def _retry(self: OpenAIBackend, ep: _Endpoint, body: bytes, first: Excepti
         used[0] += counts(rs.outcome.exception())
         return used[0] > self.max_retries or rs.attempt_number + 1 >= 4 * (self.max_retries + 1)
     await asyncio.sleep(wait(first, 1))
-    async for attempt in tenacity.AsyncRetrying(
-        retry=tenacity.retry_if_exception(lambda e: isinstance(e, _retryable())),
-        reraise=True,
-        wait=lambda rs: wait(rs.outcome.exception(), rs.attempt_number + 1),
-        stop=stop,
-    ):
-        with attempt:
-            r = await self._attempt(ep, body)
+    retry = tenacity.retry_if_exception(lambda e: isinstance(e, _retryable()))
+    async for attempt in tenacity.AsyncRetrying(retry=retry, reraise=True, stop=stop,
+                                                wait=lambda rs: wait(rs.outcome.exception(), rs.attempt_number + 1)):
+        with attempt: r = await self._attempt(ep, body)
     return r
 
 def _request_headers(api_key: str) -> dict:
     """What the `openai` client sends with a request (its key, organization and project from the environment), without
     importing it."""
-    h = {
-        "Accept": "application/json",
-        "Content-Type": "application/json",
-        "User-Agent": f"AsyncOpenAI/Python {_sdk_version()}",
-        "Authorization": f"Bearer {api_key}",
-    }
+    h = {"Accept": "application/json", "Content-Type": "application/json",
+         "User-Agent": f"AsyncOpenAI/Python {_sdk_version()}", "Authorization": f"Bearer {api_key}"}
     for k, env in (("OpenAI-Organization", "OPENAI_ORG_ID"), ("OpenAI-Project", "OPENAI_PROJECT_ID")):
         if os.environ.get(env): h[k] = os.environ[env]
     return h

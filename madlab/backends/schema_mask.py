@@ -17,7 +17,7 @@ def _usable_cores() -> int:
     try: return len(os.sched_getaffinity(0))
     except (AttributeError, OSError): return os.cpu_count() or 1
 
-# %% ../../nbs/01e_schema_mask.ipynb #3bd317b0
+# %% ../../nbs/01e_schema_mask.ipynb #3bd317af
 _LLG_EXECUTOR = None
 
 def _llg_executor():
@@ -29,6 +29,7 @@ def _llg_executor():
         _LLG_EXECUTOR = llguidance.LLExecutor(min(32, _usable_cores()))
     return _LLG_EXECUTOR
 
+# %% ../../nbs/01e_schema_mask.ipynb #3bd317b0
 class _SchemaMask:
     """A logits processor for one `generate`: row i follows `schemas[i]` (llguidance, compact JSON) or is free when it
     is None."""
@@ -36,13 +37,8 @@ class _SchemaMask:
         import llguidance, llguidance.torch
         self.n_in, self.torch, self.eos = n_in, llguidance.torch, sorted(set(eos))
         opts = {"whitespace_flexible": False, "key_separator": ": ", "item_separator": ", "}
-        self.matchers = [
-            None
-            if s is None
-            else llguidance.LLMatcher(tokenizer,
-                                      llguidance.LLMatcher.grammar_from_json_schema(json.dumps(s), defaults=opts))
-            for s in schemas
-        ]
+        grammar = lambda s: llguidance.LLMatcher.grammar_from_json_schema(json.dumps(s), defaults=opts)
+        self.matchers = [None if s is None else llguidance.LLMatcher(tokenizer, grammar(s)) for s in schemas]
         for m in self.matchers:
             if m is not None and m.is_error(): raise ValueError(f"schema not supported: {m.get_error()[:200]}")
         self.broken = [False] * len(schemas)
@@ -56,9 +52,8 @@ class _SchemaMask:
         if not any(r.schema for r in reqs): return None
         if getattr(backend, "_llg", None) is None:
             import llguidance.hf
-            backend._llg = llguidance.hf.from_tokenizer(
-                backend.tokenizer, n_vocab=backend.model.get_output_embeddings().weight.shape[0]
-            )
+            n_vocab = backend.model.get_output_embeddings().weight.shape[0]
+            backend._llg = llguidance.hf.from_tokenizer(backend.tokenizer, n_vocab=n_vocab)
         return cls(backend._llg, [r.schema for r in reqs], n_in, eos)
 
     def __call__(self, input_ids, scores):
