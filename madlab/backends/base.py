@@ -24,9 +24,8 @@ __all__ = ['ENTRY_POINT_GROUP', 'BACKEND_PROVIDERS', 'held_call', 'display_name'
 # the request contract lives in `madlab.core` and `madlab.formats`; old imports keep working
 _all_ = ['Ask', 'AnswerSchema', 'schema_for', 'schema_example', 'Backend', 'BackendError']
 
-def held_call(
-    backend, ask: Ask | None, params: dict, mode: str = "auto", max_tokens: int | None = None
-) -> tuple[dict, str]:
+def held_call(backend, ask: Ask|None, params: dict, mode: str = "auto",
+              max_tokens: int|None = None) -> tuple[dict, str]:
     """`params` with the reply's schema (capped to `max_tokens`) where `backend` can hold a reply to one and `mode` is
     not off, and the prompt note that shows it."""
     sch = schema_for(ask) if mode != "off" and getattr(backend, "structured", None) else None
@@ -174,9 +173,8 @@ def check_requirements(spec: str) -> None:
     if not missing: return
     extra = BACKEND_PROVIDERS[kind].extra
     how = f"pip install 'madlab[{extra}]'" if extra else "pip install " + " ".join(missing)
-    raise MissingPackages(
-        f"{spec}: {kind}: backends need {', '.join(missing)}, not installed here; install with: {how}", name=missing[0]
-    )
+    raise MissingPackages(f"{spec}: {kind}: backends need {', '.join(missing)}, not installed here; "
+                          f"install with: {how}", name=missing[0])
 
 # %% ../../nbs/01_backends.ipynb #0d386702
 def backend_kinds() -> tuple[str, ...]:

@@ -50,13 +50,8 @@ def _completion_from_json(text: str) -> Completion:
     if not isinstance(d, dict) or d.get("__type__") != "madlab.core.Completion":
         raise ValueError("not a madlab completion")
     c = from_jsonable(d)
-    if not (
-        isinstance(c, Completion)
-        and isinstance(c.text, str)
-        and c.text.strip()
-        and isinstance(c.usage, Usage)
-        and isinstance(c.meta, dict)
-    ):
+    if not (isinstance(c, Completion) and isinstance(c.text, str) and c.text.strip() and isinstance(c.usage, Usage)
+            and isinstance(c.meta, dict)):
         raise ValueError("not a complete, non-empty completion")
     return c
 
@@ -69,9 +64,8 @@ class CachedBackend(Backend):
         self.spec, self.synthetic = inner.spec, inner.synthetic
         try: self._cache = diskcache.Cache(self.path, disk=_text_only_disk())
         except (sqlite3.DatabaseError, OSError) as e:
-            raise ValueError(
-                f"cache folder {self.path}: cannot open it as a cache ({e}); remove it or choose another folder"
-            ) from None
+            raise ValueError(f"cache folder {self.path}: cannot open it as a cache ({e}); "
+                             "remove it or choose another folder") from None
         self.hits = self.misses = self.evicted = 0
 
     def key(self, messages, ctx, params) -> str:
@@ -87,9 +81,8 @@ class CachedBackend(Backend):
             if raw is None: return None
             try: return _completion_from_json(raw)
             except (ValueError, TypeError, KeyError, RecursionError) as e: why = f"{type(e).__name__}: {str(e)[:100]}"
-        _cache_log.warning(
-            "cache %s: entry %s is not a madlab completion (%s); evicted, asking the backend", self.path, k[:16], why
-        )
+        _cache_log.warning("cache %s: entry %s is not a madlab completion (%s); evicted, asking the backend",
+                           self.path, k[:16], why)
         self.evicted += 1
         self._cache.delete(k)
         return None

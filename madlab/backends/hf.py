@@ -14,14 +14,8 @@ from ..core import *
 from ..core import _estimate_tokens
 from .base import Provider, register_provider, display_name, _spec_options
 from .schema_mask import _SchemaMask, _usable_cores
-from madlab.backends.prefix_store import (
-    _PrefixStore,
-    _common_prefix,
-    _kv_layers,
-    _dynamic_cache,
-    _cache_arg,
-    _out_cache,
-)
+from .prefix_store import _PrefixStore, _common_prefix, _kv_layers, _dynamic_cache, _cache_arg
+from .prefix_store import _out_cache
 
 # %% auto #0
 __all__ = ['END_OF_TURN_TOKENS', 'AUTO_BATCH_CAP', 'HF_OPTIONS', 'HF', 'HFBackend']
@@ -80,25 +74,11 @@ class HFBackend(Backend):
     "A transformers model in this process; concurrent requests are batched into one `generate` call."
     # tokens two prompts of a batch must share beyond the store before they are computed once for both
     min_shared = 16
-    def __init__(
-        self,
-        path: str,
-        device_map="auto",
-        dtype="auto",
-        max_batch: int | None = None,
-        batch_window: float = 0.005,
-        max_new_tokens: int = 512,
-        kv_cache_mb: int | None = None,
-        threads: int | None = None,
-        **defaults,
-    ):
-        self.path, self.device_map, self.dtype, self.max_batch, self.batch_window = (
-            path,
-            device_map,
-            dtype,
-            max_batch,
-            batch_window,
-        )
+    def __init__(self, path: str, device_map="auto", dtype="auto", max_batch: int|None = None,
+                 batch_window: float = 0.005, max_new_tokens: int = 512, kv_cache_mb: int|None = None,
+                 threads: int|None = None, **defaults):
+        self.path, self.device_map, self.dtype = path, device_map, dtype
+        self.max_batch, self.batch_window = max_batch, batch_window
         self.kv_cache_mb, self.threads = kv_cache_mb, threads or _usable_cores()
         self.defaults = {"max_new_tokens": max_new_tokens, **defaults}
         self.spec, self.logprobs = f"hf:{path}", True
@@ -130,20 +110,14 @@ def _load(self: HFBackend):
     mb = _kv_budget_mb(model.device) if self.kv_cache_mb is None else self.kv_cache_mb
     self._cache_kw = _cache_arg(model)           # `cache` or `past_key_values`: transformers renamed it within 5.x
     self._prefix = _PrefixStore(mb * 2**20) if mb > 0 and self._cache_kw else None
-    self.prefix_off = (
-        None
-        if self._prefix is not None
-        else "kv_cache_mb=0"
-        if mb <= 0
-        else "this model's forward takes no cache to continue from"
-    )
+    self.prefix_off = (None if self._prefix is not None else "kv_cache_mb=0" if mb <= 0
+                       else "this model's forward takes no cache to continue from")
     params = inspect.signature(model.forward).parameters
     self._logits_to_keep = next((p for p in ("logits_to_keep", "num_logits_to_keep") if p in params), None)
     # the chat template's end-of-turn token (Llama 3's <|eot_id|>) ends a reply as eos does
     added = tok.get_added_vocab()
-    self.end_of_turn = [
-        added[t] for t in END_OF_TURN_TOKENS if t in added and t in str(getattr(tok, "chat_template", None) or "")
-    ]
+    template = str(getattr(tok, "chat_template", None) or "")
+    self.end_of_turn = [added[t] for t in END_OF_TURN_TOKENS if t in added and t in template]
     self.tokenizer, self.model = tok, model
 
 # %% ../../nbs/01g_hf.ipynb #af2d3052
@@ -247,24 +221,15 @@ def _reply_logprob(out, row: int, n_in: int, n: int) -> float|None:
 def _generate(self: HFBackend, reqs: list[_HFRequest]):
     import torch
     t0, tok, model = time.perf_counter(), self.tokenizer, self.model
-    rows = [
-        torch.tensor(tok(self._prompt(r.messages), add_special_tokens=False)["input_ids"], dtype=torch.long)
-        for r in reqs
-    ]
+    ids_of = lambda r: tok(self._prompt(r.messages), add_special_tokens=False)["input_ids"]
+    rows = [torch.tensor(ids_of(r), dtype=torch.long) for r in reqs]
     shared = self._share_prefixes(rows) if self._prefix is not None and len(rows) > 1 else [0] * len(rows)
     ids, mask, cache, cs = self._layout(rows)
-    enc = {
-        "input_ids": ids.to(model.device),
-        "attention_mask": mask.to(model.device),
-        **({self._cache_kw: cache} if cache is not None else {}),
-    }
+    enc = {"input_ids": ids.to(model.device), "attention_mask": mask.to(model.device),
+           **({self._cache_kw: cache} if cache is not None else {})}
     r0 = reqs[0]
-    gen = dict(
-        max_new_tokens=max(r.max_new_tokens for r in reqs),
-        do_sample=r0.do_sample,
-        pad_token_id=tok.pad_token_id,
-        return_dict_in_generate=True,
-    )
+    gen = dict(max_new_tokens=max(r.max_new_tokens for r in reqs), do_sample=r0.do_sample,
+               pad_token_id=tok.pad_token_id, return_dict_in_generate=True)
     stops = [tok.eos_token_id, *_as_list(model.generation_config.eos_token_id), *getattr(self, "end_of_turn", [])]
     # every sequence stops there, not only at max_new_tokens
     gen["eos_token_id"] = sorted({int(x) for x in stops if x is not None})
@@ -306,20 +271,16 @@ def _keep(self: HFBackend, out, ids, mask, replies):
     if self._prefix is None: return
     kv = _kv_layers(_out_cache(out))
     if kv is None:
-        self._prefix, self.prefix_off = (
-            None,
-            "this model's cache is not plain per-layer tensors (sliding windows or quantised)",
-        )
+        self._prefix = None
+        self.prefix_off = "this model's cache is not plain per-layer tensors (sliding windows or quantised)"
         return
     n, computed = ids.shape[1], kv[0][0].shape[2]
     for i, g in enumerate(replies):
         g = g[: computed - n]                 # the last token of the longest reply was never fed back
         keep = mask[i].bool()
         idx = torch.cat([keep.nonzero()[:, 0], n + torch.arange(len(g))]).to(kv[0][0].device)
-        self._prefix.add(
-            torch.cat([ids[i][keep], torch.tensor(g, dtype=torch.long)]),
-            [(k[i : i + 1, :, idx], v[i : i + 1, :, idx]) for k, v in kv],
-        )
+        self._prefix.add(torch.cat([ids[i][keep], torch.tensor(g, dtype=torch.long)]),
+                         [(k[i:i + 1, :, idx], v[i:i + 1, :, idx]) for k, v in kv])
 
 # %% ../../nbs/01g_hf.ipynb #261ccc4f
 @patch
@@ -362,16 +323,10 @@ def _batch_limit(self: HFBackend, reqs) -> int:
     cfg = getattr(cfg, "get_text_config", lambda: cfg)()
     heads = getattr(cfg, "num_attention_heads", 1) or 1
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
-    per_token = (
-        2
-        * cfg.num_hidden_layers
-        * (getattr(cfg, "num_key_value_heads", None) or heads)
-        * head_dim
-        * self.model.dtype.itemsize
-    )
-    tokens = max(
-        _estimate_tokens(" ".join(str(m.get("content") or "") for m in r.messages)) + r.max_new_tokens for r in reqs
-    )
+    kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
+    per_token = 2 * cfg.num_hidden_layers * kv_heads * head_dim * self.model.dtype.itemsize
+    text = lambda r: " ".join(str(m.get("content") or "") for m in r.messages)
+    tokens = max(_estimate_tokens(text(r)) + r.max_new_tokens for r in reqs)
     per_row = tokens * per_token + 4 * cfg.vocab_size * 4
     # the logits of every step, kept for the log-probabilities
     if any(r.logprobs for r in reqs): per_row += max(r.max_new_tokens for r in reqs) * cfg.vocab_size * 4
@@ -398,42 +353,19 @@ async def complete(self: HFBackend, messages, ctx=None, **params) -> Completion:
     added = self.tokenizer.get_added_vocab()
     # a stop that is a special token (e.g. "<|eot_id|>") is a stop id
     eos = [*eos, *(added[s] for s in stop if s in added)]
-    n_new = (
-        params.get("max_new_tokens")
-        or params.get("max_tokens")
-        or self.defaults.get("max_new_tokens")
-        or self.defaults.get("max_tokens")
-        or 512
-    )
-    req = _HFRequest(
-        messages,
-        int(n_new),
-        not greedy,
-        float(p.get("temperature", 1.0)),
-        float(p.get("top_p", 1.0)),
-        list(stop),
-        asyncio.get_running_loop().create_future(),
-        [int(x) for x in eos],
-        p.get("schema") if self.structured else None,
-        bool(p.get("logprobs")),
-    )
+    n_new = (params.get("max_new_tokens") or params.get("max_tokens") or self.defaults.get("max_new_tokens")
+             or self.defaults.get("max_tokens") or 512)
+    req = _HFRequest(messages, int(n_new), not greedy, float(p.get("temperature", 1.0)), float(p.get("top_p", 1.0)),
+                     list(stop), asyncio.get_running_loop().create_future(), [int(x) for x in eos],
+                     p.get("schema") if self.structured else None, bool(p.get("logprobs")))
     self.requests += 1
     t0 = time.perf_counter()
     self._queue.append(req)
     if self._worker is None: self._worker = asyncio.ensure_future(self._run_worker())
     text, n_prompt, n_new, held, computed, lp, seconds = await req.future
-    return Completion(
-        text,
-        Usage(n_prompt, n_new, 1),
-        time.perf_counter() - t0,
-        model=self.spec,
-        meta={
-            "prefill_tokens": computed,
-            "compute_seconds": round(seconds, 6),
-            **({"structured": held} if held else {}),
-            **({"logprob": lp} if req.logprobs else {}),
-        },
-    )
+    meta = {"prefill_tokens": computed, "compute_seconds": round(seconds, 6), **({"structured": held} if held else {}),
+            **({"logprob": lp} if req.logprobs else {})}
+    return Completion(text, Usage(n_prompt, n_new, 1), time.perf_counter() - t0, model=self.spec, meta=meta)
 
 # %% ../../nbs/01g_hf.ipynb #850e13c4
 _HF_SHARED: dict = {}   # (path, options) -> HFBackend: one loaded model and one batching queue per spec

@@ -20,14 +20,8 @@ class ReplayMiss(BackendError):
 # %% ../../nbs/01i_replay.ipynb #5ce8413d
 class ReplayBackend(Backend):
     "Serve recorded replies; unmatched requests go to `fallback` or raise `ReplayMiss`."
-    def __init__(
-        self,
-        turns: list,
-        fallback: Backend | None = None,
-        spec="replay:",
-        agent: str | None = None,
-        synthetic: bool | None = None,
-    ):
+    def __init__(self, turns: list, fallback: Backend|None = None, spec="replay:", agent: str|None = None,
+                 synthetic: bool|None = None):
         self.fallback, self.spec, self.agent = fallback, spec, agent
         # as recorded
         self.synthetic = bool(synthetic) if synthetic is not None else getattr(fallback, "synthetic", False)
@@ -39,9 +33,8 @@ class ReplayBackend(Backend):
         held = any((t.meta or {}).get("structured") for q in self._script.values() for t in q)
         # asked as recorded, so the prompts match
         self.structured = "replayed" if held else getattr(fallback, "structured", None)
-        self.logprobs = any("logprob" in (t.meta or {}) for q in self._script.values() for t in q) or getattr(
-            fallback, "logprobs", False
-        )
+        recorded = any("logprob" in (t.meta or {}) for q in self._script.values() for t in q)
+        self.logprobs = recorded or getattr(fallback, "logprobs", False)
 
     async def complete(self, messages, ctx=None, **params) -> Completion:
         q = self._script.get(stable_hash(self.agent or (ctx.agent if ctx else None), messages))
@@ -50,10 +43,8 @@ class ReplayBackend(Backend):
             if t.error is not None: raise BackendError(t.error)
             held = (t.meta or {}).get("structured")
             lp = {"logprob": t.meta["logprob"]} if "logprob" in (t.meta or {}) else {}
-            return Completion(
-                t.reply or "", t.usage, 0.0, cached=True,
-                meta={"replayed": True, **({"structured": held} if held else {}), **lp}
-            )
+            meta = {"replayed": True, **({"structured": held} if held else {}), **lp}
+            return Completion(t.reply or "", t.usage, 0.0, cached=True, meta=meta)
         if self.fallback is None:
             who = ctx.agent if ctx else "?"
             raise ReplayMiss(f"no recorded reply for {who} at this point: the debate left the transcript")

@@ -189,9 +189,8 @@ def failed(self: CircuitBreaker, what: str):
     if self._probing: self._probing = False; self._reschedule(now)
     if self.open: return
     fails = sum(f for _, f in self._recent)
-    if (
-        len(self._recent) >= self.after and fails >= self.rate * len(self._recent)
-    ) or now - self.failing_since >= self.silence:
+    n = len(self._recent)
+    if (n >= self.after and fails >= self.rate * n) or now - self.failing_since >= self.silence:
         self.opened_at, self.backoff, self.next_probe = now, 1.0, now + 1.0
         self._cap, self.confirmed = self.cooldown, True
         self.reason = f"{fails} of its last {len(self._recent)} attempts got no answer ({what})"
@@ -425,12 +424,8 @@ class _Replicas:
 
     def _room(self, now: float):
         "The least loaded up replica with a free slot (`now`: loop time), or None."
-        free = [
-            e
-            for e in self.eps
-            if not e.breaker.open and not e.limit._waiters and e.limit.in_flight < e.limit.cap
-            and now >= e.limit._paused_until
-        ]
+        room = lambda e: not e.limit._waiters and e.limit.in_flight < e.limit.cap and now >= e.limit._paused_until
+        free = [e for e in self.eps if not e.breaker.open and room(e)]
         return min(free, key=_load) if free else None
 
     async def _wait(self, front: bool, delay: float|None):
@@ -475,9 +470,8 @@ async def pick(self: _Replicas, what: str) -> tuple:
                 if self._waiters: self._kick()               # it may have been one of several slots freed at once
                 return e, False
             lt = loop.time()
-            delays = [e.breaker.next_probe - now for e in self.eps if e.breaker.open and not e.breaker._probing] + [
-                e.limit._paused_until - lt for e in up if e.limit._paused_until > lt
-            ]
+            delays = [e.breaker.next_probe - now for e in self.eps if e.breaker.open and not e.breaker._probing]
+            delays += [e.limit._paused_until - lt for e in up if e.limit._paused_until > lt]
             await self._wait(front, min(delays) if delays else None); front = True
             continue
         if all(now - e.breaker.last_answer >= e.breaker.give_up_now for e in self.eps):
@@ -497,13 +491,8 @@ async def pick(self: _Replicas, what: str) -> tuple:
             if e.breaker._changed is None: e.breaker._changed = asyncio.Event()
             evs.append(asyncio.ensure_future(e.breaker._changed.wait()))
         due = [e.breaker.next_probe for e in self.eps if not e.breaker._probing]
-        until = min(
-            due
-            + [
-                max(e.breaker.last_answer + e.breaker.give_up_now for e in self.eps),
-                now + max(e.breaker.cooldown for e in self.eps),
-            ]
-        )
+        until = min(due + [max(e.breaker.last_answer + e.breaker.give_up_now for e in self.eps),
+                           now + max(e.breaker.cooldown for e in self.eps)])
         try: await asyncio.wait(evs, timeout=max(0.005, until - now), return_when=asyncio.FIRST_COMPLETED)
         finally:
             for f in evs: f.cancel()
