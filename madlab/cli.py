@@ -25,7 +25,7 @@ class _Protocols(click.Group):
         from madlab.debate import PROTOCOLS, _load_protocol_modules
         _load_protocol_modules()
         names = PROTOCOLS.names()                   # those installed packages offer too
-        return sorted(k for k in names if not k.startswith("_") and k != "example_echo")
+        return sorted(k for k in names if not k.startswith("_") and (k not in PROTOCOLS or PROTOCOLS[k].listed))
     def get_command(self, ctx, name):
         from madlab.debate import get_protocol
         try: return protocol_command(get_protocol(name))
@@ -167,9 +167,9 @@ def _data_cb(ctx, param, value):
 def _flag(name): return "--" + name.replace("_", "-")
 
 def _option_doc(proto, name) -> str:
-    "An option's help: its documented line, the names it takes read from the protocol's registries where it has them (its `choices` hook), so the help lists what its errors accept."
+    "An option's help: its documented line, the names it takes read from the protocol's registries where it has them (its `choices` part), so the help lists what its errors accept."
     doc = proto.docs.get(name) or ""
-    names = (proto.hooks["choices"]() if "choices" in proto.hooks else {}).get(name)
+    names = (proto.parts.choices() if proto.parts.choices else {}).get(name)
     if not names: return doc
     head, _, tail = doc.partition("  [")
     lead = head.split(": ", 1)[0] + ": " if ": " in head else ""

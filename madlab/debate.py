@@ -6,14 +6,14 @@ Docs: https://madlab.github.io/madlab/debate.html.md"""
 
 # %% ../nbs/06_debate.ipynb #cb4f60c4
 from __future__ import annotations
-import asyncio, collections, inspect, json, math, random, re, time, traceback, types, typing
-from dataclasses import dataclass, field, replace
-from typing import Callable, Literal
+import asyncio, collections, inspect, json, random, time, traceback
+from dataclasses import replace
+from typing import Callable
 from fastcore.basics import patch
-from fastcore.docments import docments
 import madlab
 from .core import *
-from .registry import Registry
+from .protocol import *
+from .protocol import _load_protocol_modules   # the protocols' log formats
 from .backends import *
 from .agents import *
 from .decisions import check_decision, check_logprobs, check_signal, aredecide
@@ -21,249 +21,8 @@ from .scoring import answer_format, agreement
 from . import tasks as _tasks   # registers every built-in task (madlab.tasks, and through it madlab.kks, madlab.market, madlab.pairwise) for every debate
 
 # %% auto #0
-__all__ = ['AXES', 'PROTOCOLS', 'HOOKS', 'INTERVENTIONS', 'NEUTRAL_REPLIES', 'LOG_CONTINUATIONS', 'EXTRA_ROLES', 'parse_topology',
-           'topology_neighbours', 'parse_stop_on', 'Protocol', 'protocol', 'protocol_hook', 'get_protocol',
-           'protocol_team', 'Debate', 'argument', 'fork', 'afork', 'intervention_reply', 'from_transcript',
-           'register_log_continuation', 'continue_log', 'comparable']
-
-# %% ../nbs/06_debate.ipynb #d983544a
-_TOPOLOGY_FORMS = "full, ring, star, random:K (K >= 1 peers per agent) or FILE (an adjacency list or 0/1 matrix: .json, .yaml/.yml or .csv)"
-
-def _adjacency(data, where: str):
-    "An adjacency read from a file or given in Python: a mapping agent -> [agents it sees], or a square 0/1 matrix (list of lists); checked for shape."
-    if isinstance(data, dict):
-        bad = [k for k, v in data.items() if not isinstance(k, str) or not isinstance(v, (list, tuple)) or not all(isinstance(x, str) for x in v)]
-        if bad or not data: raise OptionError("topology", f"{where}: a mapping must give every agent a list of the agents it sees (names); got {bad[:1] or 'an empty mapping'}")
-        return {k: list(v) for k, v in data.items()}
-    if isinstance(data, (list, tuple)) and data and all(isinstance(r, (list, tuple)) for r in data):
-        n = len(data)
-        if any(len(r) != n for r in data) or not all(isinstance(x, int) and x in (0, 1) for r in data for x in r):
-            raise OptionError("topology", f"{where}: a matrix must be square (one row and one column per debater) and hold 0s and 1s")
-        return [[int(x) for x in r] for r in data]
-    raise OptionError("topology", f"{where}: must hold a mapping (agent -> agents it sees) or a 0/1 matrix; got {type(data).__name__}")
-
-def _topology_file(path: str):
-    "The adjacency a topology FILE holds (JSON, YAML or CSV)."
-    import csv, io, json as _json
-    from pathlib import Path
-    p = Path(path)
-    try: text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e: raise OptionError("topology", f"{path}: not a readable file ({e})") from None
-    try:
-        if p.suffix.lower() == ".csv":
-            rows = [[c.strip() for c in r] for r in csv.reader(io.StringIO(text)) if any(c.strip() for c in r)]
-            if rows and not all(c.lstrip("-").isdigit() for c in rows[0]):       # a header of names
-                names, body = rows[0], rows[1:]
-                if len(body) != len(names) or any(len(r) != len(names) or not all(c in ("0", "1") for c in r) for r in body):
-                    raise OptionError("topology", f"{path}: under its header of {len(names)} names, a CSV needs {len(names)} rows of {len(names)} 0s and 1s")
-                return {a: [b for b, c in zip(names, r) if c == "1" and b != a] for a, r in zip(names, body)}
-            return _adjacency([[int(c) for c in r] for r in rows], path)
-        if p.suffix.lower() in (".yaml", ".yml"):
-            import yaml
-            data = yaml.safe_load(text)
-        elif p.suffix.lower() == ".json": data = _json.loads(text)
-        else: raise OptionError("topology", f"{path}: a topology file must end in .json, .yaml, .yml or .csv")
-    except (ValueError, ImportError) as e:
-        if isinstance(e, OptionError): raise
-        raise OptionError("topology", f"{path}: not readable as {p.suffix[1:].upper()} ({str(e).splitlines()[0][:200]})") from None
-    except Exception as e:
-        if type(e).__module__.startswith("yaml"): raise OptionError("topology", f"{path}: not readable as YAML ({str(e).splitlines()[0][:200]})") from None
-        raise
-    return _adjacency(data, path)
-
-def parse_topology(value):
-    "A topology setting, normalised: None for `full` (the default), `'ring'`, `'star'`, `'random:K'`, or the adjacency a FILE (or a mapping / matrix given in Python) holds."
-    if value is None: return None
-    if isinstance(value, (dict, list, tuple)): return _adjacency(value, "topology")
-    if not isinstance(value, str) or not value.strip(): raise OptionError("topology", f"must be {_TOPOLOGY_FORMS}; got {value!r}")
-    v = value.strip()
-    if v.lower() in ("full", "ring", "star"): return None if v.lower() == "full" else v.lower()
-    m = re.fullmatch(r"random:(\d+)", v, re.I)
-    if m:
-        if int(m.group(1)) < 1: raise OptionError("topology", f"random:K needs K >= 1 (peers each agent sees); got {v!r}")
-        return f"random:{int(m.group(1))}"
-    from pathlib import Path
-    if v.lower().startswith("random") or not Path(v).is_file(): raise OptionError("topology", f"must be {_TOPOLOGY_FORMS}; got {v!r}" + ("" if v.lower().startswith("random") or v.lower() in ("full", "ring", "star") else " (no such file)"))
-    return _topology_file(v)
-
-# %% ../nbs/06_debate.ipynb #e045098c
-def topology_neighbours(topology, names: list, seed: int = 0) -> dict|None:
-    "Who each of the debaters `names` (in team order) sees under a normalised `topology` (see `parse_topology`): name -> the names whose answers it sees; None for `full`."
-    if topology is None: return None
-    n = len(names)
-    if topology == "ring": return {a: list(dict.fromkeys(b for b in (names[i - 1], names[(i + 1) % n]) if b != a)) for i, a in enumerate(names)}
-    if topology == "star": return {a: ([b for b in names if b != a] if i == 0 else [names[0]]) for i, a in enumerate(names)}
-    if isinstance(topology, str) and topology.startswith("random:"):
-        k = int(topology.split(":")[1])
-        if k > n - 1: raise OptionError("topology", f"{topology} needs K <= {n - 1}: the team has {n} debaters")
-        rng = random.Random(f"topology:{seed}")                          # the debate's seed: a replay draws the same graph
-        return {a: sorted(rng.sample([b for b in names if b != a], k), key=names.index) for a in names}
-    if isinstance(topology, list):
-        if len(topology) != n: raise OptionError("topology", f"the matrix has {len(topology)} rows; the team has {n} debaters ({', '.join(names)})")
-        return {a: [b for j, b in enumerate(names) if topology[i][j] and j != i] for i, a in enumerate(names)}
-    if isinstance(topology, dict):
-        unknown = sorted({x for k, v in topology.items() for x in [k, *v]} - set(names))
-        if unknown: raise OptionError("topology", f"names no debater: {', '.join(map(repr, unknown))}; the debaters: {', '.join(names)}")
-        missing = [a for a in names if a not in topology]
-        if missing: raise OptionError("topology", f"gives no neighbours for {', '.join(missing)}: name every debater (an empty list: it sees no one)")
-        return {a: [b for b in topology[a] if b != a] for a in names}
-    raise OptionError("topology", f"must be {_TOPOLOGY_FORMS}; got {topology!r}")
-
-# %% ../nbs/06_debate.ipynb #1f0ee10d
-def parse_stop_on(value) -> str|None:
-    "A stop rule, normalised: None (run every round), `'consensus'` (all agree) or `'consensus:Q'` (at least a fraction Q in (0, 1] agree)."
-    if value is None: return None
-    v = value.strip().lower() if isinstance(value, str) else value
-    m = re.fullmatch(r"consensus(?::([0-9]*\.?[0-9]+))?", v) if isinstance(v, str) else None
-    q = float(m.group(1)) if m and m.group(1) else 1.0
-    if not m or not 0 < q <= 1: raise OptionError("stop_on", f"must be consensus or consensus:Q (Q, the fraction of agents that must agree, in (0, 1]; default 1 = all); got {value!r}")
-    return "consensus" if q == 1 else f"consensus:{q:g}"
-
-AXES = {"topology": parse_topology, "stop_on": parse_stop_on}     # a debate-wide setting -> its parser (None: the default, not recorded)
-
-# %% ../nbs/06_debate.ipynb #a8ec8595
-def _type_name(tp) -> str:
-    if typing.get_origin(tp) is Literal: return " or ".join(map(repr, typing.get_args(tp)))
-    if typing.get_origin(tp) in (typing.Union, types.UnionType): return " or ".join(_type_name(a) for a in typing.get_args(tp))
-    return {type(None): "None", bool: "true/false", int: "an integer", float: "a number", str: "a string", dict: "a mapping", list: "a list"}.get(tp, getattr(tp, "__name__", str(tp)))
-
-def _fits(v, tp) -> bool:
-    "Whether value `v` fits annotation `tp` (unknown annotations accept anything)."
-    o = typing.get_origin(tp)
-    if o is Literal: return any(v == a and type(v) is type(a) for a in typing.get_args(tp))
-    if o in (typing.Union, types.UnionType): return any(_fits(v, a) for a in typing.get_args(tp))
-    if tp is type(None): return v is None
-    if tp is bool: return isinstance(v, bool)
-    if tp is int: return isinstance(v, int) and not isinstance(v, bool)
-    if tp is float: return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-    if tp in (str, dict, list, tuple): return isinstance(v, tp)
-    if tp is Callable or o is Callable or tp is typing.Callable: return callable(v)
-    return True
-
-# %% ../nbs/06_debate.ipynb #bf1e61fa
-@dataclass
-class Protocol:
-    "A registered debate protocol: its function, documented and typed options, the tasks it runs on, and hooks for its reports."
-    name: str
-    fn: Callable
-    options: dict                                  # option -> default
-    docs: dict                                     # option -> one-line doc
-    doc: str = ""
-    types: dict = field(default_factory=dict)      # option -> annotation
-    tasks: tuple|None = None                       # tasks it runs on (None: any task with an answer format)
-    limits: dict = field(default_factory=dict)     # option -> (lowest, highest) allowed
-    hooks: dict = field(default_factory=dict)      # "team", "report", "log_html", "log_text", "row" -> function (see `run`)
-    axes: tuple = ()                               # the debate-wide settings it honours besides its options: "topology", "stop_on" (see `AXES`)
-    decides: tuple = ()                            # options that choose its own decision rule: deprecated beside a `decision` (see `resolve_run`)
-    planned: Callable|None = None                  # the settings -> the rounds it runs when nothing ends it early (None: it does not say), or (at most these, True) when its own rule may end it sooner
-    weighs: tuple = ()                             # the signals its own rule weighs besides the answers ("confidence", "logprobs"): a table on simulated ones says so
-
-    def check_option(self, k, v):
-        "Raise `OptionError` unless `v` is an allowed value of option `k`."
-        tp = self.types.get(k)
-        if tp is not None and not _fits(v, tp): raise OptionError(k, f"must be {_type_name(tp)}; got {v!r}")
-        lo, hi = self.limits.get(k, (None, None))
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and ((lo is not None and v < lo) or (hi is not None and v > hi)):
-            raise OptionError(k, f"must be in {lo}..{hi}; got {v!r}")
-
-    def validate(self, opts: dict) -> dict:
-        "All options with defaults filled in; an unknown option or a bad value is an `OptionError`."
-        axes = {k: opts[k] for k in AXES if k in opts and k not in self.options}     # the debate-wide settings (a topology, a stop rule)
-        opts = {k: v for k, v in opts.items() if k not in axes}
-        bad = [k for k in opts if k not in self.options]
-        if bad: raise OptionError(bad[0], f"unknown option for protocol {self.name!r}; valid options: {', '.join(self.options) or '(none)'}")
-        for k, v in opts.items(): self.check_option(k, v)
-        settings = {**self.options, **opts}
-        for k, v in axes.items():
-            v = AXES[k](v)                                             # normalised; None: the default, not recorded
-            if v is None: continue
-            if k not in self.axes:
-                _load_protocol_modules()                                   # every protocol, to name those that can
-                can = sorted(n for n, p in PROTOCOLS.items() if k in p.axes and not n.startswith("_"))
-                raise OptionError(k, f"protocol {self.name!r} cannot honour {k} {v if isinstance(v, str) else '(a file)'!s} (its agents do not see their peers' answers "
-                                     f"through the debate's routing, round by round); protocols that can: {', '.join(can) or 'none loaded'}")
-            settings[k] = v
-        if "check" in self.hooks: self.hooks["check"](settings)     # the protocol's own checks (a rule name, a hook to import), before any call
-        return settings
-
-    def check_item(self, item):
-        "Raise `ValueError` unless the protocol runs on `item`'s task."
-        task = getattr(item, "task", None)
-        if self.tasks is not None and task not in self.tasks:
-            raise ValueError(f"protocol {self.name!r} runs on {' or '.join(map(repr, self.tasks))} items; item {getattr(item, 'id', '?')!r} is a {task!r} item")
-        if self.tasks is None: answer_format(item)     # needs an answer format; the error lists the known tasks
-
-    def _repr_markdown_(self):
-        rows = "\n".join(f"| `{k}` | `{v!r}` | {self.docs.get(k) or ''} |" for k, v in self.options.items())
-        return f"**{self.name}**: {self.doc}\n\n| option | default | meaning |\n|---|---|---|\n{rows}"
-
-# %% ../nbs/06_debate.ipynb #000cda47
-def _protocol_entry(name: str, obj) -> Protocol:
-    "What an entry point of the `madlab.protocols` group gives: a function `@protocol` registered (under its own name)."
-    return get_protocol(obj) if hasattr(obj, "protocol_name") else obj
-
-PROTOCOLS: Registry[Protocol] = Registry("protocol", Protocol, "madlab.protocols", coerce=_protocol_entry)
-_PENDING_HOOKS: dict[str, dict] = {}
-
-# %% ../nbs/06_debate.ipynb #ee082d53
-def protocol(name: str, tasks=None, limits: dict|None = None, axes=(), decides=(), planned: Callable|None = None, weighs=(), replace: bool = False):
-    "Register an async-generator protocol under `name`, running on `tasks` (None: any task with an answer format), numbers within `limits`, honouring the debate-wide settings `axes` (\"topology\", \"stop_on\": see `AXES`); `decides`: its options that choose its own decision rule (deprecated beside a `decision`); `planned`: the settings -> the rounds it runs when nothing ends it early, or `(n, True)`: at most n, its own rule may end it sooner; `weighs`: the signals its own rule weighs besides the answers (`confidence`, `logprobs`); `replace`: take the name from a protocol defined elsewhere (one defined again where it was, as a re-run cell does, replaces it anyway)."
-    def deco(fn):
-        if not inspect.isasyncgenfunction(fn): raise TypeError(f"protocol {name!r} must be an async generator function (async def ... yield)")
-        sig = list(inspect.signature(fn).parameters.values())[1:]
-        missing = [p.name for p in sig if p.default is inspect.Parameter.empty]
-        if missing: raise TypeError(f"protocol {name!r}: options need defaults: {', '.join(missing)}")
-        docs = {k: v for k, v in docments(fn).items() if k != "return"}
-        try: hints = typing.get_type_hints(fn)
-        except Exception: hints = {}
-        old = PROTOCOLS._items.get(name)
-        new = Protocol(name, fn, {p.name: p.default for p in sig}, {p.name: docs.get(p.name) for p in sig},
-                       (inspect.getdoc(fn) or "").split("\n")[0],
-                                   {p.name: hints[p.name] for p in sig if p.name in hints}, tuple(tasks) if tasks is not None else None, dict(limits or {}),
-                                   axes=tuple(axes), decides=tuple(decides), planned=planned, weighs=tuple(weighs))
-        PROTOCOLS.register(name, new, replace)       # a name taken by a protocol defined elsewhere is refused
-        if old is not None: PROTOCOLS[name].hooks.update(old.hooks)   # defined again (a re-run cell, a reload): its report and logs stay registered
-        PROTOCOLS[name].hooks.update(_PENDING_HOOKS.pop(name, {}))   # hooks registered before the protocol was
-        fn.protocol_name = name
-        return fn
-    return deco
-
-# %% ../nbs/06_debate.ipynb #65a2cdf2
-HOOKS = ("team", "report", "log_html", "log_text", "row", "check", "task", "inputs", "choices")
-
-# %% ../nbs/06_debate.ipynb #f673f7e8
-def protocol_hook(name: str, kind: str):
-    "Register a function as protocol `name`'s `kind` hook: `team` (its default team), `report`, `log_html`, `log_text`, `row` (see `run`) `check` (called with the settings by `validate`: raise `OptionError` before any call) `task` (the options -> `{task, data}` the command line defaults to) `inputs` (the settings -> `{option: {path, sha256}}` of the files they name, recorded in a run folder's `config.json`: resuming with an edited file is refused) or `choices` (() -> `{option: [names]}` from the protocol's registries: what the command line's help lists)."
-    if kind not in HOOKS: raise ValueError(f"hook kind must be one of {', '.join(HOOKS)}; got {kind!r}")
-    def deco(fn):
-        if name in PROTOCOLS: PROTOCOLS[name].hooks[kind] = fn
-        else: _PENDING_HOOKS.setdefault(name, {})[kind] = fn     # a report module imported before its protocol: attached when it registers
-        return fn
-    return deco
-
-# %% ../nbs/06_debate.ipynb #5f08a6ae
-def _load_protocol_modules(name: str|None = None):
-    "Import madlab's protocol modules: for protocol `name` only the ones named after it (`name`, `name_*`) where there are some, else all."
-    import importlib, pkgutil
-    import madlab.protocols as P
-    mods = [m.name for m in pkgutil.iter_modules(P.__path__)]
-    own = [m for m in mods if isinstance(name, str) and (m == name or m.startswith(name + "_"))]
-    for m in own or mods: importlib.import_module(f"madlab.protocols.{m}")
-
-def get_protocol(name) -> Protocol:
-    "The registered protocol called `name` (or the one a decorated function registered)."
-    if isinstance(name, Protocol): return name
-    if callable(name) and hasattr(name, "protocol_name"): name = name.protocol_name
-    if name not in PROTOCOLS: _load_protocol_modules(name)      # its own modules first (a second of imports saved), then all
-    if name not in PROTOCOLS: _load_protocol_modules()
-    return PROTOCOLS.lookup(name)          # an installed package's entry point, or the registry's did-you-mean
-
-# %% ../nbs/06_debate.ipynb #cdee4a60
-def protocol_team(proto: Protocol, team, options: dict|None = None):
-    "`team` through protocol `proto`'s `team` hook, which may read the `options` (specs become its members: one spec plays both of multi_persona's sides); `team` as given when it has none."
-    h = proto.hooks.get("team")
-    if h is None: return team
-    return h(team, options=dict(options or {})) if "options" in inspect.signature(h).parameters else h(team)
+__all__ = ['INTERVENTIONS', 'NEUTRAL_REPLIES', 'LOG_CONTINUATIONS', 'EXTRA_ROLES', 'Debate', 'argument', 'fork', 'afork',
+           'intervention_reply', 'from_transcript', 'register_log_continuation', 'continue_log', 'comparable']
 
 # %% ../nbs/06_debate.ipynb #4b4d82e0
 class Debate:
@@ -683,7 +442,9 @@ def continue_log(t, round: int, agents, *, agent: str|None = None, reply: str|No
     src = (t.meta or {}).get("imported")
     if not src: raise ValueError("not an imported transcript: fork a madlab debate with Debate.fork (or Debate.from_transcript(t, live=True))")
     name = src.get("format") if isinstance(src, dict) else None
-    if name not in LOG_CONTINUATIONS: raise ValueError(f"an imported {name} log: no log format of that name is registered (`import madlab.imports` registers madlab's)")
+    if name not in LOG_CONTINUATIONS: _load_protocol_modules()    # a protocol's log format says whether its logs go on
+    if name not in LOG_CONTINUATIONS:
+        raise ValueError(f"an imported {name} log: no log format of that name is registered")
     if LOG_CONTINUATIONS[name] is not None: raise ValueError(f"an imported {name} log cannot be continued with a model: {LOG_CONTINUATIONS[name]}")
     names = [a["name"] for a in t.team]
     specs = [agents] * len(names) if isinstance(agents, str) else list(agents)

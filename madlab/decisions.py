@@ -13,17 +13,17 @@ from typing import Any, Callable
 from .core import *
 from .core import Ask
 from .registry import Registry
+from .protocol import find_protocol
 from .formats import AnswerFormat, register_format, answer_format
 from .synthetic import synthetic_rng, believes_gold, stated_calibration
 
 # %% auto #0
-__all__ = ['JUDGE_PROMPT', 'DECISIONS', 'PROTOCOL_FEATURES', 'BALLOTS', 'HELPER_ROLES', 'NOT_VOTING', 'FREEMAD_WEIGHTS',
-           'SIGNALS', 'Ballot', 'Decision', 'ballot', 'DecisionRule', 'Plurality', 'Majority', 'Supermajority',
-           'Unanimity', 'ConfidenceWeighted', 'Borda', 'Approval', 'Judge', 'judge_decision', 'DecisionEntry',
-           'ProtocolRule', 'register_decision', 'get_decision', 'protocol_features', 'answer_features',
-           'check_decision', 'ballots_from', 'final_turns', 'ballots', 'decide', 'latest_turns', 'redecide',
-           'aredecide', 'trajectories', 'FreeMAD', 'rule_signal', 'signal_note', 'check_signal', 'LogprobWeighted',
-           'check_logprobs', 'check_logprobs_recorded']
+__all__ = ['JUDGE_PROMPT', 'DECISIONS', 'HELPER_ROLES', 'NOT_VOTING', 'FREEMAD_WEIGHTS', 'SIGNALS', 'Ballot', 'Decision',
+           'ballot', 'DecisionRule', 'Plurality', 'Majority', 'Supermajority', 'Unanimity', 'ConfidenceWeighted',
+           'Borda', 'Approval', 'Judge', 'judge_decision', 'DecisionEntry', 'ProtocolRule', 'register_decision',
+           'get_decision', 'answer_features', 'check_decision', 'final_turns', 'ballots', 'decide', 'latest_turns',
+           'redecide', 'aredecide', 'trajectories', 'FreeMAD', 'rule_signal', 'signal_note', 'check_signal',
+           'LogprobWeighted', 'check_logprobs', 'check_logprobs_recorded']
 
 # %% ../nbs/05a_decisions.ipynb #d8f1c993
 @dataclass
@@ -254,43 +254,34 @@ def get_decision(spec=None) -> DecisionRule:
     return DECISIONS.lookup(said).factory(arg if colon else None)   # an unknown name: the registry's did-you-mean
 
 # %% ../nbs/05a_decisions.ipynb #bb2e1297
-PROTOCOL_FEATURES: dict[str, Callable] = {}      # protocol -> fn(settings, features) -> features
-
-def protocol_features(name: str):
-    "Register `fn(settings, features) -> features`: what protocol `name`'s final answers carry, given its settings."
-    def deco(fn): PROTOCOL_FEATURES[name] = fn; return fn
-    return deco
-
-def answer_features(item, protocol: str|None = None, settings: dict|None = None) -> frozenset:
-    "What the final answers of `protocol` on `item`'s task carry: its answer format's `features`, as the protocol's settings change them."
+def answer_features(item, protocol=None, settings: dict|None = None) -> frozenset:
+    """What the final answers of `protocol` (a name or a `Protocol`) on `item`'s task carry: its answer format's
+    `features`, as its `features` part changes them."""
     f = set(answer_format(item).features)
-    hook = PROTOCOL_FEATURES.get(protocol)
-    return frozenset(hook(settings or {}, f) if hook else f)
+    part = getattr(find_protocol(protocol), "parts", None)
+    return frozenset(part.features(settings or {}, f) if part is not None and part.features else f)
 
-def check_decision(rule, item, protocol: str|None = None, settings: dict|None = None) -> DecisionRule:
+def check_decision(rule, item, protocol=None, settings: dict|None = None) -> DecisionRule:
     "The rule, or an `OptionError` naming what the answers lack (before any call)."
     rule = get_decision(rule)
     have = answer_features(item, protocol, settings)
     missing = sorted(rule.needs - have)
     if missing:
         carry = ", ".join(sorted(have)) or "only the answer"
-        raise OptionError("decision", f"rule {rule.spec!r} needs answers with a {' and a '.join(missing)}; the answers of {protocol or 'this protocol'} on task "
+        who = getattr(protocol, "name", protocol) or "this protocol"
+        raise OptionError("decision", f"rule {rule.spec!r} needs answers with a {' and a '.join(missing)}; "
+                                      f"the answers of {who} on task "
                                       f"{getattr(item, 'task', None)!r} carry {carry}")
     return rule
 
 # %% ../nbs/05a_decisions.ipynb #e77081b6
-BALLOTS: dict[str, Callable] = {}
 HELPER_ROLES = ("supervisor", "judge", "critic", "summariser", "screener")
 NOT_VOTING = ("decision", "supervisor", "critique", "screen", "order", "categorise")
 
-def ballots_from(name: str):
-    "Register `fn(transcript) -> [Turn]`: the final answers of protocol `name`."
-    def deco(fn): BALLOTS[name] = fn; return fn
-    return deco
-
 def final_turns(t: Transcript) -> list:
-    "The turns whose answers are the team's final votes."
-    if t.protocol in BALLOTS: return list(BALLOTS[t.protocol](t))
+    "The turns whose answers are the team's final votes: its protocol's `ballots` part where it has one."
+    part = getattr(find_protocol(t.protocol), "parts", None)
+    if part is not None and part.ballots is not None: return list(part.ballots(t))
     roles = {a.get("name"): a.get("role") for a in t.team}
     for r in reversed(t.rounds):
         if r.phase in NOT_VOTING: continue

@@ -1,4 +1,4 @@
-"""Published debate logs as madlab runs: Du et al.'s chat files and CS546's critic-actor files read into run folders (one transcript per item, the task's gold, answers parsed by the task's format, no call made), so every analysis, rescore and decision rule works on real debates.
+"""Published debate logs as madlab runs: each protocol's `log_format` part (Du et al.'s chat files, CS546's critic-actor files, ControlMAD's game logs) reads them into run folders (one transcript per item, the task's gold, answers parsed by the task's format, no call made), so every analysis, rescore and decision rule works on real debates.
 
 Docs: https://madlab.github.io/madlab/imports.html.md"""
 
@@ -6,24 +6,20 @@ Docs: https://madlab.github.io/madlab/imports.html.md"""
 
 # %% ../nbs/24_imports.ipynb #f23c9d79
 from __future__ import annotations
-import collections, glob, hashlib, json, re, time
-from dataclasses import replace
+import hashlib, json
 from pathlib import Path
 import madlab
 from .core import *
 from .registry import Registry
 from .debate import register_log_continuation
-from .scoring import answer_format, plurality_vote, agreement
+from .protocol import _load_protocol_modules
+from .scoring import answer_format
 from .tasks import gsm8k_gold
-import madlab.protocols.baselines
-from .protocols.critic_actor import Critique, parse_critique, critic_actor_vote
-from .puzzles import KKS_ROLES, parse_kks_answer
-from .kks import kks_players, roles_of
-from .protocols.controlmad import parse_position
+
 
 # %% auto #0
-__all__ = ['LOG_FORMATS', 'CONTROLMAD_EXPECTS', 'LogError', 'LogFormat', 'register_log_format', 'get_log_format', 'log_item',
-           'DuLog', 'CriticActorLog', 'read_log', 'log_transcripts', 'kks_games', 'ControlMadLog']
+__all__ = ['LOG_FORMATS', 'LogError', 'LogFormat', 'register_log_format', 'get_log_format', 'log_item', 'read_log',
+           'log_transcripts']
 
 # %% ../nbs/24_imports.ipynb #28cab0b0
 class LogError(ValueError):
@@ -37,7 +33,7 @@ def _read_json(path, fmt_name, expects):
 
 class LogFormat:
     "How one tool writes debate logs. Subclasses set `name`, `protocol`, `task` (the default), `expects` and implement `recognise` and `transcript` (and `read` for logs that are not one JSON file)."
-    name, protocol, expects, task, takes_games = "", "", "", "gsm8k", False
+    name, protocol, expects, task, takes_games = "", "", "", "gsm8k", False     # one taking games: `read_games`
     continuable, why_not = False, "the format keeps no agent's chat"       # whether `continue_log` can go on from its logs, and why not
     def read(self, path): return _read_json(path, self.name, self.expects)
     def recognise(self, data) -> bool: raise NotImplementedError
@@ -55,8 +51,10 @@ def register_log_format(fmt: LogFormat, replace: bool = False) -> LogFormat:
     return fmt
 
 def get_log_format(name) -> LogFormat:
-    "The registered format `name` (or `name` itself when it is a `LogFormat`)."
+    "The registered format `name` (or `name` itself, a `LogFormat`): a protocol's `log_format` part."
     if isinstance(name, LogFormat): return name
+    if name not in LOG_FORMATS: _load_protocol_modules(name)       # the protocol named after it attaches its format
+    if name not in LOG_FORMATS: _load_protocol_modules()
     return LOG_FORMATS.lookup(name)          # an installed package's entry point, or the registry's did-you-mean
 
 # %% ../nbs/24_imports.ipynb #a6d76131
@@ -86,134 +84,6 @@ def _meta(item, fmt, path, key) -> dict:
     return {"id": item.id, "status": "done", "madlab": madlab.__version__,
             "imported": {"format": fmt.name, "path": str(path), "key": str(key)[:200]}}
 
-# %% ../nbs/24_imports.ipynb #dc4485eb
-_CHAT_ROLES = ("system", "user", "assistant")
-
-def _replies(ctx, where) -> tuple[list, bool]:
-    "(position, reply) of each assistant message of one context, and whether a prompt follows the last reply."
-    if not isinstance(ctx, list): raise LogError(f"{where}: an agent's context must be a list of messages (got {type(ctx).__name__})")
-    out = []
-    for i, m in enumerate(ctx):
-        if not isinstance(m, dict) or m.get("role") not in _CHAT_ROLES or not isinstance(m.get("content"), str):
-            raise LogError(f"{where}[{i}]: expected a message {{role: system|user|assistant, content: text}}; got {str(m)[:80]!r}")
-        if m["role"] == "assistant": out.append((i, m["content"]))
-    return out, bool(ctx) and ctx[-1]["role"] != "assistant"
-
-def _history(ctx, name) -> ChatHistory:
-    "The agent's chat as madlab messages, each with its answer round."
-    h, k = ChatHistory(), 0
-    for m in ctx:
-        h.add(m["role"], m["content"], sender=name if m["role"] == "assistant" else None, phase="initial" if k == 0 else "debate", round=k, ts=0.0)
-        k += m["role"] == "assistant"
-    return h
-
-# %% ../nbs/24_imports.ipynb #0055023f
-def _du_rounds(ctxs, names, fmt) -> tuple[list, dict]:
-    "The answer rounds of one logged debate, and the agents whose log ends with an unanswered prompt (agent -> round number)."
-    per = [_replies(c, w) for c, w in ctxs]
-    rounds = []
-    for k in range(max((len(p) for p, _ in per), default=0)):
-        turns, missing = [], {}
-        for a, (ctx, _), (p, tail) in zip(names, ctxs, per):
-            if k < len(p):
-                i, reply = p[k]
-                turns.append(Turn(a, [{"role": m["role"], "content": m["content"]} for m in ctx[:i]], reply, fmt.parse(reply), meta={"imported": True}))
-            else: missing[a] = "prompt without a reply" if tail and k == len(p) else "no such round in the log"
-        rounds.append(Round("independent answers" if k == 0 else f"debate round {k}", "initial" if k == 0 else "debate", k, turns,
-                            {"depth": k, **({"missing": missing} if missing else {})}))
-    unanswered = {a: len(p) + 1 for a, (p, tail) in zip(names, per) if tail and len(p) >= len(rounds)}
-    return rounds, unanswered
-
-def _last_answers(rounds) -> list:
-    "Each agent's last answer (its last reply's), in team order."
-    last = {}
-    for r in rounds:
-        for tu in r.turns: last[tu.agent] = tu.answer if tu.error is None else None
-    return list(last.values())
-
-# %% ../nbs/24_imports.ipynb #9a02f0e8
-class DuLog(LogFormat):
-    "Du et al.'s `{question: [agent_contexts, gold]}` chat logs (and CS546's files in that layout)."
-    name, protocol, continuable = "du", "du", True
-    expects = "a JSON object {question: [agent_contexts, gold]}, each agent context a list of {role, content} chat messages (or [chat, gold]: one agent's chat alone)"
-
-    def recognise(self, data) -> bool:
-        return isinstance(data, dict) and bool(data) and all(isinstance(v, list) and len(v) == 2 and isinstance(v[0], list) for v in data.values())
-
-    def transcript(self, key, record, where, task="gsm8k", model=None) -> Transcript:
-        ctxs, gold = record
-        alone = bool(ctxs) and all(isinstance(m, dict) for m in ctxs)          # one agent's chat alone (a single-agent baseline)
-        if alone: ctxs = [ctxs]
-        item = log_item(key, gold, task, f"{where}[1]")
-        if not ctxs: raise LogError(f"{where}[0]: no agent contexts")
-        names = [f"Agent {i + 1}" for i in range(len(ctxs))]
-        rounds, unanswered = _du_rounds([(c, f"{where}[0][{i}]") for i, c in enumerate(ctxs)], names, answer_format(item))
-        answers = _last_answers(rounds)
-        team, counts = plurality_vote(answers)
-        result = {"answer": team, "agreement": agreement(answers), "invalid": sum(not answer_valid(a) for a in answers),
-                  "votes": {str(k): v for k, v in counts.items()}}
-        meta = _meta(item, self, where.split(":")[0], key)
-        if unanswered: meta["unanswered_prompts"] = unanswered
-        if alone: meta["layout"] = "one agent's chat alone"
-        return Transcript(self.protocol, item, [_agent(a, model) for a in names], {"rounds": max(0, len(rounds) - 1), "seed": 0}, rounds,
-                          {a: _history(c, a) for a, c in zip(names, ctxs)}, result, meta)
-
-register_log_format(DuLog());
-
-# %% ../nbs/24_imports.ipynb #45c8d7b4
-def _results(rows, where) -> list:
-    if not isinstance(rows, list) or not rows: raise LogError(f"{where}: expected a non-empty list of {{solution, score}} per actor")
-    for i, r in enumerate(rows):
-        if not isinstance(r, dict) or not isinstance(r.get("solution"), str): raise LogError(f"{where}[{i}]: expected {{solution: text, score: {{...}}}}; got {str(r)[:80]!r}")
-    return rows
-
-def _critic_rounds(names, steps, fmt) -> list:
-    "An actor round and a critique round per logged step ((label, depth, results, note))."
-    out = []
-    for label, depth, rows, note in steps:
-        turns = [Turn(a, [], r["solution"], fmt.parse(r["solution"]), meta={"imported": True}) for a, r in zip(names, rows)]
-        extra = {"note": note} if note else {}
-        out.append(Round(label, "initial" if depth == 0 else "debate", len(out), turns, {"depth": depth, **extra}))
-        crit, missing = [], {}
-        for a, r in zip(names, rows):
-            s = r.get("score")
-            if not isinstance(s, dict): missing[a] = "no critic score in the log"; continue
-            text = json.dumps(s, ensure_ascii=False)
-            crit.append(Turn("Critic", [], text, parse_critique(text), focus=a, meta={"imported": True}))
-        out.append(Round(f"critique {depth}", "critique", len(out), crit, {"depth": depth, **({"missing": missing} if missing else {}), **extra}))
-    return out
-
-# %% ../nbs/24_imports.ipynb #a051bc20
-class CriticActorLog(LogFormat):
-    "CS546's critic-actor result files."
-    name, protocol = "critic_actor", "critic_actor"
-    why_not = "CS546's critic-actor files keep each actor's solutions and the critic's scores, not the chats (no prompt any actor or the critic was sent), so a model has no logged chat to go on from; the imported debate can still be browsed, re-scored and re-decided"
-    expects = "a JSON object {question: {ground_truth, round_1_results, final_round_results[, all_rounds_data]}}, each result a list of {solution, score} per actor"
-
-    def recognise(self, data) -> bool:
-        return isinstance(data, dict) and bool(data) and all(isinstance(v, dict) and "ground_truth" in v and ("round_1_results" in v or "all_rounds_data" in v)
-                                                             for v in data.values())
-
-    def transcript(self, key, record, where, task="gsm8k", model=None) -> Transcript:
-        item = log_item(key, record.get("ground_truth"), task, f"{where}:ground_truth")
-        if isinstance(record.get("all_rounds_data"), list):
-            steps = [(("solutions" if k == 0 else f"debate round {k}"), k, _results(rows, f"{where}:all_rounds_data[{k}]"), None)
-                     for k, rows in enumerate(record["all_rounds_data"])]
-        else:
-            first = _results(record.get("round_1_results"), f"{where}:round_1_results")
-            final = _results(record.get("final_round_results"), f"{where}:final_round_results")
-            steps = [("solutions", 0, first, None), ("final round", 1, final, "the rounds between the first and the final one are not in the log")]
-        n = max(len(s[2]) for s in steps)
-        names = [f"Agent {i + 1}" for i in range(n)]
-        rounds = _critic_rounds(names, steps, answer_format(item))
-        final = [tu.answer for tu in rounds[-2].turns]
-        decision, votes = critic_actor_vote(final)
-        result = {"answer": decision, "agreement": agreement(final), "invalid": sum(not answer_valid(a) for a in final), "votes": votes, "restarts": 0}
-        return Transcript(self.protocol, item, [_agent(a, model) for a in names] + [_agent("Critic", model, "critic")],
-                          {"rounds": len(steps) - 1, "seed": 0}, rounds, {}, result, _meta(item, self, where.split(":")[0], key))
-
-register_log_format(CriticActorLog());
-
 # %% ../nbs/24_imports.ipynb #7b89fc47
 def read_log(fmt, path):
     "The JSON of log file `path`, refused (naming what `fmt` expects) when it is not JSON or not in `fmt`'s layout."
@@ -222,9 +92,14 @@ def read_log(fmt, path):
     if path.is_dir() and type(fmt).read is LogFormat.read: raise OptionError("path", f"{path} is not a file (a {fmt.name} log is one JSON file)")
     data = fmt.read(path)
     if not fmt.recognise(data):
-        others = [f.name for f in LOG_FORMATS.values() if f is not fmt and _reads_as(f, path)]
+        others = [f.name for f in _formats() if f is not fmt and _reads_as(f, path)]
         raise LogError(f"{path}: not a {fmt.name} log; expected {fmt.expects}" + (f" (it reads as {', '.join(others)}: import it as that)" if others else ""))
     return data
+
+def _formats() -> list:
+    "Every log format: madlab's protocols' (their modules imported) and those registered."
+    _load_protocol_modules()
+    return list(LOG_FORMATS.values())
 
 def _reads_as(fmt, path) -> bool:
     try: return fmt.recognise(fmt.read(path))
@@ -235,216 +110,11 @@ def _key(k) -> str: return (str(k)[:60] + "...") if len(str(k)) > 60 else str(k)
 def log_transcripts(fmt, path, task: str|None = None, model: str|None = None, limit: int|None = None, games=None) -> list[Transcript]:
     "One transcript per record of log `path` in format `fmt` (the first `limit`); a malformed record raises `LogError` naming `path:key`."
     fmt = get_log_format(fmt)
-    if games is not None and not fmt.takes_games: raise OptionError("games", f"the {fmt.name} format has no games to match; only {', '.join(f.name for f in LOG_FORMATS.values() if f.takes_games)} does")
-    kw = {"games": games if isinstance(games, dict) else kks_games(games)} if games is not None else {}
+    if games is not None and not fmt.takes_games:
+        takes = ", ".join(f.name for f in _formats() if f.takes_games)
+        raise OptionError("games", f"the {fmt.name} format has no games to match; only {takes} does")
+    kw = {"games": games if isinstance(games, dict) else fmt.read_games(games)} if games is not None else {}
     recs = fmt.records(read_log(fmt, path))[:limit]
     ts = [fmt.transcript(k, r, f"{path}:{_key(k)}", task or fmt.task, model, **kw) for k, r in recs]
     for i, t in enumerate(ts): t.meta["imported"]["position"] = i
     return ts
-
-# %% ../nbs/24_imports.ipynb #93d21992
-CONTROLMAD_EXPECTS = ("ControlMAD's debate_session_game<ID>_<time>.json files (game_id, game_text, ground_truth_solution, initial_proposals, debate_rounds, "
-                      "final_vote, supervisor_decision) with the chat_history_<agent>_game<ID>_<time>.json files beside them: one such file, or a folder holding them")
-_CM_SESSION = ("game_id", "game_text", "initial_proposals", "debate_rounds", "final_vote")
-_CM_ROLE = {"system": "system", "user": "user", "assistant": "assistant", "other_agent": "other_agent", "debate_moderator": "moderator"}
-_CM_TS = re.compile(r"_(\d{8}_\d{6})\.json$")
-_CM_CONF = re.compile(r"_conf_(true|false)$")
-
-def _cm_stamp(p: Path) -> str: return (_CM_TS.search(p.name) or [None, ""])[1]
-
-def _cm_chats(f: Path, game_id, agents) -> dict:
-    "agent -> the JSON of its chat history: the file written with session file `f` (the first one stamped at or after it)."
-    out = {}
-    for a in agents:
-        cands = sorted((p for p in f.parent.glob(f"chat_history_{glob.escape(str(a))}_game{game_id}_*.json") if _cm_stamp(p) >= _cm_stamp(f)), key=_cm_stamp)
-        if cands: out[a] = _read_json(cands[0], "controlmad", CONTROLMAD_EXPECTS)
-    return out
-
-def _cm_confidence(f: Path):
-    "Whether the run asked for confidences, from ControlMAD's folder name (`..._conf_true`); None when the path does not say."
-    for part in reversed(f.parent.parts):
-        m = _CM_CONF.search(part)
-        if m: return m[1] == "true"
-    return None
-
-def _cm_read(path) -> dict:
-    "Session key -> {session, chats, confidence} of every ControlMAD game file at or under `path`."
-    path = Path(path)
-    fs = [path] if path.is_file() else sorted(path.rglob("debate_session_game*.json"))
-    if not fs: raise LogError(f"{path}: no debate_session_game*.json in it; expected {CONTROLMAD_EXPECTS}")
-    out = {}
-    for f in fs:
-        s = _read_json(f, "controlmad", CONTROLMAD_EXPECTS)
-        ok = isinstance(s, dict) and all(k in s for k in _CM_SESSION) and isinstance(s.get("initial_proposals"), list)
-        agents = list(dict.fromkeys(r.get("agent_name") for r in s["initial_proposals"] if isinstance(r, dict) and isinstance(r.get("agent_name"), str))) if ok else []
-        out[f.name if path.is_file() else str(f.relative_to(path))] = {"session": s, "chats": _cm_chats(f, s["game_id"], agents) if ok else {}, "confidence": _cm_confidence(f)}
-    return out
-
-# %% ../nbs/24_imports.ipynb #09090ec0
-def kks_games(path) -> dict:
-    "Game text -> `Puzzle` for ControlMAD's games at `path` (a `<size>.jsonl` or a folder of them); None for a text that two different games share."
-    from madlab.puzzles import load_controlmad
-    path, out = Path(path), {}
-    files = sorted(path.glob("*.jsonl")) if path.is_dir() else [path]
-    if not files: raise OptionError("games", f"{path} holds no .jsonl files")
-    for f in files:
-        try: ps = load_controlmad(f)
-        except (OSError, ValueError) as e: raise OptionError("games", str(e)) from None
-        for p in ps:                         # `Puzzle.text()` is ControlMAD's `text_game`, exactly (checked on all 1,800 games)
-            text = p.text().strip()
-            out[text] = p if text not in out or (out[text] is not None and out[text].solution == p.solution) else None
-    return out
-
-_PLAYER = re.compile(r"^Player name: (.*)$", re.M)
-
-def _cm_item(s, where, games) -> Item:
-    text, gold = s.get("game_text"), s.get("ground_truth_solution")
-    if not isinstance(text, str) or not _PLAYER.search(text): raise LogError(f"{where}:game_text: expected the game's text with its 'Player name:' lines")
-    players = [p.strip() for p in _PLAYER.findall(text)]
-    if games is not None:
-        if text.strip() not in games: raise LogError(f"{where}:game_text: this game is not among the games given")
-        p = games[text.strip()]
-        if p is None: raise LogError(f"{where}:game_text: two different games given have this text; cannot tell which was played")
-        if gold and gold != p.solution: raise LogError(f"{where}:ground_truth_solution: {gold} differs from the game's solution in {p.source} ({p.solution})")
-        return p.to_item()
-    if not isinstance(gold, dict) or not gold:
-        raise LogError(f"{where}:ground_truth_solution: no solution in the log; give the games (ControlMAD's <size>.jsonl) to find the game by its text")
-    if sorted(gold) != sorted(players) or not all(v in KKS_ROLES for v in gold.values()):
-        raise LogError(f"{where}:ground_truth_solution: expected a role (knight, knave, spy) for each of {players}; got {gold}")
-    return Item(f"kks-{hashlib.sha256(text.strip().encode('utf-8', 'surrogatepass')).hexdigest()[:10]}", "kks", text, {p: gold[p] for p in players},
-                meta={"n_players": len(players), "source": "imported", "game_id": s.get("game_id")})
-
-# %% ../nbs/24_imports.ipynb #5ebd9896
-def _cm_reply(r) -> tuple:
-    "(raw reply, error) of one logged response."
-    ro = r.get("response_obj")
-    text = ro.get("text") if isinstance(ro, dict) else None
-    if isinstance(text, str) and text.strip(): return text, None
-    err = r.get("error") or (ro.get("error") if isinstance(ro, dict) else "") or "no reply"
-    return None, f"ControlMAD logged no reply: {err}"
-
-def _cm_sent(chat, phase, rn) -> list:
-    "The chat before the agent's answer in `phase` (round `rn`), in the roles ControlMAD sent it (other agents and the moderator as user)."
-    ms = (chat or {}).get("messages") or []
-    for i, m in enumerate(ms):
-        if m.get("role") == "assistant" and m.get("phase") == phase and m.get("round_number") == rn:
-            return [{"role": "user" if x.get("role") in ("other_agent", "debate_moderator") else x.get("role"), "content": x.get("content", "")} for x in ms[:i]]
-    return []
-
-def _cm_turns(rows, names, chats, parse, phase, where, focus=None) -> tuple[list, dict]:
-    "The turns of one logged phase, and the agents with no response in it."
-    if not isinstance(rows, list): raise LogError(f"{where}: expected a list of agent responses")
-    turns = []
-    for i, r in enumerate(rows):
-        if not isinstance(r, dict) or r.get("agent_name") not in names: raise LogError(f"{where}[{i}].agent_name: expected one of {names}; got {str(r)[:80]!r}")
-        text, err = _cm_reply(r)
-        u = (r.get("response_obj") or {}).get("usage") if isinstance(r.get("response_obj"), dict) else None
-        turns.append(Turn(r["agent_name"], _cm_sent(chats.get(r["agent_name"]), phase, r.get("round_number") if phase in ("debate", "self_adjustment") else None),
-                          text, parse(text) if text is not None else None, error=err, focus=focus,
-                          meta={"imported": True, **({"logged_usage": u} if isinstance(u, dict) else {})}))
-    got = {t.agent for t in turns}
-    return turns, {a: "no response in the log" for a in names if a not in got}
-
-# %% ../nbs/24_imports.ipynb #17808355
-def _cm_rounds(s, names, chats, players, where) -> tuple[list, dict]:
-    "madlab's rounds of one logged game, and (phase, ControlMAD round number) -> round index."
-    first, miss = _cm_turns(s["initial_proposals"], names, chats, lambda x: parse_kks_answer(x, players), "initial", f"{where}:initial_proposals")
-    rounds, at = [Round("initial proposals", "initial", 0, first, {"missing": miss} if miss else {})], {("initial", None): 0}
-    drs = s["debate_rounds"] if isinstance(s["debate_rounds"], list) else []
-    per = collections.Counter(d.get("player_name") for d in drs if isinstance(d, dict))
-    seen = collections.Counter()
-    for i, d in enumerate(drs):
-        w = f"{where}:debate_rounds[{i}]"
-        if not isinstance(d, dict) or d.get("player_name") not in players: raise LogError(f"{w}.player_name: expected one of {players}; got {str(d)[:80]!r}")
-        p, rn, rows = d["player_name"], d.get("round_number"), d.get("agent_responses")
-        if not isinstance(rows, list): raise LogError(f"{w}.agent_responses: expected a list of agent responses")
-        seen[p] += 1
-        deb, miss = _cm_turns([r for r in rows if isinstance(r, dict) and r.get("phase") == "debate"], names, chats, lambda x, p=p: parse_position(x, p), "debate", f"{w}.agent_responses", p)
-        at[("debate", rn)] = len(rounds)
-        rounds.append(Round(f"debate on {p} ({seen[p]}/{per[p]})", "debate", len(rounds), deb, {"focus": p, "depth": seen[p], **({"missing": miss} if miss else {})}))
-        adj = [r for r in rows if isinstance(r, dict) and r.get("phase") == "self_adjustment"]
-        if adj:
-            turns, miss = _cm_turns(adj, names, chats, lambda x: parse_kks_answer(x, players), "self_adjustment", f"{w}.agent_responses", p)
-            at[("self_adjustment", rn)] = len(rounds)
-            rounds.append(Round(f"self-adjustment after {p}", "self_adjustment", len(rounds), turns, {"focus": p, **({"missing": miss} if miss else {})}))
-    return rounds, at
-
-# %% ../nbs/24_imports.ipynb #e739263f
-_CM_KEPT = "ControlMAD keeps its parsed answer here, not the raw reply"
-
-def _cm_final(names, chats, players, confidence, index) -> Round:
-    "The final discussion, from the chat histories (the only place ControlMAD keeps each agent's final answer)."
-    turns, miss = [], {}
-    for a in names:
-        ms = (chats.get(a) or {}).get("messages")
-        if not isinstance(ms, list): miss[a] = "no chat history in the log"; continue
-        m = next((m for m in ms if isinstance(m, dict) and m.get("role") == "assistant" and m.get("phase") == "final"), None)
-        if m is None or not isinstance(m.get("content"), str): miss[a] = "no final answer in its chat history"; continue
-        ans = parse_kks_answer(m["content"], players)
-        if confidence is not True and ans is not None: ans = replace(ans, confidence=None)   # ControlMAD fills in a confidence it did not ask for
-        turns.append(Turn(a, _cm_sent(chats[a], "final", None), m["content"], ans, meta={"imported": True, "note": _CM_KEPT}))
-    return Round("final discussion", "final", index, turns, {"note": _CM_KEPT, **({"missing": miss} if miss else {})})
-
-def _cm_history(chat, name, at) -> ChatHistory:
-    "An agent's ControlMAD chat as a madlab history (other agents as senders, the moderator as moderator, each message in its round)."
-    h = ChatHistory()
-    for m in (chat or {}).get("messages") or []:
-        role = _CM_ROLE.get(m.get("role"), "user")
-        key = (m.get("phase"), m.get("round_number") if m.get("phase") in ("debate", "self_adjustment") else None)
-        h.add(role, str(m.get("content", "")), sender=name if role == "assistant" else m.get("agent_name"), phase=m.get("phase"),
-              round=at.get(key), focus=m.get("player_focus"), ts=0.0)
-    return h
-
-# %% ../nbs/24_imports.ipynb #89867c47
-class ControlMadLog(LogFormat):
-    "ControlMAD's per-game session files and chat histories."
-    name, protocol, task, takes_games = "controlmad", "controlmad", "kks", True
-    expects = CONTROLMAD_EXPECTS
-    why_not = "ControlMAD keeps its parsed final answers, not the replies, so its last phases cannot be served as logged"
-
-    def read(self, path): return _cm_read(path)
-    def recognise(self, data) -> bool:
-        return isinstance(data, dict) and bool(data) and all(isinstance(v, dict) and isinstance(v.get("session"), dict) and all(k in v["session"] for k in _CM_SESSION)
-                                                             for v in data.values())
-
-    def transcript(self, key, record, where, task="kks", model=None, games=None) -> Transcript:
-        s, chats, conf = record["session"], record["chats"], record["confidence"]
-        item = _cm_item(s, where, games)
-        players = kks_players(item)
-        names = list(dict.fromkeys(r.get("agent_name") for r in s["initial_proposals"] if isinstance(r, dict)))
-        if not names or not all(isinstance(a, str) for a in names): raise LogError(f"{where}:initial_proposals: expected one response per agent, each with its agent_name")
-        rounds, at = _cm_rounds(s, names, chats, players, where)
-        at[("final", None)] = len(rounds)
-        rounds.append(_cm_final(names, chats, players, conf, len(rounds)))
-        sup = s.get("supervisor_decision")
-        team = [_agent(a, model or a) for a in names]
-        if isinstance(sup, dict) and sup:
-            text = json.dumps({"players": [{"name": p, "role": r} for p, r in sup.items()]})
-            rounds.append(Round("supervisor decision", "supervisor", len(rounds), [Turn("Supervisor", [], text, parse_kks_answer(text, players), meta={"imported": True, "note": _CM_KEPT})],
-                                {"players": players, "note": _CM_KEPT}))
-            team.append(_agent("Supervisor", model or "Supervisor", "supervisor"))
-        return Transcript(self.protocol, item, team, _cm_settings(rounds, players, conf), rounds, {a: _cm_history(chats.get(a), a, at) for a in names},
-                          _cm_result(s, rounds, players), _meta(item, self, where.split(":")[0], key))
-
-def _cm_settings(rounds, players, conf) -> dict:
-    deb = [r for r in rounds if r.phase == "debate"]
-    seq = list(dict.fromkeys(r.meta["focus"] for r in deb))
-    return {"depth": max((r.meta["depth"] for r in deb), default=0), "self_adjustment": any(r.phase == "self_adjustment" for r in rounds),
-            "confidence": conf is True, "majority_vote": True, "order": "truth" if seq == players[:len(seq)] else "agents", "seed": 0}
-
-def _cm_result(s, rounds, players) -> dict:
-    "ControlMAD's logged decision (its supervisor's where it has one, else its final vote), with the final answers' votes beside it."
-    final = next(r for r in rounds if r.phase == "final").turns
-    votes = {p: [(roles_of(t.answer if t.error is None else None) or {}).get(p) for t in final] for p in players}
-    sup = s.get("supervisor_decision") if isinstance(s.get("supervisor_decision"), dict) and s.get("supervisor_decision") else None
-    logged = sup or (s.get("final_vote") if isinstance(s.get("final_vote"), dict) else {})
-    assignment = {p: logged.get(p) if logged.get(p) in KKS_ROLES else None for p in players}
-    seq = list(dict.fromkeys(r.meta["focus"] for r in rounds if r.phase == "debate"))
-    return {"answer": assignment, "assignment": assignment, "n_players": len(players), "votes": {p: dict(collections.Counter(v for v in vs if v in KKS_ROLES)) for p, vs in votes.items()},
-            "supervisor_used": sup is not None, "supervised": list(sup) if sup else [], "undecided": sum(v is None for v in assignment.values()),
-            "order": seq, "order_source": "truth" if seq == players[:len(seq)] else "agents (the proposal is not in the log)",
-            "final_agreement": sum(agreement(v) for v in votes.values()) / max(1, len(players)) if final else None,
-            "invalid_replies": sum(not t.valid for r in rounds for t in r.turns),
-            "logged_decision": "ControlMAD's own: the most common final role per player, or its supervisor's where it used one"}
-
-register_log_format(ControlMadLog());

@@ -18,7 +18,10 @@ from .core import _fast_json
 from .backends import *
 from .agents import *
 from .scoring import answer_format, score_result
+from .protocol import *
+from .protocol import _load_protocol_modules
 from .debate import *
+from .decisions import HELPER_ROLES
 from .decisions import get_decision, check_decision, check_logprobs, check_logprobs_recorded, aredecide, signal_note, check_signal
 from .cost import Prices, load_prices, item_cost, cost_lines, cost_table
 from .store import StorePath, StoreLock, LockLost, store_path, read_table, put_tree, _stale
@@ -62,8 +65,9 @@ def debate_row(t: Transcript) -> dict:
     return row
 
 def _hook(name, kind):
-    try: return get_protocol(name).hooks.get(kind)
-    except ValueError: return None
+    "Protocol `name`'s part `kind` (None: it has none, or no protocol has that name)."
+    p = find_protocol(name)
+    return None if p is None else getattr(p.parts, kind)
 
 # %% ../nbs/08_run.ipynb #785486a7
 def safe_name(s) -> str:
@@ -625,6 +629,13 @@ def _usage(option: str, message: str) -> OptionError:
     e = OptionError(option, message); e.usage = True
     return e
 
+def _runner_or_own(proto, options: dict, name: str, value, runner: Callable):
+    """`value` given for the runner's keyword `name`: the runner's when `runner(value)` says so (an input screen is
+    callable); else the protocol's own option of that name (moved into `options`), where it has one."""
+    if value is None or runner(value) or name not in proto.options: return value
+    options[name] = value
+    return None
+
 def default_task(proto) -> str:
     "The task a protocol runs when none is named: its first task, else `arith`."
     proto = get_protocol(proto)
@@ -646,9 +657,9 @@ def load_items(task, data=None, size=None, items=None, n=None) -> list:
     return _pick(task_items(task, data, size), items, n)
 
 def _config_task(proto, opts: dict, task, data):
-    "What the protocol's `task` hook makes of its options (e.g. an AgentVerse config naming its task and data): (task, data, the config's own items or None)."
-    if "task" not in proto.hooks: return task, data, None
-    want = proto.hooks["task"](opts) or {}
+    "What the protocol's `task` part makes of its options (e.g. an AgentVerse config naming its task and data): (task, data, the config's own items or None)."
+    if proto.parts.task is None: return task, data, None
+    want = proto.parts.task(opts) or {}
     from madlab.tasks import TASKS
     wt = want.get("task")
     if wt and wt not in TASKS: raise OptionError("config", f"the config's task {wt!r} is not one of: {', '.join(TASKS)}")
@@ -732,11 +743,11 @@ def resolve_run(protocol, task: str|None = None, data=None, items=None, team=Non
                 cache=True, resume: bool = True, progress: bool = False, budget: Budget|None = None, on_error: str = "fail", screen: Callable|None = None,
                 max_tokens: int|None = None, temperature: float|None = None, structured: str|None = None, lock_timeout: float = 0,
                 notes: dict|None = None, desc: str|None = None, prices=None, _team_hook: bool = True, **options) -> RunPlan:
-    "Assemble a run of `protocol` once, for `run_experiment` and `madlab run` alike: the protocol's task and team hooks, its default task and items, the team, the options and the decision rule checked, the run's name. `items`: task items, or 1-based positions in `task`'s items (default: all; 1-20 for kks); `team`: specs, members or a team file (default: the protocol's team); `item_filter`: an `ItemFilter` choosing which items run (`majority_error=A` is `MajorityErrorFilter(A)`); the run goes into `out/<name>` (`folder`: that folder itself); `prices`: the price table of its `cost` column (a CSV path; default madlab's `data/prices.csv`). Endpoint settings (`max_concurrency`, `timeout`, `max_retries`, `give_up_after`, `give_up_first`) apply to every backend of the team."
+    "Assemble a run of `protocol` once, for `run_experiment` and `madlab run` alike: the protocol's task and team parts, its default task and items, the team, the options and the decision rule checked, the run's name. `items`: task items, or 1-based positions in `task`'s items (default: all; 1-20 for kks); `team`: specs, members or a team file (default: the protocol's team); `item_filter`: an `ItemFilter` choosing which items run (`majority_error=A` is `MajorityErrorFilter(A)`); the run goes into `out/<name>` (`folder`: that folder itself); `prices`: the price table of its `cost` column (a CSV path; default madlab's `data/prices.csv`). Endpoint settings (`max_concurrency`, `timeout`, `max_retries`, `give_up_after`, `give_up_first`) apply to every backend of the team."
     proto = get_protocol(protocol)
     if concurrency is not None and (not isinstance(concurrency, int) or isinstance(concurrency, bool) or not 1 <= concurrency <= 10_000): raise OptionError("concurrency", f"must be an integer in 1..10000; got {concurrency!r}")
     if not isinstance(seed, int) or isinstance(seed, bool): raise OptionError("seed", f"must be an integer; got {seed!r}")
-    if "screen" in proto.options and screen is not None and not callable(screen): options["screen"], screen = screen, None   # S4's own `screen` option, not an input screen
+    screen = _runner_or_own(proto, options, "screen", screen, callable)     # a protocol's own `screen`, or an input screen
     endpoint = {k: options.pop(k) for k in ("max_concurrency", "timeout", "max_retries", "give_up_after", "give_up_first") if k in options and k not in proto.options}
     endpoint = {k: v for k, v in endpoint.items() if v is not None}
     params, notes, said = _params(max_tokens, temperature), dict(notes or {}), []
@@ -780,7 +791,7 @@ def resolve_run(protocol, task: str|None = None, data=None, items=None, team=Non
     for it in items: check_decision(rule, it, proto.name, settings)       # what the rule needs, before any call
     check_signal(rule, agents)                      # and a signal it weighs that synthetic agents simulate: calibrated, as their specs state
     if name is None:
-        name = run_name(proto, items, [a for a in agents if a.role != "supervisor"], settings, seed)
+        name = run_name(proto, items, [a for a in agents if a.role not in proto.side_roles], settings, seed)
         if not rule.protocol: name += "_decision-" + re.sub(r"[^A-Za-z0-9.+-]+", "-", rule.spec)
     where = folder if folder is not None else store_path(out) / name if out is not None else None    # a folder as given: a path or a URL
     run = dict(concurrency=concurrency, resume=resume, progress=progress, budget=budget, on_error=on_error, screen=screen, lock_timeout=lock_timeout,
@@ -813,7 +824,7 @@ async def arun_experiment(protocol, items=None, team=None, out=None, *, _stop: _
         config = {"protocol": proto.name, "options": to_jsonable(settings), "tasks": sorted({str(getattr(it, "task", None)) for it in items}),
                   "team": team_config(agents), "seed": seed, "max_tokens": x.get("max_tokens"), "temperature": x.get("temperature"), "madlab": madlab.__version__,
                   "decision": rule.spec}
-        if "inputs" in proto.hooks: config["inputs"] = proto.hooks["inputs"](settings)     # the files the options name, by content
+        if proto.parts.inputs: config["inputs"] = proto.parts.inputs(settings)     # the files its options name
         if _task_file_records(items): config["task_files"] = _task_file_records(items)      # found again by rescore, by content
         if folder: config = _start_folder(folder, config, ids, plan.notes or None)
         todo = _unfinished(folder, ids, items, transcripts, problems) if folder and x.get("resume", True) else list(zip(ids, items))
@@ -890,7 +901,7 @@ def _finish_run(proto, ids, transcripts, rows, folder, agents, status, problems,
         cfg = folder.read_config() or {}
         new = {**cfg, **({"endpoints": res.endpoints} if res.endpoints else {}), "prices": prices.record()}
         if new != cfg: write_atomic(folder.config_path, json.dumps(to_jsonable(new), indent=1, ensure_ascii=True))
-    hook = proto.hooks.get("report")
+    hook = proto.parts.report
     if hook is not None and len(df):
         try: res.report = _report(hook, res, folder)
         except Exception as e: res.problems.append(f"the {proto.name} report failed: {type(e).__name__}: {e}")
@@ -928,10 +939,18 @@ class ItemFilter:
     def said(self, kept, items) -> str: return f"{type(self).__name__}: {len(kept)} of {len(items)} items"
 
 # %% ../nbs/08_run.ipynb #f9b8270a
+def _voting_protocol() -> Protocol:
+    "The protocol whose independent answers the majority-error rule counts: the one with a `vote` (self-consistency)."
+    _load_protocol_modules()
+    p = next((p for p in PROTOCOLS.values() if p.parts.vote is not None), None)
+    if p is None: raise OptionError("majority_error", "no protocol has a `vote` part to count independent answers with")
+    return p
+
 def _voters(team, agents: int, params: dict) -> list:
     "`agents` voters: the team's actors in order (their names, backends and system prompts), cycled under new names when there are fewer."
-    members = [a for a in make_team(list(team)) if (a.role or "").lower() not in ("critic", "supervisor")]
-    if not members: raise OptionError("majority_error", "the team has no actor to vote (only critics or supervisors)")
+    members = [a for a in make_team(list(team)) if (a.role or "").lower() not in HELPER_ROLES]
+    roles = ", ".join(HELPER_ROLES)
+    if not members: raise OptionError("majority_error", f"the team has no actor to vote: each has a helper role ({roles})")
     out = []
     for i in range(agents):
         m, lap = members[i % len(members)], i // len(members)
@@ -939,12 +958,12 @@ def _voters(team, agents: int, params: dict) -> list:
     return out
 
 def _vote_row(it, t) -> dict:
-    "An item's vote: the plurality of its first round's answers (critic-actor's tie rule) and whether it is right; None when a vote failed."
-    from madlab.protocols.critic_actor import critic_actor_vote
+    """An item's vote: the plurality of its first round's answers by the voting protocol's `vote`, and whether it is
+    right; None when a vote failed."""
     if t is None: return {"item_id": it.id, "votes": None, "answer": None, "correct": None, "error": "the vote did not run"}
     turns = t.rounds[0].turns if t.rounds else []
     failed = [tu.error for tu in turns if tu.error] or ([t.meta.get("error") or "no answer"] if not turns else [])
-    top, votes = critic_actor_vote([tu.answer if tu.error is None else None for tu in turns])
+    top, votes = get_protocol(t.protocol).parts.vote([tu.answer if tu.error is None else None for tu in turns])
     right = answer_valid(top) and bool(answer_format(it).score(top, getattr(it, "gold", None)))
     return {"item_id": it.id, "votes": json.dumps(votes), "answer": answer_summary(top), "correct": None if failed else right, "error": failed[0] if failed else None}
 
@@ -961,7 +980,9 @@ class MajorityErrorFilter(ItemFilter):
         "Per item: the voters' plurality (`answer`), the vote counts, whether it is right (`correct`; None when the vote failed) and the error."
         items = list(items)
         voters = _voters(team, self.agents, {"temperature": 0.7, "top_p": 0.9} if self.params is None else self.params)
-        plan = resolve_run("self_consistency", items=items, team=voters, seed=seed, cache=cache, concurrency=concurrency or 8, on_error="continue", _team_hook=False)
+        plan = resolve_run(_voting_protocol(), items=items, team=voters, seed=seed, cache=cache,
+                           concurrency=concurrency or 8,
+                           on_error="continue", _team_hook=False)
         res = run_sync(arun_experiment(plan))
         return pd.DataFrame([_vote_row(it, res.transcripts.get(str(it.id))) for it in items], columns=["item_id", "votes", "answer", "correct", "error"])
     def select(self, items, team, *, seed: int = 0, cache=True, concurrency: int|None = None) -> list:
@@ -1006,7 +1027,7 @@ def decision_table_name(rule) -> str:
 def _judge(rule, transcripts, cache):
     "The judge agent of a re-decision: its spec, else the first debater's of the run."
     if not rule.judge: return None
-    first = next((a for t in transcripts for a in t.team if a.get("role") not in ("supervisor", "judge", "critic", "summariser")), None)
+    first = next((a for t in transcripts for a in t.team if a.get("role") not in HELPER_ROLES), None)
     spec = rule.backend or (first or {}).get("spec")
     if spec is None: raise OptionError("decision", "the run has no debater whose backend could judge; name one: judge:SPEC")
     return with_cache(make_team([{"name": "Judge", "spec": spec, "role": "judge"}]), cache)[0]

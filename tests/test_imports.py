@@ -273,9 +273,9 @@ def test_continue_log_lives_beside_fork(files):
     "continue_log is madlab.debate's (beside Debate.fork), not madlab.imports'; in a fresh process the stepper alone knows which imported logs go on."
     import madlab.imports as mi, madlab.debate as md
     assert md.continue_log.__module__ == "madlab.debate" and not hasattr(mi, "continue_log")
-    assert md.LOG_CONTINUATIONS["du"] is None and "not the chats" in md.LOG_CONTINUATIONS["critic_actor"]
     import_run("du", files / "du.json", files / "du")
-    import_run("critic_actor", files / "ca.json", files / "ca")
+    import_run("critic_actor", files / "ca.json", files / "ca")       # their formats, the protocols' parts, say whether their logs go on
+    assert md.LOG_CONTINUATIONS["du"] is None and "not the chats" in md.LOG_CONTINUATIONS["critic_actor"]
     code = ("import sys; from madlab.core import Transcript; import madlab.widgets; from madlab.debate import continue_log\n"
             "t = Transcript.from_json(open(sys.argv[1]).read()); d = continue_log(t, 1, 'synthetic:medium', rounds=3); print(len(d.run().rounds))\n"
             "c = Transcript.from_json(open(sys.argv[2]).read())\n"

@@ -6,14 +6,15 @@ Docs: https://madlab.github.io/madlab/baselines.html.md"""
 
 # %% ../../nbs/07_baselines.ipynb #af3a06b9
 from __future__ import annotations
+import collections
 from typing import Literal
-from ..core import Ask
-from ..debate import protocol
-from ..decisions import ballots_from, latest_turns
+from ..core import Ask, answer_key
+from ..protocol import protocol
+from ..decisions import latest_turns
 from ..scoring import answer_format, majority_vote, plurality_vote, agreement
 
 # %% auto #0
-__all__ = ['DU_UPDATE', 'single', 'self_consistency', 'du']
+__all__ = ['DU_UPDATE', 'single', 'self_consistency', 'earliest_plurality', 'du']
 
 # %% ../../nbs/07_baselines.ipynb #c5dcfa22
 def _question(item, fmt): return f"{item.prompt}\n\n{fmt.instructions}"
@@ -62,6 +63,20 @@ async def self_consistency(d,
     yield r
 
 
+# %% ../../nbs/07_baselines.ipynb #df36e80d
+_UNPARSED = "(unparsed)"
+
+@self_consistency.vote
+def earliest_plurality(answers) -> tuple:
+    "(decision, votes): the plurality of `answers` (in team order); unparsed ones (None) are a class; ties: the first."
+    answers = list(answers)
+    keys = [k if (k := answer_key(a)) is not None else _UNPARSED for a in answers]
+    if not keys: return None, {}
+    counts = collections.Counter(keys)
+    top = max(counts.values())
+    win = next(k for k in keys if counts[k] == top)
+    return (None if win == _UNPARSED else answers[keys.index(win)]), {str(k): n for k, n in counts.items()}
+
 # %% ../../nbs/07_baselines.ipynb #24c4abb1
 DU_UPDATE = ("These are the answers of the other agents:\n{others}\n\nUsing their reasoning as additional advice, "
              "can you give an updated answer? Examine your own solution and theirs step by step. {instructions}")
@@ -89,7 +104,7 @@ async def du(d,
 
 
 # %% ../../nbs/07_baselines.ipynb #d91a8eba
-@ballots_from("du")
+@du.ballots
 def _du_ballots(t) -> list:
     "Each debater's latest turn, in team order."
     return latest_turns(t)

@@ -13,7 +13,8 @@ from ..core import *
 from ..core import Ask
 from ..synthetic import synthetic_rng
 from ..agents import Agent
-from ..debate import protocol, protocol_hook, argument
+from ..debate import argument
+from ..protocol import protocol
 from ..formats import AnswerFormat, register_format, answer_format, answer_field, reasoned
 from ..scoring import plurality_vote
 from ..market import MarketRecord, stock_position, parse_stock_answer, StockAnswer
@@ -397,7 +398,7 @@ async def cluster(d,
                 "agents": {k: sum(v == k for v in st.kind.values()) for k in ("leaf", "static", "head", "final")}, "tree": st.tree}
 
 # %% ../../nbs/15_cluster.ipynb #e6fd8731
-@protocol_hook("cluster", "check")
+@cluster.check
 def _check_cluster(settings: dict): _options(settings.get("util"), settings.get("prompts"))
 
 # %% ../../nbs/15_cluster.ipynb #be93efa8
@@ -488,7 +489,7 @@ _STRUCT = """<div class="round"><b>clusters</b>{% for layer, nodes in layers %}<
 {% for n in nodes %}<div class="meta">{{ n.cluster }}: {{ n.members|join(', ') }} → <b>{{ n.head }}</b>{% if not n.debated %} (did not debate; stands for the cluster){% endif %}
 {% if n.diversity is not none %} · diversity {{ '%.2f'|format(n.diversity) }}{% endif %}</div>{% endfor %}</div>{% endfor %}</div>"""
 
-@protocol_hook("cluster", "log_html")
+@cluster.log_html
 def cluster_log_html(t: Transcript) -> str:
     "The debate's HTML page with its cluster structure first (all text escaped)."
     import jinja2
@@ -502,12 +503,12 @@ def _fname(s) -> str:
     s = str(s); n = re.sub(r"[^A-Za-z0-9._-]+", "_", s)[:80].strip(".") or "item"
     return n if n == s else f"{n}-{stable_hash(s)[:8]}"
 
-@protocol_hook("cluster", "row")
+@cluster.row
 def _cluster_row(t) -> dict:
     pos, conf = _fields_of((t.result or {}).get("answer"))
     return {"position": pos, "confidence": conf}
 
-@protocol_hook("cluster", "report")
+@cluster.report
 def cluster_report(res, folder=None) -> str:
     "Write the cluster frame, one tree figure per debate and the positions per layer into `folder` (when given); a summary text."
     ts = {i: t for i, t in res.transcripts.items() if (t.result or {}).get("tree")}

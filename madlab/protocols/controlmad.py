@@ -14,8 +14,7 @@ from ..core import Ask, AnswerSchema
 from ..formats import AnswerFormat, register_format, schema_for
 from ..synthetic import synthetic_confidence
 from ..agents import Agent
-from ..debate import protocol
-from ..decisions import protocol_features
+from ..protocol import protocol
 from ..puzzles import KKS_ROLES, kks_answer_format, kks_schema, parse_kks_answer, parse_player_role, score_kks
 from ..scoring import agreement, reasoned
 from ..kks import kks_players, roles_of, synthetic_kks_belief, synthetic_kks_position
@@ -351,7 +350,7 @@ async def _supervisor_round(d, g: _Game, final, undecided):
     return g.finish(r, undecided), ((roles_of(t.answer) or {}) if t.error is None else {})
 
 # %% ../../nbs/10_controlmad.ipynb #14930f77
-@protocol("controlmad", tasks=("kks",), limits={"depth": (0, 20)})
+@protocol("controlmad", tasks=("kks",), limits={"depth": (0, 20)}, side_roles=("supervisor",))
 async def controlmad(d,
                      depth: int = 1, # debate rounds per player
                      self_adjustment: bool = True, # after each player's debate, every agent gives a revised complete solution
@@ -391,9 +390,6 @@ async def controlmad(d,
                 "final_agreement": sum(agreement(votes[p]) for p in g.players) / len(g.players), "invalid_replies": g.invalid}
 
 # %% ../../nbs/10_controlmad.ipynb #20ffa6f3
-@protocol_features("controlmad")
+@controlmad.features
 def _controlmad_features(settings, features):
     return features if settings.get("confidence", True) else features - {"confidence"}
-
-# %% ../../nbs/10_controlmad.ipynb #ae3fe7de
-import madlab.protocols.controlmad_report     # the report and game-log hooks: importing the protocol brings its report

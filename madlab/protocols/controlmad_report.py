@@ -1,4 +1,4 @@
-"""The report of a ControlMAD run: the frames of its debates (positions, flips, consensus, decisions, usage), six figures, per-game logs and a summary, registered as the protocol's hooks so `run_experiment` writes them.
+"""The report of a ControlMAD run: the frames of its debates (positions, flips, consensus, decisions, usage), six figures, per-game logs and a summary, attached to the protocol as its parts (`@controlmad.report`) so `run_experiment` writes them.
 
 Docs: https://madlab.github.io/madlab/controlmad_report.html.md"""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 from ..core import *
 from ..core import _page
-from ..debate import protocol_hook
+from .controlmad import controlmad
 from ..scoring import score_result, agent_usage
 from ..puzzles import KKS_ROLES
 from ..kks import (KKS_PHASES, kks_players, roles_of, kks_positions, kks_flips, flip_summary, kks_consensus, kks_games,
@@ -282,7 +282,7 @@ def game_log_text(t: Transcript, path=None) -> str:
 
 
 # %% ../../nbs/12_controlmad_report.ipynb #fb5aa501
-@protocol_hook("controlmad", "report")
+@controlmad.report
 def controlmad_report(res, folder=None, figures: bool = True) -> str:
     "Write a ControlMAD run's frames and figures into `folder` (when given); the summary text."
     frames = controlmad_frames(res)
@@ -292,8 +292,8 @@ def controlmad_report(res, folder=None, figures: bool = True) -> str:
         if figures and len(frames["positions"]): res.figures = controlmad_figures(frames, Path(folder) / "figures")
     return controlmad_summary(res)
 
-protocol_hook("controlmad", "log_html")(game_log_html)
-protocol_hook("controlmad", "log_text")(game_log_text)
+controlmad.log_html(game_log_html)
+controlmad.log_text(game_log_text)
 
 # %% ../../nbs/12_controlmad_report.ipynb #e6b6372a
 def controlmad_summary(res) -> str:

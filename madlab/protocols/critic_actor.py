@@ -6,7 +6,7 @@ Docs: https://madlab.github.io/madlab/critic_actor.html.md"""
 
 # %% ../../nbs/13_critic_actor.ipynb #ec40bbce
 from __future__ import annotations
-import collections, json, re
+import json, re
 from dataclasses import dataclass, field
 from typing import Literal
 from ..core import *
@@ -14,13 +14,15 @@ from ..core import Ask, AnswerSchema
 from ..formats import AnswerFormat, register_format, schema_for
 from ..synthetic import Persona, synthetic_rng, believes_gold
 from ..agents import Agent
-from ..debate import Debate, protocol, protocol_hook, argument
+from ..debate import Debate, argument
+from ..protocol import protocol
+from .baselines import earliest_plurality
 from ..scoring import answer_format, agreement, parse_number, reasoned
 from ..tasks import extract_number, numbers_match
 
 # %% auto #0
-__all__ = ['PROMPTS', 'ROLE_PROMPTS', 'CRITIC_ACTOR_TEAM', 'ANSWER_PHASES', 'FLIP_KINDS', 'Critique', 'parse_critique',
-           'GlobalCritique', 'parse_global_critique', 'critic_actor_vote', 'critic_actor', 'critic_actor_team',
+__all__ = ['PROMPTS', 'ROLE_PROMPTS', 'critic_actor_vote', 'CRITIC_ACTOR_TEAM', 'ANSWER_PHASES', 'FLIP_KINDS', 'Critique',
+           'parse_critique', 'GlobalCritique', 'parse_global_critique', 'critic_actor', 'critic_actor_team',
            'round_accuracy', 'answer_flips']
 
 # %% ../../nbs/13_critic_actor.ipynb #7698d5e5
@@ -118,17 +120,7 @@ def parse_global_critique(text, agents) -> GlobalCritique:
     return GlobalCritique({a: got.get(a, {"score": 0.0, "flaw": ""}) for a in agents}, fails)
 
 # %% ../../nbs/13_critic_actor.ipynb #13767c11
-_UNPARSED = "(unparsed)"
-
-def critic_actor_vote(answers) -> tuple:
-    "(decision, votes): the plurality of `answers` (in team order); unparsed answers (None) form their own class; a tie goes to the earliest actor's answer."
-    answers = list(answers)
-    keys = [k if (k := answer_key(a)) is not None else _UNPARSED for a in answers]
-    if not keys: return None, {}
-    counts = collections.Counter(keys)
-    top = max(counts.values())
-    win = next(k for k in keys if counts[k] == top)
-    return (None if win == _UNPARSED else answers[keys.index(win)]), {str(k): n for k, n in counts.items()}
+critic_actor_vote = earliest_plurality     # critic-actor's vote: the plurality, ties to the earliest actor
 
 # %% ../../nbs/13_critic_actor.ipynb #0b46ddb7
 _SCORE = {"type": "number", "minimum": 1, "maximum": 10}
@@ -319,13 +311,13 @@ async def critic_actor(d,
 CRITIC_ACTOR_TEAM = ("synthetic:strong,seed=1", "synthetic:medium,seed=2", "synthetic:weak,seed=3",
                      {"name": "Critic", "spec": "synthetic:skill=0.8,seed=7", "role": "critic"})
 
-@protocol_hook("critic_actor", "team")
+@critic_actor.team
 def critic_actor_team(specs=None) -> list:
     "The team: `specs` as actors (their own models critique), or by default three synthetic actors and a synthetic critic."
     return list(specs) if specs is not None else list(CRITIC_ACTOR_TEAM)
 
 # %% ../../nbs/13_critic_actor.ipynb #52ea085f
-@protocol_hook("critic_actor", "row")
+@critic_actor.row
 def _critic_actor_row(t) -> dict:
     crit = [tu for r in t.rounds if r.phase == "critique" for tu in r.turns]
     fails = [tu for tu in crit if tu.error is None and not answer_valid(tu.answer)]

@@ -10,8 +10,9 @@ import collections, functools, json
 from typing import Literal
 from ..core import *
 from ..core import Ask
-from ..debate import protocol, protocol_hook, argument
-from ..decisions import ballots_from, latest_turns
+from ..debate import argument
+from ..protocol import protocol
+from ..decisions import latest_turns
 from ..scoring import answer_format, agreement
 
 # %% auto #0
@@ -189,12 +190,12 @@ async def eot(d,
                 "exchange_rounds": k, "stopped_by": why, "first_answers": r0, "confidence": {n: eot_confidence(h) for n, h in hist.items()}}
 
 # %% ../../nbs/17_exchange_of_thought.ipynb #e62d7165
-@ballots_from("eot")
+@eot.ballots
 def _eot_ballots(t) -> list:
     "Each agent's latest answer turn, in team order."
     return latest_turns(t)
 
-@protocol_hook("eot", "row")
+@eot.row
 def _eot_row(t) -> dict:
     res = t.result or {}
     return {"paradigm": t.settings.get("paradigm"), "exchange_rounds": res.get("exchange_rounds"), "stopped_by": res.get("stopped_by"), "first_answers": res.get("first_answers")}

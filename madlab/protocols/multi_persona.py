@@ -12,8 +12,9 @@ from typing import Any, Literal
 from ..core import *
 from ..core import Ask, AnswerSchema
 from ..formats import AnswerFormat, register_format, answer_format
-from ..debate import Debate, protocol, protocol_hook, argument, EXTRA_ROLES
-from ..decisions import ballots_from, latest_turns
+from ..debate import Debate, argument, EXTRA_ROLES
+from ..protocol import protocol
+from ..decisions import latest_turns
 from ..scoring import agreement
 
 # %% auto #0
@@ -253,19 +254,19 @@ async def multi_persona(d,
                 "invalid": sum(not t.valid for t in finals) + int(verdict is None or not verdict.valid)}
 
 # %% ../../nbs/16_multi_persona.ipynb #66ecf89a
-@ballots_from("multi_persona")
+@multi_persona.ballots
 def _multi_persona_ballots(t) -> list:
     "Each debater's latest turn (the affirmative's, then the negative's)."
     return latest_turns(t, phases=("initial", "debate"))
 
-@protocol_hook("multi_persona", "row")
+@multi_persona.row
 def _multi_persona_row(t) -> dict:
     "A column of the results table beside the result's own (`decided_by`, `stopped_at`, `debate_rounds`, ...): the moderator's unreadable verdicts."
     mods = [tu for r in t.rounds if r.phase == "moderator" for tu in r.turns]
     return {"moderator_parse_failures": sum(tu.error is None and not answer_valid(tu.answer) for tu in mods)}
 
 # %% ../../nbs/16_multi_persona.ipynb #ff3210d7
-@protocol_hook("multi_persona", "check")
+@multi_persona.check
 def _multi_persona_check(settings):
     "Refuse a `moderator` or `judge` spec that names no backend madlab can build (nothing is loaded or called)."
     from madlab.agents import check_spec
@@ -277,7 +278,7 @@ def _multi_persona_check(settings):
 # %% ../../nbs/16_multi_persona.ipynb #7ca9edb5
 MULTI_PERSONA_TEAM = ({"name": "Affirmative", "spec": "synthetic:strong,seed=1"}, {"name": "Negative", "spec": "synthetic:medium,seed=2"})
 
-@protocol_hook("multi_persona", "team")
+@multi_persona.team
 def multi_persona_team(specs=None) -> list:
     "The team: by default two synthetic debaters; else the specs as the affirmative and negative sides (one spec: both), then the moderator and the judge."
     if specs is None: return [dict(m) for m in MULTI_PERSONA_TEAM]

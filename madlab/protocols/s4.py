@@ -16,9 +16,9 @@ from ..formats import AnswerFormat, register_format, schema_for
 from ..synthetic import synthetic_rng, believes_gold, conform, synthetic_confidence
 from ..scoring import reasoned
 from ..agents import split_specs
-from ..decisions import DecisionRule, register_decision, get_decision, protocol_features
+from ..decisions import DecisionRule, register_decision, get_decision
 from .. import decisions as _decisions
-from ..debate import protocol, protocol_hook
+from ..protocol import protocol
 from ..guards import JudgedScreen, ScreenResult, screen_input
 
 _log = logging.getLogger("madlab.s4")
@@ -291,9 +291,6 @@ def decision_rule(name: str):
 
 decision_rule("default")(default_rules)
 decision_rule("strict")(strict_rules)
-
-@protocol_features("s4")
-def _s4_features(settings, features): return {*features, "S4 vote"}     # S4's final answers are its votes: its rule sets can decide them
 
 def _rule_name(rules) -> str:
     "The name `rules` (a rule set's name, `s4:NAME`, or a function, registered under its own name) is recorded under."
@@ -608,10 +605,13 @@ async def s4(d,
     yield _vote_round(d, team, roles_of, initial, revised, rules, confidence_cap, screen, len(challenges.turns))
 
 # %% ../../nbs/11_s4.ipynb #9e63ddfe
-@protocol_hook("s4", "team")
+@s4.features
+def _s4_features(settings, features): return {*features, "S4 vote"}     # S4's final answers are its votes: its rule sets can decide them
+
+@s4.team
 def _s4_default_team(specs=None): return s4_team(specs)
 
-@protocol_hook("s4", "row")
+@s4.row
 def _s4_row(t) -> dict:
     it = t.item
     return {"prompt": getattr(it, "prompt", None), "type": (getattr(it, "meta", None) or {}).get("type")}
@@ -646,7 +646,7 @@ def s4_summary(df, seconds: float|None = None, title: str = "S4") -> str:
     if len(bad): lines.append(f"not decided: {len(bad)} ({', '.join(f'{v} {k}' for k, v in bad.status.value_counts().items())})")
     return "\n".join(lines)
 
-@protocol_hook("s4", "report")
+@s4.report
 def s4_report(res, folder=None) -> str:
     "S4's summary of a run (see `s4_summary`)."
     return s4_summary(res.df, title="S4")

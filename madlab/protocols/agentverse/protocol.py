@@ -11,7 +11,7 @@ from pathlib import Path
 from ...core import *
 from ...core import Ask
 from ...agents import DEFAULT_TEAM
-from ...debate import protocol, protocol_hook
+from ...protocol import protocol
 from ...scoring import answer_format, majority_vote, plurality_vote, agreement, cohen_kappa, PairwiseVerdict
 from ...tasks import pairwise_prompt
 from .rules import *
@@ -304,13 +304,13 @@ async def agentverse(d,
     d.result = {**_decide(cfg, passes, cfg.names), **notes}
 
 # %% ../../../nbs/14_agentverse.ipynb #316e6e04
-@protocol_hook("agentverse", "check")
+@agentverse.check
 def _check_agentverse(settings: dict):
     "Build the config with the options applied once, so a bad option fails before any debate starts."
     resolve_config(settings.get("config"), None, **{k: v for k, v in settings.items() if k != "config"})
 
 # %% ../../../nbs/14_agentverse.ipynb #e32e0d84
-@protocol_hook("agentverse", "choices")
+@agentverse.choices
 def _agentverse_choices() -> dict:
     "The names each rule option takes, read from the registries (the command line's help and its errors list the same)."
     return {**{k: list(RULES[k]) for k in RULE_KINDS}, "memory": list(MEMORIES), "aggregation": list(AGGREGATIONS)}
@@ -332,7 +332,7 @@ td,th{border:1px solid #eee;padding:2px 6px;vertical-align:top;text-align:left}.
 <details><summary>rule state</summary><pre>{{ js(r.meta.get('rules')) }}</pre></details></div>{% endfor %}
 <h3>result</h3><pre>{{ js(t.result) }}</pre></body></html>"""
 
-@protocol_hook("agentverse", "log_html")
+@agentverse.log_html
 def agentverse_html(t: Transcript, path=None) -> str:
     "The HTML log of an AgentVerse debate (every piece of model text escaped)."
     import jinja2
@@ -344,20 +344,20 @@ def agentverse_html(t: Transcript, path=None) -> str:
     return page
 
 # %% ../../../nbs/14_agentverse.ipynb #0dc5fe59
-@protocol_hook("agentverse", "team")
+@agentverse.team
 def _agentverse_team(specs=None, options=None):
     "The command line's team: named after the config's agents when one is given."
     cfg = (options or {}).get("config")
     if cfg is None: return specs
     return agentverse_team(cfg, specs, bool((options or {}).get("drop_tools")))
 
-@protocol_hook("agentverse", "row")
+@agentverse.row
 def _agentverse_row(t: Transcript) -> dict:
     ans = (t.result or {}).get("answer")
     if getattr(t.item, "task", None) != "pairwise": return {"aggregation": (t.result or {}).get("aggregation")}
     return {"aggregation": (t.result or {}).get("aggregation"), "preference": getattr(ans, "decision", None), "human": getattr(t.item, "gold", None)}
 
-@protocol_hook("agentverse", "report")
+@agentverse.report
 def agentverse_report(res, folder=None) -> str:
     "Accuracy, and for pairwise runs Cohen's kappa between the team's preferences and the human labels."
     import pandas as pd
@@ -383,7 +383,7 @@ def agentverse_report(res, folder=None) -> str:
         if add and cj.exists(): write_atomic(cj, json.dumps({**json.loads(cj.read_text(encoding="utf-8")), **add}, indent=1, ensure_ascii=True))
     return text
 
-@protocol_hook("agentverse", "inputs")
+@agentverse.inputs
 def _config_file(settings: dict) -> dict:
     "The config file's path and the sha256 of its bytes, so a run folder notices an edited file (a mapping or a config object is in the options already)."
     import hashlib
@@ -391,7 +391,7 @@ def _config_file(settings: dict) -> dict:
     if not isinstance(c, (str, Path)): return {}
     return {"config": {"path": str(c), "sha256": hashlib.sha256(Path(c).read_bytes()).hexdigest()}}
 
-@protocol_hook("agentverse", "task")
+@agentverse.task
 def config_task(options: dict) -> dict:
     "What the config says about the items: its `task`, its `data_path` when that exists (from here or beside the file), else why not (`missing`); a simulation with no `data_path` whose templates take no item: `items`, its one item (`config_item`)."
     cfg = resolve_config(options.get("config"), drop_tools=bool(options.get("drop_tools"))) if options.get("config") is not None else None
