@@ -31,7 +31,7 @@ def old_call(self, input_ids, scores):
 def decode(llg, vocab, batch, steps, call, eos, seed=0):
     "Seconds spent in the mask per step (a list), over `steps` steps of `batch` rows choosing allowed tokens at random."
     import torch
-    from madlab.backends import _SchemaMask
+    from madlab.backends.schema_mask import _SchemaMask
     held = _SchemaMask(llg, [SCHEMA] * batch, n_in=1, eos=[eos])
     ids, rng, times = torch.zeros(batch, 1, dtype=torch.long), random.Random(seed), []
     for _ in range(steps):
@@ -47,7 +47,7 @@ def main():
     ap.add_argument("--batch", default="1,32,128"); ap.add_argument("--steps", type=int, default=48); ap.add_argument("--runs", type=int, default=5)
     a = ap.parse_args()
     import llguidance.hf, transformers
-    from madlab.backends import _SchemaMask, _usable_cores
+    from madlab.backends.schema_mask import _SchemaMask, _usable_cores
     from madlab.models import resolve_model
     tok = transformers.AutoTokenizer.from_pretrained(resolve_model("smollm2"))
     llg = llguidance.hf.from_tokenizer(tok, n_vocab=len(tok))

@@ -47,7 +47,9 @@ STRUCTURED_MODES = ("auto", "on", "off")
 def _cannot_hold(a) -> str|None:
     "Why agent `a` cannot have its replies held to a schema (None: it can, or it is synthetic and writes the format anyway)."
     if a.synthetic or getattr(a.backend, "structured", None): return None
-    return f"{a.spec} cannot hold replies to a schema" + (" (install madlab[hf] for llguidance)" if a.spec.startswith("hf:") else "")
+    p = provider_for(a.spec)                          # a provider that holds schemas while decoding needs its extra
+    how = f" (install madlab[{p.extra}] for llguidance)" if p and p.schemas == "enforced" and p.extra else ""
+    return f"{a.spec} cannot hold replies to a schema{how}"
 
 # %% ../nbs/02_agents.ipynb #fbcb2128
 @dataclass
@@ -75,6 +77,10 @@ class Agent:
 
     @property
     def synthetic(self) -> bool: return bool(getattr(self.backend, "synthetic", False))
+    @property
+    def cache_path(self) -> str|None:
+        "The folder of the response cache its backend goes through (None: none)."
+        return getattr(self.backend, "cache_path", None)
 
 # %% ../nbs/02_agents.ipynb #b2b261da
 @patch
@@ -159,19 +165,11 @@ def _structure(self: Agent, ask: Ask, params: dict) -> tuple[dict, str]:
     return held_call(self.backend, ask, params, self.structured, p.get("max_tokens") or p.get("max_new_tokens") or p.get("max_completion_tokens"))
 
 # %% ../nbs/02_agents.ipynb #9494f0eb
-_PROVIDER = {"openai": "OpenAI", "gemini": "Gemini", "qwen": "Qwen", "ollama": "Ollama", "vllm": "vLLM", "hf": "HF", "synthetic": "Synthetic", "replay": "Replay"}
-
 def agent_name(spec: str) -> str:
-    "A readable name for an agent built from `spec`."
+    "A readable name for an agent built from `spec`, as its provider's record says (`Provider.name_for`)."
     kind, _, rest = spec.partition(":")
-    if kind == "replay" and "#" in rest: return rest.rsplit("#", 1)[1]
-    prov = _PROVIDER.get(kind, kind.capitalize())
-    if kind == "hf": rest = os.path.basename(rest.split(",")[0].rstrip("/")) or rest   # options (dtype=...) are not part of the name
-    if kind == "synthetic":
-        rest = rest.split(",")[0] if rest and "=" not in rest.split(",")[0] else ""
-    elif kind in PRESETS: rest = rest.split(",")[0]              # endpoint options are not part of the name
-    rest = re.sub(r"[^A-Za-z0-9._-]+", "-", rest).strip("-")
-    return f"{prov}-{rest}" if rest else prov
+    p = provider_for(spec)
+    return p.name_for(rest) if p is not None else display_name(kind.capitalize(), rest)
 
 # %% ../nbs/02_agents.ipynb #36bf0ed0
 def check_spec(spec: str) -> str:
@@ -253,7 +251,7 @@ def with_cache(agents: list[Agent], cache=True) -> list[Agent]:
     path = os.fspath(cache) if isinstance(cache, (str, os.PathLike)) else None
     wrapped = {}
     for a in agents:
-        if not isinstance(a.backend, CachedBackend):
+        if a.cache_path is None:
             if id(a.backend) not in wrapped: wrapped[id(a.backend)] = CachedBackend(a.backend, path)
             a.backend = wrapped[id(a.backend)]
     return agents

@@ -41,7 +41,7 @@ def serializable(cls=None, *, name: str|None = None):
     the name JSON already carries for a class that moved to another module
     (`@serializable(name="madlab.market.StockAnswer")`)."""
     if cls is None: return lambda c: serializable(c, name=name)
-    if cls.__module__ == "__main__": name = None     # a notebook's copy of a moved class keeps its own name, not the module's
+    if cls.__module__ == "__main__": name = None     # a notebook's copy of a moved class keeps its own name
     _NAMES[cls] = name or f"{cls.__module__}.{cls.__qualname__}"
     _TYPES[_NAMES[cls]] = _TYPES[f"{cls.__module__}.{cls.__qualname__}"] = cls
     return cls

@@ -490,8 +490,8 @@ def add_agent(self: Debate, member) -> Agent:
         turns, fallbacks = replay
         live = (fallbacks.get(a.name) or a.backend) if fallbacks is not None else None
         a.backend = ReplayBackend([t for t in turns if t.agent == a.name], fallback=live, spec=a.spec, synthetic=a.synthetic)
-    cached = next((b.backend for b in self.agents if isinstance(b.backend, CachedBackend)), None)
-    if cached is not None: with_cache([a], cached.path)
+    path = next((b.cache_path for b in self.agents if b.cache_path is not None), None)
+    if path is not None: with_cache([a], path)
     a.listeners.append(self._emit)
     self.agents.append(a)
     return a
@@ -519,7 +519,7 @@ _ROLE_BACKENDS: dict = {}
 
 def _role_backend(spec, like):
     "The backend of spec `spec`, cached as the team's first backend `like` is (one per spec and cache folder)."
-    path = like.path if isinstance(like, CachedBackend) else False
+    path = getattr(like, "cache_path", None) or False
     key = (spec, path)
     if key not in _ROLE_BACKENDS:
         b = get_backend(spec)

@@ -492,8 +492,11 @@ def check_logprobs(rule, agents) -> None:
     if "logprobs" not in rule.needs_backend: return
     voters = [a for a in agents if getattr(a, "role", None) not in HELPER_ROLES]
     cannot = [f"{a.name} ({a.backend.spec})" for a in voters if not _gives_logprobs(a.backend)]
-    if cannot: raise OptionError("decision", f"rule {rule.spec!r} needs token log-probabilities, which these agents' backends cannot give: {', '.join(cannot)}; "
-                                             "use hf:, openai:, vllm: or synthetic: backends (with a calibration stated)")
+    if cannot:
+        from madlab.backends import logprob_kinds          # which providers give them: their records say
+        real, sim = (", ".join(f"{k}:" for k in logprob_kinds(how)) for how in ("model", "simulated"))
+        raise OptionError("decision", f"rule {rule.spec!r} needs token log-probabilities, which these agents' backends "
+                          f"cannot give: {', '.join(cannot)}; use {real} or {sim} backends (with a calibration stated)")
     check_signal(rule, agents)
     for a in voters: a.params["logprobs"] = True
 

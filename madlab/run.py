@@ -421,7 +421,7 @@ def _cache_stats(agents):
     seen, h, m = set(), 0, 0
     for a in agents:
         b = a.backend
-        if isinstance(b, CachedBackend) and id(b) not in seen: seen.add(id(b)); h += b.hits; m += b.misses
+        if getattr(b, "cache_path", None) and id(b) not in seen: seen.add(id(b)); h += b.hits; m += b.misses
     return {"hits": h, "misses": m} if seen else {}
 
 def _endpoint_health(agents) -> list:
@@ -480,16 +480,13 @@ def games_at_once(agents) -> int:
 # %% ../nbs/08_run.ipynb #59e090f3
 _OFFLINE = "synthetic:strong,synthetic:medium,synthetic:weak"
 
-def _key_env(b) -> str|None:
-    "The variable the missing API key of backend `b` should come from; None when it has a key or needs none (a server of one's own)."
-    from urllib.parse import urlsplit
+def _key_env(b, spec: str) -> str|None:
+    """The variable the missing API key of backend `b` (built from `spec`) should come from: its `missing_key`, or else
+    its provider record's `key_env` while that variable is unset; None: it needs none."""
     while getattr(b, "inner", None) is not None: b = b.inner          # through the response cache and other wrappers
-    p = PRESETS.get(getattr(b, "preset", None)) if isinstance(getattr(b, "preset", None), str) else None
-    if not p or not p["key_env"] or getattr(b, "_api_key", "not-needed") != "not-needed": return None
-    url = getattr(b, "base_url", None)
-    if url is None or url == p["base_url"]: return p["key_env"]
-    providers = {"api.openai.com"} | {urlsplit(q["base_url"]).hostname for q in PRESETS.values() if q["base_url"]}
-    return p["key_env"] if urlsplit(url).hostname in providers else None
+    if hasattr(b, "missing_key"): return b.missing_key
+    env = getattr(provider_for(spec), "key_env", None)
+    return env if env and not os.environ.get(env) else None
 
 def spec_options(proto) -> list:
     "The options of protocol `proto` that hold a backend spec: those its documented line says so of (`backend spec of the judge; ...`)."
@@ -498,10 +495,10 @@ def spec_options(proto) -> list:
 def check_api_keys(agents, specs=()) -> None:
     "Refuse (an `OptionError` for `agents`) a team, or extra backend `specs` (a judge, a supervisor; a dict names each by its option), whose endpoint needs an API key that is not set."
     need = {}
-    for a in agents: need.setdefault((a.spec, _key_env(a.backend)), []).append(a.name)
+    for a in agents: need.setdefault((a.spec, _key_env(a.backend, a.spec)), []).append(a.name)
     for by, s in (specs.items() if isinstance(specs, dict) else ((None, s) for s in specs)):
-        if isinstance(s, str) and s.split(":", 1)[0] in PRESETS:
-            need.setdefault((s, _key_env(get_backend(s))), []).append(by or s.split(":", 1)[0])
+        if isinstance(s, str) and getattr(provider_for(s), "key_env", None):   # its provider's record: it takes a key
+            need.setdefault((s, _key_env(get_backend(s), s)), []).append(by or s.split(":", 1)[0])
     missing = [(spec, env, names) for (spec, env), names in need.items() if env]
     if not missing: return
     envs = sorted({env for _, env, _ in missing})

@@ -70,3 +70,21 @@ def test_a_broken_entry_point_is_a_clear_error_for_its_prefix_only(tmp_path, ent
     """, path)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == says
+
+def test_an_entry_point_may_offer_a_provider_record(tmp_path):
+    "An installed package offers a whole `Provider` record: its display name and API-key variable reach the agents' names and the key check."
+    path = _package(tmp_path, "recprov", "rec = recprov:RECORD", FACTORY + """
+    from madlab.backends import Provider
+    RECORD = Provider("rec", make, "Rec", key_env="REC_API_KEY")
+    """)
+    r = _run("""
+        from madlab.agents import agent_name
+        from madlab.backends import provider_for
+        from madlab.run import check_api_keys
+        from madlab.core import OptionError
+        print(agent_name("rec:m1"), provider_for("rec:m1").key_env)
+        try: check_api_keys([], ["rec:m1"])
+        except OptionError as e: print("REC_API_KEY" in str(e))
+    """, path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["Rec-m1", "REC_API_KEY", "True"]

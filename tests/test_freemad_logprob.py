@@ -183,7 +183,7 @@ def test_synthetic_runs_simulate_logprobs_and_rescore_reads_them(tmp_path, monke
     assert _answers(df, df.index) == _answers(res.df.set_index("item_id"), df.index)
 
 def test_hf_batches_fewer_rows_when_it_keeps_every_steps_logits(tiny_model_dir, monkeypatch):
-    import madlab.backends as mb
+    import madlab.backends.hf as mb
     b = HFBackend(tiny_model_dir, max_new_tokens=64)
     run_sync(b.complete(Q, greedy=True, max_new_tokens=1))
     msgs = [{"role": "user", "content": "Question?"}]

@@ -87,7 +87,7 @@ def test_cli_models_get_prints_the_folder(smollm2):
 
 def test_hf_cpu_dtype_is_float32(smollm2):
     import torch
-    from madlab.backends import _hf_dtype, _fast_cpu_bf16
+    from madlab.backends.hf import _hf_dtype, _fast_cpu_bf16
     if torch.cuda.is_available() or _fast_cpu_bf16(): pytest.skip("this machine computes bf16 natively")
     assert _hf_dtype("auto") is torch.float32 and _hf_dtype("bfloat16") is torch.bfloat16 and _hf_dtype(torch.float16) is torch.float16
 

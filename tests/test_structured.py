@@ -140,7 +140,7 @@ def test_prompts_show_the_shape_their_schema_holds():
 def test_all_rows_masks_filled_at_once_match_row_by_row(hf):
     "The parallel fill of a step's masks gives each row exactly the mask llguidance computes for it alone."
     import llguidance, llguidance.torch as lt, torch
-    from madlab.backends import _SchemaMask
+    from madlab.backends.schema_mask import _SchemaMask
     a = {"type": "object", "properties": {"pick": {"enum": ["left", "right"]}}, "required": ["pick"], "additionalProperties": False}
     b = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"], "additionalProperties": False}
     import llguidance.hf
@@ -156,7 +156,7 @@ def test_all_rows_masks_filled_at_once_match_row_by_row(hf):
 
 def test_max_batch_is_sized_from_free_memory(tiny_model_dir, monkeypatch):
     "With no `max_batch`, a generate takes as many rows as half the free memory holds: fewer when memory is short, the cap when it is not."
-    import madlab.backends as mb
+    import madlab.backends.hf as mb
     b = HFBackend(tiny_model_dir, max_new_tokens=4)
     assert b.max_batch is None
     run_sync(b.complete([{"role": "user", "content": "hi"}], greedy=True, max_new_tokens=1))
@@ -177,7 +177,7 @@ def test_max_batch_is_sized_from_free_memory(tiny_model_dir, monkeypatch):
     assert max(b.batch_sizes[-(b.generate_calls - n0):]) <= 3 and b.generate_calls - n0 >= 4
 
 def test_max_batch_option():
-    from madlab.backends import _hf_options
+    from madlab.backends.hf import _hf_options
     assert _hf_options("hf:m,max_batch=auto", "m,max_batch=auto") == ("m", {"max_batch": None})
     assert _hf_options("hf:m,max_batch=8", "m,max_batch=8") == ("m", {"max_batch": 8})
     with pytest.raises(ValueError, match="max_batch"): _hf_options("hf:m,max_batch=lots", "m,max_batch=lots")
