@@ -13,7 +13,7 @@ import pandas as pd
 from fastcore.basics import patch
 from .core import OptionError, Transcript
 from .scoring import score_result
-from .decisions import ballot, decide, get_decision
+from .decisions import ballot, decide, get_decision, _parts
 from .dynamics import answer_rounds, _stated, _decided_right, _ts, _NO_POSITION
 from .budget import _mcnemar
 from .runs import OpenRun, _boot
@@ -47,13 +47,23 @@ def _vote_rule(t: Transcript, vote=None):
     return get_decision("plurality") if rule.protocol or rule.judge or rule.trajectory else rule
 
 
+def _merged(was, a, focus=None):
+    """The whole answer an agent holds after stating `a`: a position on some players (a round on one player) updates those
+    players of its answer `was`; an unreadable one in a round on one player loses that player; any other answer replaces `was`."""
+    ps = _parts(a)
+    if ps is not None: return {**(was if isinstance(was, dict) else {}), **{str(k): v for k, v in ps.items()}}
+    if a is None and focus and isinstance(was, dict): return {**was, str(focus): None}
+    return a
+
+
 def _states(t: Transcript) -> list[tuple[dict, set]]:
     """For each answer round of `t`: agent -> (turn, answer stated; None: unreadable or failed), every debater's latest
     answer carried, and who spoke."""
     state, out = {}, []
-    for _, turns in answer_rounds(t):
+    for r, turns in answer_rounds(t):
         for tu in turns:
-            state[tu.agent] = (tu, None if tu.error is not None else _stated(tu.answer))
+            was = state.get(tu.agent, (None, None))[1]
+            state[tu.agent] = (tu, _merged(was, None if tu.error is not None else _stated(tu.answer), r.meta.get("focus") or tu.focus))
         out.append((dict(state), {tu.agent for tu in turns}))
     return out
 
