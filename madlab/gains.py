@@ -48,8 +48,9 @@ def _vote_rule(t: Transcript, vote=None):
 
 
 def _merged(was, a, focus=None):
-    """The whole answer an agent holds after stating `a`: a position on some players (a round on one player) updates those
-    players of its answer `was`; an unreadable one in a round on one player loses that player; any other answer replaces `was`."""
+    """The whole answer an agent holds after stating `a`: a position on some players (a round on one player) updates
+    those players of its answer `was`; an unreadable one in a round on one player loses that player; any other answer
+    replaces `was`."""
     ps = _parts(a)
     if ps is not None: return {**(was if isinstance(was, dict) else {}), **{str(k): v for k, v in ps.items()}}
     if a is None and focus and isinstance(was, dict): return {**was, str(focus): None}
@@ -63,7 +64,8 @@ def _states(t: Transcript) -> list[tuple[dict, set]]:
     for r, turns in answer_rounds(t):
         for tu in turns:
             was = state.get(tu.agent, (None, None))[1]
-            state[tu.agent] = (tu, _merged(was, None if tu.error is not None else _stated(tu.answer), r.meta.get("focus") or tu.focus))
+            said = None if tu.error is not None else _stated(tu.answer)
+            state[tu.agent] = (tu, _merged(was, said, r.meta.get("focus") or tu.focus))
         out.append((dict(state), {tu.agent for tu in turns}))
     return out
 
