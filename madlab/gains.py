@@ -450,14 +450,11 @@ def figure(self: Updates, title: str | None = None):
                 error_y=dict(type="data", symmetric=False, array=up.fillna(0), arrayminus=down.fillna(0)),
             )
         )
-    fig.add_hline(y=0, line_dash="dot", annotation_text="martingale: mean change 0")
-    fig.update_layout(
-        barmode="group",
-        title=title or "How agents update, round to round (95 % intervals)",
-        xaxis_title="answer round",
-        yaxis_range=[-1.05, 1.05],
-        height=380,
-    )
+    low = min([-0.2] + [float(x) for x in pd.to_numeric(t.ci_low, errors="coerce").dropna()])
+    fig.add_hline(y=0, line_dash="dot", annotation_text="martingale: mean change 0", annotation_position="bottom left")
+    fig.update_layout(barmode="group", title=title or "How agents update, round to round (95 % intervals)",
+                      xaxis_title="answer round", yaxis_range=[low - 0.05, 1.05], height=420,
+                      legend=dict(orientation="h", yanchor="top", y=-0.2, xanchor="left", x=0))
     return fig
 
 # %% ../nbs/05d_gains.ipynb #543b674b
