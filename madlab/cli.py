@@ -15,7 +15,7 @@ from .cli_options import _PathOrURL, _common_params, _decision_cb, _flag, _optio
 # %% auto #0
 __all__ = ['main', 'run', 'protocol_command', 'protocols_cmd', 'tasks_cmd', 'decisions_cmd', 'backends_cmd', 'rescore_cmd',
            'baseline_cmd', 'parse_sweep_params', 'sweep_cmd', 'import_cmd', 'models_cmd', 'models_list', 'models_get',
-           'data_cmd', 'data_list', 'data_get', 'blame_cmd', 'export_cmd', 'console']
+           'data_cmd', 'data_list', 'data_get', 'blame_cmd', 'export_cmd', 'gains_cmd', 'console']
 
 # %% ../nbs/40_cli.ipynb #5ed24ad8
 class _Protocols(click.Group):
@@ -476,6 +476,29 @@ def export_cmd(run_dir, fmt, keep, out):
     except ValueError as e: raise click.ClickException(str(e)) from None
     except OSError as e: raise click.ClickException(f"writing the export failed: {e}") from None
     click.echo(repr(res))
+
+# %% ../nbs/40_cli.ipynb #3c8fd9db
+@main.command("gains")
+@click.argument("run_dir", type=_PathOrURL(exists=True, file_okay=False), callback=_run_dir_cb)
+@click.option("--vote", default=None, metavar="RULE",
+              help="The counting rule of each round's vote  [default: the run's decision rule when it counts answers, else plurality]")
+@click.option("--n-boot", type=click.IntRange(100, 100_000), default=2000, show_default=True, help="Bootstrap resamples of the items")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the bootstrap resamples")
+def gains_cmd(run_dir, vote, n_boot, seed):
+    """Where a finished run's accuracy comes from (no call made): each agent alone, each round's vote and the final decision with
+    95% bootstrap intervals; the voting gain (first-round vote - mean agent alone) and the debate gain (final decision - first-round
+    vote) with paired intervals and McNemar's exact p; then how agents update from round to round (the martingale test: the mean
+    change in correctness, 0 under a martingale; the correction bias)."""
+    from madlab.gains import Gains              # adds OpenRun.gains and OpenRun.updates
+    from madlab.runs import open_run
+    try:
+        run = open_run(run_dir)
+        g, u = run.gains(vote, n_boot, seed), run.updates(n_boot, seed)
+    except OptionError as e:
+        raise click.BadParameter(e.message, param_hint="'--vote'" if e.option in ("vote", "decision") else "RUN_DIR") from None
+    import pandas as pd
+    with pd.option_context("display.width", 250, "display.max_columns", 30):
+        click.echo(f"{repr(g)}\n\nhow agents update, answer round to answer round:\n{repr(u)}")
 
 # %% ../nbs/40_cli.ipynb #cb167d12
 def _only_idle_pools() -> bool:

@@ -18,12 +18,12 @@ from .formats import AnswerFormat, register_format, answer_format
 from .synthetic import synthetic_rng, believes_gold, stated_calibration
 
 # %% auto #0
-__all__ = ['JUDGE_PROMPT', 'DECISIONS', 'HELPER_ROLES', 'NOT_VOTING', 'FREEMAD_WEIGHTS', 'SIGNALS', 'Ballot', 'Decision',
-           'ballot', 'DecisionRule', 'Plurality', 'Majority', 'Supermajority', 'Unanimity', 'ConfidenceWeighted',
-           'Borda', 'Approval', 'Judge', 'judge_decision', 'DecisionEntry', 'ProtocolRule', 'register_decision',
-           'get_decision', 'answer_features', 'check_decision', 'final_turns', 'ballots', 'decide', 'latest_turns',
-           'redecide', 'aredecide', 'trajectories', 'FreeMAD', 'rule_signal', 'signal_note', 'check_signal',
-           'LogprobWeighted', 'check_logprobs', 'check_logprobs_recorded']
+__all__ = ['JUDGE_PROMPT', 'DECISIONS', 'HELPER_ROLES', 'NOT_VOTING', 'FREEMAD_WEIGHTS', 'FREEMAD_TIES', 'SIGNALS', 'Ballot',
+           'Decision', 'ballot', 'DecisionRule', 'Plurality', 'Majority', 'Supermajority', 'Unanimity',
+           'ConfidenceWeighted', 'Borda', 'Approval', 'Judge', 'judge_decision', 'DecisionEntry', 'ProtocolRule',
+           'register_decision', 'get_decision', 'answer_features', 'check_decision', 'final_turns', 'ballots', 'decide',
+           'latest_turns', 'redecide', 'aredecide', 'trajectories', 'FreeMAD', 'rule_signal', 'signal_note',
+           'check_signal', 'LogprobWeighted', 'check_logprobs', 'check_logprobs_recorded']
 
 # %% ../nbs/05a_decisions.ipynb #d8f1c993
 @dataclass
@@ -378,43 +378,76 @@ def trajectories(t: Transcript) -> dict[str, list]:
 
 def _turn_answer(tu): return tu.answer if tu.error is None and answer_valid(tu.answer) else None
 
+# %% ../nbs/05a_decisions.ipynb #9f1c2951
+def _confidence(a) -> float|None:
+    "The self-reported confidence answer `a` carries (None: none)."
+    c = getattr(a, "confidence", None)
+    return float(c) if isinstance(c, (int, float)) and not isinstance(c, bool) else None
+
+def _broken(S, paths: list[list], confs: list[list]|None, tie: str):
+    """The key that wins a tie for the top score of `S`: with `tie='confidence'` the tied answer given with the highest
+    confidence (none: 0), then (and with `tie='first'`) the tied answer stated first: earliest round, then order."""
+    best = max(S.values())
+    tied = [k for k, v in S.items() if v == best]
+    if tie == "confidence":
+        conf = {}
+        for p, cs in zip(paths, confs or [[None] * len(p) for p in paths]):
+            for a, c in zip(p, cs): conf[answer_key(a)] = max(conf.get(answer_key(a), 0.0), c or 0.0)
+        top = max(conf.get(k, 0.0) for k in tied)
+        tied = [k for k in tied if conf.get(k, 0.0) == top]
+    order = [answer_key(p[k]) for k in range(max(map(len, paths), default=0)) for p in paths if k < len(p)]
+    return min(tied, key=order.index)
+
 # %% ../nbs/05a_decisions.ipynb #fa11ad03
 FREEMAD_WEIGHTS = (20.0, 25.0, 30.0, 20.0)     # Free-MAD's (initial, change penalty, change bonus, keep)
+FREEMAD_TIES = ("none", "confidence", "first")  # what a tie for the top score gives: no decision, or broken
 
 class FreeMAD(DecisionRule):
     "Free-MAD's trajectory score (arXiv 2509.11035): every answer of every round, weighted by `weights` (initial, change penalty, change bonus, keep) and 1/(k+1)."
     name, trajectory = "freemad", True
-    def __init__(self, weights=FREEMAD_WEIGHTS):
+    def __init__(self, weights=FREEMAD_WEIGHTS, norm: str|None = None, tie: str = "none"):
         w = tuple(weights)
+        if norm not in (None, "none", "contributors"):
+            raise OptionError("decision", f"freemad: norm is contributors or none; got {norm!r}")
+        if tie not in FREEMAD_TIES:
+            raise OptionError("decision", f"freemad: tie is one of {', '.join(FREEMAD_TIES)}; got {tie!r}")
+        self.norm, self.tie = None if norm == "none" else norm, tie
         if len(w) != 4 or any(isinstance(x, bool) or not isinstance(x, (int, float)) or x < 0 for x in w):
             raise OptionError("decision", f"freemad takes four weights >= 0 (initial, change penalty, change bonus, keep), e.g. freemad:20,25,30,20; got {weights!r}")
         self.weights = tuple(float(x) for x in w)
     @property
-    def spec(self): return self.name if self.weights == FREEMAD_WEIGHTS else f"freemad:{','.join(f'{x:g}' for x in self.weights)}"
+    def spec(self):
+        opts = [] if self.weights == FREEMAD_WEIGHTS else [f"{x:g}" for x in self.weights]
+        opts += ([f"norm={self.norm}"] if self.norm else []) + ([f"tie={self.tie}"] if self.tie != "none" else [])
+        return self.name + (f":{','.join(opts)}" if opts else "")
     def scores(self, paths: list[list]) -> tuple[collections.Counter, dict]:
         "The exact score (a `Fraction`) of each answer key over `paths` (each agent's answers by round, None: unreadable), and the first answer with each key."
         w1, w2, w3, w4 = (Fraction(w) for w in self.weights)
-        S, first = collections.Counter(), {}
-        for path in paths:
+        S, first, who = collections.Counter(), {}, collections.defaultdict(set)
+        for i, path in enumerate(paths):
             prev = None
             for k, a in enumerate(path):
                 key = answer_key(a)
                 if key is None: continue
-                first.setdefault(key, a); f = Fraction(1, k + 1)
+                first.setdefault(key, a); f = Fraction(1, k + 1); who[key].add(i)
                 if prev is None: S[key] += w1 * f
                 elif key != prev: S[prev] -= w2 * f; S[key] += w3 * f
                 else: S[key] += w4 * f
                 prev = key
+        if self.norm == "contributors": S = collections.Counter({k: v / max(1, len(who[k])) for k, v in S.items()})
         return S, first
     def decide_paths(self, paths: list[list]) -> Decision:
         "The decision over answer trajectories, part by part when the answers have parts."
         parted = [[_parts(a) for a in p] for p in paths]
-        if not any(x is not None for p in parted for x in p): return self._top(paths)
+        confs = [[_confidence(a) for a in p] for p in paths]
+        if not any(x is not None for p in parted for x in p): return self._top(paths, confs)
         keys = list(dict.fromkeys(k for p in parted for x in p if x for k in x))
-        return _combine({k: self._top([[(x or {}).get(k) for x in p] for p in parted]) for k in keys})
-    def _top(self, paths):
+        return _combine({k: self._top([[(x or {}).get(k) for x in p] for p in parted], confs) for k in keys})
+    def _top(self, paths, confs=None):
         S, first = self.scores(paths)
         d = _top(S, first, len(paths))
+        if d.reason == "tie" and self.tie != "none":
+            d = Decision(first[_broken(S, paths, confs, self.tie)], "decided", d.tally)
         return Decision(d.answer, d.reason, {k: round(float(v), 6) for k, v in d.tally.items()})
     def decide(self, ballots): return self.decide_paths([[b.answer] for b in ballots])     # final answers alone: a one-round trajectory
     def decide_transcript(self, t: Transcript) -> Decision: return self.decide_paths([[_turn_answer(tu) for tu in p] for p in trajectories(t).values()])
@@ -422,11 +455,19 @@ class FreeMAD(DecisionRule):
 # %% ../nbs/05a_decisions.ipynb #fa11ad07
 def _freemad(arg):
     if arg is None: return FreeMAD()
-    try: w = [float(x) for x in arg.split(",")]
+    parts = [x.strip() for x in arg.split(",")]
+    opts = dict(x.split("=", 1) for x in parts if "=" in x)
+    bad = [k for k in opts if k not in ("norm", "tie")]
+    if bad:
+        raise OptionError("decision", f"freemad:{arg}: unknown option {bad[0]!r}; "
+                                      "options: norm=contributors, tie=confidence|first|none")
+    try: w = [float(x) for x in parts if "=" not in x]
     except ValueError: raise OptionError("decision", f"freemad:{arg}: the weights are four numbers, e.g. freemad:20,25,30,20") from None
-    return FreeMAD(w)
+    return FreeMAD(w or FREEMAD_WEIGHTS, opts.get("norm"), opts.get("tie", "none"))
 
-register_decision("freemad", _freemad, "Free-MAD's score over every round's answers (freemad:W1,W2,W3,W4; default 20,25,30,20)")
+register_decision("freemad", _freemad, "Free-MAD's score over every round's answers "
+                  "(freemad:W1,W2,W3,W4[,norm=contributors][,tie=confidence|first]; "
+                  "default 20,25,30,20, raw sums, a tie: none)")
 
 # %% ../nbs/05a_decisions.ipynb #5a11ad02
 SIGNALS = {"logprobs": "log-probabilities", "confidence": "self-reported confidences"}   # what a rule may weigh besides the answer

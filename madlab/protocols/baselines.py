@@ -15,7 +15,7 @@ from ..formats import answer_format
 from ..scoring import majority_vote, plurality_vote, agreement
 
 # %% auto #0
-__all__ = ['DU_UPDATE', 'single', 'self_consistency', 'earliest_plurality', 'du']
+__all__ = ['UPDATE_RULES', 'DU_UPDATE', 'single', 'self_consistency', 'earliest_plurality', 'du']
 
 # %% ../../nbs/07_baselines.ipynb #c5dcfa22
 def _question(item, fmt): return f"{item.prompt}\n\n{fmt.instructions}"
@@ -78,6 +78,20 @@ def earliest_plurality(answers) -> tuple:
     win = next(k for k in keys if counts[k] == top)
     return (None if win == _UNPARSED else answers[keys.index(win)]), {str(k): n for k, n in counts.items()}
 
+# %% ../../nbs/07_baselines.ipynb #6721a5ce
+UPDATE_RULES = {
+    "default": "",
+    "correct-only": "Change your answer only if you find an error in your own reasoning; "
+                    "that the other agents answer differently is not an error in itself.",
+    "stubborn": "Keep your own answer unless you are certain that it is wrong: the other agents may be mistaken, "
+                "however many of them agree.",
+}
+
+def _ruled(rule: str, instructions: str) -> str:
+    "The format's `instructions` after the update rule's sentence (`UPDATE_RULES`; `default`: none)."
+    text = UPDATE_RULES[rule]
+    return f"{text} {instructions}" if text else instructions
+
 # %% ../../nbs/07_baselines.ipynb #24c4abb1
 DU_UPDATE = ("These are the answers of the other agents:\n{others}\n\nUsing their reasoning as additional advice, "
              "can you give an updated answer? Examine your own solution and theirs step by step. {instructions}")
@@ -86,13 +100,14 @@ DU_UPDATE = ("These are the answers of the other agents:\n{others}\n\nUsing thei
 async def du(d,
              rounds: int = 2, # debate rounds after the independent answers
              vote: Literal["plurality", "majority"] = "plurality", # deprecated: say --decision plurality or --decision majority (strict: more than half); giving both is refused
+             update_rule: Literal["default", "correct-only", "stubborn"] = "default", # how to weigh peers' answers
             ):
     "Du et al. (2023): agents answer, then for `rounds` rounds each sees all others' latest replies (its neighbours' under a `topology`) and updates; a vote decides (`stop_on`: ends once enough agree)."
     fmt = answer_format(d.item)
     r = d.new_round("independent answers", "initial")
     r.turns = await d.ask(None, _question(d.item, fmt), kind=fmt.kind, parse=fmt.parse, phase="initial", round=r.index, ask=_asking(d, fmt))
     yield r
-    update = DU_UPDATE.format(others="(see the messages above)", instructions=fmt.instructions)
+    update = DU_UPDATE.format(others="(see the messages above)", instructions=_ruled(update_rule, fmt.instructions))
     for k in range(1, rounds + 1):
         if d.stop_now(r.turns, rounds + 1, update): break       # `stop_on`: enough agents agree already
         prev_turns = r.turns

@@ -1,0 +1,136 @@
+"""Where a run's accuracy comes from and how its agents update (`madlab.gains`), checked on runs of synthetic teams
+that were not built for the checks: a team where nothing moves has a mean change of 0 and no debate gain; independent
+voters gain from the vote; conviction lowers P(right -> wrong | the peers' majority wrong) on every team size tried;
+every protocol's run splits its gain with the run's own accuracy as the final decision's; `madlab gains RUN` prints it
+and refuses a bad `--vote`; du's `--update-rule` reaches its update prompt."""
+
+from __future__ import annotations
+import pytest
+from click.testing import CliRunner
+from madlab.cli import main
+from madlab.run import run_experiment
+from madlab.runs import open_run
+
+
+def _team(spec: str, size: int, s: int) -> list[str]:
+    return [f"synthetic:{spec},seed={k + 100 * s}" for k in range(1, size + 1)]
+
+
+def _run(tmp, name, team=None, protocol="du", **kw):
+    run_experiment(protocol, team=team, cache=False, out=tmp / name, progress=False, **kw)
+    return open_run(tmp / name)
+
+
+def test_a_team_that_never_moves_has_a_zero_mean_change_and_no_debate_gain(tmp_path):
+    run = _run(tmp_path, "still", _team("medium,susceptibility=0", 5, 1), task="arith", n=150, rounds=2)
+    u = run.updates().rounds
+    assert list(u.step) == ["1→2", "2→3", "all"]
+    assert (u.mean_change == 0).all() and (u.ci_low <= 0).all() and (u.ci_high >= 0).all(), u
+    g = run.gains().gains.set_index("gain")
+    assert (g.loc["debate gain", "difference"], g.loc["debate gain", "p_mcnemar"]) == (0, 1)
+    # five independent voters right 70 % of the time each: the vote beats the mean voter (Condorcet); the test says so
+    assert g.loc["voting gain", "ci_low"] > 0 and g.loc["voting gain", "p_mcnemar"] < 0.01, g
+
+
+@pytest.mark.parametrize("size, s", [(3, 1), (3, 2), (5, 1), (5, 2), (7, 1), (7, 2)])
+def test_conviction_lowers_right_to_wrong_under_a_wrong_majority(tmp_path, size, s):
+    "The stock `susceptible` persona against it with `conviction=1`: teams of 3, 5 and 7, two draws of seeds each."
+    rate = {}
+    for spec in ("susceptible", "susceptible,conviction=1"):
+        u = _run(
+            tmp_path, spec.replace(",", "-").replace("=", ""), _team(spec, size, s), task="arith", n=400, rounds=2
+        ).updates(n_boot=300)
+        last = u.rounds.iloc[-1]
+        assert last.right_majority_wrong >= 10, last  # enough cases to compare
+        rate[spec] = last.p_right_to_wrong
+    assert rate["susceptible,conviction=1"] < rate["susceptible"], rate
+
+
+@pytest.mark.parametrize(
+    "protocol, kw",
+    [
+        ("critic_actor", {}),
+        ("s4", {}),
+        ("controlmad", {"size": 4}),
+        ("eot", {}),
+        ("multi_persona", {}),
+        ("self_consistency", {"samples": 2}),
+        ("agentverse", {}),
+        ("single", {}),
+    ],
+)
+def test_every_protocol_splits_its_gain(tmp_path, protocol, kw):
+    "Protocols whose rounds are not all answer rounds (critiques, challenges, rounds on one player) read as du's."
+    run = _run(tmp_path, protocol, protocol=protocol, n=6, seed=1, **kw)
+    g, u = run.gains(n_boot=200), run.updates(n_boot=200)
+    t = g.table.set_index("source")
+    scored = run.df[run.df.correct.notna()]
+    assert t.loc["final decision", "items"] == len(scored) and sum(g.left_out.values()) == 0
+    assert t.loc["final decision", "accuracy"] == round(float(scored.correct.astype(bool).mean()), 3)
+    assert "vote, round 1" in t.index and t["ci_low"].notna().all()
+    assert (u.rounds.mean_change.abs() <= 1).all()
+
+
+def test_a_run_without_gold_leaves_every_item_out(tmp_path):
+    run = _run(tmp_path, "cluster", protocol="cluster", n=2, seed=1)
+    g, n = run.gains(n_boot=100), len(run.df)
+    assert (
+        n >= 1 and g.left_out["no gold"] == n and g.table["items"].eq(0).all() and f"left out: {n} no gold" in repr(g)
+    )
+
+
+def test_the_command_prints_the_gains_and_refuses_a_bad_vote(tmp_path):
+    run = _run(tmp_path, "du", task="arith", n=12, rounds=1)
+    r = CliRunner().invoke(main, ["gains", str(run.path), "--n-boot", "200"])
+    assert r.exit_code == 0, r.output
+    for words in ("final decision", "voting gain: ", "debate gain: ", "McNemar p", "how agents update", "1→2"):
+        assert words in r.output, words
+    for bad, said in (("freemad", "counts answers"), ("pluralty", "did you mean 'plurality'")):
+        r = CliRunner().invoke(main, ["gains", str(run.path), "--vote", bad])
+        assert r.exit_code == 2 and "'--vote'" in r.output and said in r.output and "Traceback" not in r.output, (
+            r.output
+        )
+    r = CliRunner().invoke(main, ["gains", str(run.path), "--vote", "majority"])
+    assert r.exit_code == 0 and "round votes by majority" in r.output, r.output
+
+
+def test_peers_are_those_the_routing_showed(tmp_path):
+    "Under a topology an agent's peers are its neighbours (`meta['topology']`), else every other debater."
+    team = _team("susceptible", 5, 3)
+    ring = _run(tmp_path, "ring", team, task="arith", n=20, rounds=1, topology="ring").updates(n_boot=100).moves
+    full = _run(tmp_path, "full", team, task="arith", n=20, rounds=1).updates(n_boot=100).moves
+    assert len(ring) == len(full) == 100 and ring.peers.eq(2).all() and full.peers.eq(4).all()
+
+
+def test_the_update_rule_reaches_du_s_update_prompt_from_the_command(tmp_path):
+    from madlab.protocols.baselines import UPDATE_RULES
+
+    r = CliRunner().invoke(
+        main,
+        [
+            "run",
+            "du",
+            "--task",
+            "arith",
+            "--n",
+            "2",
+            "--rounds",
+            "1",
+            "--update-rule",
+            "stubborn",
+            "--no-cache",
+            "--out",
+            str(tmp_path),
+        ],
+    )
+    assert r.exit_code == 0, r.output
+    run = open_run(next(p for p in tmp_path.iterdir() if p.is_dir()))
+    assert run.config["options"]["update_rule"] == "stubborn"
+    t = run.transcript(0)
+    asked = [tu.messages[-1]["content"] for tu in t.rounds[1].turns]
+    assert len(asked) == 3 and all(UPDATE_RULES["stubborn"] in a for a in asked)
+    assert not any(UPDATE_RULES["stubborn"] in tu.messages[-1]["content"] for tu in t.rounds[0].turns)
+    r = CliRunner().invoke(
+        main, ["run", "du", "--task", "arith", "--n", "2", "--update-rule", "lenient", "--out", str(tmp_path / "x")]
+    )
+    assert r.exit_code == 2 and "'--update-rule'" in r.output and "Traceback" not in r.output, r.output
