@@ -176,7 +176,7 @@ class Gains:
     left_out: dict = field(default_factory=dict)
     vote: str = "plurality"
 
-
+# %% ../nbs/23d_gains.ipynb #39f52aa3
 def debate_gains(transcripts, vote=None, n_boot: int = 2000, seed: int = 0) -> Gains:
     """The `Gains` of `transcripts` (a Transcript, a list, or a dict of them), read once: round votes by `vote`
     (default: see `_vote_rule`), `n_boot` seeded resamples."""
@@ -397,7 +397,7 @@ class Updates:
     rounds: pd.DataFrame
     moves: pd.DataFrame
 
-
+# %% ../nbs/23d_gains.ipynb #fe3b2423
 def debate_updates(transcripts, n_boot: int = 2000, seed: int = 0) -> Updates:
     "The `Updates` of `transcripts` (a Transcript, a list, or a dict of them), with `n_boot` seeded resamples of items."
     recs, _ = _records(transcripts)
@@ -468,7 +468,7 @@ def gains(self: OpenRun, vote=None, n_boot: int = 2000, seed: int = 0) -> Gains:
     "Where this run's accuracy comes from (`debate_gains` of its transcripts)."
     return debate_gains(_done(self), vote, n_boot, seed)
 
-
+# %% ../nbs/23d_gains.ipynb #d5804f12
 @patch
 def updates(self: OpenRun, n_boot: int = 2000, seed: int = 0) -> Updates:
     "How this run's agents update from round to round (`debate_updates` of its transcripts)."
