@@ -1,4 +1,4 @@
-"""A run's folder: one results row per debate, the files of each item, the results table, the task files it was run over, its lock.
+"""A run's folder: a results row per debate, each item's files, the results table, its task files and its lock.
 
 Docs: https://madlab.github.io/madlab/run_folder.html.md"""
 
