@@ -15,7 +15,8 @@ import pandas as pd
 from fastcore.basics import patch
 from .core import OptionError, write_atomic
 from .store import StorePath, store_path
-from .run import run_experiment, safe_name, _read_whole
+from .run import run_experiment
+from .run_folder import safe_name, _read_whole
 from .runs import OpenRun, open_run
 
 # %% auto #0

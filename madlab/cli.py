@@ -224,7 +224,7 @@ def backends_cmd():
 @click.option("--prices", metavar="FILE", type=click.Path(dir_okay=False), default=None, help="Re-price the cost column at this price table (CSV)  [default: the one the run recorded]")
 def rescore_cmd(run_dir, decision, compare, cache, allow_fewer_scores, prices):
     "Re-score a finished run from its transcripts (no backend calls) and rewrite its results table and report; or re-decide it with another rule. RUN_DIR is the run's folder, or the --out folder holding it."
-    from madlab.run import rescore
+    from madlab.rescore import rescore
     try:
         if compare:
             from madlab.runs import open_run
@@ -238,7 +238,7 @@ def rescore_cmd(run_dir, decision, compare, cache, allow_fewer_scores, prices):
     except ValueError as e: raise click.ClickException(str(e)) from None
     click.echo(res.summary())
     if decision is not None:
-        from madlab.run import decision_table_name
+        from madlab.rescore import decision_table_name
         click.echo(f"table: {str(run_dir).rstrip('/')}/{decision_table_name(decision)}.parquet (and .csv)")
 
 # %% ../nbs/40_cli.ipynb #b0a5e1c1

@@ -15,7 +15,7 @@ from .core import (OptionError, Transcript, answer_key, answer_summary, decision
                          to_jsonable, write_atomic)
 from .decisions import HELPER_ROLES
 from .dynamics import answer_rounds, _NO_POSITION, _scorer, _stated, _top
-from .run import safe_name, _read_whole
+from .run_folder import safe_name, _read_whole
 from .runs import OpenRun, open_run
 from .store import StorePath, store_path
 

@@ -12,7 +12,9 @@ import madlab
 from .core import *
 from .formats import answer_format
 from .debate import get_protocol
-from .run import RunFolder, RunResult, write_item_outputs, _finish_run
+from .run import _finish_run
+from .run_folder import RunFolder, write_item_outputs
+from .run_result import RunResult
 from .imports import LogError, get_log_format, log_transcripts
 
 # %% auto #0

@@ -13,7 +13,9 @@ import pandas as pd
 from fastcore.basics import patch
 from .core import OptionError, Transcript, answer_view, decision_summary
 from .dynamics import Dynamics, debate_dynamics
-from .run import RunFolder, RunResult, debate_row, _run_prices, _with_costs
+from .run import _run_prices, _with_costs
+from .run_folder import RunFolder, debate_row
+from .run_result import RunResult
 from .store import StorePath, store_path, read_table
 from .cost import cost_table, usd
 from .widgets import DebateStepper
@@ -318,7 +320,7 @@ def decisions(self: OpenRun, rules=None, n_boot: int = 2000, seed: int = 0) -> p
     from madlab.core import answer_key, runtime_loop
     from madlab.decisions import get_decision, check_decision, check_logprobs_recorded, aredecide, signal_note
     from madlab.debate import PROTOCOLS
-    from madlab.run import _judge
+    from madlab.rescore import _judge
     from madlab.scoring import score_result
     found, _ = self.folder.transcripts()
     ts = [t for t in found.values() if t.meta.get("status") == "done"]

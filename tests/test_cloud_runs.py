@@ -81,7 +81,8 @@ def _keys(fs, prefix: str) -> list:
 
 
 def test_run_resume_rescore_open_run_in_a_bucket(s3, tmp_path):
-    from madlab.run import run_experiment, rescore
+    from madlab.run import run_experiment
+    from madlab.rescore import rescore
     from madlab.runs import open_run, find_runs
     from madlab.tasks.arith import toy_arith_items
     import madlab.protocols  # noqa: F401

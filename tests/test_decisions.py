@@ -7,7 +7,8 @@ from click.testing import CliRunner
 from madlab.cli import main
 from madlab.synthetic import SyntheticBackend
 from madlab.debate import Debate
-from madlab.run import run_experiment, rescore
+from madlab.run import run_experiment
+from madlab.rescore import rescore
 from madlab.runs import open_run
 from madlab.tasks.arith import toy_arith_items
 

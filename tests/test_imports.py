@@ -9,7 +9,7 @@ from madlab.core import public_data
 from madlab.imports import log_transcripts, LogError, get_log_format
 from madlab.import_run import import_run
 from madlab.runs import open_run
-from madlab.run import rescore
+from madlab.rescore import rescore
 from madlab.protocols.critic_actor import round_accuracy, answer_flips
 
 def chat(*pairs, tail=None):

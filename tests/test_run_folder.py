@@ -16,7 +16,9 @@ from madlab.cli import main
 from madlab.core import Item, Transcript, OptionError, madlab_data
 from madlab.backends import Backend, BackendError
 from madlab.agents import Agent
-from madlab.run import run_experiment, rescore, write_table, RunFolder
+from madlab.run import run_experiment
+from madlab.run_folder import write_table, RunFolder
+from madlab.rescore import rescore
 from madlab.tasks.arith import toy_arith_items
 
 MADLAB = str(Path(sys.executable).parent / "madlab")

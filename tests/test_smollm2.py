@@ -94,7 +94,8 @@ def test_hf_cpu_dtype_is_float32(smollm2):
 def test_controlmad_game_with_three_smollm2_agents(smollm2, tmp_path):
     "One 4-player game, three `hf:smollm2` agents batched in process, each reply held to the game's schema: every reply parses, with exactly the game's players."
     from madlab.cli_options import load_items
-    from madlab.run import run_experiment, parse_stats
+    from madlab.run import run_experiment
+    from madlab.rescore import parse_stats
     items = load_items("kks", size=4, items=[1])
     # ControlMAD's prompts are long (about 1,200 tokens), and a 2-core CPU reads them at about 80 tokens/s: keep the phases to
     # initial proposals, final discussion and the supervisor, so the game takes a few minutes, not half an hour. 96 new tokens

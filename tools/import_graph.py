@@ -14,7 +14,7 @@ RUNNER = "madlab.run"
 MAX_LINES = 700            # a module longer than this is split by concern (a notebook per module)
 # Modules still over MAX_LINES, with their length when the cap came in. This allow-list is to shrink: split the module and
 # remove its line. No listed module may grow past its length, and no other module may pass MAX_LINES.
-LONG_MODULES = {"madlab.run": 1084}
+LONG_MODULES: dict = {}   # modules still over MAX_LINES, with their length: none today; a module that grows past the cap is split
 
 def module_name(path: Path, pkg: Path = PKG) -> str:
     return ".".join(("madlab",) + path.relative_to(pkg).with_suffix("").parts).removesuffix(".__init__")
