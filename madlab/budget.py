@@ -18,6 +18,7 @@ from .store import StorePath, store_path
 from .run import run_experiment
 from .run_folder import safe_name, _read_whole
 from .runs import OpenRun, open_run
+from .stats import _mcnemar
 
 # %% auto #0
 __all__ = ['METHODS', 'MATCHES', 'item_budget', 'mean_budget', 'BaselineInterrupted', 'Baseline', 'run_baseline', 'paired_test',
@@ -237,13 +238,6 @@ def _scored(run: OpenRun) -> pd.Series:
     return pd.Series(df.correct.astype(bool).values, index=df.item_id.astype(str).values)
 
 # %% ../nbs/23a_baselines_budget.ipynb #af391b4b
-def _mcnemar(b: int, c: int) -> float:
-    "McNemar's exact two-sided p-value for `b` and `c` discordant pairs."
-    n = b + c
-    if n == 0: return 1.0
-    tail = sum(math.comb(n, i) for i in range(min(b, c) + 1)) / 2 ** n
-    return min(1.0, 2 * tail)
-
 def paired_test(ref: pd.Series, other: pd.Series, n_boot: int = 2000, seed: int = 0) -> dict:
     """`other` against `ref` (item -> right) on their shared items: both right, only one right, McNemar's exact p and
     the accuracy difference (other - ref) with a paired bootstrap 95 % interval."""

@@ -12,11 +12,12 @@ import numpy as np
 import pandas as pd
 from fastcore.basics import patch
 from .core import OptionError, Transcript
+from .formats import answer_format
 from .scoring import score_result
+import madlab.tasks                        # the built-in tasks, whose answer formats score the rounds
 from .decisions import ballot, decide, get_decision, _parts
 from .dynamics import answer_rounds, _stated, _decided_right, _ts, _NO_POSITION
-from .budget import _mcnemar
-from .runs import OpenRun, _boot
+from .stats import _boot, _mcnemar
 
 # %% auto #0
 __all__ = ['UPDATE_COLUMNS', 'Gains', 'debate_gains', 'Updates', 'debate_updates']
@@ -27,6 +28,7 @@ def _right(item, a) -> bool:
     tie) never is."""
     if a is None or a is _NO_POSITION:
         return False
+    answer_format(item)                    # a task with no answer format is an error, never a wrong answer
     try:
         return bool(score_result(item, {"answer": a})["correct"])
     except (TypeError, ValueError, AttributeError, KeyError):
@@ -457,19 +459,17 @@ def figure(self: Updates, title: str | None = None):
                       legend=dict(orientation="h", yanchor="top", y=-0.2, xanchor="left", x=0))
     return fig
 
-# %% ../nbs/23d_gains.ipynb #543b674b
-def _done(run: OpenRun) -> list:
-    found, _ = run.folder.transcripts()
-    return list(found.values())
-
+# %% ../nbs/23d_gains.ipynb #37b05a0e
+def _acc(r: dict) -> str:
+    if r["ci_low"] is None: return f"{r['accuracy']:.3f}"
+    return f"{r['accuracy']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]"
 
 @patch
-def gains(self: OpenRun, vote=None, n_boot: int = 2000, seed: int = 0) -> Gains:
-    "Where this run's accuracy comes from (`debate_gains` of its transcripts)."
-    return debate_gains(_done(self), vote, n_boot, seed)
-
-# %% ../nbs/23d_gains.ipynb #d5804f12
-@patch
-def updates(self: OpenRun, n_boot: int = 2000, seed: int = 0) -> Updates:
-    "How this run's agents update from round to round (`debate_updates` of its transcripts)."
-    return debate_updates(_done(self), n_boot, seed)
+def summary_lines(self: Gains) -> list[str]:
+    """The run summary's section: the agents alone, the first round's vote and the final decision with their
+    intervals, then the voting and the debate gain; none when no item counts."""
+    rows = {r["source"]: r for r in self.table.to_dict("records") if r["accuracy"] is not None}
+    keep = [k for k in ("agents alone (mean)", "vote, round 1", "final decision") if k in rows]
+    if not keep or not len(self.gains): return []
+    head = "where the accuracy comes from (95 % intervals; madlab gains RUN for every agent and round): "
+    return [head + "; ".join(f"{k} {_acc(rows[k])}" for k in keep), *self._headline()]

@@ -12,6 +12,7 @@ import pandas as pd
 from fastcore.basics import patch
 from .core import Usage
 from .cost import Prices, cost_lines
+from .gains import debate_gains
 
 # %% auto #0
 __all__ = ['RunResult']
@@ -61,6 +62,7 @@ class RunResult:
         L = [s]
         if "decision_signal" in df and df.decision_signal.notna().any(): L += list(dict.fromkeys(df.decision_signal.dropna()))   # the accuracy rests on a simulated signal
         if self.report: L.append(self.report)
+        L += self.gain_lines()                         # where the accuracy comes from (madlab.gains)
         if self.failed: L.append(f"{self.failed} debate{'s' if self.failed != 1 else ''} failed in this run; first error: "
                                  + str(df[df.status == 'failed'].error.dropna().iloc[0] if (df.status == 'failed').any() else '?')[:300])
         for e in self.endpoints:
@@ -83,6 +85,16 @@ class RunResult:
         return "\n".join(L)
     def __repr__(self): return f"RunResult({self.summary()})"
     def _repr_html_(self): return "<pre>" + html.escape(self.summary()) + "</pre>" + self.df._repr_html_()
+
+# %% ../nbs/08c_run_result.ipynb #fa83492a
+@patch
+def gain_lines(self: RunResult) -> list[str]:
+    """The summary's section on where the accuracy comes from (`madlab.gains`: the agents alone, the first round's
+    vote, the decision, the voting and the debate gain), computed once; none for a run with no item that counts."""
+    if getattr(self, "_gain_lines", None) is None:
+        try: self._gain_lines = debate_gains(list(self.transcripts.values())).summary_lines()
+        except Exception as e: self._gain_lines = [f"problem: the gain table could not be computed: {type(e).__name__}: {e}"]
+    return self._gain_lines
 
 # %% ../nbs/08c_run_result.ipynb #72e24566
 @patch

@@ -13,6 +13,8 @@ import pandas as pd
 from fastcore.basics import patch
 from .core import OptionError, Transcript, answer_view, decision_summary
 from .dynamics import Dynamics, debate_dynamics
+from .stats import _boot
+from .gains import Gains, Updates, debate_gains, debate_updates
 from .run import _run_prices, _with_costs
 from .run_folder import RunFolder, debate_row
 from .run_result import RunResult
@@ -302,17 +304,6 @@ def compare_runs(a, b, names: tuple = ("a", "b")) -> pd.DataFrame:
 # %% ../nbs/23_runs.ipynb #e937f96f
 DEFAULT_RULES = ("protocol", "plurality", "majority", "supermajority:0.75", "unanimity", "confidence", "borda", "approval:2", "freemad", "confidence:logprob")
 
-def _boot(x, idx):
-    "The 2.5 and 97.5 percentiles of the mean of `x` (one entry per item; NaN: not scored) over the resamples `idx` (rows of item positions), shared by every rule."
-    import numpy as np
-    x = np.asarray(x, float)
-    if not len(x) or np.isnan(x).all(): return (None, None)
-    s = x[idx]
-    ok = ~np.isnan(s)
-    means = np.where(ok.any(axis=1), np.nansum(s, axis=1) / np.maximum(ok.sum(axis=1), 1), np.nan)
-    lo, hi = np.nanpercentile(means, [2.5, 97.5])
-    return round(float(lo), 3), round(float(hi), 3)
-
 @patch
 def decisions(self: OpenRun, rules=None, n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
     "Every rule in `rules` (default: each of `DEFAULT_RULES` the run's answers and signals can serve) on this run's debates, on the same bootstrap resamples: items, accuracy [ci_low, ci_high], no_decision, changed; `signal` marks a row decided by a simulated signal, which `attrs['notes']` describe."
@@ -451,3 +442,20 @@ def show_debate(self: RunBrowser, item):
     if item is None or self.run is None: return
     self.viewer = self.run.stepper(item)
     self.w_debate.children = [W.HTML(f"<b>{html.escape(str(item))}</b>"), self.viewer]
+
+# %% ../nbs/23_runs.ipynb #543b674b
+def _done(run: OpenRun) -> list:
+    found, _ = run.folder.transcripts()
+    return list(found.values())
+
+
+@patch
+def gains(self: OpenRun, vote=None, n_boot: int = 2000, seed: int = 0) -> Gains:
+    "Where this run's accuracy comes from (`debate_gains` of its transcripts)."
+    return debate_gains(_done(self), vote, n_boot, seed)
+
+# %% ../nbs/23_runs.ipynb #d5804f12
+@patch
+def updates(self: OpenRun, n_boot: int = 2000, seed: int = 0) -> Updates:
+    "How this run's agents update from round to round (`debate_updates` of its transcripts)."
+    return debate_updates(_done(self), n_boot, seed)
