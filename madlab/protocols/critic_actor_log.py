@@ -76,10 +76,8 @@ class CriticActorLog(LogFormat):
         decision, votes = critic_actor_vote(final)
         result = {"answer": decision, "agreement": agreement(final), "invalid": sum(not answer_valid(a) for a in final),
                   "votes": votes, "restarts": 0}
-
         return Transcript(self.protocol, item, [_agent(a, model) for a in names] + [_agent("Critic", model, "critic")],
                           {"rounds": len(steps) - 1, "seed": 0}, rounds, {}, result,
                           _meta(item, self, where.split(":")[0], key))
-
 
 critic_actor.log_format(register_log_format(CriticActorLog()))
