@@ -28,6 +28,7 @@ class ConfigError(ValueError):
         super().__init__(f"{field}: {message}")
         self.field, self.message = field, message
 
+# %% ../../../nbs/14a_agentverse_rules.ipynb #fa481299
 def template_vars(text: str, where: str = "template") -> list[str]:
     "The `${variables}` of template `text`; a `ConfigError` when a `$` is neither a variable nor `$$`."
     if not isinstance(text, str): raise ConfigError(where, f"must be text; got {type(text).__name__}")
@@ -38,6 +39,7 @@ def template_vars(text: str, where: str = "template") -> list[str]:
                                  "write ${name} for a variable, $$ for a dollar sign")
     return t.get_identifiers()
 
+# %% ../../../nbs/14a_agentverse_rules.ipynb #f068505e
 def fill(text: str, values: dict, where: str = "template") -> str:
     """`text` with its `${variables}` replaced by `values` (as text); an unknown variable is a `ConfigError` naming the
     valid ones."""
@@ -57,9 +59,12 @@ def _public(cls):
 
 # %% ../../../nbs/14a_agentverse_rules.ipynb #6295f4a9
 RULE_KINDS = ("order", "describer", "selector", "updater", "visibility")
+
+# %% ../../../nbs/14a_agentverse_rules.ipynb #875358c4
 RULES: dict[str, Registry[type]] = {k: Registry(f"{k} type", type, f"madlab.agentverse.{k}", choose="valid types:")
                                      for k in RULE_KINDS}   # kind -> its types
 
+# %% ../../../nbs/14a_agentverse_rules.ipynb #be465a48
 class Rule:
     "Base of every rule: parameters are dataclass fields, the state is the dict `st` (see `reset`)."
     kind, type = "", ""
@@ -68,6 +73,7 @@ class Rule:
     def spec(self) -> dict:
         return {"type": self.type, **{f.name: copy.deepcopy(getattr(self, f.name)) for f in fields(self)}}
 
+# %% ../../../nbs/14a_agentverse_rules.ipynb #d8fd29ec
 def rule_type(kind: str, name: str):
     "Register a `Rule` dataclass as type `name` of rule `kind`."
     if kind not in RULE_KINDS: raise ValueError(f"rule kind must be one of {', '.join(RULE_KINDS)}; got {kind!r}")
@@ -77,6 +83,7 @@ def rule_type(kind: str, name: str):
         return RULES[kind].register(name, serializable(_public(cls)))
     return deco
 
+# %% ../../../nbs/14a_agentverse_rules.ipynb #235e616b
 def make_rule(kind: str, spec, where: str|None = None) -> Rule:
     "A fresh rule of `kind` from a type name, a `{type, ...}` mapping or a rule object."
     where = where or f"environment.rule.{kind}"
@@ -102,6 +109,7 @@ class Order(Rule):
     def speakers(self, env) -> list[str]: raise NotImplementedError
     def observe(self, env, turns): pass
 
+# %% ../../../nbs/14a_agentverse_rules.ipynb #d46895ae
 @rule_type("order", "sequential")
 @dataclass
 class Sequential(Order):
@@ -112,12 +120,14 @@ class Sequential(Order):
         i = self.st["next"]; self.st["next"] = (i + 1) % len(env.names)
         return [env.names[i]]
 
+# %% ../../../nbs/14a_agentverse_rules.ipynb #47990ac0
 @rule_type("order", "concurrent")
 @dataclass
 class Concurrent(Order):
     "Everyone speaks every turn."
     def speakers(self, env): return list(env.names)
 
+# %% ../../../nbs/14a_agentverse_rules.ipynb #97918888
 @rule_type("order", "random")
 @dataclass
 class RandomOrder(Order):
@@ -149,6 +159,7 @@ class Moderated(Order):
             if m: self.st["called"] = m[-1]
         self.st["next"] = self.st["called"] or mod
 
+# %% ../../../nbs/14a_agentverse_rules.ipynb #b8db5103
 @rule_type("order", "scripted")
 @dataclass
 class Scripted(Order):
@@ -173,6 +184,7 @@ class Describer(Rule):
     def describe(self, env, name: str) -> str: raise NotImplementedError
     def describe_all(self, env) -> dict: return {n: self.describe(env, n) for n in env.names}
 
+# %% ../../../nbs/14a_agentverse_rules.ipynb #d3e33f06
 @rule_type("describer", "basic")
 @dataclass
 class BasicDescriber(Describer):
@@ -182,15 +194,18 @@ class BasicDescriber(Describer):
     def describe(self, env, name):
         return fill(self.per_agent.get(name, self.template), env.values(name), f"environment.rule.describer")
 
+# %% ../../../nbs/14a_agentverse_rules.ipynb #2d018c8a
 class Selector(Rule):
     def select(self, env, turns: list) -> list: raise NotImplementedError
 
+# %% ../../../nbs/14a_agentverse_rules.ipynb #8125a080
 @rule_type("selector", "basic")
 @dataclass
 class BasicSelector(Selector):
     "Keep messages with text; drop empty replies and failed calls."
     def select(self, env, turns): return [t for t in turns if t.error is None and (t.reply or "").strip()]
 
+# %% ../../../nbs/14a_agentverse_rules.ipynb #7dcb9ad9
 @rule_type("selector", "all")
 @dataclass
 class KeepAll(Selector):
@@ -202,6 +217,7 @@ class Updater(Rule):
     def update(self, env, turns: list) -> list: raise NotImplementedError
     def notes(self, env) -> dict: return {}      # agent -> a line it is told this turn besides the messages
 
+# %% ../../../nbs/14a_agentverse_rules.ipynb #54bc4f46
 @rule_type("updater", "basic")
 @dataclass
 class BasicUpdater(Updater):
@@ -238,17 +254,20 @@ class Visibility(Rule):
         got = getattr(env, "receivers", {}).get(name)
         return list(self.st["targets"][name]) if got is None else [n for n in env.names if n in got]
 
+# %% ../../../nbs/14a_agentverse_rules.ipynb #5a866062
 @rule_type("visibility", "all")
 @dataclass
 class AllVisible(Visibility):
     "Everyone sees everything."
 
+# %% ../../../nbs/14a_agentverse_rules.ipynb #2c486c97
 @rule_type("visibility", "oneself")
 @dataclass
 class Oneself(Visibility):
     "Each agent sees only its own messages."
     def compute(self, env, name): return [name]
 
+# %% ../../../nbs/14a_agentverse_rules.ipynb #73fe8b13
 @rule_type("visibility", "blind_judge")
 @dataclass
 class BlindJudge(Visibility):
@@ -256,6 +275,7 @@ class BlindJudge(Visibility):
     last_n: int = 1
     def compute(self, env, name): return [name] if env.turn >= env.max_turns - self.last_n else list(env.names)
 
+# %% ../../../nbs/14a_agentverse_rules.ipynb #e9dcf4c1
 @rule_type("visibility", "per_agent")
 @dataclass
 class PerAgent(Visibility):
@@ -319,6 +339,7 @@ class ClassroomOrder(Order):
         hit = next((by[k] for k in sorted(by, key=len, reverse=True) if m and m.group(1).lower().startswith(k)), None)
         return [hit] if hit else list(env.names)
 
+# %% ../../../nbs/14a_agentverse_rules.ipynb #4639e6c7
 @rule_type("selector", "classroom")
 @dataclass
 class ClassroomSelector(Selector):
@@ -371,6 +392,7 @@ class ClassroomVisibility(Visibility):
                 for n in env.names[1:]: env.receivers.pop(n, None)
         Visibility.update(self, env); self.st["current_turn"] = cur
 
+# %% ../../../nbs/14a_agentverse_rules.ipynb #c384f35a
 @rule_type("describer", "classroom")
 @dataclass
 class ClassroomDescriber(Describer):
@@ -386,6 +408,7 @@ class ClassroomDescriber(Describer):
                 for i, n in enumerate(env.names)}
     def describe(self, env, name): return ""
 
+# %% ../../../nbs/14a_agentverse_rules.ipynb #db918935
 @rule_type("updater", "classroom")
 @dataclass
 class ClassroomUpdater(BasicUpdater):
@@ -403,6 +426,7 @@ class PrisonerOrder(Order):
         i = self.st["next_suspect"]; self.st["next_suspect"] = 2 if i == 1 else 1
         return [env.names[i]]
 
+# %% ../../../nbs/14a_agentverse_rules.ipynb #dc9d3ee2
 @rule_type("describer", "prisoner")
 @dataclass
 class PrisonerDescriber(Describer):
@@ -421,11 +445,13 @@ class PrisonerDescriber(Describer):
             self.st["talking_to"] = s1 if who == s2 else s2
         return out
 
+# %% ../../../nbs/14a_agentverse_rules.ipynb #cd93863f
 @rule_type("visibility", "prisoner")
 @dataclass
 class PrisonerVisibility(Visibility):
     "Receivers are set by the prisoner describer."
 
+# %% ../../../nbs/14a_agentverse_rules.ipynb #90db0b8f
 @rule_type("order", "scripted_index")
 @dataclass
 class IndexScript(Order):
@@ -444,6 +470,7 @@ class IndexScript(Order):
         s = self.first[k] if k < len(self.first) else self.cycle[(k - len(self.first)) % len(self.cycle)]
         return [env.names[i] for i in s]
 
+# %% ../../../nbs/14a_agentverse_rules.ipynb #8a30bd39
 @rule_type("order", "sde_team")
 @dataclass
 class SdeTeamOrder(IndexScript):
@@ -452,6 +479,7 @@ class SdeTeamOrder(IndexScript):
     first: list = field(default_factory=lambda: [[2] * 5])
     cycle: list = field(default_factory=lambda: [[0], [1]])
 
+# %% ../../../nbs/14a_agentverse_rules.ipynb #e07fb0dc
 @rule_type("order", "sde_team_given_tests")
 @dataclass
 class SdeGivenTestsOrder(IndexScript):
@@ -487,6 +515,7 @@ class SdeTeamSelector(Selector):
             turns[0].meta["content"] = f"<current code>:\n\n{env.params.get('code', '')}\n\n{_content(turns[0])}"
         return turns
 
+# %% ../../../nbs/14a_agentverse_rules.ipynb #d3afe523
 @rule_type("selector", "sde_team_given_tests")
 @dataclass
 class SdeGivenTestsSelector(Selector):
@@ -502,17 +531,20 @@ class SdeGivenTestsSelector(Selector):
         elif who == names[1]: turns[0].meta["content"] = f"<unit test feedback>:\n{_NOT_RUN}"
         return turns
 
+# %% ../../../nbs/14a_agentverse_rules.ipynb #22daa48c
 @rule_type("updater", "sde_team")
 @dataclass
 class SdeTeamUpdater(BasicUpdater):
     "The basic updater without '[Silence]'."
     silence: str|None = None
 
+# %% ../../../nbs/14a_agentverse_rules.ipynb #04ee073e
 @rule_type("visibility", "sde_team")
 @dataclass
 class SdeTeamVisibility(Visibility):
     "Leaves receivers as the agents name them."
 
+# %% ../../../nbs/14a_agentverse_rules.ipynb #a4094c3d
 @rule_type("visibility", "llmeval_blind_judge")
 @dataclass
 class LLMEvalBlindJudge(Visibility):
