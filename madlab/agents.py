@@ -22,6 +22,7 @@ __all__ = ['STRUCTURED_MODES', 'TEAM_ENDPOINT_FIELDS', 'DEFAULT_TEAM', 'BudgetEx
 class BudgetExceeded(Exception):
     "Raised before a call that the budget no longer allows."
 
+# %% ../nbs/02_agents.ipynb #5fd17c53
 @dataclass
 class Budget:
     "Limits on calls and tokens; calls in flight count against `max_calls`, tokens are charged as calls complete."
@@ -33,8 +34,10 @@ class Budget:
 
     def check(self):
         if self.max_calls is not None and self.calls + self.pending >= self.max_calls:
-            raise BudgetExceeded(f"call budget spent ({self.calls}/{self.max_calls} calls" + (f", {self.pending} in flight)" if self.pending else ")"))
-        if self.max_tokens is not None and self.tokens >= self.max_tokens: raise BudgetExceeded(f"token budget spent ({self.tokens}/{self.max_tokens} tokens)")
+            raise BudgetExceeded(f"call budget spent ({self.calls}/{self.max_calls} calls"
+                                 + (f", {self.pending} in flight)" if self.pending else ")"))
+        if self.max_tokens is not None and self.tokens >= self.max_tokens:
+            raise BudgetExceeded(f"token budget spent ({self.tokens}/{self.max_tokens} tokens)")
 
     def charge(self, usage: Usage, cached=False):
         if cached: return
@@ -45,7 +48,8 @@ class Budget:
 STRUCTURED_MODES = ("auto", "on", "off")
 
 def _cannot_hold(a) -> str|None:
-    "Why agent `a` cannot have its replies held to a schema (None: it can, or it is synthetic and writes the format anyway)."
+    """Why agent `a` cannot have its replies held to a schema (None: it can, or it is synthetic and writes the format
+    anyway)."""
     if a.synthetic or getattr(a.backend, "structured", None): return None
     p = provider_for(a.spec)                          # a provider that holds schemas while decoding needs its extra
     how = f" (install madlab[{p.extra}] for llguidance)" if p and p.schemas == "enforced" and p.extra else ""
@@ -61,16 +65,19 @@ class Agent:
     params: dict = field(default_factory=dict)
     role: str|None = None                       # a role in the team (e.g. "Safety"), if the protocol uses roles
     meta: dict = field(default_factory=dict)
-    structured: str = "auto"                    # replies held to their answer's schema: auto (where the backend can), on, off
+    # replies held to their answer's schema: auto (where the backend can), on, off
+    structured: str = "auto"
     history: ChatHistory = field(default_factory=ChatHistory, repr=False)
     backend: Any = field(default=None, repr=False, compare=False)
     budget: Any = field(default=None, repr=False, compare=False)
     listeners: list = field(default_factory=list, repr=False, compare=False)
 
     def __post_init__(self):
-        m = re.search(r",\s*structured\s*=\s*([^,]*)", self.spec or "")       # the spec option `hf:smollm2,structured=off`
+        # the spec option `hf:smollm2,structured=off`
+        m = re.search(r",\s*structured\s*=\s*([^,]*)", self.spec or "")
         if m: self.spec, self.structured = self.spec[:m.start()] + self.spec[m.end():], m.group(1).strip()
-        if self.structured not in STRUCTURED_MODES: raise ValueError(f"structured must be one of {', '.join(STRUCTURED_MODES)}; got {self.structured!r}")
+        if self.structured not in STRUCTURED_MODES:
+            raise ValueError(f"structured must be one of {', '.join(STRUCTURED_MODES)}; got {self.structured!r}")
         if self.backend is None: self.backend = get_backend(self.spec)
         if self.structured == "on" and _cannot_hold(self): raise ValueError(f"structured=on: {_cannot_hold(self)}")
         if self.system and not len(self.history): self.history.add("system", self.system, sender=self.name)
@@ -85,22 +92,25 @@ class Agent:
 # %% ../nbs/02_agents.ipynb #b2b261da
 @patch
 def fresh(self: Agent, backend=None, **changes) -> Agent:
-    "The same agent with an empty history (sharing the backend unless one is given); `changes` replace fields (name, system, params, ...)."
-    kw = dict(name=self.name, spec=self.spec, system=self.system, params=dict(self.params), role=self.role, meta=dict(self.meta), structured=self.structured, budget=self.budget)
+    """The same agent with an empty history (sharing the backend unless one is given); `changes` replace fields (name,
+    system, params, ...)."""
+    kw = dict(name=self.name, spec=self.spec, system=self.system, params=dict(self.params), role=self.role,
+              meta=dict(self.meta), structured=self.structured, budget=self.budget)
     return Agent(**{**kw, **changes}, backend=backend or self.backend)
 
 # %% ../nbs/02_agents.ipynb #4edf57c7
 @patch
 def count_tokens(self: Agent, text: str) -> int:
-    "How many tokens `text` is for this agent's model: its backend's count (through any cache or replay), so no caller unwraps a backend."
+    """How many tokens `text` is for this agent's model: its backend's count (through any cache or replay), so no caller
+    unwraps a backend."""
     return self.backend.count_tokens(text)
 
 # %% ../nbs/02_agents.ipynb #848a9bfe
 @patch
 def info(self: Agent) -> dict:
     "What a transcript records about this agent."
-    return {"name": self.name, "spec": self.spec, "synthetic": self.synthetic, "system": self.system, "params": self.params, "role": self.role, "meta": self.meta,
-            "structured": self.structured}
+    return {"name": self.name, "spec": self.spec, "synthetic": self.synthetic, "system": self.system,
+            "params": self.params, "role": self.role, "meta": self.meta, "structured": self.structured}
 
 # %% ../nbs/02_agents.ipynb #bf086b7c
 @patch
@@ -120,11 +130,16 @@ def _emit(self: Agent, event, **kw):
 async def ask(self: Agent, prompt: str|None, *, kind="text", parse: Callable|None = None, ask: Ask|None = None,
               phase=None, round=None, focus=None, receivers=None, role="moderator", **params) -> Turn:
     "Send `prompt` (if any), call the backend on the whole history, record and parse the reply."
-    ask = replace(ask or Ask(), kind=ask.kind if ask and ask.kind != "text" else kind, agent=self.name, focus=focus if focus is not None else (ask.focus if ask else None),
-                  phase=phase if phase is not None else (ask.phase if ask else None), round=round if round is not None else (ask.round if ask else None))
+    ask = replace(ask or Ask(), kind=ask.kind if ask and ask.kind != "text" else kind, agent=self.name,
+                  focus=focus if focus is not None else (ask.focus if ask else None),
+                  phase=phase if phase is not None else (ask.phase if ask else None),
+                  round=round if round is not None else (ask.round if ask else None))
     params, note = self._structure(ask, params)
-    self._note = note                                    # the schema note the next prompt of this kind carries too (`Debate._round_growth`)
-    if prompt is not None or note: self.history.add(role, (prompt or "") + note if prompt is not None else note.strip(), phase=phase, round=round, focus=focus, receivers=[self.name])
+    # the schema note the next prompt of this kind carries too (`Debate._round_growth`)
+    self._note = note
+    if prompt is not None or note:
+        self.history.add(role, (prompt or "") + note if prompt is not None else note.strip(), phase=phase, round=round,
+                         focus=focus, receivers=[self.name])
     messages = self.history.to_messages()
     turn = Turn(self.name, messages=messages, receivers=receivers, focus=focus)
     budget = self.budget
@@ -138,18 +153,25 @@ async def ask(self: Agent, prompt: str|None, *, kind="text", parse: Callable|Non
         raise
     except Exception as e:
         if budget is not None: budget.pending -= 1
-        turn.error = scrub_secrets(str(e) if isinstance(e, BackendError) else f"{type(e).__name__}: {e}")   # no key reaches a record
+        # no key reaches a record
+        turn.error = scrub_secrets(str(e) if isinstance(e, BackendError) else f"{type(e).__name__}: {e}")
         turn.latency = time.perf_counter() - t0
         self._emit("call_end", turn=turn)
         return turn
     if budget is not None: budget.pending -= 1; budget.charge(c.usage, c.cached)
     c = replace(c, text=scrub_secrets(c.text))       # a server may echo a key back: it is never recorded
     turn.reply, turn.usage, turn.latency, turn.cached = c.text, c.usage, c.latency, c.cached
-    if c.meta.get("structured"): turn.meta["structured"] = c.meta["structured"]     # how the reply was held to its schema
-    if c.meta.get("prefill_tokens") is not None and not c.cached: turn.meta["prefill_tokens"] = c.meta["prefill_tokens"]   # the prompt tokens computed (the rest reused)
-    if c.meta.get("compute_seconds") is not None and not c.cached: turn.meta["compute_seconds"] = c.meta["compute_seconds"]   # an in-process model's share of its batch's generate time
-    if "logprob" in c.meta: turn.meta["logprob"] = c.meta["logprob"]      # the mean log-probability of the reply's tokens (asked with logprobs=True)
-    self.history.add("assistant", c.text, sender=self.name, receivers=receivers, phase=phase, round=round, focus=focus)
+    # how the reply was held to its schema
+    if c.meta.get("structured"): turn.meta["structured"] = c.meta["structured"]
+    # the prompt tokens computed (the rest reused)
+    if c.meta.get("prefill_tokens") is not None and not c.cached: turn.meta["prefill_tokens"] = c.meta["prefill_tokens"]
+    # an in-process model's share of its batch's generate time
+    if c.meta.get("compute_seconds") is not None and not c.cached:
+        turn.meta["compute_seconds"] = c.meta["compute_seconds"]
+    # the mean log-probability of the reply's tokens (asked with logprobs=True)
+    if "logprob" in c.meta: turn.meta["logprob"] = c.meta["logprob"]
+    self.history.add("assistant", c.text, sender=self.name, receivers=receivers, phase=phase, round=round,
+                     focus=focus)
     if parse is not None:
         try: turn.answer = parse(c.text)
         except Exception as e: turn.answer, turn.meta["parse_error"] = None, f"{type(e).__name__}: {e}"
@@ -160,9 +182,11 @@ async def ask(self: Agent, prompt: str|None, *, kind="text", parse: Callable|Non
 # %% ../nbs/02_agents.ipynb #5422d4b3
 @patch
 def _structure(self: Agent, ask: Ask, params: dict) -> tuple[dict, str]:
-    "The call's params with the reply's schema (when this agent's backend can hold a reply to one) and the note that shows it in the prompt."
+    """The call's params with the reply's schema (when this agent's backend can hold a reply to one) and the note that
+    shows it in the prompt."""
     p = {**self.params, **params}
-    return held_call(self.backend, ask, params, self.structured, p.get("max_tokens") or p.get("max_new_tokens") or p.get("max_completion_tokens"))
+    return held_call(self.backend, ask, params, self.structured,
+                     p.get("max_tokens") or p.get("max_new_tokens") or p.get("max_completion_tokens"))
 
 # %% ../nbs/02_agents.ipynb #9494f0eb
 def agent_name(spec: str) -> str:
@@ -179,14 +203,18 @@ def check_spec(spec: str) -> str:
 
 # %% ../nbs/02_agents.ipynb #9122969f
 def split_specs(s: str) -> list[str]:
-    "Backend specs from one string: `;` separates them, and so does a comma before `KIND:`, so `key=value` options stay with their spec."
+    """Backend specs from one string: `;` separates them, and so does a comma before `KIND:`, so `key=value` options
+    stay with their spec."""
     return [x.strip() for x in re.split(r";|,(?=\s*[A-Za-z][\w-]*:)", s) if x.strip()]
 
 # %% ../nbs/02_agents.ipynb #1450f1ef
-TEAM_ENDPOINT_FIELDS = ("max_concurrency", "timeout", "max_retries", "endpoints")   # per member, or for every member at the top of a team file
+# per member, or for every member at the top of a team file
+TEAM_ENDPOINT_FIELDS = ("max_concurrency", "timeout", "max_retries", "endpoints")
 
+# %% ../nbs/02_agents.ipynb #4c7d45e1
 def make_team(members, budget: Budget|None = None) -> list[Agent]:
-    "Agents from specs (`str`, or one comma-separated string), dicts (`name`, `spec`, `system`, `params`, `role`) or `Agent`s, with unique names."
+    """Agents from specs (`str`, or one comma-separated string), dicts (`name`, `spec`, `system`, `params`, `role`) or
+    `Agent`s, with unique names."""
     if isinstance(members, str): members = split_specs(members)
     agents, seen = [], {}
     for m in members:
@@ -195,14 +223,19 @@ def make_team(members, budget: Budget|None = None) -> list[Agent]:
         elif isinstance(m, dict):
             allowed = {"name", "spec", "system", "params", "role", "meta", "structured", *TEAM_ENDPOINT_FIELDS}
             bad = set(m) - allowed
-            if bad: raise ValueError(f"unknown team field(s) {', '.join(sorted(bad))}; allowed: {', '.join(sorted(allowed))}")
+            if bad:
+                raise ValueError(f"unknown team field(s) {', '.join(sorted(bad))}; "
+                                 f"allowed: {', '.join(sorted(allowed))}")
             if "spec" not in m: raise ValueError(f"team member {m} needs a 'spec'")
-            try: a = Agent(m.get("name") or agent_name(m["spec"]), m["spec"], m.get("system"), dict(m.get("params") or {}), m.get("role"), dict(m.get("meta") or {}), m.get("structured", "auto"))
+            try: a = Agent(m.get("name") or agent_name(m["spec"]), m["spec"], m.get("system"),
+                           dict(m.get("params") or {}), m.get("role"), dict(m.get("meta") or {}),
+                           m.get("structured", "auto"))
             except ValueError as e:
                 if "structured" in str(e): raise ValueError(f"team member {m.get('name') or m['spec']}: {e}") from None
                 raise
             ep = {k: m[k] for k in TEAM_ENDPOINT_FIELDS if k in m}
-            if ep and hasattr(a.backend, "configure"):               # OpenAI-compatible endpoints; other backends have none
+            # OpenAI-compatible endpoints; other backends have none
+            if ep and hasattr(a.backend, "configure"):
                 try: a.backend.configure(**ep)
                 except ValueError as e: raise ValueError(f"team member {a.name}: {e}") from None
         else: raise TypeError(f"team members are spec strings, dicts or Agents; got {type(m).__name__}")
@@ -218,27 +251,33 @@ def make_team(members, budget: Budget|None = None) -> list[Agent]:
 # %% ../nbs/02_agents.ipynb #249edd18
 DEFAULT_TEAM = ("synthetic:strong,seed=1", "synthetic:medium,seed=2", "synthetic:weak,seed=3")
 
+# %% ../nbs/02_agents.ipynb #cde25f8f
 def default_team(budget=None) -> list[Agent]:
     "madlab's embedded offline team: three synthetic agents of decreasing skill."
     return make_team(list(DEFAULT_TEAM), budget)
 
 # %% ../nbs/02_agents.ipynb #a9ea702f
 def load_team(path) -> list[Agent]:
-    "A team from a YAML or JSON file: a list of members (see `make_team`), or `{agents: [...]}` with optional `max_concurrency`, `timeout`, `max_retries`, `endpoints`, `structured` for every member."
+    """A team from a YAML or JSON file: a list of members (see `make_team`), or `{agents: [...]}` with optional
+    `max_concurrency`, `timeout`, `max_retries`, `endpoints`, `structured` for every member."""
     import yaml
     from pathlib import Path
     data = yaml.safe_load(Path(path).read_text())
     if isinstance(data, dict):
         common = {k: data[k] for k in (*TEAM_ENDPOINT_FIELDS, "structured") if k in data}
         data = data.get("agents")
-        if common and isinstance(data, list): data = [{**common, **({"spec": m} if isinstance(m, str) else m)} if isinstance(m, (str, dict)) else m for m in data]
+        if common and isinstance(data, list):
+            data = [{**common, **({"spec": m} if isinstance(m, str) else m)} if isinstance(m, (str, dict)) else m
+                    for m in data]
     if not isinstance(data, list): raise ValueError(f"{path}: a team file holds a list of agents (or agents: [...])")
     return make_team(data)
 
 # %% ../nbs/02_agents.ipynb #6f4a92a6
 def set_structured(agents, mode: str) -> list:
-    "Set every agent's `structured` mode (auto, on, off); raises `OptionError('structured', ...)` naming a member that cannot."
-    if mode not in STRUCTURED_MODES: raise OptionError("structured", f"must be one of {', '.join(STRUCTURED_MODES)}; got {mode!r}")
+    """Set every agent's `structured` mode (auto, on, off); raises `OptionError('structured', ...)` naming a member that
+    cannot."""
+    if mode not in STRUCTURED_MODES:
+        raise OptionError("structured", f"must be one of {', '.join(STRUCTURED_MODES)}; got {mode!r}")
     for a in agents:
         if mode == "on" and _cannot_hold(a): raise OptionError("structured", f"on: {a.name} ({_cannot_hold(a)})")
         a.structured = mode
@@ -246,7 +285,8 @@ def set_structured(agents, mode: str) -> list:
 
 # %% ../nbs/02_agents.ipynb #aacdb854
 def with_cache(agents: list[Agent], cache=True) -> list[Agent]:
-    "Wrap the agents' backends in `CachedBackend` (`cache`: True for the default folder, a path, or False/None for no cache)."
+    """Wrap the agents' backends in `CachedBackend` (`cache`: True for the default folder, a path, or False/None for no
+    cache)."""
     if cache is False or cache is None: return agents
     path = os.fspath(cache) if isinstance(cache, (str, os.PathLike)) else None
     wrapped = {}

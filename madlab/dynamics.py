@@ -23,51 +23,62 @@ __all__ = ['POSITION_COLUMNS', 'TRANSITIONS', 'ITEM_COLUMNS', 'TRANSITION_COLUMN
 _NO_POSITION = object()
 
 def _stated(a):
-    "The answer `a` states, as it is compared and scored: `a` itself, or the `decision` of a record that is no `Answer` (an S4 position or vote); `_NO_POSITION` for a record that answers nothing (an S4 challenge)."
+    """The answer `a` states, as it is compared and scored: `a` itself, or the `decision` of a record that is no
+    `Answer` (an S4 position or vote); `_NO_POSITION` for a record that answers nothing (an S4 challenge)."""
     if a is None or isinstance(a, (Answer, dict, list, tuple, str, int, float, bool)): return a
     d = getattr(a, "decision", None)
     return _NO_POSITION if d is None else d
 
 def answer_rounds(t: Transcript) -> list:
-    "(round, [turns]) for each answer round of `t`, in order: rounds of a voting phase, each debater's last turn in it that states an answer (helper roles left out)."
+    """(round, [turns]) for each answer round of `t`, in order: rounds of a voting phase, each debater's last turn in it
+    that states an answer (helper roles left out)."""
     roles = {a.get("name"): a.get("role") for a in t.team}
     out = []
     for r in t.rounds:
         if r.phase in NOT_VOTING: continue
         last = {}
         for tu in r.turns:
-            if roles.get(tu.agent) in HELPER_ROLES or (tu.error is None and _stated(tu.answer) is _NO_POSITION): continue
+            if roles.get(tu.agent) in HELPER_ROLES or (tu.error is None and _stated(tu.answer) is _NO_POSITION):
+                continue
             last[tu.agent] = tu
         if not any(tu.error is None for tu in last.values()): continue
         prev = out[-1][0] if out else None
-        if r.meta.get("restart") and prev is not None and (prev.phase, prev.meta.get("depth")) == (r.phase, r.meta.get("depth")):
-            out[-1] = (r, list(last.values()))                   # a restarted attempt (critic-actor) replaces the one it abandoned
+        if (r.meta.get("restart") and prev is not None
+                and (prev.phase, prev.meta.get("depth")) == (r.phase, r.meta.get("depth"))):
+            # a restarted attempt (critic-actor) replaces the one it abandoned
+            out[-1] = (r, list(last.values()))
         else: out.append((r, list(last.values())))
     return out
 
 # %% ../nbs/05c_dynamics.ipynb #67145488
 def _units(a) -> dict:
-    "part -> value key of answer `a`: one per player of a parted answer (an `Answer` with parts, a dict of player -> role), else {'answer': key} (None: unreadable)."
-    ps = a.parts() if isinstance(a, Answer) else a if isinstance(a, dict) and a and all(isinstance(v, (str, type(None))) for v in a.values()) else None
+    """part -> value key of answer `a`: one per player of a parted answer (an `Answer` with parts, a dict of player ->
+    role), else {'answer': key} (None: unreadable)."""
+    ps = (a.parts() if isinstance(a, Answer)
+          else a if isinstance(a, dict) and a and all(isinstance(v, (str, type(None))) for v in a.values()) else None)
     if ps: return {str(k): None if v is None else answer_key(v) for k, v in ps.items()}
     return {"answer": answer_key(a)}
 
 def _scorer(item):
-    "fn(part, value, answer) -> whether a stated value is right: a player's role against the gold role, a whole answer by the task's format (None without gold)."
+    """fn(part, value, answer) -> whether a stated value is right: a player's role against the gold role, a whole answer
+    by the task's format (None without gold)."""
     gold = getattr(item, "gold", None)
     try: fmt = answer_format(item)
     except ValueError: fmt = None
     def right(part, value, answer):
         if gold is None or value is None: return None if gold is None else False
-        if isinstance(gold, dict) and part != "answer": return None if part not in gold else str(value).lower() == str(gold[part]).lower()
+        if isinstance(gold, dict) and part != "answer":
+            return None if part not in gold else str(value).lower() == str(gold[part]).lower()
         if fmt is None: return value == answer_key(gold)
         try: return bool(fmt.score(answer, gold))
         except (TypeError, ValueError, AttributeError): return False
     return right
 
 # %% ../nbs/05c_dynamics.ipynb #1aafa21e
-POSITION_COLUMNS = ["item_id", "protocol", "step", "round", "phase", "agent", "part", "value", "summary", "valid", "failed", "correct"]
+POSITION_COLUMNS = ["item_id", "protocol", "step", "round", "phase", "agent", "part", "value", "summary", "valid",
+                    "failed", "correct"]
 
+# %% ../nbs/05c_dynamics.ipynb #cbfdb403
 def _ts(transcripts) -> list:
     if isinstance(transcripts, Transcript): return [transcripts]
     if isinstance(transcripts, dict): return list(transcripts.values())
@@ -79,30 +90,38 @@ def _positions_of(t: Transcript) -> list:
     for step, (r, turns) in enumerate(answer_rounds(t), 1):
         at = {**base, "step": step, "round": r.index + 1, "phase": r.phase}
         for tu in turns:
-            focus = r.meta.get("focus") or tu.focus                 # a round on one player: an unreadable answer is about that player
+            # a round on one player: an unreadable answer is about that player
+            focus = r.meta.get("focus") or tu.focus
             if tu.error is not None:
-                rows.append({**at, "agent": tu.agent, "part": str(focus or "answer"), "value": None, "summary": "failed", "valid": False, "failed": True, "correct": None}); continue
+                rows.append({**at, "agent": tu.agent, "part": str(focus or "answer"), "value": None,
+                             "summary": "failed", "valid": False, "failed": True, "correct": None}); continue
             a = _stated(tu.answer)
             units = _units(a)
             for part, v in ({str(focus): None} if focus and units == {"answer": None} else units).items():
-                rows.append({**at, "agent": tu.agent, "part": part, "value": v, "summary": str(v) if part != "answer" else answer_summary(a) if v is not None else "invalid",
+                rows.append({**at, "agent": tu.agent, "part": part, "value": v,
+                             "summary": (str(v) if part != "answer"
+                                         else answer_summary(a) if v is not None else "invalid"),
                              "valid": v is not None, "failed": False, "correct": right(part, v, a)})
     return rows
 
 def _frame(rows: list, columns: list) -> pd.DataFrame:
     "A table of `rows` whose answer values stay as they are (42 stays 42 beside a None), the other columns typed."
     df = pd.DataFrame(rows, columns=columns, dtype=object)
-    rest = [c for c in columns if c not in ("value", "from", "to", "majority", "correct", "oracle_right", "decided_right", "oracle_gap")]
+    rest = [c for c in columns
+            if c not in ("value", "from", "to", "majority", "correct", "oracle_right", "decided_right", "oracle_gap")]
     df[rest] = df[rest].infer_objects()
     return df
 
 def debate_positions(transcripts) -> pd.DataFrame:
-    "One row per (item, answer round, agent, part) of `transcripts` (a Transcript, a list, or a dict of them): what the agent stated, and whether it is right."
+    """One row per (item, answer round, agent, part) of `transcripts` (a Transcript, a list, or a dict of them): what
+    the agent stated, and whether it is right."""
     return _frame([row for t in _ts(transcripts) for row in _positions_of(t)], POSITION_COLUMNS)
 
 # %% ../nbs/05c_dynamics.ipynb #69a5559c
-TRANSITIONS = ("incorrect→correct", "correct→incorrect", "kept correct", "kept incorrect", "changed, still incorrect", "kept", "changed", "invalid", "failed")
+TRANSITIONS = ("incorrect→correct", "correct→incorrect", "kept correct", "kept incorrect", "changed, still incorrect",
+               "kept", "changed", "invalid", "failed")
 
+# %% ../nbs/05c_dynamics.ipynb #f31017f2
 def transition_kind(was, now) -> str:
     "How a position moved from `was` to `now`, each (value, correct): one of `TRANSITIONS` (correct None: no gold)."
     (v0, c0), (v1, c1) = was, now
@@ -123,7 +142,8 @@ def _majority(held: dict):
 # %% ../nbs/05c_dynamics.ipynb #a097253f
 def _moves(rows: list) -> tuple[list, list]:
     "The transitions and the influence chances of one item's positions (`rows`, in step order)."
-    state, trans, infl = {}, [], []                     # part -> agent -> (value, correct): the latest readable position
+    # part -> agent -> (value, correct): the latest readable position
+    state, trans, infl = {}, [], []
     for step, group in itertools.groupby(rows, key=lambda r: r["step"]):
         prev = {p: dict(held) for p, held in state.items()}
         for r in group:
@@ -131,8 +151,9 @@ def _moves(rows: list) -> tuple[list, list]:
             at = {k: r[k] for k in ("item_id", "protocol", "step", "round", "phase", "agent", "part")}
             was = prev.get(p, {}).get(a)
             if not r["valid"]:
-                if step > 1: trans.append({**at, "from": None if was is None else was[0], "to": None, "kind": "failed" if r["failed"] else "invalid",
-                                       "majority": None, "conform_chance": False, "conformed": False})
+                if step > 1: trans.append({**at, "from": None if was is None else was[0], "to": None,
+                                           "kind": "failed" if r["failed"] else "invalid",
+                                           "majority": None, "conform_chance": False, "conformed": False})
                 continue
             now = (r["value"], r["correct"])
             state.setdefault(p, {})[a] = now
@@ -141,7 +162,8 @@ def _moves(rows: list) -> tuple[list, list]:
             chance = major is not None and was[0] != major
             trans.append({**at, "from": was[0], "to": now[0], "kind": transition_kind(was, now), "majority": major,
                           "conform_chance": chance, "conformed": chance and now[0] == major})
-            infl += [{**at, "source": k, "moved": now[0] == v} for k, (v, _) in prev[p].items() if k != a and v != was[0]]
+            infl += [{**at, "source": k, "moved": now[0] == v} for k, (v, _) in prev[p].items()
+                     if k != a and v != was[0]]
     return trans, infl
 
 # %% ../nbs/05c_dynamics.ipynb #2edd0b6a
@@ -159,36 +181,47 @@ def _oracle_right(t: Transcript, rows: list):
     "Whether every part of the gold answer was stated right by some agent in some answer round (None without gold)."
     gold = getattr(t.item, "gold", None)
     if gold is None: return None
-    parts = [str(k) for k in gold] if isinstance(gold, dict) and any(r["part"] not in (None, "answer") for r in rows) else ["answer"]
+    parts = ([str(k) for k in gold] if isinstance(gold, dict) and any(r["part"] not in (None, "answer") for r in rows)
+             else ["answer"])
     hit = {r["part"] for r in rows if r["correct"]}
     return all(p in hit for p in parts)
 
 # %% ../nbs/05c_dynamics.ipynb #2ed73c1b
-ITEM_COLUMNS = ["item_id", "protocol", "answer_rounds", "to_correct", "to_incorrect", "kept_correct", "kept_incorrect", "changed_incorrect", "changed",
-                "invalid_turns", "failed_turns", "conform_chances", "conformed", "oracle_right", "decided_right", "oracle_gap"]
-_ITEM_KINDS = {"to_correct": ("incorrect→correct",), "to_incorrect": ("correct→incorrect",), "kept_correct": ("kept correct",), "kept_incorrect": ("kept incorrect",),
-               "changed_incorrect": ("changed, still incorrect",), "changed": ("changed",), "invalid_turns": ("invalid",), "failed_turns": ("failed",)}
+ITEM_COLUMNS = ["item_id", "protocol", "answer_rounds", "to_correct", "to_incorrect", "kept_correct", "kept_incorrect",
+                "changed_incorrect", "changed", "invalid_turns", "failed_turns", "conform_chances", "conformed",
+                "oracle_right", "decided_right", "oracle_gap"]
+_ITEM_KINDS = {"to_correct": ("incorrect→correct",), "to_incorrect": ("correct→incorrect",),
+               "kept_correct": ("kept correct",), "kept_incorrect": ("kept incorrect",),
+               "changed_incorrect": ("changed, still incorrect",), "changed": ("changed",),
+               "invalid_turns": ("invalid",), "failed_turns": ("failed",)}
 
 def _item_row(t: Transcript, rows: list, trans: list) -> dict:
     kinds = collections.Counter(r["kind"] for r in trans)
     o, d = _oracle_right(t, rows), _decided_right(t)
-    return {"item_id": str(t.meta.get("id", getattr(t.item, "id", None))), "protocol": t.protocol, "answer_rounds": len({r["step"] for r in rows}),
+    return {"item_id": str(t.meta.get("id", getattr(t.item, "id", None))), "protocol": t.protocol,
+            "answer_rounds": len({r["step"] for r in rows}),
             **{c: sum(kinds[k] for k in ks) for c, ks in _ITEM_KINDS.items()},
             "conform_chances": sum(r["conform_chance"] for r in trans), "conformed": sum(r["conformed"] for r in trans),
             "oracle_right": o, "decided_right": d, "oracle_gap": None if o is None or d is None else bool(o and not d)}
 
 # %% ../nbs/05c_dynamics.ipynb #a3ccec4d
-TRANSITION_COLUMNS = ["item_id", "protocol", "step", "round", "phase", "agent", "part", "from", "to", "kind", "majority", "conform_chance", "conformed"]
+TRANSITION_COLUMNS = ["item_id", "protocol", "step", "round", "phase", "agent", "part", "from", "to", "kind",
+                      "majority", "conform_chance", "conformed"]
+
+# %% ../nbs/05c_dynamics.ipynb #df303a5e
 INFLUENCE_COLUMNS = ["item_id", "protocol", "step", "round", "phase", "agent", "part", "source", "moved"]
 
+# %% ../nbs/05c_dynamics.ipynb #6efa45b3
 @dataclass
 class Dynamics:
-    "The dynamics of a set of debates: `positions`, `transitions`, influence chances (`chances`: a mover, a `source`, whether it `moved`) and one row per item (`items`)."
+    """The dynamics of a set of debates: `positions`, `transitions`, influence chances (`chances`: a mover, a `source`,
+    whether it `moved`) and one row per item (`items`)."""
     positions: pd.DataFrame
     transitions: pd.DataFrame
     chances: pd.DataFrame
     items: pd.DataFrame
 
+# %% ../nbs/05c_dynamics.ipynb #fbd85675
 def debate_dynamics(transcripts) -> Dynamics:
     "The `Dynamics` of `transcripts` (a Transcript, a list, or a dict of them), read once."
     pos, trans, infl, items = [], [], [], []
@@ -197,14 +230,17 @@ def debate_dynamics(transcripts) -> Dynamics:
         tr_, in_ = _moves(rows)
         pos += rows; trans += tr_; infl += in_
         items.append(_item_row(t, rows, tr_))
-    return Dynamics(_frame(pos, POSITION_COLUMNS), _frame(trans, TRANSITION_COLUMNS), _frame(infl, INFLUENCE_COLUMNS), _frame(items, ITEM_COLUMNS))
+    return Dynamics(_frame(pos, POSITION_COLUMNS), _frame(trans, TRANSITION_COLUMNS), _frame(infl, INFLUENCE_COLUMNS),
+                    _frame(items, ITEM_COLUMNS))
 
 # %% ../nbs/05c_dynamics.ipynb #403c18a5
 def _counts(tr: pd.DataFrame, by) -> pd.DataFrame:
     by = [by] if isinstance(by, str) else list(by)
     kinds = [k for k in TRANSITIONS if k in set(tr.kind)] or list(TRANSITIONS[:5])
-    c = tr.groupby(by + ["kind"]).size().unstack("kind", fill_value=0).reindex(columns=kinds, fill_value=0) if len(tr) else pd.DataFrame(columns=by + kinds).set_index(by)
-    g = tr.groupby(by)[["conform_chance", "conformed"]].sum() if len(tr) else pd.DataFrame(columns=by + ["conform_chance", "conformed"]).set_index(by)
+    c = (tr.groupby(by + ["kind"]).size().unstack("kind", fill_value=0).reindex(columns=kinds, fill_value=0) if len(tr)
+         else pd.DataFrame(columns=by + kinds).set_index(by))
+    g = (tr.groupby(by)[["conform_chance", "conformed"]].sum() if len(tr)
+         else pd.DataFrame(columns=by + ["conform_chance", "conformed"]).set_index(by))
     out = c.join(g.rename(columns={"conform_chance": "conform_chances"})).astype(int)
     out["conformity"] = out.conformed / out.conform_chances.where(out.conform_chances > 0)
     out.columns.name = None
@@ -212,9 +248,11 @@ def _counts(tr: pd.DataFrame, by) -> pd.DataFrame:
 
 @patch
 def by_round(self: Dynamics, by="step") -> pd.DataFrame:
-    "Per answer round (or per `by` columns of `transitions`): each kind of transition, conformity chances, conformed and the rate."
+    """Per answer round (or per `by` columns of `transitions`): each kind of transition, conformity chances, conformed
+    and the rate."""
     return _counts(self.transitions, by)
 
+# %% ../nbs/05c_dynamics.ipynb #3c1835bc
 @patch
 def by_agent(self: Dynamics) -> pd.DataFrame:
     "Per agent: each kind of transition, conformity chances, conformed and the rate."
@@ -223,27 +261,36 @@ def by_agent(self: Dynamics) -> pd.DataFrame:
 # %% ../nbs/05c_dynamics.ipynb #11c00671
 @patch
 def influence(self: Dynamics, matrix: bool = False) -> pd.DataFrame:
-    "Per agent (`source`): chances others had to move to its previous answer, how many did (`moves`), and the rate; `matrix`: rates by mover (rows) and source."
+    """Per agent (`source`): chances others had to move to its previous answer, how many did (`moves`), and the rate;
+    `matrix`: rates by mover (rows) and source."""
     c = self.chances
-    if matrix: return c.pivot_table(index="agent", columns="source", values="moved", aggfunc="mean") if len(c) else pd.DataFrame()
-    g = c.groupby("source").moved.agg(chances="size", moves="sum") if len(c) else pd.DataFrame(columns=["chances", "moves"])
+    if matrix:
+        return (c.pivot_table(index="agent", columns="source", values="moved", aggfunc="mean") if len(c)
+                else pd.DataFrame())
+    g = (c.groupby("source").moved.agg(chances="size", moves="sum") if len(c)
+         else pd.DataFrame(columns=["chances", "moves"]))
     g = g.astype(int)
     g["influence"] = g.moves / g.chances.where(g.chances > 0)
     return g.sort_values("influence", ascending=False)
 
+# %% ../nbs/05c_dynamics.ipynb #01f61223
 @patch
 def oracle(self: Dynamics) -> dict:
-    "Over the items with gold and a decision: how many, how many decided right, how many had a right answer stated (`oracle right`) and the oracle gap (count and share of items)."
+    """Over the items with gold and a decision: how many, how many decided right, how many had a right answer stated
+    (`oracle right`) and the oracle gap (count and share of items)."""
     s = self.items[self.items.oracle_gap.notna()]
     n = len(s)
     gap = int(s.oracle_gap.astype(bool).sum())
-    return {"items": n, "decided right": int(s.decided_right.astype(bool).sum()), "oracle right": int(s.oracle_right.astype(bool).sum()),
+    return {"items": n, "decided right": int(s.decided_right.astype(bool).sum()),
+            "oracle right": int(s.oracle_right.astype(bool).sum()),
             "oracle gap": gap, "oracle gap share": gap / n if n else float("nan")}
 
 # %% ../nbs/05c_dynamics.ipynb #d89c44f8
-TRANSITION_COLOURS = {"incorrect→correct": "#2ca02c", "correct→incorrect": "#d62728", "kept correct": "#98df8a", "kept incorrect": "#ff9896",
-                      "changed, still incorrect": "#ff7f0e", "kept": "#aec7e8", "changed": "#1f77b4", "invalid": "#c7c7c7", "failed": "#7f7f7f"}
+TRANSITION_COLOURS = {"incorrect→correct": "#2ca02c", "correct→incorrect": "#d62728", "kept correct": "#98df8a",
+                      "kept incorrect": "#ff9896", "changed, still incorrect": "#ff7f0e", "kept": "#aec7e8",
+                      "changed": "#1f77b4", "invalid": "#c7c7c7", "failed": "#7f7f7f"}
 
+# %% ../nbs/05c_dynamics.ipynb #c4682ece
 @patch
 def _round_counts(self: Dynamics):
     t = self.by_round()
@@ -256,10 +303,14 @@ def figure(self: Dynamics, title: str|None = None) -> "go.Figure":
     t, kinds = self._round_counts()
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     for k in kinds:
-        fig.add_bar(x=t.index, y=t[k], name=k, marker_color=TRANSITION_COLOURS[k], hovertemplate=f"round %{{x}}: %{{y}} {k}<extra></extra>")
-    fig.add_scatter(x=t.index, y=t.conformity, name="conformity", mode="lines+markers", line=dict(color="black", dash="dot"), secondary_y=True,
-                    customdata=t[["conformed", "conform_chances"]].values, hovertemplate="round %{x}: %{customdata[0]} of %{customdata[1]} chances<extra>conformity</extra>")
-    fig.update_layout(barmode="stack", template="plotly_white", height=380, title=title or "Transitions into each answer round",
+        fig.add_bar(x=t.index, y=t[k], name=k, marker_color=TRANSITION_COLOURS[k],
+                    hovertemplate=f"round %{{x}}: %{{y}} {k}<extra></extra>")
+    fig.add_scatter(x=t.index, y=t.conformity, name="conformity", mode="lines+markers",
+                    line=dict(color="black", dash="dot"), secondary_y=True,
+                    customdata=t[["conformed", "conform_chances"]].values,
+                    hovertemplate="round %{x}: %{customdata[0]} of %{customdata[1]} chances<extra>conformity</extra>")
+    fig.update_layout(barmode="stack", template="plotly_white", height=380,
+                      title=title or "Transitions into each answer round",
                       xaxis=dict(title="answer round (1: the first answers)", dtick=1), legend_traceorder="normal")
     fig.update_yaxes(title_text="positions", secondary_y=False)
     fig.update_yaxes(title_text="conformity", range=[0, 1.05], secondary_y=True, showgrid=False)
@@ -275,22 +326,26 @@ def svg(self: Dynamics, width: int = 560, height: int = 260) -> str:
     pw, ph = width - left - legend, height - bottom - 16
     top = max(int(t[kinds].sum(axis=1).max()), 1) if len(t) else 1
     bw = pw / max(len(t), 1)
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="11">',
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+           'font-family="sans-serif" font-size="11">',
            f'<line x1="{left}" y1="{height - bottom}" x2="{left + pw}" y2="{height - bottom}" stroke="#444"/>',
            f'<line x1="{left}" y1="{16}" x2="{left}" y2="{height - bottom}" stroke="#444"/>',
-           f'<text x="{left - 4}" y="20" text-anchor="end">{top}</text><text x="{left - 4}" y="{height - bottom}" text-anchor="end">0</text>',
+           f'<text x="{left - 4}" y="20" text-anchor="end">{top}</text>'
+           f'<text x="{left - 4}" y="{height - bottom}" text-anchor="end">0</text>',
            f'<text x="{left + pw / 2:.0f}" y="{height - 4}" text-anchor="middle">answer round</text>']
     for i, s in enumerate(t.index):
         y = height - bottom
         for k in kinds:
             h = t.loc[s, k] / top * ph
             if h > 0:
-                out.append(f'<rect x="{left + i * bw + bw * .15:.1f}" y="{y - h:.1f}" width="{bw * .7:.1f}" height="{h:.1f}" fill="{TRANSITION_COLOURS[k]}">'
+                out.append(f'<rect x="{left + i * bw + bw * .15:.1f}" y="{y - h:.1f}" width="{bw * .7:.1f}" '
+                           f'height="{h:.1f}" fill="{TRANSITION_COLOURS[k]}">'
                            f'<title>round {s}: {t.loc[s, k]} {e(k)}</title></rect>')
                 y -= h
         out.append(f'<text x="{left + i * bw + bw / 2:.1f}" y="{height - bottom + 13}" text-anchor="middle">{s}</text>')
     for j, k in enumerate(kinds):
-        out.append(f'<rect x="{width - legend + 10}" y="{20 + 16 * j}" width="10" height="10" fill="{TRANSITION_COLOURS[k]}"/>'
+        out.append(f'<rect x="{width - legend + 10}" y="{20 + 16 * j}" width="10" height="10" '
+                   f'fill="{TRANSITION_COLOURS[k]}"/>'
                    f'<text x="{width - legend + 25}" y="{29 + 16 * j}">{e(k)}</text>')
     return "".join(out) + "</svg>"
 
@@ -298,7 +353,9 @@ def svg(self: Dynamics, width: int = 560, height: int = 260) -> str:
 @patch
 def _summary(self: Dynamics) -> str:
     o, c = self.oracle(), self.transitions
-    moves = f"{len(c)} transitions · {int(c.conformed.sum())} of {int(c.conform_chance.sum())} conformity chances taken" if len(c) else "no transitions"
+    moves = (f"{len(c)} transitions · {int(c.conformed.sum())} of {int(c.conform_chance.sum())} "
+             "conformity chances taken"
+             if len(c) else "no transitions")
     gap = f"oracle gap on {o['oracle gap']} of {o['items']} scored items" if o["items"] else "no scored decisions"
     n = len(self.items)
     return f"{n} debate{'' if n == 1 else 's'} · {moves} · {gap}"
@@ -308,7 +365,8 @@ def _repr_html_(self: Dynamics) -> str:
     r = self.by_round()
     return (f"<div class='madlab-dynamics'><b>Debate dynamics</b>: {html.escape(self._summary())}"
             f"<br><i>per answer round</i>{r.to_html(float_format=lambda x: f'{x:.3f}')}"
-            f"<i>influence (others moving to the agent's previous answer)</i>{self.influence().to_html(float_format=lambda x: f'{x:.3f}')}</div>")
+            f"<i>influence (others moving to the agent's previous answer)</i>"
+            f"{self.influence().to_html(float_format=lambda x: f'{x:.3f}')}</div>")
 
 @patch
 def __repr__(self: Dynamics) -> str: return f"Dynamics({self._summary()})"

@@ -23,7 +23,8 @@ def _same(answer, gold) -> bool: return answer is not None and answer == gold
 
 @dataclass
 class AnswerFormat:
-    "One kind of answer: how to ask for it, parse it, score it, constrain it, write it synthetically, and what its answers carry."
+    """One kind of answer: how to ask for it, parse it, score it, constrain it, write it synthetically, and what its
+    answers carry."""
     kind: str                              # the request kind (`Ask.kind`) the format answers, e.g. "number", "kks.full"
     instructions: str = ""                 # appended to the question
     parse: Callable[[str], Any] = _unparsed   # reply -> answer or None
@@ -31,22 +32,28 @@ class AnswerFormat:
     options: dict = field(default_factory=dict)   # Ask.options for synthetic agents (choices, labels, ...)
     bind: Callable|None = None             # item -> the format specialised to that item (e.g. its players)
     metrics: Callable|None = None          # (answer, gold) -> dict of further metrics (e.g. per-player accuracy)
-    refusal: Any = None                    # the answer that means "refused" (what an input screen's block counts as), if the task has one
+    # the answer that means "refused" (what an input screen's block counts as), if the task has one
+    refusal: Any = None
     schema: Callable|None = None           # Ask -> AnswerSchema|None: the JSON shape of a valid reply (None: free text)
     reply: Callable|None = None            # (ask, persona, rng) -> str: how a synthetic agent writes such a reply
-    features: frozenset = frozenset()      # what the answers carry for decision rules ("confidence", "parts", "ranking")
-    gold_problem: Callable|None = None     # (gold, options) -> why `gold` cannot be a right answer ("is not a number"), or None
+    # what the answers carry for decision rules ("confidence", "parts", "ranking")
+    features: frozenset = frozenset()
+    # (gold, options) -> why `gold` cannot be a right answer ("is not a number"), or None
+    gold_problem: Callable|None = None
 
     def __post_init__(self): self.features = frozenset(self.features)
 
 # %% ../nbs/00a_formats.ipynb #78130506
 FORMATS: Registry[AnswerFormat] = Registry("answer format", AnswerFormat, "madlab.formats")   # kind -> its format
 
+# %% ../nbs/00a_formats.ipynb #5ff2b529
 def register_format(fmt: AnswerFormat, replace: bool = False) -> AnswerFormat:
     "Register `fmt` under its kind (a kind taken by a format defined elsewhere needs `replace`); returns it."
-    if not isinstance(fmt, AnswerFormat): raise TypeError(f"register_format takes an AnswerFormat (its kind is its key); got {type(fmt).__name__}")
+    if not isinstance(fmt, AnswerFormat):
+        raise TypeError(f"register_format takes an AnswerFormat (its kind is its key); got {type(fmt).__name__}")
     return FORMATS.register(fmt.kind, fmt, replace)
 
+# %% ../nbs/00a_formats.ipynb #45810e2c
 def get_format(kind: str) -> AnswerFormat:
     "The registered format of `kind` (an installed package's entry point is loaded on first use)."
     return FORMATS.lookup(kind)
@@ -58,11 +65,15 @@ def schema_for(ask: Ask|None) -> AnswerSchema|None:
     return fmt.schema(ask) if fmt is not None and fmt.schema is not None else None
 
 # %% ../nbs/00a_formats.ipynb #715b9697
-def reasoned(fields: dict, answer_tokens: int = 16, reasoning: str = "reasoning", prompted: bool = False) -> AnswerSchema:
-    "An `AnswerSchema` of an object with a free-text `reasoning` field first, then `fields` (each a JSON schema), all required."
+def reasoned(fields: dict, answer_tokens: int = 16, reasoning: str = "reasoning",
+             prompted: bool = False) -> AnswerSchema:
+    """An `AnswerSchema` of an object with a free-text `reasoning` field first, then `fields` (each a JSON schema), all
+    required."""
     props = {reasoning: {"type": "string", "description": "your reasoning"}, **fields}
-    return AnswerSchema({"type": "object", "properties": props, "required": list(props), "additionalProperties": False}, reasoning, answer_tokens, prompted)
+    return AnswerSchema({"type": "object", "properties": props, "required": list(props), "additionalProperties": False},
+                        reasoning, answer_tokens, prompted)
 
+# %% ../nbs/00a_formats.ipynb #84606924
 def answer_field(text, key: str = "answer"):
     "The value of `key` in the last JSON object of `text` that has it, or None (a structured reply's answer field)."
     objs = json_objects(text) if isinstance(text, str) else []
@@ -71,7 +82,8 @@ def answer_field(text, key: str = "answer"):
 # %% ../nbs/00a_formats.ipynb #ae1cb9f4
 @dataclass
 class Task:
-    "A task: its loader `load(data, size) -> [Item]`, its answer format, its default data (a path in madlab's data folder; None: `data` is required), and what its data is."
+    """A task: its loader `load(data, size) -> [Item]`, its answer format, its default data (a path in madlab's data
+    folder; None: `data` is required), and what its data is."""
     name: str
     load: Callable
     format: AnswerFormat
@@ -80,14 +92,19 @@ class Task:
     doc: str = ""
     own_data: bool = False      # the loader needs no data (it makes its items, or a task file reads the data it names)
     size: str = ""              # what `size` picks in its data (e.g. players per game); empty: the task takes no size
-    default_items: tuple|None = None   # the 1-based positions a run takes when it names neither items nor --n (None: all)
-    public_set: str|None = None        # the public set (`madlab data get`) read when `data` is None and `--data` is left out
+    # the 1-based positions a run takes when it names neither items nor --n (None: all)
+    default_items: tuple|None = None
+    # the public set (`madlab data get`) read when `data` is None and `--data` is left out
+    public_set: str|None = None
 
+# %% ../nbs/00a_formats.ipynb #f03068ea
 TASKS: Registry[Task] = Registry("task", Task, "madlab.tasks")     # name -> task: the one registry of tasks
 
+# %% ../nbs/00a_formats.ipynb #81d7bae6
 def register_task(task: Task, replace: bool = False) -> Task:
     "Register `task` under its name (a name taken by a task defined elsewhere needs `replace`); returns it."
-    if not isinstance(task, Task) or not isinstance(task.format, AnswerFormat): raise TypeError(f"register_task takes a Task with an AnswerFormat; got {task!r:.80}")
+    if not isinstance(task, Task) or not isinstance(task.format, AnswerFormat):
+        raise TypeError(f"register_task takes a Task with an AnswerFormat; got {task!r:.80}")
     return TASKS.register(task.name, task, replace)
 
 # %% ../nbs/00a_formats.ipynb #6b7a78c9

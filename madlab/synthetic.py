@@ -25,15 +25,23 @@ class Persona:
     skill: float = 0.7            # chance of a right answer per item (or per player)
     susceptibility: float = 0.3   # chance of adopting the peers' majority when it differs
     malformed: float = 0.0        # chance of an unparseable reply
-    calibration: float = 0.0      # how far its simulated signals (confidence, log-probability) track correctness; 0 (unless stated): not at all, 1: fully
+    # how far its simulated signals (confidence, log-probability) track correctness; 0 (unless stated): not at all,
+    # 1: fully
+    calibration: float = 0.0
     seed: int = 0
     latency: float = 0.0          # seconds per call (simulated)
-    defer: float = 0.0            # chance of adopting a peer's differing answer that has no majority (a lone, confident voice)
-    anchor: float = 0.0           # chance of restating its own first belief, whatever it said (or was made to say) before
-    item_corr: float = 0.0        # share of its chance of being right that comes from the item's difficulty, common to every agent (0: independent of the others)
-    sample_corr: float = 1.0      # how alike its repeated samples of one request are (1: one belief per item; 0: each sample's belief drawn afresh)
+    # chance of adopting a peer's differing answer that has no majority (a lone, confident voice)
+    defer: float = 0.0
+    # chance of restating its own first belief, whatever it said (or was made to say) before
+    anchor: float = 0.0
+    # share of its chance of being right that comes from the item's difficulty, common to every agent (0: independent of
+    # the others)
+    item_corr: float = 0.0
+    # how alike its repeated samples of one request are (1: one belief per item; 0: each sample's belief drawn afresh)
+    sample_corr: float = 1.0
     conviction: float = 0.0       # chance, times how easy the item is, of holding its own belief against its peers
 
+# %% ../nbs/01b_synthetic.ipynb #6ca8a89a
 PERSONAS = {
     "oracle": Persona(skill=1.0, susceptibility=0.0),
     "strong": Persona(skill=0.85, susceptibility=0.2),
@@ -53,8 +61,10 @@ def synthetic_rng(persona: Persona, *keys) -> random.Random:
 
 # %% ../nbs/01b_synthetic.ipynb #a23d48a4
 def item_difficulty(item, *keys) -> float:
-    "The difficulty in [0, 1) of `item` (or of `keys` of it) that every synthetic agent shares: uniform over items, fixed by the item's id."
-    return _seeded("difficulty", getattr(item, "id", None), *keys).random()       # no persona seed: every agent shares it
+    """The difficulty in [0, 1) of `item` (or of `keys` of it) that every synthetic agent shares: uniform over items,
+    fixed by the item's id."""
+    # no persona seed: every agent shares it
+    return _seeded("difficulty", getattr(item, "id", None), *keys).random()
 
 
 # %% ../nbs/01b_synthetic.ipynb #4a3fcf32
@@ -62,7 +72,9 @@ _NORMAL = NormalDist()
 def _normal(u: float) -> float: return _NORMAL.inv_cdf(min(max(u, 1e-12), 1 - 1e-12))
 
 def believes_gold(persona: Persona, ask: Ask, *keys) -> bool:
-    "Whether this agent's own (initial) belief about `keys` of the item is the gold one: true with probability `skill`, shared with every agent through the item's difficulty as `item_corr` says and with its other samples as `sample_corr` says."
+    """Whether this agent's own (initial) belief about `keys` of the item is the gold one: true with probability
+    `skill`, shared with every agent through the item's difficulty as `item_corr` says and with its other samples as
+    `sample_corr` says."""
     item_id = getattr(ask.item, "id", None)
     u = synthetic_rng(persona, "belief", ask.agent, item_id, *keys).random()
     if not persona.item_corr and persona.sample_corr >= 1: return u < persona.skill      # the agent's one draw per item
@@ -71,13 +83,15 @@ def believes_gold(persona: Persona, ask: Ask, *keys) -> bool:
         own = _normal(synthetic_rng(persona, "belief-sample", ask.agent, item_id, ask.sample, *keys).random())
         z = math.sqrt(persona.sample_corr) * z + math.sqrt(1 - persona.sample_corr) * own
     if persona.item_corr:
-        z = math.sqrt(persona.item_corr) * _normal(item_difficulty(ask.item, *keys)) + math.sqrt(1 - persona.item_corr) * z
+        z = (math.sqrt(persona.item_corr) * _normal(item_difficulty(ask.item, *keys))
+             + math.sqrt(1 - persona.item_corr) * z)
     return _NORMAL.cdf(z) < persona.skill
 
 
 # %% ../nbs/01b_synthetic.ipynb #441f4d35
 def _convinced(persona: Persona, ask: Ask) -> bool:
-    "Whether this agent holds its own belief about the item whatever its peers say: with probability `conviction` × (1 − `item_difficulty`), fixed per agent and item."
+    """Whether this agent holds its own belief about the item whatever its peers say: with probability `conviction` ×
+    (1 − `item_difficulty`), fixed per agent and item."""
     if not persona.conviction: return False
     u = synthetic_rng(persona, "conviction", ask.agent, getattr(ask.item, "id", None)).random()
     return u < persona.conviction * (1 - item_difficulty(ask.item))
@@ -85,7 +99,9 @@ def _convinced(persona: Persona, ask: Ask) -> bool:
 
 # %% ../nbs/01b_synthetic.ipynb #be592ed8
 def conform(persona: Persona, rng: random.Random, own, peer_answers: list, ask: Ask|None = None):
-    "Adopt the strict majority of `peer_answers` with probability `susceptibility` when it differs from `own`; else, with probability `defer`, a lone dissent: the one answer other than `own` among the peers (two different dissents cancel). An agent convinced of the item (`_convinced`, given its `ask`) keeps `own`."
+    """Adopt the strict majority of `peer_answers` with probability `susceptibility` when it differs from `own`; else,
+    with probability `defer`, a lone dissent: the one answer other than `own` among the peers (two different dissents
+    cancel). An agent convinced of the item (`_convinced`, given its `ask`) keeps `own`."""
     if ask is not None and _convinced(persona, ask): return own
     votes = collections.Counter(a for a in peer_answers if a is not None)
     if not votes: return own
@@ -98,11 +114,13 @@ def conform(persona: Persona, rng: random.Random, own, peer_answers: list, ask: 
 
 # %% ../nbs/01b_synthetic.ipynb #bc466395
 def synthetic_confidence(persona: Persona, rng: random.Random, correct: bool, scale=10) -> int:
-    "A confidence on 1..`scale`: the same draw for a right and a wrong answer, but for the share of it the persona's stated `calibration` ties to `correct`."
+    """A confidence on 1..`scale`: the same draw for a right and a wrong answer, but for the share of it the persona's
+    stated `calibration` ties to `correct`."""
     base = 0.85 if correct else 0.45
     c = persona.calibration * base + (1 - persona.calibration) * 0.65 + rng.gauss(0, 0.08)
     return int(min(scale, max(1, round(c * scale))))
 
+# %% ../nbs/01b_synthetic.ipynb #2a0c9805
 MALFORMED_REPLIES = ["I need to think about this more carefully before answering.",
                      "{\"players\": [ {\"name\": ", "Hmm, it could go either way; hard to say.", "```json\n{oops}\n```"]
 
@@ -110,15 +128,18 @@ MALFORMED_REPLIES = ["I need to think about this more carefully before answering
 def _peer_values(ask): return [a for a in (ask.peers or {}).values()]
 
 def _own_value(persona, ask, gold, wrong):
-    "This agent's current answer, else its own first belief: `gold` with probability `skill`, else `wrong`; an `anchor`ed (or convinced) agent restates its first belief."
-    anchored = persona.anchor and synthetic_rng(persona, "anchor", ask.agent, getattr(ask.item, "id", None), ask.round).random() < persona.anchor
+    """This agent's current answer, else its own first belief: `gold` with probability `skill`, else `wrong`; an
+    `anchor`ed (or convinced) agent restates its first belief."""
+    anchored = persona.anchor and synthetic_rng(persona, "anchor", ask.agent, getattr(ask.item, "id", None),
+                                                ask.round).random() < persona.anchor
     if ask.previous is not None and not anchored and not _convinced(persona, ask): return ask.previous
     return gold if believes_gold(persona, ask) else wrong
 
 # %% ../nbs/01b_synthetic.ipynb #e7a1c0d5
 def _synthetic_logprob(persona: Persona, ask: Ask, text: str, rng: random.Random) -> float:
-    """A simulated mean token log-probability: the log of a probability drawn as `synthetic_confidence` draws a confidence, tied to whether the
-    reply is right (an unreadable one is wrong) only as far as the persona's stated `calibration` says; at the default 0 the draw is the same for every reply."""
+    """A simulated mean token log-probability: the log of a probability drawn as `synthetic_confidence` draws a
+    confidence, tied to whether the reply is right (an unreadable one is wrong) only as far as the persona's stated
+    `calibration` says; at the default 0 the draw is the same for every reply."""
     try:
         fmt = answer_format(ask.item)
         a = fmt.parse(text)
@@ -145,9 +166,12 @@ class SyntheticBackend(Backend):
         self.calls += 1
         fmt = FORMATS.get(ask.kind)
         fn = fmt.reply if fmt is not None else None
-        if fn is None: raise BackendError(f"synthetic agents cannot answer Ask.kind={ask.kind!r}; known kinds: {', '.join(sorted(k for k, f in FORMATS.items() if f.reply))}")
+        if fn is None:
+            raise BackendError(f"synthetic agents cannot answer Ask.kind={ask.kind!r}; "
+                               f"known kinds: {', '.join(sorted(k for k, f in FORMATS.items() if f.reply))}")
         last = messages[-1]["content"] if messages else ""
-        rng = synthetic_rng(p, "reply", ask.agent, getattr(ask.item, "id", None), ask.kind, ask.focus, ask.phase, ask.round, ask.sample, last)
+        rng = synthetic_rng(p, "reply", ask.agent, getattr(ask.item, "id", None), ask.kind, ask.focus, ask.phase,
+                            ask.round, ask.sample, last)
         text = rng.choice(MALFORMED_REPLIES) if rng.random() < p.malformed else fn(ask, p, rng)
         usage = Usage(sum(self.count_tokens(m.get("content") or "") + 4 for m in messages), self.count_tokens(text), 1)
         lp = {"logprob": _synthetic_logprob(p, ask, text, rng)} if params.get("logprobs") else {}
@@ -165,10 +189,12 @@ def _parse_kv(s: str) -> dict:
     return out
 
 def synthetic_backend(rest: str = "") -> SyntheticBackend:
-    "Build from the text after `synthetic:`: a preset name (`strong`, `medium`, `weak`, `oracle`, `random`) and/or `key=value` pairs."
+    """Build from the text after `synthetic:`: a preset name (`strong`, `medium`, `weak`, `oracle`, `random`) and/or
+    `key=value` pairs."""
     rest = rest.strip()
     preset, _, kv = rest.partition(",") if rest and "=" not in rest.split(",")[0] else ("", "", rest)
-    if preset and preset not in PERSONAS: raise ValueError(f"unknown synthetic preset {preset!r}; choose from {', '.join(PERSONAS)}")
+    if preset and preset not in PERSONAS:
+        raise ValueError(f"unknown synthetic preset {preset!r}; choose from {', '.join(PERSONAS)}")
     base = PERSONAS.get(preset, Persona())
     kw = _parse_kv(kv)
     fields = set(Persona.__dataclass_fields__)
@@ -176,15 +202,19 @@ def synthetic_backend(rest: str = "") -> SyntheticBackend:
     if bad: raise ValueError(f"unknown synthetic option(s) {', '.join(bad)}; allowed: {', '.join(sorted(fields))}")
     for k, v in kw.items():
         if k == "seed":
-            if not isinstance(v, int) or isinstance(v, bool): raise ValueError(f"synthetic option seed must be an integer; got {v!r}")
-        elif not isinstance(v, (int, float)) or isinstance(v, bool): raise ValueError(f"synthetic option {k} must be a number; got {v!r}")
+            if not isinstance(v, int) or isinstance(v, bool):
+                raise ValueError(f"synthetic option seed must be an integer; got {v!r}")
+        elif not isinstance(v, (int, float)) or isinstance(v, bool):
+            raise ValueError(f"synthetic option {k} must be a number; got {v!r}")
         elif k == "latency" and v < 0: raise ValueError(f"synthetic option latency must be >= 0 seconds; got {v!r}")
-        elif k != "latency" and not 0 <= v <= 1: raise ValueError(f"synthetic option {k} must be between 0 and 1; got {v!r}")
+        elif k != "latency" and not 0 <= v <= 1:
+            raise ValueError(f"synthetic option {k} must be between 0 and 1; got {v!r}")
     return SyntheticBackend(replace(base, **kw), spec=f"synthetic:{rest}")
 
 # %% ../nbs/01b_synthetic.ipynb #c4e1a0b3
 def stated_calibration(spec) -> float|None:
-    "The calibration of its simulated signals that a `synthetic:` spec's persona states (0: none stated); None for any other backend's spec, whose signals are its model's own."
+    """The calibration of its simulated signals that a `synthetic:` spec's persona states (0: none stated); None for any
+    other backend's spec, whose signals are its model's own."""
     if not isinstance(spec, str) or not spec.startswith("synthetic:"): return None
     try: return float(synthetic_backend(spec.removeprefix("synthetic:")).persona.calibration)
     except ValueError: return 0.0

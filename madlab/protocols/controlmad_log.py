@@ -20,25 +20,31 @@ from .controlmad import controlmad, parse_position
 __all__ = ['CONTROLMAD_EXPECTS', 'kks_games', 'ControlMadLog']
 
 # %% ../../nbs/10a_controlmad_log.ipynb #93d21992
-CONTROLMAD_EXPECTS = ("ControlMAD's debate_session_game<ID>_<time>.json files (game_id, game_text, ground_truth_solution, initial_proposals, debate_rounds, "
-                      "final_vote, supervisor_decision) with the chat_history_<agent>_game<ID>_<time>.json files beside them: one such file, or a folder holding them")
+CONTROLMAD_EXPECTS = ("ControlMAD's debate_session_game<ID>_<time>.json files (game_id, game_text, "
+                      "ground_truth_solution, initial_proposals, debate_rounds, final_vote, supervisor_decision) "
+                      "with the chat_history_<agent>_game<ID>_<time>.json files beside them: "
+                      "one such file, or a folder holding them")
 _CM_SESSION = ("game_id", "game_text", "initial_proposals", "debate_rounds", "final_vote")
-_CM_ROLE = {"system": "system", "user": "user", "assistant": "assistant", "other_agent": "other_agent", "debate_moderator": "moderator"}
+_CM_ROLE = {"system": "system", "user": "user", "assistant": "assistant", "other_agent": "other_agent",
+            "debate_moderator": "moderator"}
 _CM_TS = re.compile(r"_(\d{8}_\d{6})\.json$")
 _CM_CONF = re.compile(r"_conf_(true|false)$")
 
 def _cm_stamp(p: Path) -> str: return (_CM_TS.search(p.name) or [None, ""])[1]
 
 def _cm_chats(f: Path, game_id, agents) -> dict:
-    "agent -> the JSON of its chat history: the file written with session file `f` (the first one stamped at or after it)."
+    """agent -> the JSON of its chat history: the file written with session file `f` (the first one stamped at or
+    after it)."""
     out = {}
     for a in agents:
-        cands = sorted((p for p in f.parent.glob(f"chat_history_{glob.escape(str(a))}_game{game_id}_*.json") if _cm_stamp(p) >= _cm_stamp(f)), key=_cm_stamp)
+        cands = sorted((p for p in f.parent.glob(f"chat_history_{glob.escape(str(a))}_game{game_id}_*.json")
+                        if _cm_stamp(p) >= _cm_stamp(f)), key=_cm_stamp)
         if cands: out[a] = _read_json(cands[0], "controlmad", CONTROLMAD_EXPECTS)
     return out
 
 def _cm_confidence(f: Path):
-    "Whether the run asked for confidences, from ControlMAD's folder name (`..._conf_true`); None when the path does not say."
+    """Whether the run asked for confidences, from ControlMAD's folder name (`..._conf_true`); None when the path does
+    not say."""
     for part in reversed(f.parent.parts):
         m = _CM_CONF.search(part)
         if m: return m[1] == "true"
@@ -53,13 +59,16 @@ def _cm_read(path) -> dict:
     for f in fs:
         s = _read_json(f, "controlmad", CONTROLMAD_EXPECTS)
         ok = isinstance(s, dict) and all(k in s for k in _CM_SESSION) and isinstance(s.get("initial_proposals"), list)
-        agents = list(dict.fromkeys(r.get("agent_name") for r in s["initial_proposals"] if isinstance(r, dict) and isinstance(r.get("agent_name"), str))) if ok else []
-        out[f.name if path.is_file() else str(f.relative_to(path))] = {"session": s, "chats": _cm_chats(f, s["game_id"], agents) if ok else {}, "confidence": _cm_confidence(f)}
+        agents = list(dict.fromkeys(r.get("agent_name") for r in s["initial_proposals"]
+                                    if isinstance(r, dict) and isinstance(r.get("agent_name"), str))) if ok else []
+        out[f.name if path.is_file() else str(f.relative_to(path))] = {
+            "session": s, "chats": _cm_chats(f, s["game_id"], agents) if ok else {}, "confidence": _cm_confidence(f)}
     return out
 
 # %% ../../nbs/10a_controlmad_log.ipynb #09090ec0
 def kks_games(path) -> dict:
-    "Game text -> `Puzzle` for ControlMAD's games at `path` (a `<size>.jsonl` or a folder of them); None for a text that two different games share."
+    """Game text -> `Puzzle` for ControlMAD's games at `path` (a `<size>.jsonl` or a folder of them); None for a text
+    that two different games share."""
     from madlab.puzzle_sets import load_controlmad
     path, out = Path(path), {}
     files = sorted(path.glob("*.jsonl")) if path.is_dir() else [path]
@@ -67,7 +76,8 @@ def kks_games(path) -> dict:
     for f in files:
         try: ps = load_controlmad(f)
         except (OSError, ValueError) as e: raise OptionError("games", str(e)) from None
-        for p in ps:                         # `Puzzle.text()` is ControlMAD's `text_game`, exactly (checked on all 1,800 games)
+        # `Puzzle.text()` is ControlMAD's `text_game`, exactly (checked on all 1,800 games)
+        for p in ps:
             text = p.text().strip()
             out[text] = p if text not in out or (out[text] is not None and out[text].solution == p.solution) else None
     return out
@@ -76,19 +86,26 @@ _PLAYER = re.compile(r"^Player name: (.*)$", re.M)
 
 def _cm_item(s, where, games) -> Item:
     text, gold = s.get("game_text"), s.get("ground_truth_solution")
-    if not isinstance(text, str) or not _PLAYER.search(text): raise LogError(f"{where}:game_text: expected the game's text with its 'Player name:' lines")
+    if not isinstance(text, str) or not _PLAYER.search(text):
+        raise LogError(f"{where}:game_text: expected the game's text with its 'Player name:' lines")
     players = [p.strip() for p in _PLAYER.findall(text)]
     if games is not None:
         if text.strip() not in games: raise LogError(f"{where}:game_text: this game is not among the games given")
         p = games[text.strip()]
-        if p is None: raise LogError(f"{where}:game_text: two different games given have this text; cannot tell which was played")
-        if gold and gold != p.solution: raise LogError(f"{where}:ground_truth_solution: {gold} differs from the game's solution in {p.source} ({p.solution})")
+        if p is None:
+            raise LogError(f"{where}:game_text: two different games given have this text; cannot tell which was played")
+        if gold and gold != p.solution:
+            raise LogError(f"{where}:ground_truth_solution: {gold} differs from the game's solution in {p.source} "
+                           f"({p.solution})")
         return p.to_item()
     if not isinstance(gold, dict) or not gold:
-        raise LogError(f"{where}:ground_truth_solution: no solution in the log; give the games (ControlMAD's <size>.jsonl) to find the game by its text")
+        raise LogError(f"{where}:ground_truth_solution: no solution in the log; "
+                       "give the games (ControlMAD's <size>.jsonl) to find the game by its text")
     if sorted(gold) != sorted(players) or not all(v in KKS_ROLES for v in gold.values()):
-        raise LogError(f"{where}:ground_truth_solution: expected a role (knight, knave, spy) for each of {players}; got {gold}")
-    return Item(f"kks-{hashlib.sha256(text.strip().encode('utf-8', 'surrogatepass')).hexdigest()[:10]}", "kks", text, {p: gold[p] for p in players},
+        raise LogError(f"{where}:ground_truth_solution: expected a role (knight, knave, spy) for each of {players}; "
+                       f"got {gold}")
+    return Item(f"kks-{hashlib.sha256(text.strip().encode('utf-8', 'surrogatepass')).hexdigest()[:10]}", "kks", text,
+                {p: gold[p] for p in players},
                 meta={"n_players": len(players), "source": "imported", "game_id": s.get("game_id")})
 
 # %% ../../nbs/10a_controlmad_log.ipynb #5ebd9896
@@ -101,11 +118,13 @@ def _cm_reply(r) -> tuple:
     return None, f"ControlMAD logged no reply: {err}"
 
 def _cm_sent(chat, phase, rn) -> list:
-    "The chat before the agent's answer in `phase` (round `rn`), in the roles ControlMAD sent it (other agents and the moderator as user)."
+    """The chat before the agent's answer in `phase` (round `rn`), in the roles ControlMAD sent it (other agents and the
+    moderator as user)."""
     ms = (chat or {}).get("messages") or []
     for i, m in enumerate(ms):
         if m.get("role") == "assistant" and m.get("phase") == phase and m.get("round_number") == rn:
-            return [{"role": "user" if x.get("role") in ("other_agent", "debate_moderator") else x.get("role"), "content": x.get("content", "")} for x in ms[:i]]
+            return [{"role": "user" if x.get("role") in ("other_agent", "debate_moderator") else x.get("role"),
+                     "content": x.get("content", "")} for x in ms[:i]]
     return []
 
 def _cm_turns(rows, names, chats, parse, phase, where, focus=None) -> tuple[list, dict]:
@@ -113,10 +132,13 @@ def _cm_turns(rows, names, chats, parse, phase, where, focus=None) -> tuple[list
     if not isinstance(rows, list): raise LogError(f"{where}: expected a list of agent responses")
     turns = []
     for i, r in enumerate(rows):
-        if not isinstance(r, dict) or r.get("agent_name") not in names: raise LogError(f"{where}[{i}].agent_name: expected one of {names}; got {str(r)[:80]!r}")
+        if not isinstance(r, dict) or r.get("agent_name") not in names:
+            raise LogError(f"{where}[{i}].agent_name: expected one of {names}; got {str(r)[:80]!r}")
         text, err = _cm_reply(r)
         u = (r.get("response_obj") or {}).get("usage") if isinstance(r.get("response_obj"), dict) else None
-        turns.append(Turn(r["agent_name"], _cm_sent(chats.get(r["agent_name"]), phase, r.get("round_number") if phase in ("debate", "self_adjustment") else None),
+        turns.append(Turn(r["agent_name"],
+                          _cm_sent(chats.get(r["agent_name"]), phase,
+                                   r.get("round_number") if phase in ("debate", "self_adjustment") else None),
                           text, parse(text) if text is not None else None, error=err, focus=focus,
                           meta={"imported": True, **({"logged_usage": u} if isinstance(u, dict) else {})}))
     got = {t.agent for t in turns}
@@ -125,25 +147,32 @@ def _cm_turns(rows, names, chats, parse, phase, where, focus=None) -> tuple[list
 # %% ../../nbs/10a_controlmad_log.ipynb #17808355
 def _cm_rounds(s, names, chats, players, where) -> tuple[list, dict]:
     "madlab's rounds of one logged game, and (phase, ControlMAD round number) -> round index."
-    first, miss = _cm_turns(s["initial_proposals"], names, chats, lambda x: parse_kks_answer(x, players), "initial", f"{where}:initial_proposals")
-    rounds, at = [Round("initial proposals", "initial", 0, first, {"missing": miss} if miss else {})], {("initial", None): 0}
+    first, miss = _cm_turns(s["initial_proposals"], names, chats, lambda x: parse_kks_answer(x, players), "initial",
+                            f"{where}:initial_proposals")
+    rounds, at = ([Round("initial proposals", "initial", 0, first, {"missing": miss} if miss else {})],
+                  {("initial", None): 0})
     drs = s["debate_rounds"] if isinstance(s["debate_rounds"], list) else []
     per = collections.Counter(d.get("player_name") for d in drs if isinstance(d, dict))
     seen = collections.Counter()
     for i, d in enumerate(drs):
         w = f"{where}:debate_rounds[{i}]"
-        if not isinstance(d, dict) or d.get("player_name") not in players: raise LogError(f"{w}.player_name: expected one of {players}; got {str(d)[:80]!r}")
+        if not isinstance(d, dict) or d.get("player_name") not in players:
+            raise LogError(f"{w}.player_name: expected one of {players}; got {str(d)[:80]!r}")
         p, rn, rows = d["player_name"], d.get("round_number"), d.get("agent_responses")
         if not isinstance(rows, list): raise LogError(f"{w}.agent_responses: expected a list of agent responses")
         seen[p] += 1
-        deb, miss = _cm_turns([r for r in rows if isinstance(r, dict) and r.get("phase") == "debate"], names, chats, lambda x, p=p: parse_position(x, p), "debate", f"{w}.agent_responses", p)
+        deb, miss = _cm_turns([r for r in rows if isinstance(r, dict) and r.get("phase") == "debate"], names, chats,
+                              lambda x, p=p: parse_position(x, p), "debate", f"{w}.agent_responses", p)
         at[("debate", rn)] = len(rounds)
-        rounds.append(Round(f"debate on {p} ({seen[p]}/{per[p]})", "debate", len(rounds), deb, {"focus": p, "depth": seen[p], **({"missing": miss} if miss else {})}))
+        rounds.append(Round(f"debate on {p} ({seen[p]}/{per[p]})", "debate", len(rounds), deb,
+                            {"focus": p, "depth": seen[p], **({"missing": miss} if miss else {})}))
         adj = [r for r in rows if isinstance(r, dict) and r.get("phase") == "self_adjustment"]
         if adj:
-            turns, miss = _cm_turns(adj, names, chats, lambda x: parse_kks_answer(x, players), "self_adjustment", f"{w}.agent_responses", p)
+            turns, miss = _cm_turns(adj, names, chats, lambda x: parse_kks_answer(x, players), "self_adjustment",
+                                    f"{w}.agent_responses", p)
             at[("self_adjustment", rn)] = len(rounds)
-            rounds.append(Round(f"self-adjustment after {p}", "self_adjustment", len(rounds), turns, {"focus": p, **({"missing": miss} if miss else {})}))
+            rounds.append(Round(f"self-adjustment after {p}", "self_adjustment", len(rounds), turns,
+                                {"focus": p, **({"missing": miss} if miss else {})}))
     return rounds, at
 
 # %% ../../nbs/10a_controlmad_log.ipynb #e739263f
@@ -155,42 +184,78 @@ def _cm_final(names, chats, players, confidence, index) -> Round:
     for a in names:
         ms = (chats.get(a) or {}).get("messages")
         if not isinstance(ms, list): miss[a] = "no chat history in the log"; continue
-        m = next((m for m in ms if isinstance(m, dict) and m.get("role") == "assistant" and m.get("phase") == "final"), None)
+        m = next((m for m in ms if isinstance(m, dict) and m.get("role") == "assistant" and m.get("phase") == "final"),
+                 None)
         if m is None or not isinstance(m.get("content"), str): miss[a] = "no final answer in its chat history"; continue
         ans = parse_kks_answer(m["content"], players)
-        if confidence is not True and ans is not None: ans = replace(ans, confidence=None)   # ControlMAD fills in a confidence it did not ask for
-        turns.append(Turn(a, _cm_sent(chats[a], "final", None), m["content"], ans, meta={"imported": True, "note": _CM_KEPT}))
+        # ControlMAD fills in a confidence it did not ask for
+        if confidence is not True and ans is not None: ans = replace(ans, confidence=None)
+        turns.append(Turn(a, _cm_sent(chats[a], "final", None), m["content"], ans,
+                          meta={"imported": True, "note": _CM_KEPT}))
     return Round("final discussion", "final", index, turns, {"note": _CM_KEPT, **({"missing": miss} if miss else {})})
 
 def _cm_history(chat, name, at) -> ChatHistory:
-    "An agent's ControlMAD chat as a madlab history (other agents as senders, the moderator as moderator, each message in its round)."
+    """An agent's ControlMAD chat as a madlab history (other agents as senders, the moderator as moderator, each message
+    in its round)."""
     h = ChatHistory()
     for m in (chat or {}).get("messages") or []:
         role = _CM_ROLE.get(m.get("role"), "user")
         key = (m.get("phase"), m.get("round_number") if m.get("phase") in ("debate", "self_adjustment") else None)
-        h.add(role, str(m.get("content", "")), sender=name if role == "assistant" else m.get("agent_name"), phase=m.get("phase"),
-              round=at.get(key), focus=m.get("player_focus"), ts=0.0)
+        h.add(role, str(m.get("content", "")), sender=name if role == "assistant" else m.get("agent_name"),
+              phase=m.get("phase"), round=at.get(key), focus=m.get("player_focus"), ts=0.0)
     return h
+
+# %% ../../nbs/10a_controlmad_log.ipynb #b2a931c6
+def _cm_settings(rounds, players, conf) -> dict:
+    deb = [r for r in rounds if r.phase == "debate"]
+    seq = list(dict.fromkeys(r.meta["focus"] for r in deb))
+    return {"depth": max((r.meta["depth"] for r in deb), default=0),
+            "self_adjustment": any(r.phase == "self_adjustment" for r in rounds), "confidence": conf is True,
+            "majority_vote": True, "order": "truth" if seq == players[:len(seq)] else "agents", "seed": 0}
+
+def _cm_result(s, rounds, players) -> dict:
+    """ControlMAD's logged decision (its supervisor's where it has one, else its final vote), with the final answers'
+    votes beside it."""
+    final = next(r for r in rounds if r.phase == "final").turns
+    votes = {p: [(roles_of(t.answer if t.error is None else None) or {}).get(p) for t in final] for p in players}
+    sup = (s.get("supervisor_decision")
+           if isinstance(s.get("supervisor_decision"), dict) and s.get("supervisor_decision") else None)
+    logged = sup or (s.get("final_vote") if isinstance(s.get("final_vote"), dict) else {})
+    assignment = {p: logged.get(p) if logged.get(p) in KKS_ROLES else None for p in players}
+    seq = list(dict.fromkeys(r.meta["focus"] for r in rounds if r.phase == "debate"))
+    return {"answer": assignment, "assignment": assignment, "n_players": len(players),
+            "votes": {p: dict(collections.Counter(v for v in vs if v in KKS_ROLES)) for p, vs in votes.items()},
+            "supervisor_used": sup is not None, "supervised": list(sup) if sup else [],
+            "undecided": sum(v is None for v in assignment.values()),
+            "order": seq,
+            "order_source": "truth" if seq == players[:len(seq)] else "agents (the proposal is not in the log)",
+            "final_agreement": sum(agreement(v) for v in votes.values()) / max(1, len(players)) if final else None,
+            "invalid_replies": sum(not t.valid for r in rounds for t in r.turns),
+            "logged_decision": "ControlMAD's own: the most common final role per player, "
+                               "or its supervisor's where it used one"}
 
 # %% ../../nbs/10a_controlmad_log.ipynb #89867c47
 class ControlMadLog(LogFormat):
     "ControlMAD's per-game session files and chat histories."
     name, protocol, task, takes_games = "controlmad", "controlmad", "kks", True
     expects = CONTROLMAD_EXPECTS
-    why_not = "ControlMAD keeps its parsed final answers, not the replies, so its last phases cannot be served as logged"
+    why_not = ("ControlMAD keeps its parsed final answers, not the replies, "
+               "so its last phases cannot be served as logged")
 
     def read(self, path): return _cm_read(path)
     def read_games(self, path) -> dict: return kks_games(path)
     def recognise(self, data) -> bool:
-        return isinstance(data, dict) and bool(data) and all(isinstance(v, dict) and isinstance(v.get("session"), dict) and all(k in v["session"] for k in _CM_SESSION)
-                                                             for v in data.values())
+        return isinstance(data, dict) and bool(data) and all(
+            isinstance(v, dict) and isinstance(v.get("session"), dict) and all(k in v["session"] for k in _CM_SESSION)
+            for v in data.values())
 
     def transcript(self, key, record, where, task="kks", model=None, games=None) -> Transcript:
         s, chats, conf = record["session"], record["chats"], record["confidence"]
         item = _cm_item(s, where, games)
         players = kks_players(item)
         names = list(dict.fromkeys(r.get("agent_name") for r in s["initial_proposals"] if isinstance(r, dict)))
-        if not names or not all(isinstance(a, str) for a in names): raise LogError(f"{where}:initial_proposals: expected one response per agent, each with its agent_name")
+        if not names or not all(isinstance(a, str) for a in names):
+            raise LogError(f"{where}:initial_proposals: expected one response per agent, each with its agent_name")
         rounds, at = _cm_rounds(s, names, chats, players, where)
         at[("final", None)] = len(rounds)
         rounds.append(_cm_final(names, chats, players, conf, len(rounds)))
@@ -198,31 +263,13 @@ class ControlMadLog(LogFormat):
         team = [_agent(a, model or a) for a in names]
         if isinstance(sup, dict) and sup:
             text = json.dumps({"players": [{"name": p, "role": r} for p, r in sup.items()]})
-            rounds.append(Round("supervisor decision", "supervisor", len(rounds), [Turn("Supervisor", [], text, parse_kks_answer(text, players), meta={"imported": True, "note": _CM_KEPT})],
+            rounds.append(Round("supervisor decision", "supervisor", len(rounds),
+                                [Turn("Supervisor", [], text, parse_kks_answer(text, players),
+                                      meta={"imported": True, "note": _CM_KEPT})],
                                 {"players": players, "note": _CM_KEPT}))
             team.append(_agent("Supervisor", model or "Supervisor", "supervisor"))
-        return Transcript(self.protocol, item, team, _cm_settings(rounds, players, conf), rounds, {a: _cm_history(chats.get(a), a, at) for a in names},
+        return Transcript(self.protocol, item, team, _cm_settings(rounds, players, conf), rounds,
+                          {a: _cm_history(chats.get(a), a, at) for a in names},
                           _cm_result(s, rounds, players), _meta(item, self, where.split(":")[0], key))
-
-def _cm_settings(rounds, players, conf) -> dict:
-    deb = [r for r in rounds if r.phase == "debate"]
-    seq = list(dict.fromkeys(r.meta["focus"] for r in deb))
-    return {"depth": max((r.meta["depth"] for r in deb), default=0), "self_adjustment": any(r.phase == "self_adjustment" for r in rounds),
-            "confidence": conf is True, "majority_vote": True, "order": "truth" if seq == players[:len(seq)] else "agents", "seed": 0}
-
-def _cm_result(s, rounds, players) -> dict:
-    "ControlMAD's logged decision (its supervisor's where it has one, else its final vote), with the final answers' votes beside it."
-    final = next(r for r in rounds if r.phase == "final").turns
-    votes = {p: [(roles_of(t.answer if t.error is None else None) or {}).get(p) for t in final] for p in players}
-    sup = s.get("supervisor_decision") if isinstance(s.get("supervisor_decision"), dict) and s.get("supervisor_decision") else None
-    logged = sup or (s.get("final_vote") if isinstance(s.get("final_vote"), dict) else {})
-    assignment = {p: logged.get(p) if logged.get(p) in KKS_ROLES else None for p in players}
-    seq = list(dict.fromkeys(r.meta["focus"] for r in rounds if r.phase == "debate"))
-    return {"answer": assignment, "assignment": assignment, "n_players": len(players), "votes": {p: dict(collections.Counter(v for v in vs if v in KKS_ROLES)) for p, vs in votes.items()},
-            "supervisor_used": sup is not None, "supervised": list(sup) if sup else [], "undecided": sum(v is None for v in assignment.values()),
-            "order": seq, "order_source": "truth" if seq == players[:len(seq)] else "agents (the proposal is not in the log)",
-            "final_agreement": sum(agreement(v) for v in votes.values()) / max(1, len(players)) if final else None,
-            "invalid_replies": sum(not t.valid for r in rounds for t in r.turns),
-            "logged_decision": "ControlMAD's own: the most common final role per player, or its supervisor's where it used one"}
 
 controlmad.log_format(register_log_format(ControlMadLog()))

@@ -18,16 +18,19 @@ __all__ = ['CriticActorLog']
 
 # %% ../../nbs/13a_critic_actor_log.ipynb #45c8d7b4
 def _results(rows, where) -> list:
-    if not isinstance(rows, list) or not rows: raise LogError(f"{where}: expected a non-empty list of {{solution, score}} per actor")
+    if not isinstance(rows, list) or not rows:
+        raise LogError(f"{where}: expected a non-empty list of {{solution, score}} per actor")
     for i, r in enumerate(rows):
-        if not isinstance(r, dict) or not isinstance(r.get("solution"), str): raise LogError(f"{where}[{i}]: expected {{solution: text, score: {{...}}}}; got {str(r)[:80]!r}")
+        if not isinstance(r, dict) or not isinstance(r.get("solution"), str):
+            raise LogError(f"{where}[{i}]: expected {{solution: text, score: {{...}}}}; got {str(r)[:80]!r}")
     return rows
 
 def _critic_rounds(names, steps, fmt) -> list:
     "An actor round and a critique round per logged step ((label, depth, results, note))."
     out = []
     for label, depth, rows, note in steps:
-        turns = [Turn(a, [], r["solution"], fmt.parse(r["solution"]), meta={"imported": True}) for a, r in zip(names, rows)]
+        turns = [Turn(a, [], r["solution"], fmt.parse(r["solution"]), meta={"imported": True})
+                 for a, r in zip(names, rows)]
         extra = {"note": note} if note else {}
         out.append(Round(label, "initial" if depth == 0 else "debate", len(out), turns, {"depth": depth, **extra}))
         crit, missing = [], {}
@@ -36,36 +39,45 @@ def _critic_rounds(names, steps, fmt) -> list:
             if not isinstance(s, dict): missing[a] = "no critic score in the log"; continue
             text = json.dumps(s, ensure_ascii=False)
             crit.append(Turn("Critic", [], text, parse_critique(text), focus=a, meta={"imported": True}))
-        out.append(Round(f"critique {depth}", "critique", len(out), crit, {"depth": depth, **({"missing": missing} if missing else {}), **extra}))
+        out.append(Round(f"critique {depth}", "critique", len(out), crit,
+                         {"depth": depth, **({"missing": missing} if missing else {}), **extra}))
     return out
 
 # %% ../../nbs/13a_critic_actor_log.ipynb #a051bc20
 class CriticActorLog(LogFormat):
     "CS546's critic-actor result files."
     name, protocol = "critic_actor", "critic_actor"
-    why_not = "CS546's critic-actor files keep each actor's solutions and the critic's scores, not the chats (no prompt any actor or the critic was sent), so a model has no logged chat to go on from; the imported debate can still be browsed, re-scored and re-decided"
-    expects = "a JSON object {question: {ground_truth, round_1_results, final_round_results[, all_rounds_data]}}, each result a list of {solution, score} per actor"
+    why_not = ("CS546's critic-actor files keep each actor's solutions and the critic's scores, not the chats "
+               "(no prompt any actor or the critic was sent), so a model has no logged chat to go on from; "
+               "the imported debate can still be browsed, re-scored and re-decided")
+    expects = ("a JSON object {question: {ground_truth, round_1_results, final_round_results[, all_rounds_data]}}, "
+               "each result a list of {solution, score} per actor")
 
     def recognise(self, data) -> bool:
-        return isinstance(data, dict) and bool(data) and all(isinstance(v, dict) and "ground_truth" in v and ("round_1_results" in v or "all_rounds_data" in v)
-                                                             for v in data.values())
+        return isinstance(data, dict) and bool(data) and all(
+            isinstance(v, dict) and "ground_truth" in v and ("round_1_results" in v or "all_rounds_data" in v)
+            for v in data.values())
 
     def transcript(self, key, record, where, task="gsm8k", model=None) -> Transcript:
         item = log_item(key, record.get("ground_truth"), task, f"{where}:ground_truth")
         if isinstance(record.get("all_rounds_data"), list):
-            steps = [(("solutions" if k == 0 else f"debate round {k}"), k, _results(rows, f"{where}:all_rounds_data[{k}]"), None)
+            steps = [(("solutions" if k == 0 else f"debate round {k}"), k,
+                      _results(rows, f"{where}:all_rounds_data[{k}]"), None)
                      for k, rows in enumerate(record["all_rounds_data"])]
         else:
             first = _results(record.get("round_1_results"), f"{where}:round_1_results")
             final = _results(record.get("final_round_results"), f"{where}:final_round_results")
-            steps = [("solutions", 0, first, None), ("final round", 1, final, "the rounds between the first and the final one are not in the log")]
+            steps = [("solutions", 0, first, None),
+                     ("final round", 1, final, "the rounds between the first and the final one are not in the log")]
         n = max(len(s[2]) for s in steps)
         names = [f"Agent {i + 1}" for i in range(n)]
         rounds = _critic_rounds(names, steps, answer_format(item))
         final = [tu.answer for tu in rounds[-2].turns]
         decision, votes = critic_actor_vote(final)
-        result = {"answer": decision, "agreement": agreement(final), "invalid": sum(not answer_valid(a) for a in final), "votes": votes, "restarts": 0}
+        result = {"answer": decision, "agreement": agreement(final), "invalid": sum(not answer_valid(a) for a in final),
+                  "votes": votes, "restarts": 0}
         return Transcript(self.protocol, item, [_agent(a, model) for a in names] + [_agent("Critic", model, "critic")],
-                          {"rounds": len(steps) - 1, "seed": 0}, rounds, {}, result, _meta(item, self, where.split(":")[0], key))
+                          {"rounds": len(steps) - 1, "seed": 0}, rounds, {}, result,
+                          _meta(item, self, where.split(":")[0], key))
 
 critic_actor.log_format(register_log_format(CriticActorLog()))

@@ -20,11 +20,13 @@ _CHAT_ROLES = ("system", "user", "assistant")
 
 def _replies(ctx, where) -> tuple[list, bool]:
     "(position, reply) of each assistant message of one context, and whether a prompt follows the last reply."
-    if not isinstance(ctx, list): raise LogError(f"{where}: an agent's context must be a list of messages (got {type(ctx).__name__})")
+    if not isinstance(ctx, list):
+        raise LogError(f"{where}: an agent's context must be a list of messages (got {type(ctx).__name__})")
     out = []
     for i, m in enumerate(ctx):
         if not isinstance(m, dict) or m.get("role") not in _CHAT_ROLES or not isinstance(m.get("content"), str):
-            raise LogError(f"{where}[{i}]: expected a message {{role: system|user|assistant, content: text}}; got {str(m)[:80]!r}")
+            raise LogError(f"{where}[{i}]: expected a message {{role: system|user|assistant, content: text}}; "
+                           f"got {str(m)[:80]!r}")
         if m["role"] == "assistant": out.append((i, m["content"]))
     return out, bool(ctx) and ctx[-1]["role"] != "assistant"
 
@@ -32,13 +34,15 @@ def _history(ctx, name) -> ChatHistory:
     "The agent's chat as madlab messages, each with its answer round."
     h, k = ChatHistory(), 0
     for m in ctx:
-        h.add(m["role"], m["content"], sender=name if m["role"] == "assistant" else None, phase="initial" if k == 0 else "debate", round=k, ts=0.0)
+        h.add(m["role"], m["content"], sender=name if m["role"] == "assistant" else None,
+              phase="initial" if k == 0 else "debate", round=k, ts=0.0)
         k += m["role"] == "assistant"
     return h
 
 # %% ../../nbs/07a_du_log.ipynb #0055023f
 def _du_rounds(ctxs, names, fmt) -> tuple[list, dict]:
-    "The answer rounds of one logged debate, and the agents whose log ends with an unanswered prompt (agent -> round number)."
+    """The answer rounds of one logged debate, and the agents whose log ends with an unanswered prompt
+    (agent -> round number)."""
     per = [_replies(c, w) for c, w in ctxs]
     rounds = []
     for k in range(max((len(p) for p, _ in per), default=0)):
@@ -46,9 +50,11 @@ def _du_rounds(ctxs, names, fmt) -> tuple[list, dict]:
         for a, (ctx, _), (p, tail) in zip(names, ctxs, per):
             if k < len(p):
                 i, reply = p[k]
-                turns.append(Turn(a, [{"role": m["role"], "content": m["content"]} for m in ctx[:i]], reply, fmt.parse(reply), meta={"imported": True}))
+                turns.append(Turn(a, [{"role": m["role"], "content": m["content"]} for m in ctx[:i]], reply,
+                                  fmt.parse(reply), meta={"imported": True}))
             else: missing[a] = "prompt without a reply" if tail and k == len(p) else "no such round in the log"
-        rounds.append(Round("independent answers" if k == 0 else f"debate round {k}", "initial" if k == 0 else "debate", k, turns,
+        rounds.append(Round("independent answers" if k == 0 else f"debate round {k}", "initial" if k == 0 else "debate",
+                            k, turns,
                             {"depth": k, **({"missing": missing} if missing else {})}))
     unanswered = {a: len(p) + 1 for a, (p, tail) in zip(names, per) if tail and len(p) >= len(rounds)}
     return rounds, unanswered
@@ -64,19 +70,23 @@ def _last_answers(rounds) -> list:
 class DuLog(LogFormat):
     "Du et al.'s `{question: [agent_contexts, gold]}` chat logs (and CS546's files in that layout)."
     name, protocol, continuable = "du", "du", True
-    expects = "a JSON object {question: [agent_contexts, gold]}, each agent context a list of {role, content} chat messages (or [chat, gold]: one agent's chat alone)"
+    expects = ("a JSON object {question: [agent_contexts, gold]}, each agent context a list of {role, content} "
+               "chat messages (or [chat, gold]: one agent's chat alone)")
 
     def recognise(self, data) -> bool:
-        return isinstance(data, dict) and bool(data) and all(isinstance(v, list) and len(v) == 2 and isinstance(v[0], list) for v in data.values())
+        return isinstance(data, dict) and bool(data) and all(
+            isinstance(v, list) and len(v) == 2 and isinstance(v[0], list) for v in data.values())
 
     def transcript(self, key, record, where, task="gsm8k", model=None) -> Transcript:
         ctxs, gold = record
-        alone = bool(ctxs) and all(isinstance(m, dict) for m in ctxs)          # one agent's chat alone (a single-agent baseline)
+        # one agent's chat alone (a single-agent baseline)
+        alone = bool(ctxs) and all(isinstance(m, dict) for m in ctxs)
         if alone: ctxs = [ctxs]
         item = log_item(key, gold, task, f"{where}[1]")
         if not ctxs: raise LogError(f"{where}[0]: no agent contexts")
         names = [f"Agent {i + 1}" for i in range(len(ctxs))]
-        rounds, unanswered = _du_rounds([(c, f"{where}[0][{i}]") for i, c in enumerate(ctxs)], names, answer_format(item))
+        rounds, unanswered = _du_rounds([(c, f"{where}[0][{i}]") for i, c in enumerate(ctxs)], names,
+                                        answer_format(item))
         answers = _last_answers(rounds)
         team, counts = plurality_vote(answers)
         result = {"answer": team, "agreement": agreement(answers), "invalid": sum(not answer_valid(a) for a in answers),
@@ -84,7 +94,8 @@ class DuLog(LogFormat):
         meta = _meta(item, self, where.split(":")[0], key)
         if unanswered: meta["unanswered_prompts"] = unanswered
         if alone: meta["layout"] = "one agent's chat alone"
-        return Transcript(self.protocol, item, [_agent(a, model) for a in names], {"rounds": max(0, len(rounds) - 1), "seed": 0}, rounds,
+        return Transcript(self.protocol, item, [_agent(a, model) for a in names],
+                          {"rounds": max(0, len(rounds) - 1), "seed": 0}, rounds,
                           {a: _history(c, a) for a, c in zip(names, ctxs)}, result, meta)
 
 du.log_format(register_log_format(DuLog()))

@@ -21,7 +21,8 @@ __all__ = ['RELIABILITY_LABELS', 'MARKET_QUESTION', 'STOCK_POSITIONS', 'STOCK_FI
            'parse_stock_answer']
 
 # %% ../../nbs/04a_market.ipynb #3a864e60
-@serializable(name="madlab.market.MarketRecord")   # the name its JSON has always carried
+# the name its JSON has always carried
+@serializable(name="madlab.market.MarketRecord")
 @dataclass
 class MarketRecord:
     "One piece of market news."
@@ -34,14 +35,18 @@ class MarketRecord:
         d = self.data if isinstance(self.data, str) else json.dumps(self.data, ensure_ascii=False)
         return f"[{self.date}] {self.source} (reliability {self.reliability:g}): {d}"
 
-# reliability written as a label (as the cluster debate's seed writes it): the number each label stands for; override per call
+# %% ../../nbs/04a_market.ipynb #34e16812
+# reliability written as a label (as the cluster debate's seed writes it): the number each label stands for;
+# override per call
 RELIABILITY_LABELS = {"very low": 0.1, "low": 0.3, "medium": 0.5, "high": 0.8, "very high": 0.95, "official": 1.0}
-_ISO_DATE = r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+\-]\d{2}:?\d{2})?)?"   # 2025-03-14, 2025-06-06T17:00Z, ...+02:00
+# 2025-03-14, 2025-06-06T17:00Z, ...+02:00
+_ISO_DATE = r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+\-]\d{2}:?\d{2})?)?"
 
 def _reliability(r, where, labels):
     if isinstance(r, str) and r.strip().lower() in labels: return float(labels[r.strip().lower()])
     if isinstance(r, bool) or not isinstance(r, (int, float)) or not 0 <= r <= 1:
-        raise ValueError(f"{where}: field reliability: expected a number in 0..1 or a label ({', '.join(labels)}), got {r!r}")
+        raise ValueError(f"{where}: field reliability: expected a number in 0..1 or a label ({', '.join(labels)}), "
+                         f"got {r!r}")
     return float(r)
 
 def _market_record(d, where, labels=RELIABILITY_LABELS):
@@ -49,7 +54,8 @@ def _market_record(d, where, labels=RELIABILITY_LABELS):
         if k not in d: raise ValueError(f"{where}: field {k}: missing")
     if not isinstance(d["source"], str): raise ValueError(f"{where}: field source: expected a string")
     if not isinstance(d["date"], str) or not re.fullmatch(_ISO_DATE, d["date"].strip()):
-        raise ValueError(f"{where}: field date: expected an ISO date or datetime (2025-03-14, 2025-06-06T17:00Z), got {d['date']!r}")
+        raise ValueError(f"{where}: field date: expected an ISO date or datetime (2025-03-14, 2025-06-06T17:00Z), "
+                         f"got {d['date']!r}")
     return MarketRecord(d["source"], d["date"].strip(), _reliability(d["reliability"], where, labels), d["data"])
 
 # %% ../../nbs/04a_market.ipynb #3a864e61
@@ -59,25 +65,32 @@ def _json_records(path):
     with open(path, "rb") as fh: head = fh.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")
     if not head.startswith(b"["): return ((f"{path}:{ln}", d) for ln, d in _read_jsonl(path))
     try: text = path.read_text("utf-8-sig")
-    except UnicodeDecodeError as e: raise ValueError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start + 1})") from None
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start + 1})") from None
     try: arr = json.loads(text)
-    except json.JSONDecodeError as e: raise ValueError(f"{path}:{e.lineno}: malformed JSON ({e.msg} at column {e.colno})") from None
-    except (RecursionError, ValueError): return ((f"{path}:{ln}", d) for ln, d in _read_jsonl(path))   # the line reader names the line
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}:{e.lineno}: malformed JSON ({e.msg} at column {e.colno})") from None
+    # the line reader names the line
+    except (RecursionError, ValueError): return ((f"{path}:{ln}", d) for ln, d in _read_jsonl(path))
     bad = next((i for i, d in enumerate(arr) if not isinstance(d, dict)), None) if isinstance(arr, list) else 0
     if bad is not None: raise ValueError(f"{path}: record {bad}: a record must be a JSON object")
     return ((f"{path}: record {i}", d) for i, d in enumerate(arr))
 
 def load_market_news(path, reliability_labels: dict|None = None) -> list[MarketRecord]:
-    "Market news records `{source, date, reliability, data}` from a JSONL file or a JSON array; `reliability_labels` adds to or overrides `RELIABILITY_LABELS`."
+    """Market news records `{source, date, reliability, data}` from a JSONL file or a JSON array; `reliability_labels`
+    adds to or overrides `RELIABILITY_LABELS`."""
     labels = {**RELIABILITY_LABELS, **{str(k).lower(): v for k, v in (reliability_labels or {}).items()}}
     return [_market_record(d, where, labels) for where, d in _json_records(path)]
 
+# %% ../../nbs/04a_market.ipynb #14687cb6
 MARKET_QUESTION = "Given these news records, should a trader Buy, Short or Wait on the stock over the next week?"
 
+# %% ../../nbs/04a_market.ipynb #ab08696e
 def market_item(records, question: str = MARKET_QUESTION, id: str = "market-0", gold=None) -> Item:
     "A market debate item: `question` over `records` (kept in `data`; gold usually unknown)."
     return Item(id, "market", question, gold, data=list(records), meta={"n_records": len(records)})
 
+# %% ../../nbs/04a_market.ipynb #34df53c1
 def load_market(path, question: str = MARKET_QUESTION, reliability_labels: dict|None = None) -> list[Item]:
     "One market item holding every record of the JSONL or JSON-array file `path`."
     return [market_item(load_market_news(path, reliability_labels), question, id=f"market-{Path(path).stem}")]
@@ -85,17 +98,24 @@ def load_market(path, question: str = MARKET_QUESTION, reliability_labels: dict|
 # %% ../../nbs/04a_market.ipynb #5c0c4a02
 import collections.abc
 STOCK_POSITIONS = ("Buy", "Short", "Wait")
+
+# %% ../../nbs/04a_market.ipynb #56f69544
 STOCK_FIELDS = ("Justification", "Position", "Asset", "Projected Percentage Change", "Time Horizon", "Confidence")
+
+# %% ../../nbs/04a_market.ipynb #9cd361b8
 _POSITION_WORDS = {"buy": "Buy", "long": "Buy", "short": "Short", "sell": "Short", "wait": "Wait", "hold": "Wait"}
 
 def stock_position(x) -> str|None:
-    "The position (Buy, Short or Wait) of a stock answer, a mapping with a 'Position' field, or a word (BUY/SELL/HOLD read as Buy/Short/Wait); None otherwise."
+    """The position (Buy, Short or Wait) of a stock answer, a mapping with a 'Position' field, or a word
+    (BUY/SELL/HOLD read as Buy/Short/Wait); None otherwise."""
     if isinstance(x, collections.abc.Mapping): x = x.get("Position")
     elif x is not None and not isinstance(x, str): x = getattr(x, "position", None)
     m = re.search(r"[A-Za-z]+", x) if isinstance(x, str) else None
     return _POSITION_WORDS.get(m.group(0).lower()) if m else None
 
-@serializable(name="madlab.market.StockAnswer")   # the name its JSON has always carried
+# %% ../../nbs/04a_market.ipynb #a4c7c8bf
+# the name its JSON has always carried
+@serializable(name="madlab.market.StockAnswer")
 @dataclass
 class StockAnswer(Answer, collections.abc.Mapping):
     "A reply in the stock format; it reads as a mapping of the format's fields too (`a['Position']`)."
@@ -120,25 +140,31 @@ class StockAnswer(Answer, collections.abc.Mapping):
         s = f"{self.position or '?'} {self.asset or ''}".strip()
         if self.change is not None: s += f" {self.change:+.1f}%"
         return s + (f" (confidence {self.confidence:.2f})" if self.confidence is not None else "")
-    def _fields(self): return dict(zip(STOCK_FIELDS, (self.justification, self.position, self.asset, self.change, self.horizon, self.confidence)))
+    def _fields(self):
+        return dict(zip(STOCK_FIELDS, (self.justification, self.position, self.asset, self.change, self.horizon,
+                                       self.confidence)))
     def __getitem__(self, k): return self._fields()[k]
     def __iter__(self): return iter(STOCK_FIELDS)
     def __len__(self): return len(STOCK_FIELDS)
 
 # %% ../../nbs/04a_market.ipynb #5c0c4a04
-_STOCK_KEY = re.compile(r"^[\s>*#_-]*(justification|position|asset|projected percentage change|time horizon|confidence)[*_\s]*:[*_\s]*(.*)$", re.I | re.M)
+_STOCK_KEY = re.compile(r"^[\s>*#_-]*(justification|position|asset|projected percentage change|time horizon|confidence)"
+                        r"[*_\s]*:[*_\s]*(.*)$", re.I | re.M)
 _NUM = r"[-+\u2212]?\d+(?:\.\d+)?"
 
 def _stock_fields(text) -> dict:
-    "The format's fields in `text` (`Key: value` lines, markdown emphasis allowed, or a JSON object with those keys); later lines win, the justification may span lines."
+    """The format's fields in `text` (`Key: value` lines, markdown emphasis allowed, or a JSON object with those keys);
+    later lines win, the justification may span lines."""
     obj = extract_json(text)
     if obj:
         low = {str(k).lower().replace("_", " "): v for k, v in obj.items()}
-        return {k.lower(): "" if low.get(k.lower()) is None else str(low[k.lower()]) for k in STOCK_FIELDS if k.lower() in low}
+        return {k.lower(): "" if low.get(k.lower()) is None else str(low[k.lower()])
+                for k in STOCK_FIELDS if k.lower() in low}
     out, ms = {}, list(_STOCK_KEY.finditer(text))
     for i, m in enumerate(ms):
         k = m.group(1).lower()
-        out[k] = (text[m.start(2):ms[i + 1].start()] if k == "justification" and i + 1 < len(ms) else m.group(2)).strip()
+        out[k] = (text[m.start(2):ms[i + 1].start()] if k == "justification" and i + 1 < len(ms)
+                  else m.group(2)).strip()
     return out
 
 def _number(s):
@@ -166,16 +192,19 @@ def parse_stock_answer(text) -> StockAnswer|None:
     pos = stock_position(f.get("position"))
     if pos is None: return None
     asset = re.sub(r"[*_`]", "", f.get("asset") or "").strip() or None
-    return StockAnswer(pos, asset, _number(f.get("projected percentage change")), _hours(f.get("time horizon")), _confidence(f.get("confidence")),
-                       f.get("justification", "").strip())
+    return StockAnswer(pos, asset, _number(f.get("projected percentage change")), _hours(f.get("time horizon")),
+                       _confidence(f.get("confidence")), f.get("justification", "").strip())
 
 # %% ../../nbs/04a_market.ipynb #5c0c4a07
-STOCK_INSTRUCTIONS = ("Reply in exactly this format:\nJustification: <your reasoning from the data>\nPosition: <Buy, Short or Wait>\nAsset: <ticker>\n"
+STOCK_INSTRUCTIONS = ("Reply in exactly this format:\nJustification: <your reasoning from the data>\n"
+                      "Position: <Buy, Short or Wait>\nAsset: <ticker>\n"
                       "Projected Percentage Change: <+/-X.X%>\nTime Horizon: <X hours>\nConfidence: <0.00 to 1.00>")
 
+# %% ../../nbs/04a_market.ipynb #78696552
 def _stock_schema(ask):
     return reasoned({"position": {"enum": list(STOCK_POSITIONS)}, "asset": {"type": "string", "maxLength": 12},
-                     "projected_percentage_change": {"type": "number"}, "time_horizon": {"type": "number", "minimum": 0},
+                     "projected_percentage_change": {"type": "number"},
+                     "time_horizon": {"type": "number", "minimum": 0},
                      "confidence": {"type": "number", "minimum": 0, "maximum": 1}}, 48, reasoning="justification")
 
 def _item_asset(item):
@@ -191,15 +220,20 @@ def _stock_reply(ask, persona, rng):
     pos = conform(persona, rng, own, [stock_position(v) for v in (ask.peers or {}).values()], ask)
     right = pos == gold if gold is not None else rng.random() < persona.skill
     conf = synthetic_confidence(persona, rng, right, scale=100) / 100
-    change = {"Buy": 1, "Short": -1, "Wait": 0}[pos] * rng.uniform(0.5, 6) + (rng.uniform(-0.4, 0.4) if pos == "Wait" else 0)
+    change = ({"Buy": 1, "Short": -1, "Wait": 0}[pos] * rng.uniform(0.5, 6)
+              + (rng.uniform(-0.4, 0.4) if pos == "Wait" else 0))
     ev = list(ask.options.get("evidence") or [])
     why = ("Weighing " + " and ".join(rng.sample(ev, min(2, len(ev)))) if ev else "Weighing the news I hold")
-    why += {"Buy": ", I expect the price to rise.", "Short": ", I expect the price to fall.", "Wait": ", the signals cancel out; I would wait."}[pos]
-    return (f"Justification: {why}\nPosition: {pos}\nAsset: {ask.options.get('asset') or _item_asset(ask.item)}\nProjected Percentage Change: {change:+.1f}%\n"
+    why += {"Buy": ", I expect the price to rise.", "Short": ", I expect the price to fall.",
+            "Wait": ", the signals cancel out; I would wait."}[pos]
+    return (f"Justification: {why}\nPosition: {pos}\nAsset: {ask.options.get('asset') or _item_asset(ask.item)}\n"
+            f"Projected Percentage Change: {change:+.1f}%\n"
             f"Time Horizon: {rng.choice([24, 48, 72, 168])} hours\nConfidence: {conf:.2f}")
 
 STOCK = register_format(AnswerFormat("market.stock", STOCK_INSTRUCTIONS, parse_stock_answer,
-                                     lambda a, g: stock_position(a) is not None and stock_position(a) == stock_position(g), {"positions": list(STOCK_POSITIONS)},
+                                     lambda a, g: stock_position(a) is not None
+                                                  and stock_position(a) == stock_position(g),
+                                     {"positions": list(STOCK_POSITIONS)},
                                      schema=_stock_schema, reply=_stock_reply, features={"confidence"}))
 
 # %% ../../nbs/04a_market.ipynb #5c0c4a0a

@@ -23,41 +23,57 @@ _PREFERENCE = {1: 1, 2: 2, 0: 0, "1": 1, "2": 2, "0": 0, "tie": 0}
 
 def pairwise_prompt(question: str, answer_1: str, answer_2: str) -> str:
     "The text of a pairwise item: the question and both answers."
-    return f"[Question]\n{question}\n\n[The Start of Assistant 1's Answer]\n{answer_1}\n[The End of Assistant 1's Answer]\n\n[The Start of Assistant 2's Answer]\n{answer_2}\n[The End of Assistant 2's Answer]"
+    return (f"[Question]\n{question}\n\n[The Start of Assistant 1's Answer]\n{answer_1}\n"
+            f"[The End of Assistant 1's Answer]\n\n[The Start of Assistant 2's Answer]\n{answer_2}\n"
+            "[The End of Assistant 2's Answer]")
 
+# %% ../../nbs/04b_pairwise.ipynb #576aef9d
 def load_faireval(path, models: tuple|None = None) -> list[Item]:
-    "Pairwise items from FairEval's layout as ChatEval reads it: a JSON list of `{question_id, question, response: {model: text, ...}}`; answer 1 is `models[0]` (default: the first model of the first record); a `preference`, `label` or `human` field (1, 2, 0 tie) is the human label."
+    """Pairwise items from FairEval's layout as ChatEval reads it: a JSON list of
+    `{question_id, question, response: {model: text, ...}}`; answer 1 is `models[0]` (default: the first model of the
+    first record); a `preference`, `label` or `human` field (1, 2, 0 tie) is the human label."""
     try: recs = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e: raise ValueError(f"{path}: not a readable JSON file ({e})") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path}: not a readable JSON file ({e})") from None
     if not isinstance(recs, list): raise ValueError(f"{path}: expected a JSON list of records")
     out = []
     for i, d in enumerate(recs):
         where = f"{path}: record {i}"
-        if not isinstance(d, dict) or not isinstance(d.get("question"), str) or not isinstance(d.get("response"), dict): raise ValueError(f"{where}: needs question (text) and response ({{model: text}})")
+        if not isinstance(d, dict) or not isinstance(d.get("question"), str) or not isinstance(d.get("response"), dict):
+            raise ValueError(f"{where}: needs question (text) and response ({{model: text}})")
         ms = tuple(models or list(recs[0]["response"])[:2])
-        if len(ms) != 2 or any(not isinstance(d["response"].get(m), str) for m in ms): raise ValueError(f"{where}: response: needs text for both models {', '.join(map(str, ms))}; has {', '.join(d['response'])}")
+        if len(ms) != 2 or any(not isinstance(d["response"].get(m), str) for m in ms):
+            raise ValueError(f"{where}: response: needs text for both models {', '.join(map(str, ms))}; "
+                             f"has {', '.join(d['response'])}")
         p = next((d[k] for k in ("preference", "label", "human") if k in d), None)
-        if p is not None and (isinstance(p, bool) or p not in _PREFERENCE): raise ValueError(f"{where}: human label: expected 1, 2 or 0 (tie); got {p!r}")
+        if p is not None and (isinstance(p, bool) or p not in _PREFERENCE):
+            raise ValueError(f"{where}: human label: expected 1, 2 or 0 (tie); got {p!r}")
         data = {"question": d["question"], "answer_1": d["response"][ms[0]], "answer_2": d["response"][ms[1]]}
-        out.append(Item(str(d.get("question_id", f"faireval-{i:04d}")), "pairwise", pairwise_prompt(**data), None if p is None else _PREFERENCE[p],
-                        data=data, meta={"record": i, "models": list(ms)}))
+        out.append(Item(str(d.get("question_id", f"faireval-{i:04d}")), "pairwise", pairwise_prompt(**data),
+                        None if p is None else _PREFERENCE[p], data=data, meta={"record": i, "models": list(ms)}))
     return out
 
+# %% ../../nbs/04b_pairwise.ipynb #7e61abc0
 def load_pairwise(path) -> list[Item]:
-    "Pairwise items (`task='pairwise'`, gold 1, 2 or 0 for a tie) from JSONL records `{id, question, answer_1, answer_2, preference}`, or from FairEval's JSON layout (`load_faireval`)."
-    if Path(path).read_text(encoding="utf-8", errors="replace").lstrip().startswith("["): return load_faireval(path)
+    """Pairwise items (`task='pairwise'`, gold 1, 2 or 0 for a tie) from JSONL records
+    `{id, question, answer_1, answer_2, preference}`, or from FairEval's JSON layout (`load_faireval`)."""
+    if Path(path).read_text(encoding="utf-8", errors="replace").lstrip().startswith("["):
+        return load_faireval(path)
     out = []
     for ln, d in _read_jsonl(path):
         for k in ("question", "answer_1", "answer_2"):
             if not isinstance(d.get(k), str): raise ValueError(f"{path}:{ln}: field {k}: missing or not a string")
         p = d.get("preference")
-        if p is not None and (isinstance(p, bool) or p not in _PREFERENCE): raise ValueError(f"{path}:{ln}: field preference: expected 1, 2 or 0 (tie); got {p!r}")
+        if p is not None and (isinstance(p, bool) or p not in _PREFERENCE):
+            raise ValueError(f"{path}:{ln}: field preference: expected 1, 2 or 0 (tie); got {p!r}")
         data = {k: d[k] for k in ("question", "answer_1", "answer_2")}
-        out.append(Item(str(d.get("id", f"pairwise-{len(out):04d}")), "pairwise", pairwise_prompt(**data), None if p is None else _PREFERENCE[p], data=data, meta={"line": ln}))
+        out.append(Item(str(d.get("id", f"pairwise-{len(out):04d}")), "pairwise", pairwise_prompt(**data),
+                        None if p is None else _PREFERENCE[p], data=data, meta={"line": ln}))
     return out
 
 # %% ../../nbs/04b_pairwise.ipynb #b94355ce
-@serializable(name="madlab.pairwise.PairwiseVerdict")   # the name its JSON has always carried
+# the name its JSON has always carried
+@serializable(name="madlab.pairwise.PairwiseVerdict")
 @dataclass
 class PairwiseVerdict(Answer):
     "Scores of Assistant 1 and Assistant 2; `decision` is the preferred one (1 or 2, 0 for a tie)."
@@ -66,22 +82,29 @@ class PairwiseVerdict(Answer):
     @property
     def decision(self) -> int: return 0 if self.score_1 == self.score_2 else (1 if self.score_1 > self.score_2 else 2)
     def vote_key(self): return self.decision
-    def summary(self) -> str: return f"{self.score_1:g} vs {self.score_2:g}: " + ("tie" if self.decision == 0 else f"Assistant {self.decision}")
+    def summary(self) -> str:
+        return (f"{self.score_1:g} vs {self.score_2:g}: "
+                + ("tie" if self.decision == 0 else f"Assistant {self.decision}"))
 
+# %% ../../nbs/04b_pairwise.ipynb #6e80a2f6
 _SCORE_RE = r"score\W+of\W+assistant\s*{}\W*?[:=]?\s*(-?\d+(?:\.\d+)?)"
 
 def parse_pairwise(text) -> PairwiseVerdict|None:
     "The last stated scores of Assistant 1 and Assistant 2, or None."
     if not isinstance(text, str): return None
-    s1, s2 = answer_field(text, "score_1"), answer_field(text, "score_2")       # a structured reply
-    if isinstance(s1, (int, float)) and isinstance(s2, (int, float)) and not isinstance(s1, bool) and not isinstance(s2, bool):
+    # a structured reply
+    s1, s2 = answer_field(text, "score_1"), answer_field(text, "score_2")
+    if (isinstance(s1, (int, float)) and isinstance(s2, (int, float))
+            and not isinstance(s1, bool) and not isinstance(s2, bool)):
         return PairwiseVerdict(float(s1), float(s2))
     s1, s2 = (re.findall(_SCORE_RE.format(k), text, re.I) for k in (1, 2))
     return PairwiseVerdict(float(s1[-1]), float(s2[-1])) if s1 and s2 else None
 
 # %% ../../nbs/04b_pairwise.ipynb #9f08ed5d
-PAIRWISE_INSTRUCTIONS = "Score both answers from 1 to 10 and end with exactly two lines:\nThe score of Assistant 1: X\nThe score of Assistant 2: Y"
+PAIRWISE_INSTRUCTIONS = ("Score both answers from 1 to 10 and end with exactly two lines:\n"
+                         "The score of Assistant 1: X\nThe score of Assistant 2: Y")
 
+# %% ../../nbs/04b_pairwise.ipynb #2974d52e
 def _pairwise_schema(ask):
     score = {"type": "integer", "minimum": 1, "maximum": 10}
     return reasoned({"score_1": score, "score_2": score}, 16)
@@ -89,15 +112,18 @@ def _pairwise_schema(ask):
 def _pairwise_reply(ask, persona, rng):
     gold = getattr(ask.item, "gold", None)
     prefs = [0, 1, 2]
-    wrong = synthetic_rng(persona, "wrong", ask.agent, getattr(ask.item, "id", None)).choice([p for p in prefs if p != gold] or prefs)
+    wrong = synthetic_rng(persona, "wrong", ask.agent, getattr(ask.item, "id", None)).choice(
+        [p for p in prefs if p != gold] or prefs)
     own = getattr(ask.previous, "decision", None)
     if own is None: own = gold if gold in prefs and believes_gold(persona, ask) else wrong
     pref = conform(persona, rng, own, [getattr(v, "decision", None) for v in (ask.peers or {}).values()], ask)
     hi, lo = rng.choice([8, 9]), rng.choice([5, 6])
     s1, s2 = (hi, lo) if pref == 1 else (lo, hi) if pref == 2 else (7, 7)
-    return f"Comparing the two answers for helpfulness, relevance and accuracy.\nThe score of Assistant 1: {s1}\nThe score of Assistant 2: {s2}"
+    return ("Comparing the two answers for helpfulness, relevance and accuracy.\n"
+            f"The score of Assistant 1: {s1}\nThe score of Assistant 2: {s2}")
 
-VERDICT = register_format(AnswerFormat("pairwise", PAIRWISE_INSTRUCTIONS, parse_pairwise, lambda a, g: a is not None and getattr(a, "decision", a) == g,
+VERDICT = register_format(AnswerFormat("pairwise", PAIRWISE_INSTRUCTIONS, parse_pairwise,
+                                       lambda a, g: a is not None and getattr(a, "decision", a) == g,
                                        schema=_pairwise_schema, reply=_pairwise_reply))
 
 # %% ../../nbs/04b_pairwise.ipynb #9f08ed5e
@@ -112,5 +138,7 @@ def cohen_kappa(a, b) -> float|None:
     return 1.0 if pe == 1 else (po - pe) / (1 - pe)
 
 # %% ../../nbs/04b_pairwise.ipynb #9f08ed5f
-PAIRWISE = register_task(Task("pairwise", lambda data, size: load_pairwise(data), VERDICT, "agentverse/pairwise_sample.jsonl",
-                              "a JSONL file of {id, question, answer_1, answer_2, preference} records", "pairwise answer comparison"))
+PAIRWISE = register_task(Task("pairwise", lambda data, size: load_pairwise(data), VERDICT,
+                              "agentverse/pairwise_sample.jsonl",
+                              "a JSONL file of {id, question, answer_1, answer_2, preference} records",
+                              "pairwise answer comparison"))

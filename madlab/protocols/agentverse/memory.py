@@ -23,28 +23,34 @@ __all__ = ['MEMORIES', 'SUMMARY_TEMPLATE', 'MANIPULATORS', 'memory_type', 'Memor
 # %% ../../../nbs/14b_agentverse_memory.ipynb #c5ce796a
 MEMORIES: dict[str, type] = {}
 
+# %% ../../../nbs/14b_agentverse_memory.ipynb #f8d0dba5
 def memory_type(name: str):
     "Register a `Memory` dataclass under `name`."
     def deco(cls): cls.type = name; MEMORIES[name] = serializable(_public(cls)); return cls
     return deco
 
+# %% ../../../nbs/14b_agentverse_memory.ipynb #cdc64e8b
 def _line(m: Message) -> str: return f"[{m.sender}]: {m.content}" if m.sender else m.content
 
 class Memory:
-    "Base of every memory: `add` a message, `view()` what the agent is shown; `pending()` says what a summariser must fold in first."
+    """Base of every memory: `add` a message, `view()` what the agent is shown; `pending()` says what a summariser must
+    fold in first."""
     type = ""
     def reset(self): self.messages: list[Message] = []
     def add(self, m: Message): self.messages.append(m)
     def view(self) -> list[Message]: return list(self.messages)
     def pending(self) -> list[Message]: return []
     def state(self) -> dict: return {"messages": [_line(m) for m in self.messages]}
-    def spec(self) -> dict: return {"memory_type": self.type, **{f.name: getattr(self, f.name) for f in fields(self)}}
+    def spec(self) -> dict:
+        return {"memory_type": self.type, **{f.name: getattr(self, f.name) for f in fields(self)}}
 
+# %% ../../../nbs/14b_agentverse_memory.ipynb #00657424
 @memory_type("chat_history")
 @dataclass
 class ChatHistoryMemory(Memory):
     "Every message the agent received."
 
+# %% ../../../nbs/14b_agentverse_memory.ipynb #fdf1ed14
 @memory_type("token_window")
 @dataclass
 class TokenWindowMemory(Memory):
@@ -60,9 +66,11 @@ class TokenWindowMemory(Memory):
     def state(self): return {**super().state(), "shown": len(self.view())}
 
 # %% ../../../nbs/14b_agentverse_memory.ipynb #5cee361a
-SUMMARY_TEMPLATE = ("Progressively summarize the lines of conversation provided, adding onto the previous summary and returning a new summary.\n\n"
+SUMMARY_TEMPLATE = ("Progressively summarize the lines of conversation provided, adding onto the previous summary and "
+                    "returning a new summary.\n\n"
                     "Current summary:\n${summary}\n\nNew lines of conversation:\n${new_lines}\n\nNew summary:")
 
+# %% ../../../nbs/14b_agentverse_memory.ipynb #3d4278dc
 @memory_type("summary")
 @dataclass
 class SummaryMemory(Memory):
@@ -73,31 +81,38 @@ class SummaryMemory(Memory):
     max_tokens: int = 256          # of each summary
     def reset(self): super().reset(); self.summary, self.folded = "", 0
     def pending(self): return self.messages[self.folded: max(self.folded, len(self.messages) - self.buffer)]
-    def fold(self, summary: str): self.summary, self.folded = summary, max(self.folded, len(self.messages) - self.buffer)
+    def fold(self, summary: str):
+        self.summary, self.folded = summary, max(self.folded, len(self.messages) - self.buffer)
     def view(self):
         recent = self.messages[self.folded:]
         head = [Message("user", f"Summary of the conversation so far:\n{self.summary}")] if self.summary else []
         return head + recent
     def state(self): return {**super().state(), "summary": self.summary, "folded": self.folded}
 
+# %% ../../../nbs/14b_agentverse_memory.ipynb #9ff17dcd
 def make_memory(spec, where: str = "memory") -> Memory:
     "A fresh memory from a type name, a `{memory_type, ...}` mapping or a memory object."
     if isinstance(spec, Memory): m = copy.deepcopy(spec)
     else:
         if spec is None: spec = "chat_history"
         if isinstance(spec, str): spec = {"memory_type": spec}
-        if not isinstance(spec, dict): raise ConfigError(where, f"must be a memory type name or a mapping with 'memory_type'; got {type(spec).__name__}")
+        if not isinstance(spec, dict):
+            raise ConfigError(where, "must be a memory type name or a mapping with 'memory_type'; "
+                                     f"got {type(spec).__name__}")
         t = spec.get("memory_type", spec.get("type"))
-        if t not in MEMORIES: raise ConfigError(f"{where}.memory_type", f"unknown memory type {t!r}; valid types: {', '.join(MEMORIES)}")
+        if t not in MEMORIES:
+            raise ConfigError(f"{where}.memory_type", f"unknown memory type {t!r}; valid types: {', '.join(MEMORIES)}")
         cls, params = MEMORIES[t], {k: v for k, v in spec.items() if k not in ("memory_type", "type")}
         allowed = [f.name for f in fields(cls)]
         bad = [k for k in params if k not in allowed]
-        if bad: raise ConfigError(f"{where}.{bad[0]}", f"unknown parameter of memory {t!r}; valid parameters: {', '.join(allowed) or '(none)'}")
+        if bad: raise ConfigError(f"{where}.{bad[0]}", f"unknown parameter of memory {t!r}; "
+                                                       f"valid parameters: {', '.join(allowed) or '(none)'}")
         m = cls(**params)
     if isinstance(m, SummaryMemory):
         vs = template_vars(m.template, f"{where}.template")
         bad = [v for v in vs if v not in ("summary", "new_lines")]
-        if bad: raise ConfigError(f"{where}.template", f"unknown variable ${{{bad[0]}}}; valid variables: ${{new_lines}}, ${{summary}}")
+        if bad: raise ConfigError(f"{where}.template", f"unknown variable ${{{bad[0]}}}; "
+                                                       "valid variables: ${new_lines}, ${summary}")
         if m.llm is not None:
             try: check_spec(m.llm)
             except (ValueError, TypeError) as e: raise ConfigError(f"{where}.llm", str(e)) from None
@@ -110,6 +125,7 @@ def make_memory(spec, where: str = "memory") -> Memory:
 class VectorStoreMemory(ChatHistoryMemory):
     "Every message; no embedding calls: relevance, where a manipulator needs it, is measured on word counts."
 
+# %% ../../../nbs/14b_agentverse_memory.ipynb #5347ce0e
 @memory_type("sde_team")
 @dataclass
 class SdeTeamMemory(Memory):
@@ -119,58 +135,72 @@ class SdeTeamMemory(Memory):
     def add(self, m):
         super().add(m)
         if not m.content: return
-        self.buffer = m.content if m.sender == self.writer else (self.buffer + "\n\n" + m.content if self.buffer else m.content)
+        self.buffer = (m.content if m.sender == self.writer
+                       else (self.buffer + "\n\n" + m.content if self.buffer else m.content))
     def view(self): return [Message("user", self.buffer)] if self.buffer else []
     def state(self): return {"buffer": self.buffer}
 
 # %% ../../../nbs/14b_agentverse_memory.ipynb #e3e1101b
 MANIPULATORS: dict[str, type] = {}
 
+# %% ../../../nbs/14b_agentverse_memory.ipynb #9dcb511a
 def manipulator_type(name: str):
     "Register a memory manipulator dataclass under `name`."
     def deco(cls): cls.type = name; MANIPULATORS[name] = serializable(_public(cls)); return cls
     return deco
 
+# %% ../../../nbs/14b_agentverse_memory.ipynb #bec597b0
 class Manipulator:
     "Base of memory manipulators: `manipulate(d, env, agent, round)` returns the recorded calls it made."
     type = ""
     def reset(self): self.st = {}
     def state(self) -> dict: return copy.deepcopy(getattr(self, "st", {}))
-    def spec(self) -> dict: return {"memory_manipulator_type": self.type, **{f.name: getattr(self, f.name) for f in fields(self)}}
+    def spec(self) -> dict:
+        return {"memory_manipulator_type": self.type, **{f.name: getattr(self, f.name) for f in fields(self)}}
     async def manipulate(self, d, env, a, r) -> list: return []
 
+# %% ../../../nbs/14b_agentverse_memory.ipynb #cbf776f1
 @manipulator_type("basic")
 @dataclass
 class BasicManipulator(Manipulator):
     "Leaves the memory alone."
 
+# %% ../../../nbs/14b_agentverse_memory.ipynb #08be7e9e
 def make_manipulator(spec, where: str = "memory_manipulator") -> Manipulator:
     "A fresh manipulator from a type name, a `{memory_manipulator_type, ...}` mapping or a manipulator."
     if isinstance(spec, Manipulator): m = copy.deepcopy(spec)
     else:
         spec = {"memory_manipulator_type": spec or "basic"} if not isinstance(spec, dict) else spec
         t = spec.get("memory_manipulator_type", spec.get("type"))
-        if t not in MANIPULATORS: raise ConfigError(f"{where}.memory_manipulator_type", f"unknown memory manipulator {t!r}; valid: {', '.join(MANIPULATORS)}")
+        if t not in MANIPULATORS:
+            raise ConfigError(f"{where}.memory_manipulator_type",
+                              f"unknown memory manipulator {t!r}; valid: {', '.join(MANIPULATORS)}")
         params = {k: v for k, v in spec.items() if k not in ("memory_manipulator_type", "type")}
         allowed = [f.name for f in fields(MANIPULATORS[t])]
         bad = [k for k in params if k not in allowed]
-        if bad: raise ConfigError(f"{where}.{bad[0]}", f"unknown parameter of memory manipulator {t!r}; valid parameters: {', '.join(allowed) or '(none)'}")
+        if bad: raise ConfigError(f"{where}.{bad[0]}", f"unknown parameter of memory manipulator {t!r}; "
+                                                       f"valid parameters: {', '.join(allowed) or '(none)'}")
         m = MANIPULATORS[t](**params)
     m.reset()
     return m
 
 async def _side_call(d, a, r, prompt: str, kind: str, ask_kind: str = "text", max_tokens: int = 256) -> Turn:
-    "One recorded call of agent `a` outside its turn (a rating, a plan, ...), made through the debate: budget, scrubbing, listeners, cache and replay hold."
-    return await d.side_call(a, prompt, kind=kind, ask=Ask(kind=ask_kind, item=d.item), round=r.index, max_tokens=max_tokens)
+    """One recorded call of agent `a` outside its turn (a rating, a plan, ...), made through the debate: budget,
+    scrubbing, listeners, cache and replay hold."""
+    return await d.side_call(a, prompt, kind=kind, ask=Ask(kind=ask_kind, item=d.item), round=r.index,
+                             max_tokens=max_tokens)
 
 # %% ../../../nbs/14b_agentverse_memory.ipynb #0b79bdb9
 def reflection_due(accumulated: float, threshold: float) -> tuple[bool, float]:
     "AgentVerse's trigger: reflect when the accumulated importance reaches the threshold, which then doubles."
     return (True, threshold * 2) if accumulated >= threshold else (False, threshold)
 
+# %% ../../../nbs/14b_agentverse_memory.ipynb #ab048f08
 def memory_score(relevance, importance, immediacy, hours_since_access, minutes_since_creation) -> float:
-    "AgentVerse's retrieval score: relevance × max(0.99^hours × importance/10, 0.90^minutes × immediacy/10), whole hours and minutes."
-    return relevance * max(0.99 ** int(hours_since_access // 1) * importance / 10, 0.90 ** int(minutes_since_creation // 1) * immediacy / 10)
+    """AgentVerse's retrieval score: relevance × max(0.99^hours × importance/10, 0.90^minutes × immediacy/10), whole
+    hours and minutes."""
+    return relevance * max(0.99 ** int(hours_since_access // 1) * importance / 10,
+                           0.90 ** int(minutes_since_creation // 1) * immediacy / 10)
 
 def _rating(text) -> int:
     m = re.search(r"\d+", text or "")
@@ -184,26 +214,33 @@ def _cosine(a: str, b: str) -> float:
     num = sum(x[k] * y[k] for k in x)
     return num / ((sum(v * v for v in x.values()) * sum(v * v for v in y.values())) ** 0.5 or 1)
 
-_IMPORTANCE = ("On a scale of 1 to 10, where 1 is mundane (brushing teeth) and 10 is very poignant (a break-up, a college acceptance), "
+_IMPORTANCE = ("On a scale of 1 to 10, where 1 is mundane (brushing teeth) and 10 is very poignant "
+               "(a break-up, a college acceptance), "
                "rate the likely poignancy of this memory. Reply with one number only.\nMemory: ${memory}\nRating:")
-_IMMEDIACY = ("On a scale of 1 to 10, where 1 needs no attention soon and 10 needs an immediate response (someone waiting for a reply), "
+_IMMEDIACY = ("On a scale of 1 to 10, where 1 needs no attention soon and 10 needs an immediate response "
+              "(someone waiting for a reply), "
               "rate the immediacy of this memory. Reply with one number only.\nMemory: ${memory}\nRating:")
-_QUESTIONS = "${statements}\nGiven only the statements above, what are the 3 most salient high-level questions we can answer about their subjects?"
-_INSIGHTS = "${statements}\nWhat at most 5 high-level insights can you infer from the statements above? One per line, e.g. 'insight (because of 1, 3)'."
+_QUESTIONS = ("${statements}\nGiven only the statements above, what are the 3 most salient high-level questions "
+              "we can answer about their subjects?")
+_INSIGHTS = ("${statements}\nWhat at most 5 high-level insights can you infer from the statements above? "
+             "One per line, e.g. 'insight (because of 1, 3)'.")
 
 # %% ../../../nbs/14b_agentverse_memory.ipynb #913c6573
 @manipulator_type("reflection")
 @dataclass
 class Reflection(Manipulator):
-    "AgentVerse's reflection: rate each line once; reflect when the accumulated importance reaches the (doubling) threshold."
+    """AgentVerse's reflection: rate each line once; reflect when the accumulated importance reaches the (doubling)
+    threshold."""
     importance_threshold: float = 10
-    def reset(self): self.st = {"threshold": self.importance_threshold, "importance": {}, "immediacy": {}, "created": {}, "accessed": {}, "accumulated": 0, "insights": []}
+    def reset(self): self.st = {"threshold": self.importance_threshold, "importance": {}, "immediacy": {},
+                                "created": {}, "accessed": {}, "accumulated": 0, "insights": []}
     async def manipulate(self, d, env, a, r):
         mem, st, now, calls = env.memories[a.name], self.st, env.now(), []
         for m in mem.messages:
             if m.content in st["importance"] and m.content in st["immediacy"]: continue
             for kind, tpl in (("importance", _IMPORTANCE), ("immediacy", _IMMEDIACY)):
-                t = await _side_call(d, a, r, fill(tpl, {"memory": m.content}), kind, "agentverse.rating", 8); calls.append(t)
+                t = await _side_call(d, a, r, fill(tpl, {"memory": m.content}), kind, "agentverse.rating", 8)
+                calls.append(t)
                 st[kind][m.content] = _rating(t.reply)
             st["created"].setdefault(m.content, now); st["accessed"].setdefault(m.content, now)
         st["accumulated"] = sum(st["importance"].values())
@@ -214,25 +251,32 @@ class Reflection(Manipulator):
 # %% ../../../nbs/14b_agentverse_memory.ipynb #c4b03afa
 @patch
 async def _reflect(self: Reflection, d, env, a, r, mem, now):
-    "Ask three questions about the agent's own recent lines, pick its lines that answer them best and add at most five insights to its memory."
+    """Ask three questions about the agent's own recent lines, pick its lines that answer them best and add at most five
+    insights to its memory."""
     st, own = self.st, [m.content for m in mem.messages[-100:] if m.sender == a.name]
     q = await _side_call(d, a, r, fill(_QUESTIONS, {"statements": "\n".join(own)}), "questions")
     questions = [x for x in (q.reply or "").split("\n") if x.strip()][:3]
     if not own or not questions: return [q]
     hours = lambda c: (_clock(now) - _clock(st["accessed"][c])).total_seconds() / 3600
     mins = lambda c: (_clock(now) - _clock(st["created"][c])).total_seconds() / 60
-    score = {c: max(memory_score(_cosine(qq, c), st["importance"].get(c, 0), st["immediacy"].get(c, 0), hours(c), mins(c)) for qq in questions) for c in own}
+    score = {c: max(memory_score(_cosine(qq, c), st["importance"].get(c, 0), st["immediacy"].get(c, 0), hours(c),
+                                 mins(c)) for qq in questions) for c in own}
     top = sorted(score, key=score.get, reverse=True)[:len(questions) * 10]
     for c in top: st["accessed"][c] = now
     top.sort(key=lambda c: st["created"][c])
-    ins = await _side_call(d, a, r, fill(_INSIGHTS, {"statements": "\n".join(f"{i + 1}. {c}" for i, c in enumerate(top))}), "insights")
-    got = [re.sub(r"^\s*\d+[.)]\s*", "", x).split("(")[0].strip() for x in (ins.reply or "").split("\n") if x.strip()][:5]
-    for g in filter(None, got): mem.add(Message("assistant", g, sender=a.name, receivers=[a.name])); st["insights"].append(g)
+    ins = await _side_call(d, a, r, fill(_INSIGHTS, {"statements": "\n".join(f"{i + 1}. {c}"
+                                                                             for i, c in enumerate(top))}), "insights")
+    got = [re.sub(r"^\s*\d+[.)]\s*", "", x).split("(")[0].strip()
+           for x in (ins.reply or "").split("\n") if x.strip()][:5]
+    for g in filter(None, got):
+        mem.add(Message("assistant", g, sender=a.name, receivers=[a.name])); st["insights"].append(g)
     return [q, ins]
 
 # %% ../../../nbs/14b_agentverse_memory.ipynb #ff2a9537
-_PLAN = ("You act as ${agent_name} in a virtual world. Your description: ${role_description}\nIt is now ${current_time}. Your memory:\n${chat_history}\n"
-         "If all your plans have expired, plan the next period of time. Do you need a new plan? If yes, give it with its time period; if no, reply No.")
+_PLAN = ("You act as ${agent_name} in a virtual world. Your description: ${role_description}\n"
+         "It is now ${current_time}. Your memory:\n${chat_history}\n"
+         "If all your plans have expired, plan the next period of time. Do you need a new plan? "
+         "If yes, give it with its time period; if no, reply No.")
 
 @manipulator_type("plan")
 @dataclass
@@ -241,25 +285,32 @@ class Plan(Manipulator):
     def reset(self): self.st = {"plans": []}
     async def manipulate(self, d, env, a, r):
         mem = env.memories[a.name]
-        t = await _side_call(d, a, r, fill(_PLAN, {"agent_name": a.name, "role_description": env.values(a.name)["role_description"],
-                                                   "current_time": env.now(), "chat_history": "\n".join(map(_line, mem.view()))}), "plan")
+        t = await _side_call(d, a, r, fill(_PLAN, {"agent_name": a.name,
+                                                   "role_description": env.values(a.name)["role_description"],
+                                                   "current_time": env.now(),
+                                                   "chat_history": "\n".join(map(_line, mem.view()))}), "plan")
         plan = (t.reply or "").strip().strip(".")
-        if plan and plan != "No": mem.add(Message("assistant", plan, sender=a.name, receivers=[a.name])); self.st["plans"].append(plan)
+        if plan and plan != "No":
+            mem.add(Message("assistant", plan, sender=a.name, receivers=[a.name])); self.st["plans"].append(plan)
         return [t]
 
 # %% ../../../nbs/14b_agentverse_memory.ipynb #0331d361
 @manipulator_type("summary")
 @dataclass
 class SummaryManipulator(Manipulator):
-    "Folds the memory's lines older than the last `buffer` into one summary line (one recorded call when there is something new)."
+    """Folds the memory's lines older than the last `buffer` into one summary line (one recorded call when there is
+    something new)."""
     buffer: int = 4
     def reset(self): self.st = {"summary": ""}
     async def manipulate(self, d, env, a, r):
         mem = env.memories[a.name]
-        old = [m for m in mem.messages[:-self.buffer or None] if m.phase != "summary"] if len(mem.messages) > self.buffer else []
+        old = ([m for m in mem.messages[:-self.buffer or None] if m.phase != "summary"]
+               if len(mem.messages) > self.buffer else [])
         if not old: return []
-        t = await _side_call(d, a, r, fill(SUMMARY_TEMPLATE, {"summary": self.st["summary"] or "(none yet)", "new_lines": "\n".join(map(_line, old))}), "summary")
+        t = await _side_call(d, a, r, fill(SUMMARY_TEMPLATE, {"summary": self.st["summary"] or "(none yet)",
+                                                              "new_lines": "\n".join(map(_line, old))}), "summary")
         if t.reply:
             self.st["summary"] = t.reply
-            mem.messages = [Message("user", f"Summary of the conversation so far:\n{t.reply}", phase="summary")] + mem.messages[-self.buffer:]
+            mem.messages = ([Message("user", f"Summary of the conversation so far:\n{t.reply}", phase="summary")]
+                            + mem.messages[-self.buffer:])
         return [t]

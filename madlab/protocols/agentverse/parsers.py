@@ -16,20 +16,24 @@ __all__ = ['OUTPUT_PARSERS', 'output_parser', 'parse_speak', 'parse_action', 'pa
 # %% ../../../nbs/14c_agentverse_parsers.ipynb #08817ebd
 OUTPUT_PARSERS: dict[str, tuple] = {}
 
+# %% ../../../nbs/14c_agentverse_parsers.ipynb #0b0a8634
 def output_parser(*names: str, synthetic: str = "text"):
-    "Register `fn(reply, agent) -> {'content', 'to'} | None` as the output parser `names`; synthetic agents answer requests of kind `synthetic`."
+    """Register `fn(reply, agent) -> {'content', 'to'} | None` as the output parser `names`; synthetic agents answer
+    requests of kind `synthetic`."""
     def deco(fn):
         for n in names: OUTPUT_PARSERS[n] = (fn, synthetic)
         return fn
     return deco
 
 # %% ../../../nbs/14c_agentverse_parsers.ipynb #df957fe8
-@output_parser("nlp_classroom_3players", "prisoner_dilemma", "math_problem_2players_tools", synthetic="agentverse.action")
+@output_parser("nlp_classroom_3players", "prisoner_dilemma", "math_problem_2players_tools",
+               synthetic="agentverse.action")
 def parse_speak(text, agent=None):
     "'Action: Speak' and 'Action Input: Y' -> Y; any other action (a tool's, say) is unreadable."
     got = parse_action(text, agent)
     return got if got is not None and re.search(r"Action:\s*Speak\b", text or "") else None
 
+# %% ../../../nbs/14c_agentverse_parsers.ipynb #4a68563d
 @output_parser("nlp_classroom_9players", "nlp_classroom_9players_group", synthetic="agentverse.action")
 def parse_action(text, agent=None):
     "'Action: X' and 'Action Input: Y' -> Y for Speak, '' for Listen, '[X] Y' for CallOn, RaiseHand, GroupDiscuss."
@@ -44,9 +48,11 @@ def parse_action(text, agent=None):
 # %% ../../../nbs/14c_agentverse_parsers.ipynb #0ff4faff
 @output_parser("nlp_classroom_3players_withtool", "db_diag", synthetic="agentverse.action")
 def parse_thought_action(text, agent=None):
-    "Exactly 'Thought: ...', 'Action: X', 'Action Input: Y' -> Y for Speak, '' for Listen, '[X] Y' for CallOn and RaiseHand; a tool's action is unreadable (madlab runs no tools)."
+    """Exactly 'Thought: ...', 'Action: X', 'Action Input: Y' -> Y for Speak, '' for Listen, '[X] Y' for CallOn and
+    RaiseHand; a tool's action is unreadable (madlab runs no tools)."""
     lines = [l for l in (text or "").strip().split("\n") if l]
-    if len(lines) != 3 or not (lines[0].startswith("Thought:") and lines[1].startswith("Action:") and lines[2].startswith("Action Input:")): return None
+    if len(lines) != 3 or not (lines[0].startswith("Thought:") and lines[1].startswith("Action:")
+                               and lines[2].startswith("Action Input:")): return None
     act, arg = lines[1][len("Action:"):].strip(), lines[2][len("Action Input:"):].strip()
     if act == "Speak": return {"content": arg}
     if act == "Listen": return {"content": ""}
@@ -60,7 +66,8 @@ def parse_alice(text, agent=None):
     m = re.search(r"Action:\s*(.+)", text or "")
     try: call = ast.parse(m.group(1).strip(), mode="eval").body if m else None
     except SyntaxError: call = None
-    if not isinstance(call, ast.Call) or not isinstance(call.func, ast.Name) or call.func.id not in ("say", "act", "do_nothing"): return None
+    if (not isinstance(call, ast.Call) or not isinstance(call.func, ast.Name)
+            or call.func.id not in ("say", "act", "do_nothing")): return None
     try: args, kw = [ast.literal_eval(x) for x in call.args], {k.arg: ast.literal_eval(k.value) for k in call.keywords}
     except ValueError: return None
     if call.func.id == "do_nothing": return {"content": ""}
@@ -83,45 +90,65 @@ def _parse_reply(name, text, agent):
 
 # %% ../../../nbs/14c_agentverse_parsers.ipynb #22573a5c
 def _action_reply(ask, persona, rng):
-    "A synthetic classroom or prisoner's-dilemma reply: professors speak, call on students or start group work; students listen, raise hands or speak."
+    """A synthetic classroom or prisoner's-dilemma reply: professors speak, call on students or start group work;
+    students listen, raise hands or speak."""
     o = ask.options
     me, names, first = o.get("me"), o.get("names") or [], o.get("first")
     if o.get("parser") in _TOOL_PARSERS: return _tool_file_reply(o.get("parser"), me == first, names[1:], rng)
-    if o.get("parser") == "nlp_classroom_3players": return "Action: Speak\nAction Input: " + rng.choice(["Let us begin with tokenisation.", "Could you explain that again?", "The exam is next week."])
+    if o.get("parser") == "nlp_classroom_3players":
+        return "Action: Speak\nAction Input: " + rng.choice(["Let us begin with tokenisation.",
+                                                             "Could you explain that again?", "The exam is next week."])
     if o.get("parser") == "prisoner_dilemma":
-        line = rng.choice(["I will remain silent.", "I will testify against the other suspect.", "What does the other suspect say?"]) if me != first else rng.choice(["Testify and you walk free.", "Attention! Give your final decision."])
+        line = (rng.choice(["I will remain silent.", "I will testify against the other suspect.",
+                            "What does the other suspect say?"]) if me != first
+                else rng.choice(["Testify and you walk free.", "Attention! Give your final decision."]))
         return f"Action: Speak\nAction Input: {line}"
     if me == first:
         x = rng.random()
         if x < 0.3 and len(names) > 1: return f"Action: CallOn\nAction Input: Yes, {_short(rng.choice(names[1:]))}"
-        if x < 0.4 and o.get("parser") == "nlp_classroom_9players_group": return "Action: GroupDiscuss\nAction Input: Discuss the question in your groups."
-        return "Action: Speak\nAction Input: " + rng.choice(["Today we look at word embeddings.", "Any questions so far?", "Let us move on to attention."])
+        if x < 0.4 and o.get("parser") == "nlp_classroom_9players_group":
+            return "Action: GroupDiscuss\nAction Input: Discuss the question in your groups."
+        return "Action: Speak\nAction Input: " + rng.choice(["Today we look at word embeddings.",
+                                                             "Any questions so far?", "Let us move on to attention."])
     x = rng.random()
     if x < 0.5: return "Action: Listen\nAction Input: None"
     if x < 0.8: return "Action: RaiseHand\nAction Input: None"
     return "Action: Speak\nAction Input: " + rng.choice(["Could you give an example?", "Why does that work?"])
 
+# %% ../../../nbs/14c_agentverse_parsers.ipynb #a1f9ddba
 _TOOL_PARSERS = ("math_problem_2players_tools", "db_diag", "nlp_classroom_3players_withtool")
 
 def _tool_file_reply(parser, leads, others, rng):
     "A reply in a tool file's format; one in ten names a tool, which is unreadable once the tools are dropped."
     thought = "" if parser == "math_problem_2players_tools" else "Thought: I know what to do next.\n"
     if rng.random() < 0.1: return f"{thought}Action: search\nAction Input: what is attention"
-    if parser == "math_problem_2players_tools": line = rng.choice(["What is 17 times 23?", "391. Your turn: what is 144 divided by 12?", "12. Now: what is 2 to the 10th?"])
-    elif parser == "db_diag": line = rng.choice(["The anomaly ran from 10:00 to 10:04.", "CPU usage was abnormal in that window.", "Memory looks normal."])
-    elif leads: return thought + rng.choice(["Action: Speak\nAction Input: Today: the Transformer."] + ([f"Action: CallOn\nAction Input: Yes, {_short(rng.choice(others))}"] if others else []))
-    else: return thought + rng.choice(["Action: Listen\nAction Input: None", "Action: RaiseHand\nAction Input: None", "Action: Speak\nAction Input: Why attention?"])
+    if parser == "math_problem_2players_tools":
+        line = rng.choice(["What is 17 times 23?", "391. Your turn: what is 144 divided by 12?",
+                           "12. Now: what is 2 to the 10th?"])
+    elif parser == "db_diag":
+        line = rng.choice(["The anomaly ran from 10:00 to 10:04.", "CPU usage was abnormal in that window.",
+                           "Memory looks normal."])
+    elif leads:
+        return thought + rng.choice(["Action: Speak\nAction Input: Today: the Transformer."]
+                                    + ([f"Action: CallOn\nAction Input: Yes, {_short(rng.choice(others))}"]
+                                       if others else []))
+    else:
+        return thought + rng.choice(["Action: Listen\nAction Input: None", "Action: RaiseHand\nAction Input: None",
+                                     "Action: Speak\nAction Input: Why attention?"])
     return f"{thought}Action: Speak\nAction Input: {line}"
 
+# %% ../../../nbs/14c_agentverse_parsers.ipynb #9e3aa581
 def _alice_reply(ask, persona, rng):
     others = [n for n in ask.options.get("names", []) if n != ask.options.get("me")]
     x = rng.random()
-    if x < 0.5 and others: return f'Thought: I should talk.\nAction: say("Good morning, how are you?", target="{rng.choice(others)}")'
+    if x < 0.5 and others:
+        return f'Thought: I should talk.\nAction: say("Good morning, how are you?", target="{rng.choice(others)}")'
     if x < 0.8: return 'Thought: Time to work.\nAction: act("Make coffee", target=None)'
     return "Thought: Nothing to do.\nAction: do_nothing()"
 
 def _rating_reply(ask, persona, rng): return str(rng.randint(1, 10))
 
-for _kind, _reply in (("agentverse.action", _action_reply), ("agentverse.alice", _alice_reply), ("agentverse.rating", _rating_reply)):
-    register_format(AnswerFormat(_kind, reply=_reply))   # AgentVerse's request kinds: free text, read by the output parsers
-
+for _kind, _reply in (("agentverse.action", _action_reply), ("agentverse.alice", _alice_reply),
+                      ("agentverse.rating", _rating_reply)):
+    # AgentVerse's request kinds: free text, read by the output parsers
+    register_format(AnswerFormat(_kind, reply=_reply))

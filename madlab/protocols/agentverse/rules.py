@@ -28,41 +28,52 @@ class ConfigError(ValueError):
         super().__init__(f"{field}: {message}")
         self.field, self.message = field, message
 
+# %% ../../../nbs/14a_agentverse_rules.ipynb #fa481299
 def template_vars(text: str, where: str = "template") -> list[str]:
     "The `${variables}` of template `text`; a `ConfigError` when a `$` is neither a variable nor `$$`."
     if not isinstance(text, str): raise ConfigError(where, f"must be text; got {type(text).__name__}")
     t = string.Template(text)
     if not t.is_valid():
         pos = next(m.start("invalid") for m in t.pattern.finditer(text) if m.group("invalid") is not None)
-        raise ConfigError(where, f"a '$' at character {pos} is not a variable: write ${{name}} for a variable, $$ for a dollar sign")
+        raise ConfigError(where, f"a '$' at character {pos} is not a variable: "
+                                 "write ${name} for a variable, $$ for a dollar sign")
     return t.get_identifiers()
 
+# %% ../../../nbs/14a_agentverse_rules.ipynb #f068505e
 def fill(text: str, values: dict, where: str = "template") -> str:
-    "`text` with its `${variables}` replaced by `values` (as text); an unknown variable is a `ConfigError` naming the valid ones."
+    """`text` with its `${variables}` replaced by `values` (as text); an unknown variable is a `ConfigError` naming the
+    valid ones."""
     bad = [v for v in template_vars(text, where) if v not in values]
-    if bad: raise ConfigError(where, f"unknown variable ${{{bad[0]}}}; valid variables: {', '.join('${%s}' % k for k in sorted(values))}")
+    if bad: raise ConfigError(where, f"unknown variable ${{{bad[0]}}}; "
+                                     f"valid variables: {', '.join('${%s}' % k for k in sorted(values))}")
     return string.Template(text).substitute({k: "" if v is None else str(v) for k, v in values.items()})
 
 # %% ../../../nbs/14a_agentverse_rules.ipynb #00f1982a
 _PKG = "madlab.protocols.agentverse"
 
 def _public(cls):
-    "Name a class of the package's modules after the package (`madlab.protocols.agentverse.X`): where callers import it from, and its name in JSON, the same as before the package was split into modules."
+    """Name a class of the package's modules after the package (`madlab.protocols.agentverse.X`): where callers import
+    it from, and its name in JSON, the same as before the package was split into modules."""
     if cls.__module__.startswith(_PKG + "."): cls.__module__ = _PKG
     return cls
 
 # %% ../../../nbs/14a_agentverse_rules.ipynb #6295f4a9
 RULE_KINDS = ("order", "describer", "selector", "updater", "visibility")
+
+# %% ../../../nbs/14a_agentverse_rules.ipynb #875358c4
 RULES: dict[str, Registry[type]] = {k: Registry(f"{k} type", type, f"madlab.agentverse.{k}", choose="valid types:")
                                      for k in RULE_KINDS}   # kind -> its types
 
+# %% ../../../nbs/14a_agentverse_rules.ipynb #be465a48
 class Rule:
     "Base of every rule: parameters are dataclass fields, the state is the dict `st` (see `reset`)."
     kind, type = "", ""
     def reset(self, env): self.st = {}
     def state(self) -> dict: return copy.deepcopy(getattr(self, "st", {}))
-    def spec(self) -> dict: return {"type": self.type, **{f.name: copy.deepcopy(getattr(self, f.name)) for f in fields(self)}}
+    def spec(self) -> dict:
+        return {"type": self.type, **{f.name: copy.deepcopy(getattr(self, f.name)) for f in fields(self)}}
 
+# %% ../../../nbs/14a_agentverse_rules.ipynb #d8fd29ec
 def rule_type(kind: str, name: str):
     "Register a `Rule` dataclass as type `name` of rule `kind`."
     if kind not in RULE_KINDS: raise ValueError(f"rule kind must be one of {', '.join(RULE_KINDS)}; got {kind!r}")
@@ -72,6 +83,7 @@ def rule_type(kind: str, name: str):
         return RULES[kind].register(name, serializable(_public(cls)))
     return deco
 
+# %% ../../../nbs/14a_agentverse_rules.ipynb #235e616b
 def make_rule(kind: str, spec, where: str|None = None) -> Rule:
     "A fresh rule of `kind` from a type name, a `{type, ...}` mapping or a rule object."
     where = where or f"environment.rule.{kind}"
@@ -79,13 +91,15 @@ def make_rule(kind: str, spec, where: str|None = None) -> Rule:
         if spec.kind != kind: raise ConfigError(where, f"a {spec.kind} rule ({spec.type!r}) is not a {kind} rule")
         return copy.deepcopy(spec)
     if isinstance(spec, str): spec = {"type": spec}
-    if not isinstance(spec, dict): raise ConfigError(where, f"must be a {kind} type name or a mapping with 'type'; got {type(spec).__name__}")
+    if not isinstance(spec, dict):
+        raise ConfigError(where, f"must be a {kind} type name or a mapping with 'type'; got {type(spec).__name__}")
     t = spec.get("type")
     cls = RULES[kind].lookup(t, lambda m: ConfigError(f"{where}.type", m))   # group madlab.agentverse.KIND too
     params = {k: v for k, v in spec.items() if k != "type"}
     allowed = [f.name for f in fields(cls)]
     bad = [k for k in params if k not in allowed]
-    if bad: raise ConfigError(f"{where}.{bad[0]}", f"unknown parameter of {kind} {t!r}; valid parameters: {', '.join(allowed) or '(none)'}")
+    if bad: raise ConfigError(f"{where}.{bad[0]}", f"unknown parameter of {kind} {t!r}; "
+                                                   f"valid parameters: {', '.join(allowed) or '(none)'}")
     try: return cls(**params)
     except (TypeError, ValueError) as e: raise ConfigError(where, str(e)) from None
 
@@ -95,6 +109,7 @@ class Order(Rule):
     def speakers(self, env) -> list[str]: raise NotImplementedError
     def observe(self, env, turns): pass
 
+# %% ../../../nbs/14a_agentverse_rules.ipynb #d46895ae
 @rule_type("order", "sequential")
 @dataclass
 class Sequential(Order):
@@ -105,12 +120,14 @@ class Sequential(Order):
         i = self.st["next"]; self.st["next"] = (i + 1) % len(env.names)
         return [env.names[i]]
 
+# %% ../../../nbs/14a_agentverse_rules.ipynb #47990ac0
 @rule_type("order", "concurrent")
 @dataclass
 class Concurrent(Order):
     "Everyone speaks every turn."
     def speakers(self, env): return list(env.names)
 
+# %% ../../../nbs/14a_agentverse_rules.ipynb #97918888
 @rule_type("order", "random")
 @dataclass
 class RandomOrder(Order):
@@ -126,7 +143,8 @@ class RandomOrder(Order):
 @rule_type("order", "moderator")
 @dataclass
 class Moderated(Order):
-    "The moderator speaks first and after every other speaker; it calls on the next one with `tag` followed by 'Yes, Name'."
+    """The moderator speaks first and after every other speaker; it calls on the next one with `tag` followed by
+    'Yes, Name'."""
     moderator: str|None = None     # the moderator's name (default: the first agent)
     tag: str = "[CallOn]"
     def reset(self, env): self.st = {"next": self.moderator or env.names[0], "called": None}
@@ -141,15 +159,20 @@ class Moderated(Order):
             if m: self.st["called"] = m[-1]
         self.st["next"] = self.st["called"] or mod
 
+# %% ../../../nbs/14a_agentverse_rules.ipynb #b8db5103
 @rule_type("order", "scripted")
 @dataclass
 class Scripted(Order):
     "A fixed script of speakers, cycled: each step is a name or a list of names speaking together."
     script: list = field(default_factory=list)
     def reset(self, env):
-        if not self.script: raise ConfigError("environment.rule.order.script", "must list the speakers, e.g. [Police, Suspect1, Police, Suspect2]")
+        if not self.script:
+            raise ConfigError("environment.rule.order.script",
+                              "must list the speakers, e.g. [Police, Suspect1, Police, Suspect2]")
         bad = [n for s in self.script for n in ([s] if isinstance(s, str) else s) if n not in env.names]
-        if bad: raise ConfigError("environment.rule.order.script", f"unknown agent {bad[0]!r}; agents: {', '.join(env.names)}")
+        if bad:
+            raise ConfigError("environment.rule.order.script",
+                              f"unknown agent {bad[0]!r}; agents: {', '.join(env.names)}")
         self.st = {"position": 0}
     def speakers(self, env):
         s = self.script[self.st["position"] % len(self.script)]; self.st["position"] += 1
@@ -161,23 +184,28 @@ class Describer(Rule):
     def describe(self, env, name: str) -> str: raise NotImplementedError
     def describe_all(self, env) -> dict: return {n: self.describe(env, n) for n in env.names}
 
+# %% ../../../nbs/14a_agentverse_rules.ipynb #d3e33f06
 @rule_type("describer", "basic")
 @dataclass
 class BasicDescriber(Describer):
     "The same environment description for everyone (or one per agent), a template over the turn and the item."
     template: str = "Turn ${turn}/${max_turns}."
     per_agent: dict = field(default_factory=dict)   # agent -> its own template
-    def describe(self, env, name): return fill(self.per_agent.get(name, self.template), env.values(name), f"environment.rule.describer")
+    def describe(self, env, name):
+        return fill(self.per_agent.get(name, self.template), env.values(name), f"environment.rule.describer")
 
+# %% ../../../nbs/14a_agentverse_rules.ipynb #2d018c8a
 class Selector(Rule):
     def select(self, env, turns: list) -> list: raise NotImplementedError
 
+# %% ../../../nbs/14a_agentverse_rules.ipynb #8125a080
 @rule_type("selector", "basic")
 @dataclass
 class BasicSelector(Selector):
     "Keep messages with text; drop empty replies and failed calls."
     def select(self, env, turns): return [t for t in turns if t.error is None and (t.reply or "").strip()]
 
+# %% ../../../nbs/14a_agentverse_rules.ipynb #7dcb9ad9
 @rule_type("selector", "all")
 @dataclass
 class KeepAll(Selector):
@@ -189,10 +217,12 @@ class Updater(Rule):
     def update(self, env, turns: list) -> list: raise NotImplementedError
     def notes(self, env) -> dict: return {}      # agent -> a line it is told this turn besides the messages
 
+# %% ../../../nbs/14a_agentverse_rules.ipynb #54bc4f46
 @rule_type("updater", "basic")
 @dataclass
 class BasicUpdater(Updater):
-    "Each kept message goes to the receivers named for its speaker (`all` or names), else to whom the speaker addresses (visibility)."
+    """Each kept message goes to the receivers named for its speaker (`all` or names), else to whom the speaker
+    addresses (visibility)."""
     receivers: dict = field(default_factory=dict)
     silence: str|None = "[Silence]"
     def reset(self, env):
@@ -200,14 +230,16 @@ class BasicUpdater(Updater):
             where = f"environment.rule.updater.receivers.{k}"
             if k not in env.names: raise ConfigError(where, f"unknown agent; agents: {', '.join(env.names)}")
             bad = [n for n in ([] if v == "all" else ([v] if isinstance(v, str) else v)) if n not in env.names]
-            if bad: raise ConfigError(where, f"unknown receiver {bad[0]!r}; use 'all' or names of: {', '.join(env.names)}")
+            if bad:
+                raise ConfigError(where, f"unknown receiver {bad[0]!r}; use 'all' or names of: {', '.join(env.names)}")
         self.st = {}
     def update(self, env, turns):
         "(turn, receivers) for every delivered message; the speaker always keeps its own."
         out = []
         for t in turns:
             r = self.receivers.get(t.agent)
-            names = list(env.names) if r == "all" else ([r] if isinstance(r, str) else list(r)) if r is not None else env.visibility.targets(env, t.agent)
+            names = (list(env.names) if r == "all" else ([r] if isinstance(r, str) else list(r)) if r is not None
+                     else env.visibility.targets(env, t.agent))
             out.append((t, [t.agent] + [n for n in env.names if n in names and n != t.agent]))
         return out
 
@@ -222,17 +254,20 @@ class Visibility(Rule):
         got = getattr(env, "receivers", {}).get(name)
         return list(self.st["targets"][name]) if got is None else [n for n in env.names if n in got]
 
+# %% ../../../nbs/14a_agentverse_rules.ipynb #5a866062
 @rule_type("visibility", "all")
 @dataclass
 class AllVisible(Visibility):
     "Everyone sees everything."
 
+# %% ../../../nbs/14a_agentverse_rules.ipynb #2c486c97
 @rule_type("visibility", "oneself")
 @dataclass
 class Oneself(Visibility):
     "Each agent sees only its own messages."
     def compute(self, env, name): return [name]
 
+# %% ../../../nbs/14a_agentverse_rules.ipynb #73fe8b13
 @rule_type("visibility", "blind_judge")
 @dataclass
 class BlindJudge(Visibility):
@@ -240,6 +275,7 @@ class BlindJudge(Visibility):
     last_n: int = 1
     def compute(self, env, name): return [name] if env.turn >= env.max_turns - self.last_n else list(env.names)
 
+# %% ../../../nbs/14a_agentverse_rules.ipynb #e9dcf4c1
 @rule_type("visibility", "per_agent")
 @dataclass
 class PerAgent(Visibility):
@@ -248,22 +284,26 @@ class PerAgent(Visibility):
     def compute(self, env, name):
         got = self.targets_of.get(name, env.names)
         bad = [n for n in got if n not in env.names]
-        if bad: raise ConfigError(f"environment.rule.visibility.targets_of.{name}", f"unknown agent {bad[0]!r}; agents: {', '.join(env.names)}")
+        if bad: raise ConfigError(f"environment.rule.visibility.targets_of.{name}",
+                                  f"unknown agent {bad[0]!r}; agents: {', '.join(env.names)}")
         return [n for n in env.names if n in got]
 
 # %% ../../../nbs/14a_agentverse_rules.ipynb #1b9439a6
-_METHODS = {"order": "speakers", "describer": "describe", "selector": "select", "updater": "update", "visibility": "compute"}
+_METHODS = {"order": "speakers", "describer": "describe", "selector": "select", "updater": "update",
+            "visibility": "compute"}
 _BASES = {"order": Order, "describer": Describer, "selector": Selector, "updater": Updater, "visibility": Visibility}
 
 def custom_rule(kind: str, name: str):
-    "Register function `fn(env, *args, state)` as rule type `name` of `kind` (orders return names, describers text, selectors the kept turns, updaters (turn, receivers) pairs, visibility a name's targets)."
+    """Register function `fn(env, *args, state)` as rule type `name` of `kind` (orders return names, describers text,
+    selectors the kept turns, updaters (turn, receivers) pairs, visibility a name's targets)."""
     if kind not in RULE_KINDS: raise ValueError(f"rule kind must be one of {', '.join(RULE_KINDS)}; got {kind!r}")
     def deco(fn):
         def call(self, env, *args): return fn(env, *args, state=self.st)
         def reset(self, env):
             self.st = {}
             if kind == "visibility": Visibility.update(self, env)
-        cls = type(f"{name}_rule", (_BASES[kind],), {_METHODS[kind]: call, "reset": reset, "__doc__": fn.__doc__, "__module__": fn.__module__})
+        cls = type(f"{name}_rule", (_BASES[kind],), {_METHODS[kind]: call, "reset": reset, "__doc__": fn.__doc__,
+                                                     "__module__": fn.__module__})
         cls.__qualname__ = f"{fn.__qualname__}_rule"
         rule_type(kind, name)(dataclass(cls))
         return fn
@@ -286,7 +326,8 @@ class ClassroomOrder(Order):
         if env.params.get("is_grouped_ended"): return [p]
         if env.params.get("is_grouped"):
             groups = env.params.get("groups") or [list(range(1, len(env.names)))]
-            at = {int(k): v for k, v in env.params.get("group_speaker", {}).items()} or {g: 0 for g in range(len(groups))}
+            at = ({int(k): v for k, v in env.params.get("group_speaker", {}).items()}
+                  or {g: 0 for g in range(len(groups))})
             out = [env.names[groups[g][at[g] % len(groups[g])]] for g in range(len(groups))]
             env.params["group_speaker"] = {g: (at[g] + 1) % len(groups[g]) for g in range(len(groups))}
             return out
@@ -298,10 +339,12 @@ class ClassroomOrder(Order):
         hit = next((by[k] for k in sorted(by, key=len, reverse=True) if m and m.group(1).lower().startswith(k)), None)
         return [hit] if hit else list(env.names)
 
+# %% ../../../nbs/14a_agentverse_rules.ipynb #4639e6c7
 @rule_type("selector", "classroom")
 @dataclass
 class ClassroomSelector(Selector):
-    "Students' '[RaiseHand]' kept as just that; the professor's '[GroupDiscuss]' alone; with the professor speaking, only raised hands besides."
+    """Students' '[RaiseHand]' kept as just that; the professor's '[GroupDiscuss]' alone; with the professor speaking,
+    only raised hands besides."""
     def select(self, env, turns):
         p, kept = env.names[0], []
         for t in turns:
@@ -320,13 +363,15 @@ class ClassroomSelector(Selector):
 @rule_type("visibility", "classroom")
 @dataclass
 class ClassroomVisibility(Visibility):
-    "Groups the students when the professor says '[GroupDiscuss]'; ends the discussion after `num_discussion_turn` turns."
+    """Groups the students when the professor says '[GroupDiscuss]'; ends the discussion after `num_discussion_turn`
+    turns."""
     grouping: Any = "sequential"     # sequential, random or a list of lists of agent indices
     student_per_group: int = 4
     num_discussion_turn: int = 5
     def reset(self, env):
         if not (self.grouping in ("sequential", "random") or isinstance(self.grouping, list)):
-            raise ConfigError("environment.rule.visibility.grouping", f"must be sequential, random or a list of index lists; got {self.grouping!r}")
+            raise ConfigError("environment.rule.visibility.grouping",
+                              f"must be sequential, random or a list of index lists; got {self.grouping!r}")
         Visibility.reset(self, env); self.st["current_turn"] = 0
     def _groups(self, env):
         if isinstance(self.grouping, list): return [list(g) for g in self.grouping]
@@ -347,6 +392,7 @@ class ClassroomVisibility(Visibility):
                 for n in env.names[1:]: env.receivers.pop(n, None)
         Visibility.update(self, env); self.st["current_turn"] = cur
 
+# %% ../../../nbs/14a_agentverse_rules.ipynb #c384f35a
 @rule_type("describer", "classroom")
 @dataclass
 class ClassroomDescriber(Describer):
@@ -357,10 +403,12 @@ class ClassroomDescriber(Describer):
         if not env.params.get("is_grouped"):
             if env.params.pop("is_grouped_ended", False): return {n: self.end_prompt for n in env.names}
             return {n: "" for n in env.names}
-        return {n: "" if i == 0 else string.Template(self.start_prompt).safe_substitute(receiver_name=", ".join(env.receivers.get(n, env.names)))
+        return {n: "" if i == 0 else string.Template(self.start_prompt).safe_substitute(
+                    receiver_name=", ".join(env.receivers.get(n, env.names)))
                 for i, n in enumerate(env.names)}
     def describe(self, env, name): return ""
 
+# %% ../../../nbs/14a_agentverse_rules.ipynb #db918935
 @rule_type("updater", "classroom")
 @dataclass
 class ClassroomUpdater(BasicUpdater):
@@ -378,10 +426,12 @@ class PrisonerOrder(Order):
         i = self.st["next_suspect"]; self.st["next_suspect"] = 2 if i == 1 else 1
         return [env.names[i]]
 
+# %% ../../../nbs/14a_agentverse_rules.ipynb #dc9d3ee2
 @rule_type("describer", "prisoner")
 @dataclass
 class PrisonerDescriber(Describer):
-    "On even turns the police is told whom it talks to (both suspects, then the suspect who speaks next) and addresses only them."
+    """On even turns the police is told whom it talks to (both suspects, then the suspect who speaks next) and addresses
+    only them."""
     def reset(self, env): self.st = {"talking_to": "Both Suspects"}
     def describe(self, env, name): return ""
     def describe_all(self, env):
@@ -395,33 +445,41 @@ class PrisonerDescriber(Describer):
             self.st["talking_to"] = s1 if who == s2 else s2
         return out
 
+# %% ../../../nbs/14a_agentverse_rules.ipynb #cd93863f
 @rule_type("visibility", "prisoner")
 @dataclass
 class PrisonerVisibility(Visibility):
     "Receivers are set by the prisoner describer."
 
+# %% ../../../nbs/14a_agentverse_rules.ipynb #90db0b8f
 @rule_type("order", "scripted_index")
 @dataclass
 class IndexScript(Order):
-    "Agents by position: the steps of `first` once, then the steps of `cycle` in a loop (a step lists who speaks together)."
+    """Agents by position: the steps of `first` once, then the steps of `cycle` in a loop (a step lists who speaks
+    together)."""
     first: list = field(default_factory=list)
     cycle: list = field(default_factory=lambda: [[0]])
     def reset(self, env):
         bad = [i for s in self.first + self.cycle for i in s if not (isinstance(i, int) and 0 <= i < len(env.names))]
-        if bad or not self.cycle: raise ConfigError("environment.rule.order", f"positions must be 0..{len(env.names) - 1} and the cycle not empty; got {bad[:1] or self.cycle}")
+        if bad or not self.cycle:
+            raise ConfigError("environment.rule.order", f"positions must be 0..{len(env.names) - 1} "
+                                                        f"and the cycle not empty; got {bad[:1] or self.cycle}")
         self.st = {"step": 0}
     def speakers(self, env):
         k = self.st["step"]; self.st["step"] += 1
         s = self.first[k] if k < len(self.first) else self.cycle[(k - len(self.first)) % len(self.cycle)]
         return [env.names[i] for i in s]
 
+# %% ../../../nbs/14a_agentverse_rules.ipynb #8a30bd39
 @rule_type("order", "sde_team")
 @dataclass
 class SdeTeamOrder(IndexScript):
-    "AgentVerse's SDE team: the unit-test generator (agent 2) five times at once, then code writer (0) and reviewer (1) in turn."
+    """AgentVerse's SDE team: the unit-test generator (agent 2) five times at once, then code writer (0) and reviewer
+    (1) in turn."""
     first: list = field(default_factory=lambda: [[2] * 5])
     cycle: list = field(default_factory=lambda: [[0], [1]])
 
+# %% ../../../nbs/14a_agentverse_rules.ipynb #e07fb0dc
 @rule_type("order", "sde_team_given_tests")
 @dataclass
 class SdeGivenTestsOrder(IndexScript):
@@ -440,7 +498,8 @@ def _section(text: str, key: str) -> str:
 @rule_type("selector", "sde_team")
 @dataclass
 class SdeTeamSelector(Selector):
-    "Collects the generated unit tests (not delivered), shows the writer's code with the (not run) test feedback, the reviewer's review under the code."
+    """Collects the generated unit tests (not delivered), shows the writer's code with the (not run) test feedback, the
+    reviewer's review under the code."""
     def select(self, env, turns):
         turns = [t for t in turns if t.error is None and t.reply is not None]
         if not turns: return []
@@ -456,10 +515,12 @@ class SdeTeamSelector(Selector):
             turns[0].meta["content"] = f"<current code>:\n\n{env.params.get('code', '')}\n\n{_content(turns[0])}"
         return turns
 
+# %% ../../../nbs/14a_agentverse_rules.ipynb #d3afe523
 @rule_type("selector", "sde_team_given_tests")
 @dataclass
 class SdeGivenTestsSelector(Selector):
-    "The writer's code as '<current code>', the tester's turn as the (not run) feedback, the reviewer's review as it is."
+    """The writer's code as '<current code>', the tester's turn as the (not run) feedback, the reviewer's review as it
+    is."""
     def select(self, env, turns):
         turns = [t for t in turns if t.error is None and t.reply is not None]
         if not turns: return []
@@ -470,17 +531,20 @@ class SdeGivenTestsSelector(Selector):
         elif who == names[1]: turns[0].meta["content"] = f"<unit test feedback>:\n{_NOT_RUN}"
         return turns
 
+# %% ../../../nbs/14a_agentverse_rules.ipynb #22daa48c
 @rule_type("updater", "sde_team")
 @dataclass
 class SdeTeamUpdater(BasicUpdater):
     "The basic updater without '[Silence]'."
     silence: str|None = None
 
+# %% ../../../nbs/14a_agentverse_rules.ipynb #04ee073e
 @rule_type("visibility", "sde_team")
 @dataclass
 class SdeTeamVisibility(Visibility):
     "Leaves receivers as the agents name them."
 
+# %% ../../../nbs/14a_agentverse_rules.ipynb #a4094c3d
 @rule_type("visibility", "llmeval_blind_judge")
 @dataclass
 class LLMEvalBlindJudge(Visibility):
