@@ -313,6 +313,7 @@ async def _advance(d: Debate, n: int) -> Debate:
         if await d.astep() is None: break
     return d
 
+# %% ../nbs/06_debate.ipynb #5e7a11d0
 class _Standin(Backend):
     "The backend of an agent under an agent-level intervention: each of its calls answered by the intervention's reply (or by `reply`), none made; `silence` withholds every one."
     def __init__(self, live, item, agent: str, intervention: str|None = None, reply: str|None = None, placebo_from=None):
