@@ -21,7 +21,8 @@ from .viz import _wilson
 from .widgets import DebateStepper
 
 # %% auto #0
-__all__ = ['ITEMS', 'COLUMNS', 'blame_table', 'blame_ranking', 'blame_first', 'robustness_table', 'BlameResult', 'run_blame']
+__all__ = ['ITEMS', 'COLUMNS', 'blame_table', 'blame_ranking', 'blame_first', 'robustness_table', 'planted_cause', 'BlameResult',
+           'run_blame']
 
 # %% ../nbs/23b_blame.ipynb #05879f03
 ITEMS = ("wrong", "all")
@@ -224,32 +225,44 @@ def _of_scope(df: pd.DataFrame, scope: str) -> pd.DataFrame:
     return df[df.scope.eq(scope)] if "scope" in df else (df if scope == "turn" else df.iloc[:0])
 
 def _scores(df: pd.DataFrame, by: str = "turn") -> pd.DataFrame:
-    """Per item decided wrong and turn (`by="agent"`: and agent, over its agent-level forks from every round): the share
-    of its forks that made the decision right, then the share that changed it (the ranking's keys)."""
-    keys = ["item", "agent", "round"] if by == "turn" else ["item", "agent"]
+    """Per item decided wrong and turn (`by="agent"`: per agent-level fork's agent and first round): the share of its
+    forks that made the decision right, then the share that changed it (the ranking's keys)."""
     w = _of_scope(df, _scope(by))
     w = w[w.right_before.eq(False)]
-    if not len(w): return pd.DataFrame(columns=[*keys, "right", "changed"])
+    if not len(w): return pd.DataFrame(columns=["item", "agent", "round", "right", "changed"])
     return (w.assign(right=w.became_right.eq(True).astype(float), changed=w.changed.astype(float))
-             .groupby(keys, sort=False)[["right", "changed"]].mean().reset_index())
+             .groupby(["item", "agent", "round"], sort=False)[["right", "changed"]].mean().reset_index())
 
 def _ranks(g: pd.DataFrame) -> pd.Series:
     """Rank 1 for the turns no other turn of the item beats on (right, changed, earlier round, its agent's mean over its
-    turns); for agents (no round), on (right, changed); ties share a rank."""
-    if "round" not in g: keys = list(zip(g.right, g.changed))
-    else: keys = list(zip(g.right, g.changed, -g["round"], g.groupby("agent").right.transform("mean")))
+    turns); ties share a rank."""
+    keys = list(zip(g.right, g.changed, -g["round"], g.groupby("agent").right.transform("mean")))
     return pd.Series([1 + sum(o > k for o in keys) for k in keys], index=g.index)
+
+def _agent_ranks(g: pd.DataFrame) -> pd.DataFrame:
+    """One item's agents ranked on their agent-level forks, the earliest round first (the agent replaced from round 1
+    on is the agent as a whole; later rounds break ties: a cause comes before its effects): (right, changed) from round
+    1, then from round 2, ...; `right` and `changed` are the means over all its forks; ties share a rank."""
+    per = {a: h.sort_values("round") for a, h in g.groupby("agent", sort=False)}
+    keys = {a: tuple(x for r in h.itertuples() for x in (r.right, r.changed)) for a, h in per.items()}
+    return pd.DataFrame([{"item": h.item.iloc[0], "agent": a, "right": h.right.mean(), "changed": h.changed.mean(),
+                          "right_whole": h.right.iloc[0], "rank": 1 + sum(o > keys[a] for o in keys.values())}
+                         for a, h in per.items()])
 
 # %% ../nbs/23b_blame.ipynb #c956d360
 def blame_ranking(df: pd.DataFrame, by: str = "turn") -> pd.DataFrame:
     """Per item decided wrong: its turns ranked by how often their forks made the decision right, then by how often they
     changed it, then the earlier turn (a cause comes before its effects), then by how often its agent's turns made it
     right; `rank` 1 is the most to blame (ties share a rank). `by="agent"` ranks the agents on their agent-level forks
-    (every later turn of the agent replaced or silenced, from each round on) by how often they made it right, then
-    changed it."""
+    (every later turn of the agent replaced or silenced, from each round on): by how often those from round 1 made it
+    right, then changed it, then those from round 2, ... (`right_whole`: the share from round 1)."""
     s = _scores(df, by)
+    if by == "agent":
+        cols = ["item", "agent", "right", "changed", "right_whole", "rank"]
+        s = pd.concat([_agent_ranks(g) for _, g in s.groupby("item", sort=False)]) if len(s) else pd.DataFrame(columns=cols)
+        return s.sort_values(["item", "rank", "agent"]).reset_index(drop=True)
     s["rank"] = pd.concat([_ranks(g) for _, g in s.groupby("item", sort=False)]) if len(s) else pd.Series(dtype=int)
-    return s.sort_values(["item", "rank", *(["agent", "round"] if by == "turn" else ["agent"])]).reset_index(drop=True)
+    return s.sort_values(["item", "rank", "agent", "round"]).reset_index(drop=True)
 
 # %% ../nbs/23b_blame.ipynb #227d9ef1
 def blame_first(df: pd.DataFrame, by: str = "turn") -> pd.DataFrame:
@@ -277,6 +290,29 @@ def robustness_table(df: pd.DataFrame, by=("agent", "round")) -> pd.DataFrame:
     cols = [*keys, "right_items", "became_wrong", "wrong_low", "wrong_high", "forks", "changed", "changed_low",
             "changed_high"]
     return t[cols] if len(t) else pd.DataFrame(columns=[*by, *cols[len(keys):]])
+
+# %% ../nbs/23b_blame.ipynb #7b0e5a15
+def planted_cause(df: pd.DataFrame, agent: str, by: str = "agent", placebo: str = "turn") -> dict:
+    """Blame checked against a cause planted in the team (`agent`, e.g. a saboteur): over the items decided wrong whose
+    decision one of `agent`'s forks (at scope `by`, placebos aside) changes, the share on which blame ranks `agent`
+    alone first (`first`) and first at all, maybe tied with another agent (`top`); over the placebo forks (at scope
+    `placebo`) on the other agents, the share that changed the decision; each with its 95 % Wilson interval."""
+    rows = _of_scope(df, _scope(by))
+    real = rows[~rows.intervention.eq("placebo")]
+    mine = real[real.agent.eq(agent) & real.right_before.eq(False)]
+    can = set(mine[mine.changed.astype(bool)].item)
+    f = blame_first(real, by)
+    f = f[f.item.isin(can)]
+    k, n, kt = int((f["first"] == agent).sum()), len(f), int(f.top_agents.str.split(", ").map(lambda a: agent in a).sum())
+    pl = _of_scope(df, _scope(placebo))
+    pl = pl[pl.intervention.eq("placebo") & ~pl.agent.eq(agent)]
+    kp, n_p = int(pl.changed.astype(bool).sum()), len(pl)
+    (lo, hi), (tlo, thi), (plo, phi) = _wilson(k, n), _wilson(kt, n), _wilson(kp, n_p)
+    share = lambda a, b: a / b if b else float("nan")
+    return {"wrong_items": int(real[real.right_before.eq(False)].item.nunique()), "can_change": n,
+            "first": share(k, n), "first_low": lo, "first_high": hi, "top": share(kt, n), "top_low": tlo,
+            "top_high": thi, "placebo_forks": n_p, "placebo_changed": share(kp, n_p), "placebo_low": plo,
+            "placebo_high": phi}
 
 # %% ../nbs/23b_blame.ipynb #94dd6a5e
 @dataclass
