@@ -259,7 +259,8 @@ def blame_ranking(df: pd.DataFrame, by: str = "turn") -> pd.DataFrame:
     s = _scores(df, by)
     if by == "agent":
         cols = ["item", "agent", "right", "changed", "right_whole", "rank"]
-        s = pd.concat([_agent_ranks(g) for _, g in s.groupby("item", sort=False)]) if len(s) else pd.DataFrame(columns=cols)
+        parts = [_agent_ranks(g) for _, g in s.groupby("item", sort=False)]
+        s = pd.concat(parts) if parts else pd.DataFrame(columns=cols)
         return s.sort_values(["item", "rank", "agent"]).reset_index(drop=True)
     s["rank"] = pd.concat([_ranks(g) for _, g in s.groupby("item", sort=False)]) if len(s) else pd.Series(dtype=int)
     return s.sort_values(["item", "rank", "agent", "round"]).reset_index(drop=True)
@@ -303,7 +304,8 @@ def planted_cause(df: pd.DataFrame, agent: str, by: str = "agent", placebo: str 
     can = set(mine[mine.changed.astype(bool)].item)
     f = blame_first(real, by)
     f = f[f.item.isin(can)]
-    k, n, kt = int((f["first"] == agent).sum()), len(f), int(f.top_agents.str.split(", ").map(lambda a: agent in a).sum())
+    k, n = int((f["first"] == agent).sum()), len(f)
+    kt = int(f.top_agents.str.split(", ").map(lambda a: agent in a).sum())
     pl = _of_scope(df, _scope(placebo))
     pl = pl[pl.intervention.eq("placebo") & ~pl.agent.eq(agent)]
     kp, n_p = int(pl.changed.astype(bool).sum()), len(pl)
