@@ -1,0 +1,65 @@
+"""Blame of agents, not only of turns (`madlab.blame`, `scope="agent"`), checked against a planted saboteur on a grid
+of synthetic teams not built for the check; and robustness to a confident wrong reply (`adversarial`), checked against
+teams that differ only in their conviction."""
+from __future__ import annotations
+import itertools
+import pytest
+from conftest import needs_public_data
+from madlab.blame import planted_cause
+from madlab.run import run_experiment
+from madlab.runs import open_run
+from madlab.scoring import numbers_match
+from madlab.tasks.arith import toy_arith_items
+
+SABOTEUR = "Synthetic-saboteur"
+HONEST = "synthetic:skill={s},susceptibility={u},defer={d},conviction={c},seed={k}"
+
+def _gsm8k(n):
+    from madlab.core import public_data
+    from madlab.tasks.gsm8k import load_gsm8k
+    return load_gsm8k(public_data("gsm8k", "test.jsonl"))[:n]
+
+def _grid_team(tmp, size, s, u, d, c, n=60, wrong_max=20, placebo_items=10):
+    "One team of the grid: its run, agent-level blame of its wrong items, turn-level placebos; `planted_cause`'s figures."
+    team = [HONEST.format(s=s, u=u, d=d, c=c, k=k) for k in range(1, size)] + ["synthetic:saboteur"]
+    run_experiment("du", items=_gsm8k(n), team=team, out=tmp / "run", cache=False, rounds=2)
+    run = open_run(tmp / "run")
+    wrong = [str(i) for i, ok in zip(run.df.item_id, run.df.correct) if not ok][:wrong_max]
+    dfs = [run.blame(wrong, "gold,neutral,silence", scope="agent", cache=False).df] if wrong else []
+    dfs.append(run.blame([str(i) for i in run.df.item_id[:placebo_items]], "placebo", cache=False).df)
+    import pandas as pd
+    df = pd.concat(dfs, ignore_index=True)
+    found, _ = run.folder.transcripts()
+    sole = [i for i in wrong if all(numbers_match(tu.answer, found[i].item.gold) for tu in found[i].rounds[0].turns
+                                    if tu.agent != SABOTEUR)]
+    return planted_cause(df, SABOTEUR), planted_cause(df[df.item.isin(sole) | df.intervention.eq("placebo")], SABOTEUR)
+
+def test_a_convinced_team_is_more_robust_to_a_confident_wrong_reply(tmp_path):
+    """Five agents of the `susceptible` preset (skill 0.8, susceptibility 0.6, defer 0.3), and the same five with
+    conviction 1: one adversarial reply (a confident, well-formed wrong answer) in any one turn makes a right decision
+    wrong less often in the convinced team, and the 95 % intervals do not overlap; the report gives it per agent and
+    round, with intervals, and its figure shows it."""
+    got = {}
+    for name, extra in (("susceptible", ""), ("convinced", ",conviction=1")):
+        team = [f"synthetic:susceptible{extra},seed={k}" for k in range(1, 6)]
+        run_experiment("du", items=toy_arith_items(40, seed=11), team=team, out=tmp_path / name, cache=False, rounds=2)
+        b = open_run(tmp_path / name).blame("all", "adversarial", cache=False)
+        per = b.robustness()
+        assert len(per) == 5 * 3 and (per.wrong_low <= per.became_wrong).all() and (per.became_wrong <= per.wrong_high).all()
+        assert b.figure(metric="became_wrong").layout.title.text.startswith("Blame (adversarial)")
+        got[name] = b.robustness(("intervention",)).iloc[0]
+        print(name, got[name][["right_items", "became_wrong", "wrong_low", "wrong_high"]].to_dict())
+    assert got["convinced"].became_wrong < got["susceptible"].became_wrong
+    assert got["convinced"].wrong_high < got["susceptible"].wrong_low
+
+def test_an_adversarial_reply_is_wrong_well_formed_and_sure(tmp_path):
+    "Every adversarial fork's edited turn reads as an answer, scores wrong and says it is sure."
+    run_experiment("du", items=toy_arith_items(5, seed=3), team=["synthetic:strong"] * 3, out=tmp_path / "run",
+                   cache=False, rounds=1)
+    b = open_run(tmp_path / "run").blame("all", "adversarial", cache=False)
+    from madlab.core import Transcript
+    for row in b.df.itertuples():
+        t = Transcript.from_json(b.fork_path(row.item, row.agent, row.round) / "transcript.json")
+        tu = t.rounds[row.round - 1].by_agent()[row.agent]
+        assert tu.meta.get("edited") and tu.answer is not None and not numbers_match(tu.answer, t.item.gold)
+        assert "certain" in tu.reply
