@@ -160,6 +160,13 @@ def _right(t: Transcript):
     c = debate_row(t).get("correct")
     return None if c is None or pd.isna(c) else bool(c)
 
+def _stated(t: Transcript, agent: str):
+    "The first round (from 1) in which `agent` stated the answer `t` decided; None if it never did, or no decision."
+    key = answer_key((t.result or {}).get("answer"))
+    if key is None: return None
+    return next((k for k, r in enumerate(t.rounds, 1) for tu in r.turns
+                 if tu.agent == agent and tu.error is None and answer_key(tu.answer) == key), None)
+
 def _row(run: OpenRun, t: Transcript, ft: Transcript, job, made: bool) -> dict:
     "One row of blame.parquet: the fork of `job` against its debate `t`."
     iid, agent, rnd, how, scope, path, src = job
@@ -174,7 +181,8 @@ def _row(run: OpenRun, t: Transcript, ft: Transcript, job, made: bool) -> dict:
             "became_right": (not rb and ra) if known else None, "became_wrong": (rb and not ra) if known else None,
             "status": ft.meta.get("status"), "calls": int(r.get("calls") or 0),
             "cached_calls": int(r.get("cached_calls") or 0), "made": made,
-            "placebo_item": None if src is None else str(src.meta.get("id")), "fork": _relative(path, run.path)}
+            "placebo_item": None if src is None else str(src.meta.get("id")), "fork": _relative(path, run.path),
+            "stated": _stated(t, agent)}
 
 def _relative(path, base) -> str:
     "`path` relative to `base` when it lies under it (a local folder or a URL), else in full."
@@ -184,7 +192,7 @@ def _relative(path, base) -> str:
 _KEY = ["item", "agent", "round", "intervention", "scope"]
 COLUMNS = [*_KEY, "decision_before", "decision_after", "right_before", "right_after", "changed", "became_right",
            "became_wrong", "status", "calls",
-           "cached_calls", "made", "placebo_item", "fork"]
+           "cached_calls", "made", "placebo_item", "fork", "stated"]
 
 def _write(folder: Path, df: pd.DataFrame, meta: dict) -> pd.DataFrame:
     """blame.parquet (and .csv): these rows, and the rows of earlier calls for other forks; blame.json: this call's
@@ -229,9 +237,12 @@ def _scores(df: pd.DataFrame, by: str = "turn") -> pd.DataFrame:
     forks that made the decision right, then the share that changed it (the ranking's keys)."""
     w = _of_scope(df, _scope(by))
     w = w[w.right_before.eq(False)]
-    if not len(w): return pd.DataFrame(columns=["item", "agent", "round", "right", "changed"])
-    return (w.assign(right=w.became_right.eq(True).astype(float), changed=w.changed.astype(float))
-             .groupby(["item", "agent", "round"], sort=False)[["right", "changed"]].mean().reset_index())
+    if not len(w): return pd.DataFrame(columns=["item", "agent", "round", "right", "changed", "stated"])
+    first = w.stated if "stated" in w else pd.Series(float("nan"), index=w.index)     # a blame from before `stated`
+    return (w.assign(right=w.became_right.eq(True).astype(float), changed=w.changed.astype(float),
+                     stated=pd.to_numeric(first, errors="coerce"))
+             .groupby(["item", "agent", "round"], sort=False)[["right", "changed", "stated"]]
+             .agg({"right": "mean", "changed": "mean", "stated": "min"}).reset_index())
 
 def _ranks(g: pd.DataFrame) -> pd.Series:
     """Rank 1 for the turns no other turn of the item beats on (right, changed, earlier round, its agent's mean over its
@@ -241,10 +252,13 @@ def _ranks(g: pd.DataFrame) -> pd.Series:
 
 def _agent_ranks(g: pd.DataFrame) -> pd.DataFrame:
     """One item's agents ranked on their agent-level forks, the earliest round first (the agent replaced from round 1
-    on is the agent as a whole; later rounds break ties: a cause comes before its effects): (right, changed) from round
-    1, then from round 2, ...; `right` and `changed` are the means over all its forks; ties share a rank."""
+    on is the agent as a whole): (right, changed) from round 1; then the agent that stated the decided answer first (a
+    cause comes before its effects); then (right, changed) from round 2, ...; `right` and `changed` are the means over
+    all its forks; ties share a rank."""
     per = {a: h.sort_values("round") for a, h in g.groupby("agent", sort=False)}
-    keys = {a: tuple(x for r in h.itertuples() for x in (r.right, r.changed)) for a, h in per.items()}
+    said = {a: -h.stated.min() if h.stated.notna().any() else float("-inf") for a, h in per.items()}
+    keys = {a: (h.right.iloc[0], h.changed.iloc[0], said[a],
+                *(x for r in h.iloc[1:].itertuples() for x in (r.right, r.changed))) for a, h in per.items()}
     return pd.DataFrame([{"item": h.item.iloc[0], "agent": a, "right": h.right.mean(), "changed": h.changed.mean(),
                           "right_whole": h.right.iloc[0], "rank": 1 + sum(o > keys[a] for o in keys.values())}
                          for a, h in per.items()])
