@@ -2,7 +2,8 @@
 of synthetic teams not built for the check; and robustness to a confident wrong reply (`adversarial`), checked against
 teams that differ only in their conviction."""
 from __future__ import annotations
-import itertools
+import itertools, tempfile
+from pathlib import Path
 import pytest
 from conftest import needs_public_data
 from madlab.blame import planted_cause
@@ -68,39 +69,55 @@ def test_an_adversarial_reply_is_wrong_well_formed_and_sure(tmp_path):
 # The smaller grid: one saboteur with 2, 4 or 6 honest agents of skill 0.8 or 1.0, susceptibility 0.9, defer 0.3 and
 # some conviction (0.5); 100 GSM8K items, Du et al.'s debate with 2 rounds (as the notebook's whole grid).
 SMALL_GRID = list(itertools.product((3, 5, 7), (0.8, 1.0)))
-# Teams on which the issue's check fails, with the figures measured (an honest report, not a tuned persona): the
-# placebo, the agent's reply to another item, states a wrong number, and agents that keep their own last answer carry
-# it on: no such team stays within 5 %.
-PLACEBO_FAILS = {team: "turn-level placebos on the honest agents change 28 to 62 % of the decisions (notebook grid)"
-                 for team in SMALL_GRID}
-# Skill 0.8: the honest agents err on their own too, and an honest agent that holds its own wrong answer is, on that
-# item, as much a cause as the saboteur (figures of the notebook's grid: alone first on 50 % of 30 items with 5 agents,
-# 85 % of 13 with 7; first or tied on 63 % and 100 %). On the items only the saboteur made wrong it holds (100 %).
+_DONE: dict = {}
+
+def _small(size, skill):
+    "`_grid_team` of one team of the smaller grid, made once per session."
+    if (size, skill) not in _DONE:
+        _DONE[(size, skill)] = _grid_team(Path(tempfile.mkdtemp()), size, skill, 0.9, 0.3, 0.5, n=100, wrong_max=30,
+                                          placebo_items=15)
+    return _DONE[(size, skill)]
+
+def _failing(check: dict, reason: str) -> list:
+    "The smaller grid with the teams on which `check` fails marked: strict, so a team that starts passing says so."
+    return [pytest.param(*t, marks=pytest.mark.xfail(strict=True, reason=f"{reason}: {check[t]}")) if t in check
+            else t for t in SMALL_GRID]
+
+# Teams on which the issue's check fails, with the figures measured (an honest report, not a tuned persona). Skill 0.8:
+# the honest agents err on their own too, and an honest agent that holds its own wrong answer is, on that item, as much
+# a cause as the saboteur (first or tied: 63 % and 100 %); on the items only the saboteur made wrong it holds (100 %).
 FIRST_FAILS = {(5, 0.8): "alone first on 50 % of 30 wrong items (95 % 33-67 %)",
                (7, 0.8): "alone first on 85 % of 13 wrong items (95 % 58-96 %)"}
+# The placebo, the agent's reply to another item, states a wrong number, and agents that keep their own last answer or
+# defer to a lone voice carry it on: no team of the smaller grid stays within 5 %.
+PLACEBO_FAILS = {(3, 0.8): "40 %", (3, 1.0): "62 %", (5, 0.8): "32 %", (5, 1.0): "38 %", (7, 0.8): "28 %",
+                 (7, 1.0): "35 %"}
 
 @pytest.mark.slow
 @needs_public_data("GSM8K", "gsm8k", "test.jsonl")
-@pytest.mark.parametrize("size,skill", SMALL_GRID, ids=lambda v: str(v))
-def test_agent_level_blame_names_the_saboteur(tmp_path, size, skill):
+@pytest.mark.parametrize("size,skill", _failing(FIRST_FAILS, "the saboteur is not alone first"), ids=str)
+def test_agent_level_blame_names_the_saboteur(size, skill):
     """On the items decided wrong whose decision one of the saboteur's agent-level forks changes, blame by agent ranks
-    the saboteur alone first on >= 90 % (and on >= 90 % of those the saboteur alone made wrong: every honest agent
-    right at first)."""
-    got, sole = _grid_team(tmp_path, size, skill, 0.9, 0.3, 0.5, n=100, wrong_max=30, placebo_items=15)
-    print(size, skill, got, sole)
-    assert sole["can_change"] == 0 or sole["first"] >= 0.9, sole
-    if (size, skill) in FIRST_FAILS and got["first"] < 0.9: pytest.xfail(FIRST_FAILS[(size, skill)])
+    the saboteur alone first on >= 90 %."""
+    got, _ = _small(size, skill)
+    print(size, skill, got)
     assert got["can_change"] == 0 or got["first"] >= 0.9, got
 
 @pytest.mark.slow
 @needs_public_data("GSM8K", "gsm8k", "test.jsonl")
-@pytest.mark.parametrize("size,skill", SMALL_GRID, ids=lambda v: str(v))
-def test_placebos_change_few_decisions_of_teams_with_some_conviction(tmp_path, size, skill):
+@pytest.mark.parametrize("size,skill", SMALL_GRID, ids=str)
+def test_agent_level_blame_names_the_saboteur_where_only_it_erred(size, skill):
+    "On the wrong items where every honest agent was right at first, blame by agent ranks the saboteur alone first."
+    _, sole = _small(size, skill)
+    assert sole["can_change"] == 0 or sole["first"] >= 0.9, sole
+
+@pytest.mark.slow
+@needs_public_data("GSM8K", "gsm8k", "test.jsonl")
+@pytest.mark.parametrize("size,skill", _failing(PLACEBO_FAILS, "placebos change the decision"), ids=str)
+def test_placebos_change_few_decisions_of_teams_with_some_conviction(size, skill):
     "Turn-level placebos on the honest agents of the first 15 items change at most 5 % of the decisions."
-    got, _ = _grid_team(tmp_path, size, skill, 0.9, 0.3, 0.5, n=100, wrong_max=0, placebo_items=15)
+    got, _ = _small(size, skill)
     print(size, skill, got["placebo_changed"], got["placebo_forks"])
-    if (size, skill) in PLACEBO_FAILS and got["placebo_changed"] > 0.05:
-        pytest.xfail(f"{PLACEBO_FAILS[(size, skill)]}: {got['placebo_changed']:.3f}")
     assert got["placebo_changed"] <= 0.05
 
 @needs_public_data("GSM8K", "gsm8k", "test.jsonl")
