@@ -1,4 +1,4 @@
-"""Interventional blame: which turn of a debate decided it? Every turn before the decision is replaced, one at a time, by a `neutral` reply, a `placebo` (the same agent's reply to another item) or the `gold` answer, and the debate goes on from there with the same team; how often the decision changes, or becomes right, says which turns mattered, with 95 % intervals, a ranking per item, a figure of agents × rounds and each fork one click away in the stepper.
+"""Interventional blame: which turn of a debate decided it? Every turn before the decision is replaced, one at a time, by a `neutral` reply, a `placebo` (the same agent's reply to another item) or the `gold` answer, and the debate goes on from there with the same team; how often the decision changes, or becomes right, says which turns mattered, with 95 % intervals, a ranking per item, a figure of agents × rounds and each fork one click away in the stepper. Agent-level forks (`scope="agent"`) replace or silence an agent from a round on, to rank agents, not only turns; `adversarial` forks (a confident, well-formed wrong answer) measure how robust a team is.
 
 Docs: https://madlab.github.io/madlab/blame.html.md"""
 
@@ -22,10 +22,12 @@ from .viz import _wilson
 from .widgets import DebateStepper
 
 # %% auto #0
-__all__ = ['ITEMS', 'COLUMNS', 'blame_table', 'blame_ranking', 'blame_first', 'BlameResult', 'run_blame']
+__all__ = ['ITEMS', 'COLUMNS', 'blame_table', 'blame_ranking', 'blame_first', 'robustness_table', 'planted_cause', 'BlameResult',
+           'run_blame']
 
 # %% ../nbs/23b_blame.ipynb #05879f03
 ITEMS = ("wrong", "all")
+_SCOPES = ("turn", "agent")      # one turn replaced, or the agent's every turn from that round on
 
 def _interventions(v) -> list[str]:
     "The interventions `v` names (one, a comma-separated list or a list), each checked."
@@ -53,6 +55,10 @@ def _chosen(run: OpenRun, items) -> list[str]:
                           f"{bad[0] if bad else items!r}")
     return ids
 
+def _scope(v) -> str:
+    if v not in _SCOPES: raise OptionError("scope", f"must be one of {', '.join(_SCOPES)}; got {v!r}")
+    return v
+
 def _turns(t: Transcript) -> list[tuple]:
     "(agent, round) of every reply before the decision: rounds numbered from 1, a judge's decision round left out."
     return [(tu.agent, k) for k, r in enumerate(t.rounds, 1) if r.phase != "decision"
@@ -75,26 +81,28 @@ def _placebo_source(order: list, found: dict, iid: str, agent: str, round: int):
         if any(tu.agent == agent and tu.reply is not None for r in t.rounds[:round] for tu in r.turns): return t
     return None
 
-def _fork_dir(folder: Path, iid: str, agent: str, round: int, intervention: str) -> Path:
-    return folder / "forks" / safe_name(iid) / f"{safe_name(agent)}-r{round}-{intervention}"
+def _fork_dir(folder: Path, iid: str, agent: str, round: int, intervention: str, scope: str = "turn") -> Path:
+    "A fork's folder: `AGENT-rROUND-INTERVENTION` for a turn, `AGENT-from-rROUND-INTERVENTION` for an agent-level fork."
+    at = f"r{round}" if scope == "turn" else f"from-r{round}"
+    return folder / "forks" / safe_name(iid) / f"{safe_name(agent)}-{at}-{intervention}"
 
-def _plan(run: OpenRun, ids: list, interventions: list, folder: Path) -> tuple:
-    """Every fork to make, as (item, agent, round, intervention, its folder, placebo source), and the calls the ones not
-    on disk yet make at most."""
+def _plan(run: OpenRun, ids: list, interventions: list, folder: Path, scope: str = "turn") -> tuple:
+    """Every fork to make, as (item, agent, round, intervention, scope, its folder, placebo source), and the calls the
+    ones not on disk yet make at most (an agent-level fork from round k: one per agent and round it spoke in)."""
     found, _ = run.folder.transcripts()
     order = [str(i) for i in run.df.item_id if str(i) in found]
     jobs, estimate = [], 0
     for iid in ids:
         if iid not in found: raise OptionError("items", f"item {iid!r} of {run.name} has no transcript to fork")
         t = found[iid]
-        for agent, rnd in _turns(t):
+        for agent, rnd in dict.fromkeys(_turns(t)):
             for how in interventions:
                 src = _placebo_source(order, found, iid, agent, rnd) if how == "placebo" else None
                 if how == "placebo" and src is None:
                     raise OptionError("intervention",
                                       f"placebo: no other item of {run.name} has a reply by {agent} to take")
-                path = _fork_dir(folder, iid, agent, rnd, how)
-                jobs.append((iid, agent, rnd, how, path, src))
+                path = _fork_dir(folder, iid, agent, rnd, how, scope)
+                jobs.append((iid, agent, rnd, how, scope, path, src))
                 if not (path / "transcript.json").exists(): estimate += _fork_calls(t, rnd)
     return found, jobs, estimate
 
@@ -118,18 +126,18 @@ async def _base(t: Transcript, backends: dict):
 async def _one_fork(base, job, sem, done: dict|None = None) -> tuple:
     """The transcript of one fork, read from its folder when a run before made it (no call), else forked, run to its end
     and written; and whether it was made now. Each one read or written also goes into `done` by its (item, agent,
-    round, intervention), so a blame stopped midway keeps what finished (a fork being written when it stops is
+    round, intervention, scope), so a blame stopped midway keeps what finished (a fork being written when it stops is
     finished first)."""
-    iid, agent, rnd, how, path, src = job
+    iid, agent, rnd, how, scope, path, src = job
     f = path / "transcript.json"
     if f.exists():
         try: r = Transcript.from_json(f), False
         except (ValueError, TypeError, KeyError): r = None      # unreadable: made again
         if r is not None:
-            if done is not None: done[job[:4]] = r
+            if done is not None: done[job[:5]] = r
             return r
     async with sem:
-        d = await base.afork(rnd, agent=agent, intervention=how, placebo_from=src)
+        d = await base.afork(rnd, agent=agent, intervention=how, placebo_from=src, scope=scope)
         try: await d.arun()
         except Exception: pass                                  # recorded in d.meta (a failed call, a budget)
         t = d.transcript
@@ -139,7 +147,7 @@ async def _one_fork(base, job, sem, done: dict|None = None) -> tuple:
     try: await asyncio.shield(w)
     finally:
         if not w.done(): await w                                # stopped while writing: the fork is finished, and kept
-        if done is not None and not w.exception(): done[job[:4]] = (t, True)
+        if done is not None and not w.exception(): done[job[:5]] = (t, True)
     return t, True
 
 async def _item_forks(t, jobs, backends, sem, done: dict|None = None) -> list:
@@ -153,36 +161,46 @@ def _right(t: Transcript):
     c = debate_row(t).get("correct")
     return None if c is None or pd.isna(c) else bool(c)
 
+def _stated(t: Transcript, agent: str):
+    "The first round (from 1) in which `agent` stated the answer `t` decided; None if it never did, or no decision."
+    key = answer_key((t.result or {}).get("answer"))
+    if key is None: return None
+    return next((k for k, r in enumerate(t.rounds, 1) for tu in r.turns
+                 if tu.agent == agent and tu.error is None and answer_key(tu.answer) == key), None)
+
 def _row(run: OpenRun, t: Transcript, ft: Transcript, job, made: bool) -> dict:
     "One row of blame.parquet: the fork of `job` against its debate `t`."
-    iid, agent, rnd, how, path, src = job
+    iid, agent, rnd, how, scope, path, src = job
     before, after = (t.result or {}).get("answer"), (ft.result or {}).get("answer")
     rb, r = _right(t), debate_row(ft)
     ra = None if r.get("correct") is None or pd.isna(r.get("correct")) else bool(r["correct"])
     known = rb is not None and ra is not None
-    return {"item": iid, "agent": agent, "round": rnd, "intervention": how, "decision_before": _cell(before),
+    return {"item": iid, "agent": agent, "round": rnd, "intervention": how, "scope": scope,
+            "decision_before": _cell(before),
             "decision_after": _cell(after),
             "right_before": rb, "right_after": ra, "changed": answer_key(before) != answer_key(after),
             "became_right": (not rb and ra) if known else None, "became_wrong": (rb and not ra) if known else None,
             "status": ft.meta.get("status"), "calls": int(r.get("calls") or 0),
             "cached_calls": int(r.get("cached_calls") or 0), "made": made,
-            "placebo_item": None if src is None else str(src.meta.get("id")), "fork": _relative(path, run.path)}
+            "placebo_item": None if src is None else str(src.meta.get("id")), "fork": _relative(path, run.path),
+            "stated": _stated(t, agent)}
 
 def _relative(path, base) -> str:
     "`path` relative to `base` when it lies under it (a local folder or a URL), else in full."
     s, b = str(path), str(base).rstrip("/") + "/"
     return s[len(b):] if s.startswith(b) else s
 
-_KEY = ["item", "agent", "round", "intervention"]
+_KEY = ["item", "agent", "round", "intervention", "scope"]
 COLUMNS = [*_KEY, "decision_before", "decision_after", "right_before", "right_after", "changed", "became_right",
            "became_wrong", "status", "calls",
-           "cached_calls", "made", "placebo_item", "fork"]
+           "cached_calls", "made", "placebo_item", "fork", "stated"]
 
 def _write(folder: Path, df: pd.DataFrame, meta: dict) -> pd.DataFrame:
     """blame.parquet (and .csv): these rows, and the rows of earlier calls for other forks; blame.json: this call's
     settings and counts."""
     f = folder / "blame.parquet"
     old = read_table(f) if f.exists() else None
+    if old is not None and "scope" not in old: old.insert(4, "scope", "turn")      # a blame from before agent scope
     if old is not None and len(old):
         keep = ~old.set_index(_KEY).index.isin(df.set_index(_KEY).index)
         df = pd.concat([old[keep], df], ignore_index=True)
@@ -193,49 +211,81 @@ def _write(folder: Path, df: pd.DataFrame, meta: dict) -> pd.DataFrame:
 
 # %% ../nbs/23b_blame.ipynb #e5ebf19e
 def blame_table(df: pd.DataFrame, by=("intervention", "agent", "round")) -> pd.DataFrame:
-    """Per group of forks: how often the decision changed, and (over the items decided wrong) how often it became right,
-    each with a 95 % Wilson interval."""
+    """Per group of forks: how often the decision changed; over the items decided wrong, how often it became right; over
+    those decided right, how often it became wrong (an `adversarial` fork's robustness); each with a 95 % Wilson
+    interval. A blame with both scopes is grouped by `scope` first."""
     by, rows = list(by), []
+    if "scope" in df and "scope" not in by and df.scope.nunique() > 1: by = ["scope", *by]
     for key, g in df.groupby(by, sort=True):
         w = g[g.right_before.eq(False)] if "right_before" in g else g.iloc[:0]
+        ok = g[g.right_before.eq(True)] if "right_before" in g else g.iloc[:0]
         k, n, kr, nr = int(g.changed.sum()), len(g), int(w.became_right.eq(True).sum()), len(w)
-        (lo, hi), (rlo, rhi) = _wilson(k, n), _wilson(kr, nr)
+        kw, nw = (int(ok.became_wrong.eq(True).sum()) if "became_wrong" in ok else 0), len(ok)
+        (lo, hi), (rlo, rhi), (wlo, whi) = _wilson(k, n), _wilson(kr, nr), _wilson(kw, nw)
         rows.append({**dict(zip(by, key if isinstance(key, tuple) else (key,))), "forks": n,
                      "changed": k / n if n else float("nan"), "changed_low": lo, "changed_high": hi,
                      "wrong_items": nr, "became_right": kr / nr if nr else float("nan"), "right_low": rlo,
-                     "right_high": rhi})
+                     "right_high": rhi, "right_items": nw, "became_wrong": kw / nw if nw else float("nan"),
+                     "wrong_low": wlo, "wrong_high": whi})
     return pd.DataFrame(rows)
 
-def _scores(df: pd.DataFrame) -> pd.DataFrame:
-    """Per item decided wrong and turn: the share of its forks that made the decision right, then the share that changed
-    it (the ranking's keys)."""
-    w = df[df.right_before.eq(False)]
-    if not len(w): return pd.DataFrame(columns=["item", "agent", "round", "right", "changed"])
-    return (w.assign(right=w.became_right.eq(True).astype(float), changed=w.changed.astype(float))
-             .groupby(["item", "agent", "round"], sort=False)[["right", "changed"]].mean().reset_index())
+def _of_scope(df: pd.DataFrame, scope: str) -> pd.DataFrame:
+    "The rows of `df` at `scope` (a blame from before agent scope holds turns only)."
+    return df[df.scope.eq(scope)] if "scope" in df else (df if scope == "turn" else df.iloc[:0])
+
+def _scores(df: pd.DataFrame, by: str = "turn") -> pd.DataFrame:
+    """Per item decided wrong and turn (`by="agent"`: per agent-level fork's agent and first round): the share of its
+    forks that made the decision right, then the share that changed it (the ranking's keys)."""
+    w = _of_scope(df, _scope(by))
+    w = w[w.right_before.eq(False)]
+    if not len(w): return pd.DataFrame(columns=["item", "agent", "round", "right", "changed", "stated"])
+    first = w.stated if "stated" in w else pd.Series(float("nan"), index=w.index)     # a blame from before `stated`
+    return (w.assign(right=w.became_right.eq(True).astype(float), changed=w.changed.astype(float),
+                     stated=pd.to_numeric(first, errors="coerce"))
+             .groupby(["item", "agent", "round"], sort=False)[["right", "changed", "stated"]]
+             .agg({"right": "mean", "changed": "mean", "stated": "min"}).reset_index())
 
 def _ranks(g: pd.DataFrame) -> pd.Series:
     """Rank 1 for the turns no other turn of the item beats on (right, changed, earlier round, its agent's mean over its
     turns); ties share a rank."""
-    own = g.groupby("agent").right.transform("mean")
-    keys = list(zip(g.right, g.changed, -g["round"], own))
+    keys = list(zip(g.right, g.changed, -g["round"], g.groupby("agent").right.transform("mean")))
     return pd.Series([1 + sum(o > k for o in keys) for k in keys], index=g.index)
 
+def _agent_ranks(g: pd.DataFrame) -> pd.DataFrame:
+    """One item's agents ranked on their agent-level forks, the earliest round first (the agent replaced from round 1
+    on is the agent as a whole): (right, changed) from round 1; then the agent that stated the decided answer first (a
+    cause comes before its effects); then (right, changed) from round 2, ...; `right` and `changed` are the means over
+    all its forks; ties share a rank."""
+    per = {a: h.sort_values("round") for a, h in g.groupby("agent", sort=False)}
+    said = {a: -h.stated.min() if h.stated.notna().any() else float("-inf") for a, h in per.items()}
+    keys = {a: (h.right.iloc[0], h.changed.iloc[0], said[a],
+                *(x for r in h.iloc[1:].itertuples() for x in (r.right, r.changed))) for a, h in per.items()}
+    return pd.DataFrame([{"item": h.item.iloc[0], "agent": a, "right": h.right.mean(), "changed": h.changed.mean(),
+                          "right_whole": h.right.iloc[0], "rank": 1 + sum(o > keys[a] for o in keys.values())}
+                         for a, h in per.items()])
 
 # %% ../nbs/23b_blame.ipynb #c956d360
-def blame_ranking(df: pd.DataFrame) -> pd.DataFrame:
+def blame_ranking(df: pd.DataFrame, by: str = "turn") -> pd.DataFrame:
     """Per item decided wrong: its turns ranked by how often their forks made the decision right, then by how often they
     changed it, then the earlier turn (a cause comes before its effects), then by how often its agent's turns made it
-    right; `rank` 1 is the most to blame (ties share a rank)."""
-    s = _scores(df)
+    right; `rank` 1 is the most to blame (ties share a rank). `by="agent"` ranks the agents on their agent-level forks
+    (every later turn of the agent replaced or silenced, from each round on): by how often those from round 1 made it
+    right, then changed it, then those from round 2, ... (`right_whole`: the share from round 1)."""
+    s = _scores(df, by)
+    if by == "agent":
+        cols = ["item", "agent", "right", "changed", "right_whole", "rank"]
+        parts = [_agent_ranks(g) for _, g in s.groupby("item", sort=False)]
+        s = pd.concat(parts) if parts else pd.DataFrame(columns=cols)
+        return s.sort_values(["item", "rank", "agent"]).reset_index(drop=True)
     s["rank"] = pd.concat([_ranks(g) for _, g in s.groupby("item", sort=False)]) if len(s) else pd.Series(dtype=int)
     return s.sort_values(["item", "rank", "agent", "round"]).reset_index(drop=True)
 
 # %% ../nbs/23b_blame.ipynb #227d9ef1
-def blame_first(df: pd.DataFrame) -> pd.DataFrame:
-    """Per item decided wrong: the agents whose turns rank first, and `first`, the one agent to blame: the only agent at
-    rank 1, with a fork that changed something (else None: a tie between agents, or no turn made a difference)."""
-    r = blame_ranking(df)
+def blame_first(df: pd.DataFrame, by: str = "turn") -> pd.DataFrame:
+    """Per item decided wrong: the agents whose turns (`by="agent"`: whose agent-level forks) rank first, and `first`,
+    the one agent to blame: the only agent at rank 1, with a fork that changed something (else None: a tie between
+    agents, or no fork made a difference)."""
+    r = blame_ranking(df, by)
     rows = []
     for iid, g in r.groupby("item", sort=False):
         top = g[g["rank"] == 1]
@@ -245,6 +295,41 @@ def blame_first(df: pd.DataFrame) -> pd.DataFrame:
                      "top_changed": float(top.changed.max()),
                      "first": agents[0] if len(agents) == 1 and moved else None})
     return pd.DataFrame(rows, columns=["item", "top_agents", "top_right", "top_changed", "first"])
+
+# %% ../nbs/23b_blame.ipynb #7b0e5a12
+def robustness_table(df: pd.DataFrame, by=("agent", "round")) -> pd.DataFrame:
+    """Robustness to a confident wrong reply: per group of `adversarial` forks (by default per agent and round), over
+    the items decided right, how often the decision became wrong, with its 95 % Wilson interval, and how often it
+    changed at all."""
+    t = blame_table(df[df.intervention.eq("adversarial")], by)
+    keys = [c for c in ("scope", *by) if c in t]
+    cols = [*keys, "right_items", "became_wrong", "wrong_low", "wrong_high", "forks", "changed", "changed_low",
+            "changed_high"]
+    return t[cols] if len(t) else pd.DataFrame(columns=[*by, *cols[len(keys):]])
+
+# %% ../nbs/23b_blame.ipynb #7b0e5a15
+def planted_cause(df: pd.DataFrame, agent: str, by: str = "agent", placebo: str = "turn") -> dict:
+    """Blame checked against a cause planted in the team (`agent`, e.g. a saboteur): over the items decided wrong whose
+    decision one of `agent`'s forks (at scope `by`, placebos aside) changes, the share on which blame ranks `agent`
+    alone first (`first`) and first at all, maybe tied with another agent (`top`); over the placebo forks (at scope
+    `placebo`) on the other agents, the share that changed the decision; each with its 95 % Wilson interval."""
+    rows = _of_scope(df, _scope(by))
+    real = rows[~rows.intervention.eq("placebo")]
+    mine = real[real.agent.eq(agent) & real.right_before.eq(False)]
+    can = set(mine[mine.changed.astype(bool)].item)
+    f = blame_first(real, by)
+    f = f[f.item.isin(can)]
+    k, n = int((f["first"] == agent).sum()), len(f)
+    kt = int(f.top_agents.str.split(", ").map(lambda a: agent in a).sum())
+    pl = _of_scope(df, _scope(placebo))
+    pl = pl[pl.intervention.eq("placebo") & ~pl.agent.eq(agent)]
+    kp, n_p = int(pl.changed.astype(bool).sum()), len(pl)
+    (lo, hi), (tlo, thi), (plo, phi) = _wilson(k, n), _wilson(kt, n), _wilson(kp, n_p)
+    share = lambda a, b: a / b if b else float("nan")
+    return {"wrong_items": int(real[real.right_before.eq(False)].item.nunique()), "can_change": n,
+            "first": share(k, n), "first_low": lo, "first_high": hi, "top": share(kt, n), "top_low": tlo,
+            "top_high": thi, "placebo_forks": n_p, "placebo_changed": share(kp, n_p), "placebo_low": plo,
+            "placebo_high": phi}
 
 # %% ../nbs/23b_blame.ipynb #94dd6a5e
 @dataclass
@@ -259,11 +344,12 @@ class BlameResult:
     seconds: float = 0.0
     interrupted: bool = False                   # stopped by Ctrl-C / SIGTERM: `df` holds the forks that finished
     def table(self, by=("intervention", "agent", "round")) -> pd.DataFrame: return blame_table(self.df, by)
-    def ranking(self) -> pd.DataFrame: return blame_ranking(self.df)
-    def first(self) -> pd.DataFrame: return blame_first(self.df)
-    def first_share(self, agent: str) -> float:
-        "The share of the items decided wrong whose one agent to blame (`first`) is `agent`."
-        f = self.first()
+    def ranking(self, by: str = "turn") -> pd.DataFrame: return blame_ranking(self.df, by)
+    def first(self, by: str = "turn") -> pd.DataFrame: return blame_first(self.df, by)
+    def robustness(self, by=("agent", "round")) -> pd.DataFrame: return robustness_table(self.df, by)
+    def first_share(self, agent: str, by: str = "turn") -> float:
+        "The share of the items decided wrong whose one agent to blame (`first`, ranked `by` turn or agent) is `agent`."
+        f = self.first(by)
         return float((f["first"] == agent).mean()) if len(f) else float("nan")
     def summary(self) -> str:
         n, items = len(self.df), self.df.item.nunique() if len(self.df) else 0
@@ -272,6 +358,8 @@ class BlameResult:
             return (f"blame of {self.run.name}: nothing to fork (no item chosen; `wrong` picks the items the run "
                     "decided wrong: try `all` or ids)")
         hows = ", ".join(sorted(set(self.df.intervention)))
+        if "scope" in self.df and set(self.df.scope) != {"turn"}:
+            hows += "; scope " + ", ".join(sorted(set(self.df.scope)))
         s = (f"blame of {self.run.name}: {n} forks of {items} items ({hows}); {made} made now, "
              f"{n - made} read from {self.folder}; {self.calls} calls made (estimated at most {self.estimate}); "
              f"{self.seconds:.1f} s") if n else f"blame of {self.run.name}: no fork finished"
@@ -281,9 +369,10 @@ class BlameResult:
 
 # %% ../nbs/23b_blame.ipynb #d6dbdc7f
 def run_blame(run, items="wrong", intervention="gold", max_calls: int|None = None, cache=True,
-              concurrency: int|None = None, out=None, lock_timeout: float = 0) -> BlameResult:
+              concurrency: int|None = None, out=None, lock_timeout: float = 0, scope: str = "turn") -> BlameResult:
     """For each chosen item (`wrong`, `all` or ids) and each turn before its decision, fork the debate with that turn
-    replaced by `intervention` (neutral, placebo, gold, or several) and continue it with the same team; forks already
+    replaced by `intervention` (neutral, placebo, gold, adversarial, silence, or several) and continue it with the same
+    team; with `scope="agent"`, the agent's every turn from that round on is replaced (or silenced); forks already
     in the blame folder (`<out>/<run name>-blame` under the folder `out`, default the run's own `blame/`) are read,
     not made again. The calls are estimated first: more than `max_calls` is refused. Calls go through the response
     cache (`cache`), at most `concurrency` forks at once (default: what the endpoints take). The run's folder stays
@@ -292,17 +381,17 @@ def run_blame(run, items="wrong", intervention="gold", max_calls: int|None = Non
     same call again resumes."""
     run = run if isinstance(run, OpenRun) else open_run(run)
     with _read_whole(run, lock_timeout) as run:
-        return _blame(run, items, intervention, max_calls, cache, concurrency, out)
+        return _blame(run, items, intervention, max_calls, cache, concurrency, out, scope)
 
-def _blame(run: OpenRun, items, intervention, max_calls, cache, concurrency, out) -> BlameResult:
-    hows, ids = _interventions(intervention), _chosen(run, items)
+def _blame(run: OpenRun, items, intervention, max_calls, cache, concurrency, out, scope="turn") -> BlameResult:
+    hows, ids, scope = _interventions(intervention), _chosen(run, items), _scope(scope)
     if max_calls is not None and (isinstance(max_calls, bool) or not isinstance(max_calls, int) or max_calls < 0):
         raise OptionError("max_calls", f"must be a whole number >= 0; got {max_calls!r}")
     if concurrency is not None and (isinstance(concurrency, bool) or not isinstance(concurrency, int)
                                     or concurrency < 1):
         raise OptionError("concurrency", f"must be a whole number >= 1; got {concurrency!r}")
     folder = store_path(out, "out") / f"{run.name}-blame" if out is not None else run.path / "blame"
-    found, jobs, estimate = _plan(run, ids, hows, folder)
+    found, jobs, estimate = _plan(run, ids, hows, folder, scope)
     if max_calls is not None and estimate > max_calls:
         raise OptionError("max_calls",
                           f"blame would make up to {estimate} calls ({len(jobs)} forks of {len(ids)} items); allow at "
@@ -322,11 +411,11 @@ def _blame(run: OpenRun, items, intervention, max_calls, cache, concurrency, out
     try: interrupted = fut.result()
     # Ctrl-C: the forks in flight are cancelled, those finished kept
     except KeyboardInterrupt: stop.set(); interrupted = fut.result()
-    df = pd.DataFrame([_row(run, found[j[0]], done[j[:4]][0], j, done[j[:4]][1]) for j in jobs if j[:4] in done],
+    df = pd.DataFrame([_row(run, found[j[0]], done[j[:5]][0], j, done[j[:5]][1]) for j in jobs if j[:5] in done],
                       columns=COLUMNS)
     calls = int(df.calls[df.made].sum()) if len(df) else 0
     meta = {"run": str(run.path), "items": items if isinstance(items, str) else list(map(str, items)),
-            "interventions": hows, "forks": len(df), "estimate": estimate, "calls": calls,
+            "interventions": hows, "scope": scope, "forks": len(df), "estimate": estimate, "calls": calls,
             "made": int(df.made.sum()) if len(df) else 0, **({"interrupted": True} if interrupted else {})}
     folder.mkdir(parents=True, exist_ok=True)
     _write(folder, df, meta)
@@ -335,26 +424,34 @@ def _blame(run: OpenRun, items, intervention, max_calls, cache, concurrency, out
 
 # %% ../nbs/23b_blame.ipynb #b3952230
 @patch
-def blame(self: OpenRun, items="wrong", intervention="gold", **kw) -> BlameResult:
-    "`run_blame` of this run."
-    return run_blame(self, items, intervention, **kw)
+def blame(self: OpenRun, items="wrong", intervention="gold", scope: str = "turn", **kw) -> BlameResult:
+    "`run_blame` of this run: `scope` turn (one turn replaced) or agent (the agent's every turn from a round on)."
+    return run_blame(self, items, intervention, scope=scope, **kw)
 
 # %% ../nbs/23b_blame.ipynb #b114a845
 @patch
-def figure(self: BlameResult, intervention: str|None = None, metric: str = "became_right"):
-    """A heatmap of agents × rounds: the share of forks (one `intervention`, default the first of gold, neutral, placebo
-    it has) that made the decision right (`became_right`, over the items decided wrong) or `changed` it; each cell's
-    count and 95 % interval in the hover."""
+def figure(self: BlameResult, intervention: str|None = None, metric: str = "became_right",
+           scope: str|None = None):
+    """A heatmap of agents × rounds: the share of forks (one `intervention`, default the first of gold, neutral,
+    placebo, adversarial, silence it has; one `scope`, default turn when it has such forks) that made the decision right
+    (`became_right`, over the items decided wrong), `changed` it, or made it wrong (`became_wrong`, over the items
+    decided right: robustness to an `adversarial` reply); each cell's count and 95 % interval in the hover."""
     import plotly.graph_objects as go
-    if metric not in ("became_right", "changed"):
-        raise OptionError("metric", f"must be became_right or changed; got {metric!r}")
-    have = [h for h in ("gold", "neutral", "placebo") if h in set(self.df.intervention)]
-    how = intervention or (have[0] if have else "gold")
+    spans = {"became_right": ("right_low", "right_high", "wrong_items"),
+             "changed": ("changed_low", "changed_high", "forks"),
+             "became_wrong": ("wrong_low", "wrong_high", "right_items")}
+    if metric not in spans:
+        raise OptionError("metric", f"must be became_right, changed or became_wrong; got {metric!r}")
+    scopes = set(self.df.scope) if "scope" in self.df else {"turn"}
+    scope = scope or ("turn" if "turn" in scopes or not scopes else "agent")
+    rows = _of_scope(self.df, _scope(scope))
+    have = [h for h in INTERVENTIONS if h in set(rows.intervention)]
+    how = intervention or ("adversarial" if metric == "became_wrong" and "adversarial" in have else
+                           have[0] if have else "gold")
     if how not in have:
         raise OptionError("intervention", f"this blame has no {how!r} forks; it has {', '.join(have) or 'none'}")
-    t = blame_table(self.df[self.df.intervention == how], ("agent", "round"))
-    lo, hi, n = (("right_low", "right_high", "wrong_items") if metric == "became_right" else
-                 ("changed_low", "changed_high", "forks"))
+    t = blame_table(rows[rows.intervention == how], ("agent", "round"))
+    lo, hi, n = spans[metric]
     agents, rounds = list(dict.fromkeys(self.df.agent)), sorted(set(t["round"]))
     cell = {(r.agent, r.round): r for r in t.itertuples()}
     z = [[getattr(cell[(a, k)], metric) if (a, k) in cell else None for k in rounds] for a in agents]
@@ -364,18 +461,22 @@ def figure(self: BlameResult, intervention: str|None = None, metric: str = "beca
     fig = go.Figure(go.Heatmap(z=z, x=[f"round {k}" for k in rounds], y=agents, zmin=0, zmax=1, colorscale="Reds",
                                text=hover, hoverinfo="text",
                                colorbar=dict(title="share")))
-    what = "the decision became right" if metric == "became_right" else "the decision changed"
-    fig.update_layout(title=f"Blame ({how}): how often {what}, per turn", xaxis_title="round", yaxis_title="agent",
+    what = {"became_right": "the decision became right", "changed": "the decision changed",
+            "became_wrong": "a right decision became wrong"}[metric]
+    per = "per turn" if scope == "turn" else "per agent, from each round on"
+    fig.update_layout(title=f"Blame ({how}): how often {what}, {per}", xaxis_title="round", yaxis_title="agent",
                       height=120 + 40 * len(agents))
     return fig
 
 # %% ../nbs/23b_blame.ipynb #c243e796
 @patch
-def fork_path(self: BlameResult, item, agent: str, round: int, intervention: str|None = None) -> Path:
-    """The folder of one fork (its transcript.json, log.html and log.txt); `intervention` may be left out when the blame
-    has one."""
+def fork_path(self: BlameResult, item, agent: str, round: int, intervention: str|None = None,
+              scope: str|None = None) -> Path:
+    """The folder of one fork (its transcript.json, log.html and log.txt); `intervention` (and `scope`) may be left out
+    when the blame has one."""
     rows = self.df[(self.df.item == str(item)) & (self.df.agent == agent) & (self.df["round"] == round)]
     if intervention is not None: rows = rows[rows.intervention == intervention]
+    if scope is not None: rows = _of_scope(rows, scope)
     if len(rows) != 1:
         raise KeyError(f"{len(rows)} forks of item {item!r}, {agent}, round {round}"
                        + (f", {intervention}" if intervention else "")
@@ -386,17 +487,18 @@ def fork_path(self: BlameResult, item, agent: str, round: int, intervention: str
 
 # %% ../nbs/23b_blame.ipynb #0290078f
 @patch
-def log_path(self: BlameResult, item, agent: str, round: int, intervention: str|None = None) -> Path:
+def log_path(self: BlameResult, item, agent: str, round: int, intervention: str|None = None,
+             scope: str|None = None) -> Path:
     "The HTML log of one fork."
-    return self.fork_path(item, agent, round, intervention) / "log.html"
+    return self.fork_path(item, agent, round, intervention, scope) / "log.html"
 
 # %% ../nbs/23b_blame.ipynb #398348db
 @patch
 def open(self: BlameResult, item, agent: str, round: int, intervention: str|None = None,
-         live: bool = True) -> DebateStepper:
+         live: bool = True, scope: str|None = None) -> DebateStepper:
     """The stepper on one fork's transcript, its edited turn marked; forks from there continue on the recorded backends
     when `live`."""
-    t = Transcript.from_json(self.fork_path(item, agent, round, intervention) / "transcript.json")
+    t = Transcript.from_json(self.fork_path(item, agent, round, intervention, scope) / "transcript.json")
     s = DebateStepper(t, live=live, round=len(t.rounds))
     s.prices = self.run.prices
     return s

@@ -436,16 +436,18 @@ def data_get(names, to, mirror):
 @click.argument("run_dir", type=_PathOrURL(exists=True, file_okay=False), callback=_run_dir_cb)
 @click.option("--items", metavar="wrong|all|ID,...", default="wrong", show_default=True, help="The items to blame: wrong (those the run decided wrong), all, or ids, comma-separated")
 @click.option("--intervention", metavar="NAME,...", default="gold", show_default=True,
-              help="What replaces each turn: neutral (no position), placebo (the agent's reply to another item), gold (the right answer); several, comma-separated")
+              help="What replaces each turn: neutral (no position), placebo (the agent's reply to another item), gold (the right answer), adversarial (a confident, well-formed wrong answer), silence (withheld from the peers and the vote); several, comma-separated")
+@click.option("--scope", type=click.Choice(["turn", "agent"]), default="turn", show_default=True,
+              help="turn: one turn replaced per fork; agent: the agent's every turn from that round on (agents ranked on these forks)")
 @click.option("--max-calls", type=click.IntRange(min=0), default=None, help="Refuse when the estimated calls exceed N  [default: no limit]")
 @click.option("--out", default=None, type=_PathOrURL(file_okay=False), help="Output folder or URL; blame.parquet and the forks go into OUT/<run name>-blame/  [default: RUN/blame/]")
 @click.option("--concurrency", type=click.IntRange(1, 10_000), default=None, help="Forks run at once  [default: as many as the endpoints take]")
 @click.option("--cache/--no-cache", default=True, show_default=True, help="Calls go through the response cache ($MADLAB_CACHE)")
-def blame_cmd(run_dir, items, intervention, max_calls, out, concurrency, cache):
+def blame_cmd(run_dir, items, intervention, max_calls, out, concurrency, cache, scope):
     "Blame a finished run's turns by experiment: fork each chosen item's debate at every turn with the turn replaced by the intervention, continue with the same team, and print per agent and round how often the decision changed and became right (95% Wilson intervals) and the agent ranked first per item; forks already made are read, not made again. A run still being written is refused; Ctrl-C stops at once, and the same command again resumes."
     from madlab.blame import run_blame
     try:
-        with _stoppable(): b = run_blame(run_dir, items, intervention, max_calls=max_calls, cache=cache, concurrency=concurrency, out=out)
+        with _stoppable(): b = run_blame(run_dir, items, intervention, max_calls=max_calls, cache=cache, concurrency=concurrency, out=out, scope=scope)
     except KeyboardInterrupt: click.echo(_STOPPED); sys.exit(130)
     except OptionError as e: raise click.BadParameter(e.message, param_hint=f"'{e.flag}'" if e.option != "run" else "RUN_DIR") from None
     except ValueError as e: raise click.ClickException(str(e)) from None
@@ -455,8 +457,10 @@ def blame_cmd(run_dir, items, intervention, max_calls, out, concurrency, cache):
     import pandas as pd
     with pd.option_context("display.width", 200, "display.max_columns", 20, "display.precision", 3):
         click.echo(b.table(("intervention", "agent", "round")).to_string(index=False))
-        f = b.first()
-        if len(f): click.echo("\nagent ranked first, per item decided wrong:\n" + f["first"].fillna("(tie or none)").value_counts().to_string())
+        rob = b.robustness()
+        if len(rob): click.echo("\nrobustness to a confident wrong reply (adversarial), per agent and round: how often a right decision became wrong\n" + rob.to_string(index=False))
+        f = b.first(scope)
+        if len(f): click.echo(f"\nagent ranked first (by {scope}), per item decided wrong:\n" + f["first"].fillna("(tie or none)").value_counts().to_string())
     click.echo(f"outputs: {b.folder / 'blame.parquet'}")
 
 # %% ../nbs/40_cli.ipynb #e7c0a1b3

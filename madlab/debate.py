@@ -23,8 +23,9 @@ from .scoring import agreement
 from . import tasks as _tasks   # registers every built-in task (the modules of madlab.tasks) for every debate
 
 # %% auto #0
-__all__ = ['INTERVENTIONS', 'NEUTRAL_REPLIES', 'LOG_CONTINUATIONS', 'EXTRA_ROLES', 'Debate', 'argument', 'fork', 'afork',
-           'intervention_reply', 'from_transcript', 'register_log_continuation', 'continue_log', 'comparable']
+__all__ = ['SILENCED', 'INTERVENTIONS', 'CONFIDENT', 'NEUTRAL_REPLIES', 'LOG_CONTINUATIONS', 'EXTRA_ROLES', 'Debate', 'argument',
+           'fork', 'afork', 'intervention_reply', 'from_transcript', 'register_log_continuation', 'continue_log',
+           'comparable']
 
 # %% ../nbs/06_debate.ipynb #4b4d82e0
 class Debate:
@@ -247,8 +248,11 @@ def argument(t) -> str|None:
     rest = [f"The answer is {val(v)}." if k == "answer" else f"{k.replace('_', ' ').capitalize()}: {val(v)}" for k, v in fields]
     return "\n\n".join(x for x in (why.strip(), "\n".join(rest)) if x)
 
-def _heard(t) -> str:
-    "What a peer is shown of turn `t` by `deliver`: its `argument`, or why there is none."
+SILENCED = "silenced: withheld from the peers and the vote"   # the error of a turn an intervention silenced
+
+def _heard(t) -> str|None:
+    "What a peer is shown of turn `t` by `deliver`: its `argument`, or why there is none; nothing for a silenced turn."
+    if t.reply is None and t.error == SILENCED: return None
     return argument(t) if t.reply is not None else f"(no reply: {t.error or 'empty'})"
 
 # %% ../nbs/06_debate.ipynb #0beb6fb3
@@ -284,16 +288,17 @@ def _replayed(debate_or_none, protocol, item, team_infos, settings, seed, turns,
     d._replay = (turns, fallbacks)
     return d
 
-def _edit_turns(rounds, round, agent=None, reply=None, turn=None):
-    "The turns of rounds 1..`round` (1-based), with one reply of round `round` replaced; and what was edited."
+def _edit_turns(rounds, round, agent=None, reply=None, turn=None, silence: bool = False):
+    "The turns of rounds 1..`round` (1-based), with one reply of round `round` replaced (or silenced); and what was edited."
     turns = [t for r in rounds[:round] for t in r.turns]
-    if reply is None: return turns, None
+    if reply is None and not silence: return turns, None
     r = rounds[round - 1]
     if turn is not None and not 0 <= turn < len(r.turns): raise ValueError(f"turn must be in 0..{len(r.turns) - 1} (round {round} has {len(r.turns)} turns); got {turn}")
     idx = turn if turn is not None else next((i for i, t in enumerate(r.turns) if t.agent == agent), None)
     if idx is None: raise ValueError(f"round {round} has no turn by {agent!r}; agents in it: {', '.join(t.agent for t in r.turns)}")
     old = r.turns[idx]
-    new = replace(old, reply=reply, error=None, meta={**old.meta, "edited": True})
+    new = replace(old, reply=reply, error=SILENCED if silence else None, answer=None if silence else old.answer,
+                  meta={**old.meta, "edited": True})
     turns = [new if t is old else t for t in turns]
     return turns, {"round": round, "agent": old.agent, "turn": idx, "original": old.reply, "reply": reply}
 
@@ -308,8 +313,23 @@ async def _advance(d: Debate, n: int) -> Debate:
         if await d.astep() is None: break
     return d
 
+# %% ../nbs/06_debate.ipynb #5e7a11d0
+class _Standin(Backend):
+    "The backend of an agent under an agent-level intervention: each of its calls answered by the intervention's reply (or by `reply`), none made; `silence` withholds every one."
+    def __init__(self, live, item, agent: str, intervention: str|None = None, reply: str|None = None, placebo_from=None):
+        self.live, self.item, self.agent, self.how, self.reply, self.src = live, item, agent, intervention, reply, placebo_from
+        self.spec, self.synthetic = getattr(live, "spec", "standin:"), getattr(live, "synthetic", False)
+
+    async def complete(self, messages, ctx=None, **params) -> Completion:
+        if self.how == "silence": raise BackendError(SILENCED)
+        k = (getattr(ctx, "round", None) or 0) + 1       # the Ask's round is counted from 0
+        text = self.reply if self.how is None else intervention_reply(self.item, self.how, agent=self.agent, round=k, placebo_from=self.src)
+        return Completion(text, Usage(), 0.0, model=self.spec, meta={"intervention": self.how or "edited"})
+
+    def count_tokens(self, text): return self.live.count_tokens(text) if self.live is not None else super().count_tokens(text)
+
 def _fork(self: Debate, round: int, *, agent: str|None = None, reply: str|None = None, turn: int|None = None,
-          intervention: str|None = None, placebo_from=None) -> Debate:
+          intervention: str|None = None, placebo_from=None, scope: str = "turn") -> Debate:
     n = len(self.rounds)
     if isinstance(round, bool) or not isinstance(round, int) or not 1 <= round <= n:
         raise ValueError((f"round must be a round number in 1..{n} (rounds are numbered from 1)" if n else "the debate has no rounds yet to fork at") + f"; got {round!r}")
@@ -317,19 +337,27 @@ def _fork(self: Debate, round: int, *, agent: str|None = None, reply: str|None =
         if reply is not None: raise OptionError("intervention", "give an intervention or a reply, not both")
         if agent is None: agent = self.rounds[round - 1].turns[turn].agent if isinstance(turn, int) and 0 <= turn < len(self.rounds[round - 1].turns) else None
         if agent is None: raise OptionError("agent", "an intervention replaces one agent's turn: name the agent (or the turn)")
-        reply = intervention_reply(self.item, intervention, agent=agent, round=round, placebo_from=placebo_from)
-    turns, edit = _edit_turns(self.rounds, round, agent, reply, turn)
+        if intervention != "silence": reply = intervention_reply(self.item, intervention, agent=agent, round=round, placebo_from=placebo_from)
+    if scope not in ("turn", "agent"): raise OptionError("scope", f"must be turn (one turn replaced) or agent (the agent's every turn from this round on); got {scope!r}")
+    silence = intervention == "silence"
+    turns, edit = _edit_turns(self.rounds, round, agent, reply, turn, silence)
     if edit and intervention is not None: edit["intervention"] = intervention
     live = {a.name: a.backend for a in self.agents}
-    d = _replayed(self, self.protocol, self.item, [a.info() for a in self.agents], self.settings, self.seed, turns, live, budget=self.budget, decision=self.decision)
+    if scope == "agent":
+        if edit is None: raise OptionError("scope", "an agent-level fork needs a reply or an intervention for the agent's turns")
+        edit["scope"] = "agent"
+        live[edit["agent"]] = _Standin(live[edit["agent"]], self.item, edit["agent"], intervention, reply, placebo_from)
+    # a silenced turn is a withheld call, not a failure of the debate
+    kw = {"on_error": "continue"} if silence else {}
+    d = _replayed(self, self.protocol, self.item, [a.info() for a in self.agents], self.settings, self.seed, turns, live, budget=self.budget, decision=self.decision, **kw)
     d.meta["forked_from"] = {"id": self.meta["id"], "round": round, **({"edit": edit} if edit else {})}
     return d
 
 # %% ../nbs/06_debate.ipynb #41284de7
 def fork(self: Debate, round: int, *, agent: str|None = None, reply: str|None = None, turn: int|None = None,
-         intervention: str|None = None, placebo_from=None) -> Debate:
-    "A new debate replayed up to round number `round` (1-based, as shown everywhere; with `agent`'s reply there replaced by `reply`, or by the reply an `intervention` writes: `neutral`, `placebo` (from `placebo_from`) or `gold`, see `intervention_reply`), ready to continue live."
-    d = _fork(self, round, agent=agent, reply=reply, turn=turn, intervention=intervention, placebo_from=placebo_from)
+         intervention: str|None = None, placebo_from=None, scope: str = "turn") -> Debate:
+    "A new debate replayed up to round number `round` (1-based, as shown everywhere; with `agent`'s reply there replaced by `reply`, or by the reply an `intervention` writes: `neutral`, `placebo` (from `placebo_from`), `gold` or `adversarial`, see `intervention_reply`; or withheld, `silence`), ready to continue live. With `scope=\"agent\"` every later turn of that agent is replaced (or silenced) too: the agent, not one turn, is intervened on from round `round` on."
+    d = _fork(self, round, agent=agent, reply=reply, turn=turn, intervention=intervention, placebo_from=placebo_from, scope=scope)
     return _mark_edit(run_sync(_advance(d, round)))
 
 
@@ -339,7 +367,8 @@ async def afork(self: Debate, round: int, **kw) -> Debate:
     return _mark_edit(await run_async(_advance(_fork(self, round, **kw), round)))
 
 # %% ../nbs/06_debate.ipynb #fadf274a
-INTERVENTIONS = ("neutral", "placebo", "gold")
+INTERVENTIONS = ("neutral", "placebo", "gold", "adversarial", "silence")
+CONFIDENT = "I have checked this carefully and I am certain of it."
 NEUTRAL_REPLIES = ("I take no position on this question yet; I leave the decision to the others.",
                    "No position from me on this one.")
 
@@ -351,8 +380,9 @@ def _placebo(src, agent: str, round: int) -> str:
     return mine[-1]
 
 def intervention_reply(item, intervention: str, *, agent: str|None = None, round: int = 1, placebo_from=None) -> str:
-    "The reply an intervention puts in a turn: `neutral` takes no position (it parses as no answer, an abstention scored invalid), `placebo` is `agent`'s reply in debate (or transcript, or text) `placebo_from` (another item's), `gold` gives `item`'s right answer, written by the item's answer format (its synthetic reply writer, as an oracle) and checked to score right."
+    "The reply an intervention puts in a turn: `neutral` takes no position (it parses as no answer, an abstention scored invalid), `placebo` is `agent`'s reply in debate (or transcript, or text) `placebo_from` (another item's), `gold` gives `item`'s right answer, written by the item's answer format (its synthetic reply writer, as an oracle) and checked to score right; `adversarial` a confident, well-formed wrong one (`_adversarial`). `silence` has no reply: `fork` withholds the turn."
     if intervention not in INTERVENTIONS: raise OptionError("intervention", f"must be one of {', '.join(INTERVENTIONS)}; got {intervention!r}")
+    if intervention == "silence": raise OptionError("intervention", "silence withholds the turn, it writes no reply: fork with intervention='silence'")
     fmt = answer_format(item)
     if intervention == "neutral":
         ok = [s for s in NEUTRAL_REPLIES if fmt.parse(s) is None]
@@ -363,6 +393,7 @@ def intervention_reply(item, intervention: str, *, agent: str|None = None, round
         return placebo_from if isinstance(placebo_from, str) else _placebo(placebo_from, agent, round)
     gold = getattr(item, "gold", None)
     from madlab.synthetic import PERSONAS, synthetic_rng
+    if intervention == "adversarial": return _adversarial(item, fmt, agent, round)
     oracle = PERSONAS["oracle"]
     ask = Ask(kind=fmt.kind, item=item, agent=agent, round=round - 1, options=dict(fmt.options))
     text = fmt.reply(ask, oracle, synthetic_rng(oracle, "gold", agent, getattr(item, "id", None))) if fmt.reply is not None and gold is not None else None
@@ -370,6 +401,24 @@ def intervention_reply(item, intervention: str, *, agent: str|None = None, round
         raise OptionError("intervention", f"gold: the {fmt.kind!r} format cannot write item {getattr(item, 'id', '?')!r}'s right answer" + ("" if gold is not None else " (it has no gold answer)"))
     return text
 
+
+def _surest(text: str) -> str:
+    "`text` with the confidence of its JSON reply (if it states one, 1-10) at 10."
+    try: d = json.loads(text)
+    except ValueError: return text
+    return json.dumps({**d, "confidence": 10}) if isinstance(d, dict) and "confidence" in d else text
+
+def _adversarial(item, fmt, agent, round: int) -> str:
+    "A confident, well-formed wrong answer to `item`: the format's synthetic writer as a saboteur (always wrong, a plausible distractor such as the gold number moved by a few, another option, flipped roles), a stated confidence at its top, a sure sentence before it; checked to read as an answer and score wrong."
+    from madlab.synthetic import PERSONAS, synthetic_rng
+    gold, sab = getattr(item, "gold", None), PERSONAS["saboteur"]
+    ask = Ask(kind=fmt.kind, item=item, agent=agent, round=round - 1, options=dict(fmt.options))
+    text = _surest(fmt.reply(ask, sab, synthetic_rng(sab, "adversarial", agent, getattr(item, "id", None)))) if fmt.reply is not None and gold is not None else None
+    if text is not None and not text.lstrip().startswith("{"): text = f"{CONFIDENT}\n{text}"
+    a = fmt.parse(text) if text is not None else None
+    if a is None or not answer_valid(a) or fmt.score(a, gold):
+        raise OptionError("intervention", f"adversarial: the {fmt.kind!r} format cannot write a wrong answer to item {getattr(item, 'id', '?')!r}" + ("" if gold is not None else " (it has no gold answer)"))
+    return text
 
 # %% ../nbs/06_debate.ipynb #e176ef48
 async def _rebuild(d: Debate, t: Transcript) -> Debate:

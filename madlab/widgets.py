@@ -287,7 +287,8 @@ def _set_busy(self: DebateStepper, label, unless_stopping: bool = False) -> bool
     return True
 
 # %% ../nbs/21_widgets.ipynb #5a26276d
-_HOWS = [("the edited text", ""), ("neutral: no position", "neutral"), ("gold: the right answer", "gold")]
+_HOWS = [("the edited text", ""), ("neutral: no position", "neutral"), ("gold: the right answer", "gold"),
+         ("adversarial: a confident wrong answer", "adversarial")]
 
 @patch
 def _picked(self: DebateStepper):
