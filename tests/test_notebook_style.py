@@ -56,7 +56,7 @@ def test_the_check_finds_a_long_cell(tmp_path):
 STYLED = [
     "00_core.ipynb", "00_registry.ipynb", "00b_store.ipynb", "00c_redact.ipynb", "00d_pages.ipynb",
     "00e_jsontext.ipynb", "03a_cost.ipynb", "20_viz.ipynb", "20a_positions.ipynb", "21_widgets.ipynb",
-    "22_live.ipynb", "23a_baselines_budget.ipynb", "23b_blame.ipynb", "23c_export.ipynb",
+    "22_live.ipynb", "23a_baselines_budget.ipynb", "23b_blame.ipynb", "23c_export.ipynb", "23e_attribute.ipynb",
 ]
 LINE_LENGTH = 120   # pyproject.toml [tool.ruff] line-length; ruff's E501 checks it in every code cell
 
