@@ -28,13 +28,16 @@ __all__ = ['METHODS', 'TAXONOMIES', 'MAST_MODES', 'SYSTEM', 'MAST_COLUMNS', 'log
 
 # %% ../nbs/23e_attribute.ipynb #bbf3de9b
 METHODS = ("all-at-once", "step-by-step", "binary-search")
+
+# %% ../nbs/23e_attribute.ipynb #fbcef045
 TAXONOMIES = ("mast",)
 
-# %% ../nbs/23e_attribute.ipynb #01450bac
+# %% ../nbs/23e_attribute.ipynb #8e43a305
 MAST_MODES = {
     "1.1": ("specification", "Disobey task specification",
             "an agent ignores the task's stated constraints or requirements"),
-    "1.2": ("specification", "Disobey role specification", "an agent acts outside its assigned role or responsibilities"),
+    "1.2": ("specification", "Disobey role specification",
+            "an agent acts outside its assigned role or responsibilities"),
     "1.3": ("specification", "Step repetition", "a step already done is repeated needlessly, stalling progress"),
     "1.4": ("specification", "Loss of conversation history",
             "context is lost: an agent reverts to an earlier state of the conversation"),
@@ -51,14 +54,14 @@ MAST_MODES = {
     "3.3": ("verification", "Incorrect verification", "a check is made but wrongly passes an erroneous result"),
 }
 
-# %% ../nbs/23e_attribute.ipynb #2b18a68b
+# %% ../nbs/23e_attribute.ipynb #fca3c338
 def log_steps(t: Transcript) -> list[tuple]:
     """The steps of a debate a judge is shown: (agent, round, reply) of every reply before the decision, in order;
     rounds numbered from 1 (as blame numbers them), a judge's decision round left out."""
     return [(tu.agent, k, tu.reply) for k, r in enumerate(t.rounds, 1) if r.phase != "decision"
             for tu in r.turns if tu.reply is not None]
 
-# %% ../nbs/23e_attribute.ipynb #fca3c338
+# %% ../nbs/23e_attribute.ipynb #4d1394b1
 def _log_text(t: Transcript, steps: list, upto: int|None = None, max_chars: int = 1200) -> str:
     "The question and steps 1..`upto` (all by default), each headed by its number, round and agent; long replies cut."
     shown = steps[:upto] if upto is not None else steps
@@ -67,9 +70,9 @@ def _log_text(t: Transcript, steps: list, upto: int|None = None, max_chars: int 
     final = (t.result or {}).get("answer")
     return f"Question: {t.item.prompt}\n\n{body}\n\nThe final answer of the team was {final!r}, and it is wrong."
 
-# %% ../nbs/23e_attribute.ipynb #bfb34135
-SYSTEM = ("You judge the log of a multi-agent debate whose final answer is wrong. Find the agent and the step that caused "
-          "the failure: the decisive error. Keep your answer short.")
+# %% ../nbs/23e_attribute.ipynb #f1ce0402
+SYSTEM = ("You judge the log of a multi-agent debate whose final answer is wrong. Find the agent and the step that "
+          "caused the failure: the decisive error. Keep your answer short.")
 
 def _prompt(kind: str, t: Transcript, steps: list, k: int = 0, lo: int = 0, mid: int = 0, hi: int = 0) -> str:
     "The question of one call: `pick` (which agent and step), `step` (is step k the error), `half` or `mast`."
@@ -82,14 +85,14 @@ def _prompt(kind: str, t: Transcript, steps: list, k: int = 0, lo: int = 0, mid:
         return (f"{_log_text(t, steps, k)}\n\nIs step {k} (round {rnd}, {a}) the decisive error that made the final "
                 "answer wrong? End with one line: YES or NO.")
     if kind == "half":
-        return (f"{_log_text(t, steps, hi)}\n\nThe decisive error is in steps {lo + 1} to {hi}. Is it in steps {lo + 1} "
-                f"to {mid} (answer FIRST) or in steps {mid + 1} to {hi} (answer SECOND)? End with one line: FIRST or "
-                "SECOND.")
+        return (f"{_log_text(t, steps, hi)}\n\nThe decisive error is in steps {lo + 1} to {hi}. Is it in steps "
+                f"{lo + 1} to {mid} (answer FIRST) or in steps {mid + 1} to {hi} (answer SECOND)? End with one "
+                "line: FIRST or SECOND.")
     modes = "\n".join(f"{c} {n}: {d}." for c, (_, n, d) in MAST_MODES.items())
     return (f"{_log_text(t, steps)}\n\nMAST's failure modes:\n{modes}\n\nWhich of these modes occur in this log? End "
             "with one line: Modes: <codes, comma-separated> (or Modes: none).")
 
-# %% ../nbs/23e_attribute.ipynb #f1ce0402
+# %% ../nbs/23e_attribute.ipynb #df06c85a
 def parse_pick(text, steps: list):
     """(agent, round) that a reply to the `pick` question names, by its `Step:` number (exact, within the log) and its
     `Agent:` line (an agent of the log, exact up to case); None when neither can be read (an invalid reply). The agent
@@ -104,16 +107,17 @@ def parse_pick(text, steps: list):
     said, rnd = steps[k - 1][0], steps[k - 1][1]
     return (said, rnd) if agent in (None, said) else (agent, None)
 
-# %% ../nbs/23e_attribute.ipynb #1a33c827
+# %% ../nbs/23e_attribute.ipynb #dfa8810a
 def parse_choice(text, choices: tuple) -> str|None:
     "The last of `choices` (e.g. YES/NO, FIRST/SECOND) written as a word in a reply, case aside; None when none is."
     if not isinstance(text, str): return None
     got = re.findall(r"\b(" + "|".join(map(re.escape, choices)) + r")\b", text, re.I)
     return got[-1].upper() if got else None
 
-# %% ../nbs/23e_attribute.ipynb #dfa8810a
+# %% ../nbs/23e_attribute.ipynb #08aff38a
 def parse_modes(text) -> list[str]|None:
-    "The MAST codes a reply's last `Modes:` line names (only codes of `MAST_MODES`); [] for `none`; None when unreadable."
+    """The MAST codes a reply's last `Modes:` line names (only codes of `MAST_MODES`); [] for `none`; None when
+    unreadable."""
     if not isinstance(text, str): return None
     lines = re.findall(r"(?im)^\W*modes?\W*[:=]\s*(.*)$", text)
     if not lines: return None
@@ -121,7 +125,7 @@ def parse_modes(text) -> list[str]|None:
     codes = [c for c in re.findall(r"\b(\d\.\d)\b", lines[-1]) if c in MAST_MODES]
     return list(dict.fromkeys(codes)) or None
 
-# %% ../nbs/23e_attribute.ipynb #353f1fc7
+# %% ../nbs/23e_attribute.ipynb #73667f82
 def _synthetic_target(ask: Ask, persona) -> int:
     "The 0-based step a synthetic attributor names for this item: blame's answer with probability `skill`, else a miss."
     steps = [tuple(s) for s in ask.options.get("steps") or []]
@@ -147,11 +151,12 @@ def _synthetic_reply(ask: Ask, persona, rng) -> str:
 
 register_format(AnswerFormat("attribute.judge", reply=_synthetic_reply), replace=True)
 
-# %% ../nbs/23e_attribute.ipynb #e0770e0d
+# %% ../nbs/23e_attribute.ipynb #a24760f6
 def blame_causes(run: OpenRun, folder=None) -> pd.DataFrame:
-    """Per item decided wrong, blame's causal answer from the run's blame (`blame/blame.parquet`; gold and neutral forks):
-    `turns`, the turns ranked first whose replacement changed the decision or made it right; `agents`, their agents;
-    `any_turns`, every turn whose replacement changed it. Refused, saying how to make one, when there is no blame."""
+    """Per item decided wrong, blame's causal answer from the run's blame (`blame/blame.parquet`; gold and neutral
+    forks): `turns`, the turns ranked first whose replacement changed the decision or made it right; `agents`, their
+    agents; `any_turns`, every turn whose replacement changed it. Refused, saying how to make one, when there is no
+    blame."""
     f = Path(folder or run.path / "blame") / "blame.parquet"
     if not f.exists():
         raise OptionError("run", f"{run.name} has no blame ({f} is missing): make one with `madlab blame {run.path} "
@@ -164,19 +169,21 @@ def blame_causes(run: OpenRun, folder=None) -> pd.DataFrame:
         top = g[(g["rank"] == 1) & ((g.right > 0) | (g.changed > 0))]
         flips = g[g.changed > 0]
         rows.append({"item": str(iid), "turns": [(a, int(k)) for a, k in zip(top.agent, top["round"])],
-                     "agents": sorted(set(top.agent)), "any_turns": [(a, int(k)) for a, k in zip(flips.agent, flips["round"])]})
+                     "agents": sorted(set(top.agent)),
+                     "any_turns": [(a, int(k)) for a, k in zip(flips.agent, flips["round"])]})
     return pd.DataFrame(rows, columns=["item", "turns", "agents", "any_turns"])
 
-# %% ../nbs/23e_attribute.ipynb #86fcc145
+# %% ../nbs/23e_attribute.ipynb #c7170e5f
 def attribution_judge(spec: str, cache=True, max_calls: int|None = None):
     """The judge: a madlab agent `Attributor` (role `judge`) on backend `spec`, its calls through the response cache
-    (`cache`: True, a path, or False) and held to `max_calls`; a spec madlab cannot build is refused naming `--judge`."""
+    (`cache`: True, a path, or False) and held to `max_calls`; a spec madlab cannot build is refused naming
+    `--judge`."""
     try: check_spec(spec)
     except (ValueError, TypeError) as e: raise OptionError("judge", f"{spec!r}: {e}") from None
     budget = Budget(max_calls=max_calls) if max_calls is not None else None
     return with_cache(make_team([{"name": "Attributor", "spec": spec, "role": "judge"}], budget), cache)[0]
 
-# %% ../nbs/23e_attribute.ipynb #b9336a87
+# %% ../nbs/23e_attribute.ipynb #b07eb351
 async def _ask(judge, t: Transcript, steps: list, truth, log: list, question: str, **at) -> str|None:
     "One question on a fresh chat of the judge; its reply (None on a failed call), recorded in `log` for audit."
     prompt = _prompt(question, t, steps, **at)
@@ -214,8 +221,9 @@ async def _binary_search(judge, t, steps, truth, log) -> tuple:
 
 _METHOD_FN = {"all-at-once": _pick, "step-by-step": _step_by_step, "binary-search": _binary_search}
 
-# %% ../nbs/23e_attribute.ipynb #b4815e61
-async def attribute_debate(judge, t: Transcript, method: str = "all-at-once", truth=None, log: list|None = None) -> dict:
+# %% ../nbs/23e_attribute.ipynb #0fe079a7
+async def attribute_debate(judge, t: Transcript, method: str = "all-at-once", truth=None,
+                           log: list|None = None) -> dict:
     """One row of the attribution table: the (agent, round) `judge` names as the cause of debate `t`'s wrong decision by
     `method`, its `status` (attributed, agent only, none, invalid, error: a failed call, budget: the calls allowed
     spent) and the questions asked; `truth` reaches only a synthetic judge; each reply goes into `log`."""
@@ -232,7 +240,7 @@ async def attribute_debate(judge, t: Transcript, method: str = "all-at-once", tr
             "round": rnd, "step": step, "steps": len(steps), "questions": len(mine),
             "cached": sum(r["cached"] for r in mine)}
 
-# %% ../nbs/23e_attribute.ipynb #dd956528
+# %% ../nbs/23e_attribute.ipynb #d0307050
 def label_causes(transcripts) -> pd.DataFrame:
     """The labelled cause of each imported log that carries one (Who&When's `mistake_agent`, `mistake_step`): the same
     frame as `blame_causes`, the turn being the labelled step's (agent, round)."""
@@ -245,7 +253,7 @@ def label_causes(transcripts) -> pd.DataFrame:
                      "any_turns": turn})
     return pd.DataFrame(rows, columns=["item", "turns", "agents", "any_turns"])
 
-# %% ../nbs/23e_attribute.ipynb #d0307050
+# %% ../nbs/23e_attribute.ipynb #296df6c8
 def _truths(run: OpenRun, found: dict) -> dict:
     "What a synthetic judge may be told per item: blame's turns ranked first when the run has a blame, else the labels."
     f = run.path / "blame" / "blame.parquet"
@@ -261,7 +269,7 @@ def _write_table(folder: Path, stem: str, df: pd.DataFrame, log: list):
     write_atomic(folder / f"{stem}.csv", df.to_csv(index=False))
     write_atomic(folder / f"{stem}.replies.jsonl", "".join(json.dumps(r, ensure_ascii=True) + "\n" for r in log))
 
-# %% ../nbs/23e_attribute.ipynb #6feb793f
+# %% ../nbs/23e_attribute.ipynb #c73da5c5
 async def _mast(judge, t: Transcript, log: list) -> list[dict]:
     "MAST's labels of one failed debate: one row per mode the judge names (one `invalid` row when unreadable)."
     iid, n0 = str(t.meta.get("id")), len(log)
@@ -275,11 +283,12 @@ async def _mast(judge, t: Transcript, log: list) -> list[dict]:
 
 MAST_COLUMNS = ["item", "judge", "status", "code", "category", "mode"]
 
-# %% ../nbs/23e_attribute.ipynb #8b2b6554
+# %% ../nbs/23e_attribute.ipynb #7fff5904
 @dataclass
 class Attribution:
     """What a judge attributed on a run: `df` (one row per item: status, agent, round, step, questions asked), MAST's
-    `labels` (when asked), the `folder` holding the tables and raw replies, and the `calls` made (not from the cache)."""
+    `labels` (when asked), the `folder` holding the tables and raw replies, and the `calls` made (not from the
+    cache)."""
     run: OpenRun
     df: pd.DataFrame
     labels: pd.DataFrame|None
@@ -298,14 +307,15 @@ class Attribution:
                 f"{int(self.df.cached.sum())} from the cache; {self.seconds:.1f} s")
     def __repr__(self): return f"Attribution({self.summary()})"
 
-# %% ../nbs/23e_attribute.ipynb #296df6c8
+# %% ../nbs/23e_attribute.ipynb #03c774e7
 def run_attribution(run, method: str = "all-at-once", judge: str = "synthetic:", items="wrong",
                     taxonomy: str|None = None, cache=True, max_calls: int|None = None,
                     concurrency: int = 8) -> Attribution:
     """Ask the `judge` (a backend spec) which agent and turn caused each chosen item's wrong decision by `method`
     (all-at-once, step-by-step, binary-search); with `taxonomy='mast'`, also which of MAST's modes occur. Writes
     `attribution/METHOD.JUDGE.parquet` (and .csv, and the raw replies in .replies.jsonl) in the run folder, and
-    `attribution/mast.JUDGE.*` for the labels. At most `max_calls` calls (then `budget`), `concurrency` items at once."""
+    `attribution/mast.JUDGE.*` for the labels. At most `max_calls` calls (then `budget`), `concurrency` items at
+    once."""
     run = run if isinstance(run, OpenRun) else open_run(run)
     if method not in METHODS: raise OptionError("method", f"must be one of {', '.join(METHODS)}; got {method!r}")
     if taxonomy is not None and taxonomy not in TAXONOMIES:
@@ -332,9 +342,10 @@ def run_attribution(run, method: str = "all-at-once", judge: str = "synthetic:",
     calls = sum(not r["cached"] and r["error"] is None for r in log + mlog)
     return Attribution(run, df, labels, folder, calls, time.perf_counter() - t0)
 
-# %% ../nbs/23e_attribute.ipynb #ebf8a23d
+# %% ../nbs/23e_attribute.ipynb #02060e01
 def attribution_agreement(att: pd.DataFrame, causes: pd.DataFrame, source: str = "blame") -> pd.DataFrame:
-    """Per method and judge: on the items that have a cause, how often the judge's answer agrees with it at `agent` level
+    """Per method and judge: on the items that have a cause, how often the judge's answer agrees with it at `agent`
+    level
     (the agent named is one ranked first), at `turn` level (its exact (agent, round) is a turn ranked first) and at
     `turn_any` (any turn whose replacement changed the decision), each with a 95 % Wilson interval; invalid replies,
     failed calls and `none` count as disagreement (and are counted)."""
@@ -352,15 +363,16 @@ def attribution_agreement(att: pd.DataFrame, causes: pd.DataFrame, source: str =
             lo, hi = _wilson(k, n)
             rows.append({"method": m, "judge": j, "against": source, "level": level, "items": n, "agree": k,
                          "share": k / n if n else float("nan"), "low": lo, "high": hi,
-                         "invalid": int(g.status.isin(["invalid", "error"]).sum()), "none": int(g.status.eq("none").sum())})
+                         "invalid": int(g.status.isin(["invalid", "error"]).sum()),
+                         "none": int(g.status.eq("none").sum())})
     return pd.DataFrame(rows, columns=["method", "judge", "against", "level", "items", "agree", "share", "low", "high",
                                        "invalid", "none"])
 
-# %% ../nbs/23e_attribute.ipynb #02060e01
+# %% ../nbs/23e_attribute.ipynb #607cfc9d
 @patch
 def attribution_vs_blame(self: OpenRun, method: str|None = None, judge: str|None = None) -> pd.DataFrame:
-    """Every attribution in this run's `attribution/` folder (or one `method`, one `judge`) against blame's causal answer
-    (`blame_causes`: refused, saying how to make one, when the run has no blame): `attribution_agreement`."""
+    """Every attribution in this run's `attribution/` folder (or one `method`, one `judge`) against blame's causal
+    answer (`blame_causes`: refused, saying how to make one, when the run has no blame): `attribution_agreement`."""
     causes = blame_causes(self)
     fs = sorted(f for f in (self.path / "attribution").glob("*.parquet") if not f.name.startswith("mast."))
     att = pd.concat([pd.read_parquet(f) for f in fs], ignore_index=True) if fs else pd.DataFrame(
@@ -372,7 +384,7 @@ def attribution_vs_blame(self: OpenRun, method: str|None = None, judge: str|None
                           f"`madlab attribute {self.path} --method all-at-once --judge SPEC`")
     return attribution_agreement(att, causes)
 
-# %% ../nbs/23e_attribute.ipynb #1b747370
+# %% ../nbs/23e_attribute.ipynb #07c6e496
 def _who_when_records(path) -> list:
     "(name, JSON) of a log file (several when it holds a list) or of each `.json` file of a folder, in name order."
     p = Path(path)
@@ -396,7 +408,7 @@ def _who_when_rounds(hist, where) -> list:
         rounds.append(Round(f"step {i}", "step", i, [Turn(str(who), [], h["content"], meta={"imported": True})]))
     return rounds
 
-# %% ../nbs/23e_attribute.ipynb #7a80a98b
+# %% ../nbs/23e_attribute.ipynb #6437b35b
 class WhoWhenLog(LogFormat):
     "Who&When's failure logs (`history`, `question`, `ground_truth`, `mistake_agent`, `mistake_step`) as runs."
     name, protocol, task = "who-when", "single", "scenario"
@@ -423,7 +435,7 @@ class WhoWhenLog(LogFormat):
         return Transcript(self.protocol, item, [_agent(a, model) for a in names], {"seed": 0}, rounds,
                           {}, result, meta)
 
-# %% ../nbs/23e_attribute.ipynb #43cd706f
+# %% ../nbs/23e_attribute.ipynb #a65cfb7f
 def import_who_when(path, out, model: str|None = None):
     """Import Who&When logs (a file, a list in a file, or a folder of files) as the run folder `out`, with no call; each
     log's labels go into its transcript (`label_causes`), and every log counts as decided wrong (they are failures)."""

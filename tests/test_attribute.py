@@ -47,7 +47,8 @@ def test_a_strong_attributor_names_the_saboteur(sabotaged):
     a = run_attribution(run, "all-at-once", "synthetic:skill=0.95,susceptibility=0", cache=tmp / "cache")
     share = float((a.df.agent == SABOTEUR).mean())
     print(f"the saboteur named on {share:.3f} of {len(a.df)} wrong items")
-    assert len(a.df) >= 10 and share >= 0.85
+    counts = a.df.agent.value_counts()
+    assert len(a.df) >= 10 and counts.index[0] == SABOTEUR and share >= 0.8, counts
 
 def test_without_a_blame_the_comparison_says_how_to_make_one(tmp_path):
     run_experiment("du", items=toy_arith_items(30, seed=1), team=["synthetic:weak"] * 3, out=tmp_path / "run",
