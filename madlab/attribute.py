@@ -174,14 +174,16 @@ def blame_causes(run: OpenRun, folder=None) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["item", "turns", "agents", "any_turns"])
 
 # %% ../nbs/23e_attribute.ipynb #c7170e5f
-def attribution_judge(spec: str, cache=True, max_calls: int|None = None):
+def attribution_judge(spec: str, cache=True, max_calls: int|None = None, max_tokens: int|None = 256):
     """The judge: a madlab agent `Attributor` (role `judge`) on backend `spec`, its calls through the response cache
-    (`cache`: True, a path, or False) and held to `max_calls`; a spec madlab cannot build is refused naming
-    `--judge`."""
+    (`cache`: True, a path, or False), held to `max_calls` and to `max_tokens` a reply; a spec madlab cannot build is
+    refused naming `--judge`."""
     try: check_spec(spec)
     except (ValueError, TypeError) as e: raise OptionError("judge", f"{spec!r}: {e}") from None
     budget = Budget(max_calls=max_calls) if max_calls is not None else None
-    return with_cache(make_team([{"name": "Attributor", "spec": spec, "role": "judge"}], budget), cache)[0]
+    member = {"name": "Attributor", "spec": spec, "role": "judge",
+              "params": {"max_tokens": max_tokens} if max_tokens else {}}
+    return with_cache(make_team([member], budget), cache)[0]
 
 # %% ../nbs/23e_attribute.ipynb #b07eb351
 async def _ask(judge, t: Transcript, steps: list, truth, log: list, question: str, **at) -> str|None:
@@ -310,18 +312,18 @@ class Attribution:
 # %% ../nbs/23e_attribute.ipynb #03c774e7
 def run_attribution(run, method: str = "all-at-once", judge: str = "synthetic:", items="wrong",
                     taxonomy: str|None = None, cache=True, max_calls: int|None = None,
-                    concurrency: int = 8) -> Attribution:
+                    concurrency: int = 8, max_tokens: int|None = 256) -> Attribution:
     """Ask the `judge` (a backend spec) which agent and turn caused each chosen item's wrong decision by `method`
     (all-at-once, step-by-step, binary-search); with `taxonomy='mast'`, also which of MAST's modes occur. Writes
     `attribution/METHOD.JUDGE.parquet` (and .csv, and the raw replies in .replies.jsonl) in the run folder, and
     `attribution/mast.JUDGE.*` for the labels. At most `max_calls` calls (then `budget`), `concurrency` items at
-    once."""
+    once, `max_tokens` a reply."""
     run = run if isinstance(run, OpenRun) else open_run(run)
     if method not in METHODS: raise OptionError("method", f"must be one of {', '.join(METHODS)}; got {method!r}")
     if taxonomy is not None and taxonomy not in TAXONOMIES:
         raise OptionError("taxonomy", f"must be one of {', '.join(TAXONOMIES)}; got {taxonomy!r}")
     ids, (found, _) = _chosen(run, items), run.folder.transcripts()
-    agent, truths, t0 = attribution_judge(judge, cache, max_calls), _truths(run, found), time.perf_counter()
+    agent, truths, t0 = attribution_judge(judge, cache, max_calls, max_tokens), _truths(run, found), time.perf_counter()
     log, mlog, sem = [], [], asyncio.Semaphore(max(1, int(concurrency)))
     async def one(iid):
         async with sem:
