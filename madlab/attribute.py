@@ -371,20 +371,24 @@ def attribution_agreement(att: pd.DataFrame, causes: pd.DataFrame, source: str =
                                        "invalid", "none"])
 
 # %% ../nbs/23e_attribute.ipynb #607cfc9d
-@patch
-def attribution_vs_blame(self: OpenRun, method: str|None = None, judge: str|None = None) -> pd.DataFrame:
-    """Every attribution in this run's `attribution/` folder (or one `method`, one `judge`) against blame's causal
-    answer (`blame_causes`: refused, saying how to make one, when the run has no blame): `attribution_agreement`."""
-    causes = blame_causes(self)
-    fs = sorted(f for f in (self.path / "attribution").glob("*.parquet") if not f.name.startswith("mast."))
+def _attributions(run: OpenRun, method: str|None, judge: str|None) -> pd.DataFrame:
+    "Every attribution table of the run's `attribution/` folder (or one `method`, one `judge`), refused when none."
+    fs = sorted(f for f in (run.path / "attribution").glob("*.parquet") if not f.name.startswith("mast."))
     att = pd.concat([pd.read_parquet(f) for f in fs], ignore_index=True) if fs else pd.DataFrame(
         columns=["item", "method", "judge", "status", "agent", "round"])
     if method is not None: att = att[att.method == method]
     if judge is not None: att = att[att.judge == judge]
     if not len(att):
-        raise OptionError("run", f"{self.name} has no attribution{f' by {method}' if method else ''}: make one with "
-                          f"`madlab attribute {self.path} --method all-at-once --judge SPEC`")
-    return attribution_agreement(att, causes)
+        raise OptionError("run", f"{run.name} has no attribution{f' by {method}' if method else ''}: make one with "
+                          f"`madlab attribute {run.path} --method all-at-once --judge SPEC`")
+    return att
+
+@patch
+def attribution_vs_blame(self: OpenRun, method: str|None = None, judge: str|None = None) -> pd.DataFrame:
+    """Every attribution in this run's `attribution/` folder (or one `method`, one `judge`) against blame's causal
+    answer (`blame_causes`: refused, saying how to make one, when the run has no blame): `attribution_agreement`."""
+    causes = blame_causes(self)
+    return attribution_agreement(_attributions(self, method, judge), causes)
 
 # %% ../nbs/23e_attribute.ipynb #07c6e496
 def _who_when_records(path) -> list:
@@ -443,3 +447,12 @@ def import_who_when(path, out, model: str|None = None):
     log's labels go into its transcript (`label_causes`), and every log counts as decided wrong (they are failures)."""
     from madlab.import_run import import_run
     return import_run(WhoWhenLog(), path, out, model=model)
+
+# %% ../nbs/23e_attribute.ipynb #a599096d
+@patch
+def attribution_vs_labels(self: OpenRun, method: str|None = None, judge: str|None = None) -> pd.DataFrame:
+    """The attributions of an imported run against the labels its logs carry (`label_causes`: Who&When's human labels,
+    not a cause found by experiment; `against` says `labels`), as `attribution_vs_blame` does against blame."""
+    causes = label_causes(self.folder.transcripts()[0])
+    if not len(causes): raise OptionError("run", f"{self.name} carries no labels (only imported Who&When logs do)")
+    return attribution_agreement(_attributions(self, method, judge), causes, "labels")

@@ -516,7 +516,7 @@ def gains_cmd(run_dir, vote, n_boot, seed):
 def attribute_cmd(run_dir, method, judge, items, taxonomy, max_calls, cache):
     """Ask an LLM judge which agent and which turn caused each wrong decision of a finished run (Who&When's methods),
     into RUN/attribution/ with the raw replies; then, when the run has a blame, how often the judge agrees with blame's
-    causal answer at agent and turn level (95% Wilson intervals)."""
+    causal answer at agent and turn level (95% Wilson intervals), or, on imported Who&When logs, with their labels."""
     from madlab.attribute import run_attribution
     try: a = run_attribution(run_dir, method, judge, items, taxonomy, cache=cache, max_calls=max_calls)
     except OptionError as e: raise click.BadParameter(e.message, param_hint=f"'{e.flag}'" if e.option != "run" else "RUN_DIR") from None
@@ -524,8 +524,13 @@ def attribute_cmd(run_dir, method, judge, items, taxonomy, max_calls, cache):
     import pandas as pd
     with pd.option_context("display.width", 200, "display.max_columns", 20, "display.precision", 3):
         if a.labels is not None and len(a.labels): click.echo("\nMAST modes:\n" + a.labels["mode"].value_counts().to_string())
-        try: click.echo("\n" + a.run.attribution_vs_blame(method, a.df.judge.iloc[0] if len(a.df) else None).to_string(index=False))
-        except OptionError as e: click.echo(f"\nnot graded: {e.message}")
+        j = a.df.judge.iloc[0] if len(a.df) else None
+        try: vs = a.run.attribution_vs_blame(method, j)
+        except OptionError as e:
+            try: vs = a.run.attribution_vs_labels(method, j)        # imported logs: their authors' labels
+            except OptionError: vs = None
+            if vs is None: click.echo(f"\nnot graded: {e.message}")
+        if vs is not None: click.echo("\n" + vs.to_string(index=False))
     click.echo(f"outputs: {a.folder}")
 
 # %% ../nbs/40_cli.ipynb #cb167d12
