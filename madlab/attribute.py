@@ -187,9 +187,11 @@ def attribution_judge(spec: str, cache=True, max_calls: int|None = None, max_tok
 
 # %% ../nbs/23e_attribute.ipynb #b07eb351
 async def _ask(judge, t: Transcript, steps: list, truth, log: list, question: str, **at) -> str|None:
-    "One question on a fresh chat of the judge; its reply (None on a failed call), recorded in `log` for audit."
+    """One question on a fresh chat of the judge; its reply (None on a failed call), recorded in `log` for audit. The
+    cause (`truth`) goes into the request's context only for a synthetic judge."""
     prompt = _prompt(question, t, steps, **at)
-    opts = {"question": question, "steps": [[a, k] for a, k, _ in steps], "truth": truth, **at}
+    opts = {"question": question, "steps": [[a, k] for a, k, _ in steps], "truth": truth if judge.synthetic else None,
+            **at}
     solo = judge.fresh(system=SYSTEM)
     tu = await solo.ask(prompt, kind="attribute.judge", ask=Ask(item=t.item, options=opts), phase="attribute",
                         role="user")
