@@ -94,16 +94,23 @@ def test_a_bad_method_exits_2_naming_the_option(sabotaged):
     assert p.returncode == 2 and "--judge" in p.stderr and "Traceback" not in p.stderr, p.stderr
 
 @pytest.mark.slow
-def test_the_smollm2_judge_runs_end_to_end(sabotaged, tmp_path):
-    "SmolLM2-135M as the judge on a few wrong items (slow on CPU); skipped when the model cannot be had here."
+def test_the_smollm2_judge_runs_end_to_end(tmp_path):
+    """SmolLM2-135M as the judge (slow on CPU: a short log, two items): a team of two honest agents and a saboteur, one
+    debate round, blamed; the judge's answers graded against blame, its MAST labels read. Skipped when the model
+    cannot be had here."""
     from madlab.models import get_model
     try: get_model("smollm2")
     except Exception as e: pytest.skip(f"SmolLM2 cannot be had here ({e}): `madlab models get smollm2`")
-    tmp, run = sabotaged
+    team = [HONEST.format(seed=k) for k in (1, 2)] + ["synthetic:saboteur"]
+    run_experiment("du", items=toy_arith_items(40, seed=1), team=team, out=tmp_path / "run", cache=tmp_path / "cache",
+                   rounds=1)
+    run = open_run(tmp_path / "run")
+    run.blame("wrong", "gold,neutral", cache=tmp_path / "cache")
     wrong = list(run.df.item_id[run.df.correct.eq(False)].astype(str))
+    assert wrong, "the saboteur swayed no decision"
     for m, ids, mast in (("all-at-once", wrong[:2], "mast"), ("binary-search", wrong[:1], None)):
         a = run_attribution(run, m, "hf:smollm2", items=",".join(ids), cache=tmp_path / "cache", taxonomy=mast,
-                            max_calls=20, max_tokens=128)
+                            max_calls=20, max_tokens=96)
         vs = run.attribution_vs_blame(m, "hf:smollm2")
         print(a.summary()); print(vs.to_string(index=False))
         if a.labels is not None: print(a.labels.to_string(index=False))
