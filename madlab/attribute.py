@@ -340,8 +340,8 @@ def run_attribution(run, method: str = "all-at-once", judge: str = "synthetic:",
     labels = None
     if taxonomy:
         labels = pd.DataFrame([m for _, ms in got for m in ms], columns=MAST_COLUMNS[:4])
-        labels["category"] = [MAST_MODES[c][0] if c else None for c in labels.code]
-        labels["mode"] = [MAST_MODES[c][1] if c else None for c in labels.code]
+        labels["category"] = [MAST_MODES[c][0] if isinstance(c, str) else None for c in labels.code]
+        labels["mode"] = [MAST_MODES[c][1] if isinstance(c, str) else None for c in labels.code]
         _write_table(folder, _stem("mast", judge), labels, mlog)
     calls = sum(not r["cached"] and r["error"] is None for r in log + mlog)
     return Attribution(run, df, labels, folder, calls, time.perf_counter() - t0)

@@ -511,19 +511,23 @@ def gains_cmd(run_dir, vote, n_boot, seed):
               help="The items to attribute: wrong (those the run decided wrong), all, or ids, comma-separated")
 @click.option("--taxonomy", type=click.Choice(["mast"]), default=None,
               help="Also ask for the failure modes of this taxonomy (mast: MAST's 14 modes)")
-@click.option("--max-calls", type=click.IntRange(min=0), default=None, help="The judge's calls allowed  [default: no limit]")
-@click.option("--cache/--no-cache", default=True, show_default=True, help="Calls go through the response cache ($MADLAB_CACHE)")
+@click.option("--max-calls", type=click.IntRange(min=0), default=None,
+              help="The judge's calls allowed  [default: no limit]")
+@click.option("--cache/--no-cache", default=True, show_default=True,
+              help="Calls go through the response cache ($MADLAB_CACHE)")
 def attribute_cmd(run_dir, method, judge, items, taxonomy, max_calls, cache):
     """Ask an LLM judge which agent and which turn caused each wrong decision of a finished run (Who&When's methods),
     into RUN/attribution/ with the raw replies; then, when the run has a blame, how often the judge agrees with blame's
     causal answer at agent and turn level (95% Wilson intervals), or, on imported Who&When logs, with their labels."""
     from madlab.attribute import run_attribution
     try: a = run_attribution(run_dir, method, judge, items, taxonomy, cache=cache, max_calls=max_calls)
-    except OptionError as e: raise click.BadParameter(e.message, param_hint=f"'{e.flag}'" if e.option != "run" else "RUN_DIR") from None
+    except OptionError as e:
+        raise click.BadParameter(e.message, param_hint=f"'{e.flag}'" if e.option != "run" else "RUN_DIR") from None
     click.echo(a.summary())
     import pandas as pd
     with pd.option_context("display.width", 200, "display.max_columns", 20, "display.precision", 3):
-        if a.labels is not None and len(a.labels): click.echo("\nMAST modes:\n" + a.labels["mode"].value_counts().to_string())
+        if a.labels is not None and len(a.labels):
+            click.echo("\nMAST modes:\n" + a.labels["mode"].fillna("(invalid or none)").value_counts().to_string())
         j = a.df.judge.iloc[0] if len(a.df) else None
         try: vs = a.run.attribution_vs_blame(method, j)
         except OptionError as e:
