@@ -15,7 +15,7 @@ from .cli_options import _PathOrURL, _common_params, _decision_cb, _flag, _optio
 # %% auto #0
 __all__ = ['main', 'run', 'protocol_command', 'protocols_cmd', 'tasks_cmd', 'decisions_cmd', 'backends_cmd', 'rescore_cmd',
            'baseline_cmd', 'parse_sweep_params', 'sweep_cmd', 'import_cmd', 'models_cmd', 'models_list', 'models_get',
-           'data_cmd', 'data_list', 'data_get', 'blame_cmd', 'export_cmd', 'gains_cmd', 'console']
+           'data_cmd', 'data_list', 'data_get', 'blame_cmd', 'export_cmd', 'gains_cmd', 'attribute_cmd', 'console']
 
 # %% ../nbs/40_cli.ipynb #5ed24ad8
 class _Protocols(click.Group):
@@ -503,6 +503,43 @@ def gains_cmd(run_dir, vote, n_boot, seed):
     import pandas as pd
     with pd.option_context("display.width", 250, "display.max_columns", 30):
         click.echo(f"{repr(g)}\n\nhow agents update, answer round to answer round:\n{repr(u)}")
+
+# %% ../nbs/40_cli.ipynb #a77b1b03
+@main.command("attribute")
+@click.argument("run_dir", type=_PathOrURL(exists=True, file_okay=False), callback=_run_dir_cb)
+@click.option("--method", type=click.Choice(["all-at-once", "step-by-step", "binary-search"]), default="all-at-once",
+              show_default=True, help="Who&When's method: the whole log at once, step by step, or binary search")
+@click.option("--judge", required=True, metavar="SPEC",
+              help="The judge's backend spec (e.g. hf:smollm2, openai:MODEL; synthetic:skill=0.7 for checks)")
+@click.option("--items", metavar="wrong|all|ID,...", default="wrong", show_default=True,
+              help="The items to attribute: wrong (those the run decided wrong), all, or ids, comma-separated")
+@click.option("--taxonomy", type=click.Choice(["mast"]), default=None,
+              help="Also ask for the failure modes of this taxonomy (mast: MAST's 14 modes)")
+@click.option("--max-calls", type=click.IntRange(min=0), default=None,
+              help="The judge's calls allowed  [default: no limit]")
+@click.option("--cache/--no-cache", default=True, show_default=True,
+              help="Calls go through the response cache ($MADLAB_CACHE)")
+def attribute_cmd(run_dir, method, judge, items, taxonomy, max_calls, cache):
+    """Ask an LLM judge which agent and which turn caused each wrong decision of a finished run (Who&When's methods),
+    into RUN/attribution/ with the raw replies; then, when the run has a blame, how often the judge agrees with blame's
+    causal answer at agent and turn level (95% Wilson intervals), or, on imported Who&When logs, with their labels."""
+    from madlab.attribute import run_attribution
+    try: a = run_attribution(run_dir, method, judge, items, taxonomy, cache=cache, max_calls=max_calls)
+    except OptionError as e:
+        raise click.BadParameter(e.message, param_hint=f"'{e.flag}'" if e.option != "run" else "RUN_DIR") from None
+    click.echo(a.summary())
+    import pandas as pd
+    with pd.option_context("display.width", 200, "display.max_columns", 20, "display.precision", 3):
+        if a.labels is not None and len(a.labels):
+            click.echo("\nMAST modes:\n" + a.labels["mode"].fillna("(invalid or none)").value_counts().to_string())
+        j = a.df.judge.iloc[0] if len(a.df) else None
+        try: vs = a.run.attribution_vs_blame(method, j)
+        except OptionError as e:
+            try: vs = a.run.attribution_vs_labels(method, j)        # imported logs: their authors' labels
+            except OptionError: vs = None
+            if vs is None: click.echo(f"\nnot graded: {e.message}")
+        if vs is not None: click.echo("\n" + vs.to_string(index=False))
+    click.echo(f"outputs: {a.folder}")
 
 # %% ../nbs/40_cli.ipynb #cb167d12
 def _only_idle_pools() -> bool:
