@@ -218,7 +218,8 @@ def backends_cmd():
 @click.argument("run_dir", type=_PathOrURL(exists=True, file_okay=False), callback=_run_dir_cb)
 @click.option("--decision", metavar="RULE", default=None, callback=_decision_cb,
               help="Re-decide the debates with this rule into results.decision-RULE.parquet/.csv beside the original table (no call; a judge makes only its own, cached)")
-@click.option("--compare", is_flag=True, help="Print every rule that fits the run side by side: accuracy with a 95% bootstrap interval, how often each changes the decision")
+@click.option("--compare", is_flag=True, help="Print every rule that fits the run side by side: accuracy with a 95% bootstrap interval, how "
+              "often each changes the decision, and its voting gain (vg) and debate gain (dg) with intervals and McNemar's p")
 @click.option("--cache/--no-cache", default=True, show_default=True, help="A judge's calls go through the response cache ($MADLAB_CACHE)")
 @click.option("--allow-fewer-scores", is_flag=True, help="Write the re-scored table even when fewer of its rows are scored than before (otherwise that is refused, nothing written)")
 @click.option("--prices", metavar="FILE", type=click.Path(dir_okay=False), default=None, help="Re-price the cost column at this price table (CSV)  [default: the one the run recorded]")

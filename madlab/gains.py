@@ -20,7 +20,7 @@ from .dynamics import answer_rounds, _stated, _decided_right, _ts, _NO_POSITION
 from .stats import _boot, _mcnemar
 
 # %% auto #0
-__all__ = ['UPDATE_COLUMNS', 'Gains', 'debate_gains', 'Updates', 'debate_updates']
+__all__ = ['UPDATE_COLUMNS', 'Gains', 'debate_gains', 'Updates', 'debate_updates', 'rule_gains']
 
 # %% ../nbs/23d_gains.ipynb #8fc26d55
 def _right(item, a) -> bool:
@@ -473,3 +473,25 @@ def summary_lines(self: Gains) -> list[str]:
     if not keep or not len(self.gains): return []
     head = "where the accuracy comes from (95 % intervals; madlab gains RUN for every agent and round): "
     return [head + "; ".join(f"{k} {_acc(rows[k])}" for k in keep), *self._headline()]
+
+# %% ../nbs/23d_gains.ipynb #b338e232
+def rule_gains(transcripts, rule=None, n_boot: int = 2000, seed: int = 0) -> dict | None:
+    """The voting and the debate gain under decision rule `rule` (`rescore --compare`'s column group): the rule's vote on
+    the first round's answers against the agents alone, then its vote on the last round's answers against the first
+    (for the protocol's own rule, `None` or "protocol": the run's decision against its first round's vote). None for a
+    rule that does not count a round's answers (a judge's, a trajectory's) or when no item counts."""
+    r = get_decision(rule) if rule is not None else None
+    own = r is None or r.protocol
+    if r is not None and not own and (r.judge or r.trajectory): return None
+    recs, _ = _records(transcripts, None if own else r.spec)
+    items = _per_item(recs)
+    if not len(items) or "vote_1" not in items: return None
+    idx = np.random.default_rng(seed).integers(0, len(items), (n_boot, len(items)))
+    end = "final" if own else [c for c in items.columns if c.startswith("vote_")][-1]
+    col = lambda c: items[c].to_numpy(float)
+    out = {}
+    for k, (a, b) in {"vg": ("mean_alone", "vote_1"), "dg": ("vote_1", end)}.items():
+        x = _gain(k, col(a), col(b), idx)
+        out.update({k: x["difference"], f"{k}_low": x["ci_low"], f"{k}_high": x["ci_high"],
+                    f"{k}_p": round(x["p_mcnemar"], 4)})
+    return out

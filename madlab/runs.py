@@ -14,7 +14,7 @@ from fastcore.basics import patch
 from .core import OptionError, Transcript, answer_view, decision_summary
 from .dynamics import Dynamics, debate_dynamics
 from .stats import _boot
-from .gains import Gains, Updates, debate_gains, debate_updates
+from .gains import Gains, Updates, debate_gains, debate_updates, rule_gains
 from .run import _run_prices, _with_costs
 from .run_folder import RunFolder, debate_row
 from .run_result import RunResult
@@ -25,8 +25,8 @@ from .positions import _changed, _text
 import madlab.imports     # registers the log formats: a stepper on an imported run forks it with a model (continue_log)
 
 # %% auto #0
-__all__ = ['RUN_METHODS_GROUP', 'FILTERS', 'DEFAULT_RULES', 'locate_run', 'OpenRun', 'open_run', 'run_methods', 'compare_runs',
-           'find_runs', 'RunBrowser']
+__all__ = ['RUN_METHODS_GROUP', 'FILTERS', 'GAIN_COLUMNS', 'DEFAULT_RULES', 'locate_run', 'OpenRun', 'open_run', 'run_methods',
+           'compare_runs', 'find_runs', 'RunBrowser']
 
 # %% ../nbs/23_runs.ipynb #6e91b07d
 _LISTED = 20
@@ -302,11 +302,12 @@ def compare_runs(a, b, names: tuple = ("a", "b")) -> pd.DataFrame:
     return m[first + [c for c in m.columns if c not in first]]
 
 # %% ../nbs/23_runs.ipynb #e937f96f
+GAIN_COLUMNS = ("vg", "vg_low", "vg_high", "vg_p", "dg", "dg_low", "dg_high", "dg_p")   # `rescore --compare`: voting and debate gain
 DEFAULT_RULES = ("protocol", "plurality", "majority", "supermajority:0.75", "unanimity", "confidence", "borda", "approval:2", "freemad", "confidence:logprob")
 
 @patch
 def decisions(self: OpenRun, rules=None, n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
-    "Every rule in `rules` (default: each of `DEFAULT_RULES` the run's answers and signals can serve) on this run's debates, on the same bootstrap resamples: items, accuracy [ci_low, ci_high], no_decision, changed; `signal` marks a row decided by a simulated signal, which `attrs['notes']` describe."
+    "Every rule in `rules` (default: each of `DEFAULT_RULES` the run's answers and signals can serve) on this run's debates, on the same bootstrap resamples: items, accuracy [ci_low, ci_high], no_decision, changed, the voting gain `vg` and the debate gain `dg` under the rule (`madlab.gains.rule_gains`: interval, McNemar's p; blank for a judge's or a trajectory's rule); `signal` marks a row decided by a simulated signal, which `attrs['notes']` describe."
     import asyncio, numpy as np
     from madlab.core import answer_key, runtime_loop
     from madlab.decisions import get_decision, check_decision, check_logprobs_recorded, aredecide, signal_note
@@ -340,10 +341,11 @@ def decisions(self: OpenRun, rules=None, n_boot: int = 2000, seed: int = 0) -> p
         note = signal_note(decided_by, ts[0].team, getattr(PROTOCOLS.get(ts[0].protocol), "weighs", ())) if ts else None
         if note and note not in notes: notes.append(note)
         scored = [x for x in ok if x == x]
+        gains = rule_gains(ts, None if rule.protocol else rule.spec, n_boot, seed) or {}   # the voting and the debate gain
         rows.append({"rule": f"protocol ({own})" if rule.protocol and own != "protocol" else rule.spec, "items": len(ts),
                      "accuracy": round(float(np.mean(scored)), 3) if scored else None, "ci_low": lo, "ci_high": hi,
-                     "no_decision": none, "changed": round(changed / len(ts), 3) if ts else None, "signal": "simulated" if note else ""})
-    cols = ["rule", "items", "accuracy", "ci_low", "ci_high", "no_decision", "changed"] + (["signal"] if notes else [])
+                     "no_decision": none, "changed": round(changed / len(ts), 3) if ts else None, **gains, "signal": "simulated" if note else ""})
+    cols = ["rule", "items", "accuracy", "ci_low", "ci_high", "no_decision", "changed", *GAIN_COLUMNS] + (["signal"] if notes else [])
     df = pd.DataFrame(rows, columns=cols)
     df.attrs["notes"] = notes
     return df

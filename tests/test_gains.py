@@ -134,3 +134,21 @@ def test_the_update_rule_reaches_du_s_update_prompt_from_the_command(tmp_path):
         main, ["run", "du", "--task", "arith", "--n", "2", "--update-rule", "lenient", "--out", str(tmp_path / "x")]
     )
     assert r.exit_code == 2 and "'--update-rule'" in r.output and "Traceback" not in r.output, r.output
+
+
+def test_rescore_compare_carries_each_rules_voting_and_debate_gain(tmp_path):
+    """`rescore --compare`'s column group: the protocol's own row gives the run's gains; a counting rule's row gives its
+    vote on the first round against the agents alone, and its accuracy (its vote on the last round) against that."""
+    run = _run(tmp_path, "du", _team("susceptible", 5, 3), task="arith", n=40, rounds=2)
+    tab = run.decisions(["protocol", "plurality", "supermajority:0.75", "freemad"], n_boot=300).set_index("rule")
+    g = run.gains(n_boot=300)
+    assert (tab.loc["protocol", "vg"], tab.loc["protocol", "dg"]) == tuple(g.gains.difference)
+    first = g.table.set_index("source").loc["agents alone (mean)", "accuracy"]
+    for rule in ("plurality", "supermajority:0.75"):
+        row = tab.loc[rule]
+        round1 = round(first + row.vg, 3)                     # the rule's vote on the first round's answers
+        assert abs(round1 + row.dg - row.accuracy) < 0.002, (rule, row.to_dict())
+        assert row.vg_low <= row.vg <= row.vg_high and row.dg_low <= row.dg <= row.dg_high and 0 <= row.dg_p <= 1
+    assert tab.loc["freemad", ["vg", "dg"]].isna().all()    # a trajectory rule counts no round alone
+    r = CliRunner().invoke(main, ["rescore", str(run.path), "--compare"])
+    assert r.exit_code == 0 and " vg " in r.output and " dg_p" in r.output, r.output
