@@ -476,8 +476,8 @@ def summary_lines(self: Gains) -> list[str]:
 
 # %% ../nbs/23d_gains.ipynb #b338e232
 def rule_gains(transcripts, rule=None, n_boot: int = 2000, seed: int = 0) -> dict | None:
-    """The voting and the debate gain under decision rule `rule` (`rescore --compare`'s column group): the rule's vote on
-    the first round's answers against the agents alone, then its vote on the last round's answers against the first
+    """The voting and the debate gain under decision rule `rule` (`rescore --compare`'s column group): the rule's vote
+    on the first round's answers against the agents alone, then its vote on the last round's answers against the first
     (for the protocol's own rule, `None` or "protocol": the run's decision against its first round's vote). None for a
     rule that does not count a round's answers (a judge's, a trajectory's) or when no item counts."""
     r = get_decision(rule) if rule is not None else None
