@@ -152,3 +152,22 @@ def test_rescore_compare_carries_each_rules_voting_and_debate_gain(tmp_path):
     assert tab.loc["freemad", ["vg", "dg"]].isna().all()    # a trajectory rule counts no round alone
     r = CliRunner().invoke(main, ["rescore", str(run.path), "--compare"])
     assert r.exit_code == 0 and " vg " in r.output and " dg_p" in r.output, r.output
+
+
+def test_the_update_rule_reaches_eot_s_exchange_prompts_and_default_adds_nothing(tmp_path):
+    "EoT routes peers' solutions round by round, so it takes the same update rules; the default prompt is the paper's."
+    from madlab.protocols.baselines import UPDATE_RULES
+
+    def prompts(rule, name):
+        r = CliRunner().invoke(main, ["run", "eot", "--task", "arith", "--n", "2", "--rounds", "1", "--stop", "none",
+                                      "--update-rule", rule, "--no-cache", "--out", str(tmp_path / name)])
+        assert r.exit_code == 0, r.output
+        run = open_run(next(p for p in (tmp_path / name).iterdir() if p.is_dir()))
+        t = run.transcript(0)
+        assert t.settings["update_rule"] == rule
+        return [tu.messages[-1]["content"] for tu in t.rounds[1].turns]
+
+    sure, plain = prompts("stubborn", "sure"), prompts("default", "plain")
+    assert sure and all(UPDATE_RULES["stubborn"] in p for p in sure)
+    assert not any(s in p for p in plain for s in UPDATE_RULES.values() if s)
+    assert [p.replace(UPDATE_RULES["stubborn"] + " ", "") for p in sure] == plain

@@ -15,6 +15,7 @@ from ..protocol import protocol
 from ..decisions import latest_turns
 from ..formats import answer_format
 from ..scoring import agreement
+from .baselines import _ruled
 
 # %% auto #0
 __all__ = ['PARADIGMS', 'PERSONAS', 'PROMPTS', 'STOPS', 'eot_routes', 'eot_confidence', 'eot_examples', 'eot_vote', 'eot']
@@ -149,6 +150,7 @@ async def eot(d,
               confidence: bool = True, # show each solution with its author's confidence (share of its answers equal to its most frequent one)
               personas: bool = True, # agents without a system prompt play the paper's three classmates
               first: Literal["few-shot", "zero-shot"] = "few-shot", # the first answers: after worked examples (the released code), or from the question alone (madlab's)
+              update_rule: Literal["default", "correct-only", "stubborn"] = "default", # how to weigh the peers' solutions (`UPDATE_RULES`; default: the paper's prompt)
              ):
     "Exchange-of-Thought (Yin et al., 2023): agents answer, then exchange solutions along a communication paradigm, each shown with its author's confidence, until the answers agree."
     fmt = answer_format(d.item)
@@ -173,7 +175,7 @@ async def eot(d,
         r = d.new_round(f"exchange round {k}", "debate", depth=k, paradigm=paradigm, sees={n: routes[n] for n in active},
                         confidence={n: c for n, c in conf.items() if c is not None}, active=list(active))
         def call(n):
-            prompt = _exchange_prompt(q, fmt.instructions, argument(latest[n]), [(m, argument(latest[m])) for m in routes[n]], conf)
+            prompt = _exchange_prompt(q, _ruled(update_rule, fmt.instructions), argument(latest[n]), [(m, argument(latest[m])) for m in routes[n]], conf)
             return _solve(d.agent(n), prompt, system[n], kind=fmt.kind, parse=fmt.parse, phase="debate", round=r.index,
                           ask=Ask(item=d.item, options=fmt.options, previous=ans(n), peers={m: ans(m) for m in routes[n]}))
         r.turns = await d.gather(call(n) for n in active)
