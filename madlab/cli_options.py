@@ -231,7 +231,9 @@ def _common_params(proto):
           help="Who sees whose answers, in round-based debates that route them (du): full, ring, star (the first agent is the hub), random:K (K peers each, drawn from --seed), or FILE: an adjacency list (JSON/YAML mapping agent -> agents it sees) or 0/1 matrix (JSON/YAML/CSV)  [default: full]")] if "topology" in proto.axes else []),
         *([O(["--stop-on"], metavar="consensus[:Q]", default=None,
           help="End a round-based debate (du) once at least a fraction Q of its agents agree (default Q 1: all); the summary says the rounds and tokens it saved  [default: run every round]")] if "stop_on" in proto.axes else []),
-        O(["--seed"], type=int, default=0, show_default=True, help="Seed of the debates"),
+        O(["--seed"], type=int, default=0, show_default=True,
+          help="Seed of the protocol's own draws (orders, sides, a random topology); a synthetic agent's draws follow "
+               "its spec's seed= (vary that to resample a synthetic team)"),
         O(["--max-tokens"], type=click.IntRange(1, 1_000_000), default=None, help="Max completion tokens per call, for every agent"),
         O(["--temperature"], type=click.FloatRange(0, 2), default=None, callback=_finite_cb, help="Sampling temperature in 0..2, for every agent"),
         O(["--cache/--no-cache"], default=True, show_default=True, help="Use the on-disk response cache ($MADLAB_CACHE)"),
