@@ -61,7 +61,7 @@ STYLED = [
     "03_scoring.ipynb", "03a_cost.ipynb", "04_tasks.ipynb", "04a_market.ipynb", "04b_pairwise.ipynb",
     "04c_public_data.ipynb", "04d_arith.ipynb", "04d_protocol.ipynb", "04e_gsm8k.ipynb", "04f_mmlu.ipynb",
     "04g_safety.ipynb", "04h_scenario.ipynb", "05_puzzles.ipynb", "05b_kks.ipynb", "05c_dynamics.ipynb",
-    "05d_kks_task.ipynb", "05e_puzzle_sets.ipynb", "07a_du_log.ipynb", "08b_rescore.ipynb", "08c_run_result.ipynb",
+    "05d_kks_task.ipynb", "05e_puzzle_sets.ipynb", "07a_du_log.ipynb", "08a_run_folder.ipynb", "08b_rescore.ipynb", "08c_run_result.ipynb",
     "10a_controlmad_log.ipynb", "13a_critic_actor_log.ipynb",
     "14a_agentverse_rules.ipynb", "14b_agentverse_memory.ipynb", "14c_agentverse_parsers.ipynb", "14e_agentverse_package.ipynb", "20_viz.ipynb",
     "20a_positions.ipynb", "21_widgets.ipynb", "22_live.ipynb", "23a_baselines_budget.ipynb", "23b_blame.ipynb",
