@@ -492,48 +492,62 @@ def resolve_run(protocol, task: str|None = None, data=None, items=None, team=Non
 
 # %% ../nbs/08_run.ipynb #b20b3ffa
 def _plan(protocol, items, team, out, kw) -> RunPlan:
-    "`protocol` when it is a plan already; else the plan `resolve_run` makes, `out` being the run folder itself (a team given here is taken as it is: no team hook)."
+    """`protocol` when it is a plan already; else the plan `resolve_run` makes, `out` being the run folder itself (a
+    team given here is taken as it is: no team hook)."""
     if isinstance(protocol, RunPlan):
-        if items is not None or team is not None or out is not None or kw: raise OptionError("items", "a RunPlan is run as it is; give the options to resolve_run")
+        if items is not None or team is not None or out is not None or kw:
+            raise OptionError("items", "a RunPlan is run as it is; give the options to resolve_run")
         return protocol
     if "folder" in kw: raise OptionError("folder", "give the run folder as `out`")
-    return resolve_run(protocol, items=items, team=team, folder=out, _team_hook=kw.pop("_team_hook", team is None), **kw)
+    return resolve_run(protocol, items=items, team=team, folder=out, _team_hook=kw.pop("_team_hook", team is None),
+                       **kw)
 
 async def arun_experiment(protocol, items=None, team=None, out=None, *, _stop: _Stop|None = None, **kw) -> RunResult:
-    "Async `run_experiment`: `protocol` a `RunPlan`, or a protocol with the arguments of `resolve_run` (`out` is the run folder itself)."
+    """Async `run_experiment`: `protocol` a `RunPlan`, or a protocol with the arguments of `resolve_run` (`out` is the
+    run folder itself)."""
     plan = _plan(protocol, items, team, out, kw)
     from tqdm.auto import tqdm
     t0 = time.perf_counter()
-    proto, items, agents, settings, rule, seed, x = plan.protocol, plan.items, plan.team, plan.settings, plan.decision, plan.seed, plan.execution
+    proto, items, agents, settings, rule, seed, x = (plan.protocol, plan.items, plan.team, plan.settings, plan.decision,
+                                                     plan.seed, plan.execution)
     budget, on_error, screen = x.get("budget"), x.get("on_error", "fail"), x.get("screen")
     ids = [str(getattr(it, "id", i)) for i, it in enumerate(items)]
     folder = RunFolder(plan.folder).create() if plan.folder is not None else None
     lock = folder.lock(x.get("lock_timeout", 0)) if folder else None
     stop = _stop or _Stop(); stop.bind()
-    if isinstance(lock, StoreLock): lock.on_lost = stop.set        # a lock taken over stops the debates; `_finish_run` then raises `LockLost`
+    # a lock taken over stops the debates; `_finish_run` then raises `LockLost`
+    if isinstance(lock, StoreLock): lock.on_lost = stop.set
     transcripts, rows, problems, status = {}, {}, [], {"reason": None, "failed": 0, "interrupted": False}
     try:
-        config = {"protocol": proto.name, "options": to_jsonable(settings), "tasks": sorted({str(getattr(it, "task", None)) for it in items}),
-                  "team": team_config(agents), "seed": seed, "max_tokens": x.get("max_tokens"), "temperature": x.get("temperature"), "madlab": madlab.__version__,
-                  "decision": rule.spec}
+        config = {"protocol": proto.name, "options": to_jsonable(settings),
+                  "tasks": sorted({str(getattr(it, "task", None)) for it in items}),
+                  "team": team_config(agents), "seed": seed, "max_tokens": x.get("max_tokens"),
+                  "temperature": x.get("temperature"), "madlab": madlab.__version__, "decision": rule.spec}
         if proto.parts.inputs: config["inputs"] = proto.parts.inputs(settings)     # the files its options name
-        if _task_file_records(items): config["task_files"] = _task_file_records(items)      # found again by rescore, by content
+        # found again by rescore, by content
+        if _task_file_records(items): config["task_files"] = _task_file_records(items)
         if folder: config = _start_folder(folder, config, ids, plan.notes or None)
-        todo = _unfinished(folder, ids, items, transcripts, problems) if folder and x.get("resume", True) else list(zip(ids, items))
+        todo = (_unfinished(folder, ids, items, transcripts, problems) if folder and x.get("resume", True)
+                else list(zip(ids, items)))
         sem = asyncio.Semaphore(x.get("concurrency") or games_at_once(agents))
-        bar = tqdm(total=len(items), initial=len(items) - len(todo), desc=x.get("desc") or proto.name, disable=not x.get("progress"), leave=False)
+        bar = tqdm(total=len(items), initial=len(items) - len(todo), desc=x.get("desc") or proto.name,
+                   disable=not x.get("progress"), leave=False)
         async def one(iid, it):
             async with sem:
-                if status["reason"]: rows[iid] = {"item_id": iid, "protocol": proto.name, "status": "not_run", "error": status["reason"]}
-                else: await _record(proto, folder, iid, await _debate_item(proto, iid, it, agents, settings, seed, budget, on_error, screen, status, rule),
+                if status["reason"]:
+                    rows[iid] = {"item_id": iid, "protocol": proto.name, "status": "not_run", "error": status["reason"]}
+                else: await _record(proto, folder, iid, await _debate_item(proto, iid, it, agents, settings, seed,
+                                                                           budget, on_error, screen, status, rule),
                                     rows, transcripts, status)
                 bar.update()
         try: await _drain([asyncio.ensure_future(one(iid, it)) for iid, it in todo], stop, status)
         finally: bar.close()
-        return _finish_run(proto, config.get("items", ids), transcripts, rows, folder, agents, status, problems, t0, prices=x.get("prices"))
+        return _finish_run(proto, config.get("items", ids), transcripts, rows, folder, agents, status, problems, t0,
+                           prices=x.get("prices"))
     except asyncio.CancelledError:
         status["interrupted"] = True
-        return _finish_run(proto, config.get("items", ids), transcripts, rows, folder, agents, status, problems, t0, prices=x.get("prices"))
+        return _finish_run(proto, config.get("items", ids), transcripts, rows, folder, agents, status, problems, t0,
+                           prices=x.get("prices"))
     finally:
         if lock is not None: lock.release()
 
@@ -658,26 +672,32 @@ def _voting_protocol() -> Protocol:
     return p
 
 def _voters(team, agents: int, params: dict) -> list:
-    "`agents` voters: the team's actors in order (their names, backends and system prompts), cycled under new names when there are fewer."
+    """`agents` voters: the team's actors in order (their names, backends and system prompts), cycled under new names
+    when there are fewer."""
     members = [a for a in make_team(list(team)) if (a.role or "").lower() not in HELPER_ROLES]
     roles = ", ".join(HELPER_ROLES)
-    if not members: raise OptionError("majority_error", f"the team has no actor to vote: each has a helper role ({roles})")
+    if not members:
+        raise OptionError("majority_error", f"the team has no actor to vote: each has a helper role ({roles})")
     out = []
     for i in range(agents):
         m, lap = members[i % len(members)], i // len(members)
-        out.append(m.fresh(name=m.name if not lap else f"{m.name}-vote{lap + 1}", params={**params, **m.params}, role=None, meta={}, budget=None))
+        out.append(m.fresh(name=m.name if not lap else f"{m.name}-vote{lap + 1}", params={**params, **m.params},
+                           role=None, meta={}, budget=None))
     return out
 
 def _vote_row(it, t) -> dict:
     """An item's vote: the plurality of its first round's answers by the voting protocol's `vote`, and whether it is
     right; None when a vote failed."""
-    if t is None: return {"item_id": it.id, "votes": None, "answer": None, "correct": None, "error": "the vote did not run"}
+    if t is None:
+        return {"item_id": it.id, "votes": None, "answer": None, "correct": None, "error": "the vote did not run"}
     turns = t.rounds[0].turns if t.rounds else []
     failed = [tu.error for tu in turns if tu.error] or ([t.meta.get("error") or "no answer"] if not turns else [])
     top, votes = get_protocol(t.protocol).parts.vote([tu.answer if tu.error is None else None for tu in turns])
     right = answer_valid(top) and bool(answer_format(it).score(top, getattr(it, "gold", None)))
-    return {"item_id": it.id, "votes": json.dumps(votes), "answer": answer_summary(top), "correct": None if failed else right, "error": failed[0] if failed else None}
+    return {"item_id": it.id, "votes": json.dumps(votes), "answer": answer_summary(top),
+            "correct": None if failed else right, "error": failed[0] if failed else None}
 
+# %% ../nbs/08_run.ipynb #d9edc00a
 @dataclass(frozen=True)
 class MajorityErrorFilter(ItemFilter):
     "Keeps the items where a plurality of `agents` independent answers of the team's actors is wrong (the rule above)."
@@ -686,20 +706,25 @@ class MajorityErrorFilter(ItemFilter):
     option = "majority_error"
     def __post_init__(self):
         a = self.agents
-        if not isinstance(a, int) or isinstance(a, bool) or a < 1: raise OptionError("majority_error", f"must be a whole number of agents >= 1; got {a!r}")
+        if not isinstance(a, int) or isinstance(a, bool) or a < 1:
+            raise OptionError("majority_error", f"must be a whole number of agents >= 1; got {a!r}")
     def votes(self, items, team, *, seed: int = 0, cache=True, concurrency: int|None = None) -> pd.DataFrame:
-        "Per item: the voters' plurality (`answer`), the vote counts, whether it is right (`correct`; None when the vote failed) and the error."
+        """Per item: the voters' plurality (`answer`), the vote counts, whether it is right (`correct`; None when the
+        vote failed) and the error."""
         items = list(items)
         voters = _voters(team, self.agents, {"temperature": 0.7, "top_p": 0.9} if self.params is None else self.params)
         plan = resolve_run(_voting_protocol(), items=items, team=voters, seed=seed, cache=cache,
                            concurrency=concurrency or 8,
                            on_error="continue", _team_hook=False)
         res = run_sync(arun_experiment(plan))
-        return pd.DataFrame([_vote_row(it, res.transcripts.get(str(it.id))) for it in items], columns=["item_id", "votes", "answer", "correct", "error"])
+        return pd.DataFrame([_vote_row(it, res.transcripts.get(str(it.id))) for it in items],
+                            columns=["item_id", "votes", "answer", "correct", "error"])
     def select(self, items, team, *, seed: int = 0, cache=True, concurrency: int|None = None) -> list:
         items = list(items)
         v = self.votes(items, team, seed=seed, cache=cache, concurrency=concurrency)
         wrong = set(v.item_id[v.correct == False])   # noqa: E712 (None: the vote failed, the item is left out)
         return [it for it in items if it.id in wrong]
     def note(self, kept, items) -> dict: return {"agents": self.agents, **super().note(kept, items)}
-    def said(self, kept, items) -> str: return f"majority-error subset: {len(kept)} of {len(items)} items, where a plurality of {self.agents} independent answers is wrong"
+    def said(self, kept, items) -> str:
+        return (f"majority-error subset: {len(kept)} of {len(items)} items, where a plurality of {self.agents} "
+                "independent answers is wrong")
