@@ -21,18 +21,25 @@ from .run import _cache_stats, _finish_run
 __all__ = ['rescore', 'decision_table_name', 'aredecide_run', 'redecide_run', 'parse_stats']
 
 # %% ../nbs/08b_rescore.ipynb #7a617fc8
-def rescore(out, lock_timeout: float = 0, decision=None, cache=True, allow_fewer_scores: bool = False, prices=None) -> RunResult:
-    "Re-score the run folder `out` from its transcripts (zero backend calls) and rewrite its results table, report and summary (never with fewer scored rows than it had, unless `allow_fewer_scores`); with `decision`, re-decide with that rule into a table beside it instead (see `redecide_run`); with `prices`, re-price its cost column at that table."
+def rescore(out, lock_timeout: float = 0, decision=None, cache=True, allow_fewer_scores: bool = False,
+            prices=None) -> RunResult:
+    """Re-score the run folder `out` from its transcripts (zero backend calls) and rewrite its results table, report
+    and summary (never with fewer scored rows than it had, unless `allow_fewer_scores`); with `decision`, re-decide
+    with that rule into a table beside it instead (see `redecide_run`); with `prices`, re-price its cost column at that
+    table."""
     if decision is not None: return redecide_run(out, decision, cache=cache, lock_timeout=lock_timeout)
     folder = RunFolder(out)
     if not folder.path.is_dir(): raise OptionError("out", f"{folder.path} is not a folder")
     cfg = folder.read_config()
     if cfg is None:
         runs = sorted(p.parent.name for p in folder.path.glob("*/config.json"))[:5]
-        hint = f"; runs under it: {', '.join(runs)}" if runs else "; give the folder `madlab run` wrote (OUT/<run name>)"
+        hint = (f"; runs under it: {', '.join(runs)}" if runs
+                else "; give the folder `madlab run` wrote (OUT/<run name>)")
         raise OptionError("out", f"{folder.path} holds no config.json: not a madlab run folder{hint}")
     proto = get_protocol(cfg.get("protocol"))
-    if cfg.get("decision", "protocol") != "protocol": raise OptionError("decision", f"{folder.path} was decided by {cfg['decision']!r}: re-decide it with `rescore --decision`")
+    if cfg.get("decision", "protocol") != "protocol":
+        raise OptionError("decision", f"{folder.path} was decided by {cfg['decision']!r}: "
+                                      "re-decide it with `rescore --decision`")
     lock = folder.lock(lock_timeout)
     try:
         folder.load_task_files()                    # the task files of the run, as they were
@@ -41,8 +48,10 @@ def rescore(out, lock_timeout: float = 0, decision=None, cache=True, allow_fewer
             old = read_table(folder.path / "results.parquet")
             resumed = {str(i): bool(r) for i, r in zip(old.item_id, old.resumed)} if "resumed" in old else {}
             scored = int(old.correct.notna().sum()) if "correct" in old else 0
-        except Exception: pass                      # no table yet (or an unreadable one): every row counts as not resumed
-        return _finish_run(proto, list(cfg.get("items") or []), {}, {}, folder, [], {"reason": None, "failed": 0, "interrupted": False}, [], time.perf_counter(),
+        # no table yet (or an unreadable one): every row counts as not resumed
+        except Exception: pass
+        return _finish_run(proto, list(cfg.get("items") or []), {}, {}, folder, [],
+                           {"reason": None, "failed": 0, "interrupted": False}, [], time.perf_counter(),
                            resumed=resumed, min_scored=None if allow_fewer_scores else scored, prices=prices)
     finally: lock.release()
 
@@ -51,12 +60,14 @@ def decision_table_name(rule) -> str:
     "The file stem of the table a rule's re-decision writes (`results.decision-supermajority-0.75`)."
     return "results.decision-" + re.sub(r"[^A-Za-z0-9.+-]+", "-", get_decision(rule).spec).strip("-")
 
+# %% ../nbs/08b_rescore.ipynb #40914a81
 def _judge(rule, transcripts, cache):
     "The judge agent of a re-decision: its spec, else the first debater's of the run."
     if not rule.judge: return None
     first = next((a for t in transcripts for a in t.team if a.get("role") not in HELPER_ROLES), None)
     spec = rule.backend or (first or {}).get("spec")
-    if spec is None: raise OptionError("decision", "the run has no debater whose backend could judge; name one: judge:SPEC")
+    if spec is None: raise OptionError("decision",
+                                       "the run has no debater whose backend could judge; name one: judge:SPEC")
     return with_cache(make_team([{"name": "Judge", "spec": spec, "role": "judge"}]), cache)[0]
 
 async def aredecide_run(out, decision, cache=True, lock_timeout: float = 0) -> RunResult:
@@ -69,35 +80,46 @@ async def aredecide_run(out, decision, cache=True, lock_timeout: float = 0) -> R
     folder.load_task_files()                        # the task files of the run, as they were
     found, problems = folder.transcripts()
     ts = list(found.values())
-    for t in ts[:1]: check_decision(rule, t.item, t.protocol, {k: v for k, v in t.settings.items() if k not in ("seed", "decision")})
-    check_logprobs_recorded(rule, ts)               # confidence:logprob on a run that recorded none: said, not a column of "no decision"
+    for t in ts[:1]: check_decision(rule, t.item, t.protocol,
+                                    {k: v for k, v in t.settings.items() if k not in ("seed", "decision")})
+    # confidence:logprob on a run that recorded none: said, not a column of "no decision"
+    check_logprobs_recorded(rule, ts)
     judge = _judge(rule, ts, cache)
     async def one(t):
         res, turn = await aredecide(t, rule, judge)
         row = debate_row(Transcript(t.protocol, t.item, t.team, t.settings, t.rounds, t.histories, res, t.meta))
-        if rule.judge: row.update(judge_calls=int(turn is not None and not turn.cached and turn.error is None), judge_error=None if turn is None else turn.error,
+        if rule.judge: row.update(judge_calls=int(turn is not None and not turn.cached and turn.error is None),
+                                  judge_error=None if turn is None else turn.error,
                                   judge_cached=int(turn is not None and bool(turn.cached) and turn.error is None))
         return row
     with folder.lock(lock_timeout):
         rows = await asyncio.gather(*(one(t) for t in ts))
         df = pd.DataFrame(rows)
-        made = {"calls": int(df.judge_calls.sum()), "cached": int(df.judge_cached.sum()), "by": "by the judge"} if rule.judge and len(df) else {"calls": 0, "cached": 0}
-        res = RunResult(df, found, None, _cache_stats([judge] if judge else []), str(folder.path), 0, False, problems, time.perf_counter() - t0, made=made)
+        made = ({"calls": int(df.judge_calls.sum()), "cached": int(df.judge_cached.sum()), "by": "by the judge"}
+                if rule.judge and len(df) else {"calls": 0, "cached": 0})
+        res = RunResult(df, found, None, _cache_stats([judge] if judge else []), str(folder.path), 0, False, problems,
+                        time.perf_counter() - t0, made=made)
         folder.check_lock(fresh=True)               # the lock still ours, or nothing is written
         stem = decision_table_name(rule)
-        write_parquet(df, folder.path / f"{stem}.parquet"); write_atomic(folder.path / f"{stem}.csv", df.to_csv(index=False))
+        write_parquet(df, folder.path / f"{stem}.parquet")
+        write_atomic(folder.path / f"{stem}.csv", df.to_csv(index=False))
         write_atomic(folder.path / f"summary.{stem.removeprefix('results.')}.txt", res.summary() + "\n")
     return res
 
+# %% ../nbs/08b_rescore.ipynb #d3f5f09e
 def redecide_run(out, decision, cache=True, lock_timeout: float = 0) -> RunResult:
-    "Re-decide every finished debate of run folder `out` with rule `decision`, into `results.decision-<rule>.parquet/.csv` beside the original table."
+    """Re-decide every finished debate of run folder `out` with rule `decision`, into
+    `results.decision-<rule>.parquet/.csv` beside the original table."""
     return asyncio.run_coroutine_threadsafe(aredecide_run(out, decision, cache, lock_timeout), runtime_loop()).result()
 
 # %% ../nbs/08b_rescore.ipynb #9cbafbf5
 def parse_stats(transcripts, by=("protocol", "phase")) -> pd.DataFrame:
-    "Turns, valid and invalid replies, failed calls and the valid rate, per protocol and phase (or any of `protocol`, `phase`, `agent`)."
-    ts = transcripts.values() if isinstance(transcripts, dict) else ([transcripts] if isinstance(transcripts, Transcript) else transcripts)
-    rows = [{"protocol": t.protocol, "phase": r.phase, "agent": tu.agent, "valid": tu.valid, "error": tu.error is not None}
+    """Turns, valid and invalid replies, failed calls and the valid rate, per protocol and phase (or any of `protocol`,
+    `phase`, `agent`)."""
+    ts = (transcripts.values() if isinstance(transcripts, dict)
+          else ([transcripts] if isinstance(transcripts, Transcript) else transcripts))
+    rows = [{"protocol": t.protocol, "phase": r.phase, "agent": tu.agent, "valid": tu.valid,
+             "error": tu.error is not None}
             for t in ts for r in t.rounds for tu in r.turns]
     df = pd.DataFrame(rows, columns=["protocol", "phase", "agent", "valid", "error"])
     g = df.groupby(list(by), sort=False)

@@ -38,10 +38,12 @@ __all__ = ['MAX_GAMES_AT_ONCE', 'games_at_once', 'spec_options', 'check_api_keys
 def _params(max_tokens, temperature) -> dict:
     p = {}
     if max_tokens is not None:
-        if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or not 1 <= max_tokens <= 1_000_000: raise OptionError("max_tokens", f"must be an integer in 1..1000000; got {max_tokens!r}")
+        if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or not 1 <= max_tokens <= 1_000_000:
+            raise OptionError("max_tokens", f"must be an integer in 1..1000000; got {max_tokens!r}")
         p["max_tokens"] = max_tokens
     if temperature is not None:
-        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not (math.isfinite(temperature) and 0 <= temperature <= 2):
+        if (isinstance(temperature, bool) or not isinstance(temperature, (int, float))
+                or not (math.isfinite(temperature) and 0 <= temperature <= 2)):
             raise OptionError("temperature", f"must be a finite number in 0..2; got {temperature!r}")
         p["temperature"] = float(temperature)
     return p
@@ -62,11 +64,13 @@ def _cache_stats(agents):
     return {"hits": h, "misses": m} if seen else {}
 
 def _endpoint_health(agents) -> list:
-    "The endpoints of the team that were unreachable or made calls wait, and every model served by replicas (one entry per endpoint)."
+    """The endpoints of the team that were unreachable or made calls wait, and every model served by replicas (one
+    entry per endpoint)."""
     out = {}
     for a in agents:
         h = a.backend.health() if hasattr(a.backend, "health") else None
-        if h and (h.get("replicas") or h["outages"] or h["calls_waited"] or h["gave_up"] or h.get("structured") or h.get("absurd_retry_after")): out.setdefault(h["endpoint"], h)
+        if h and (h.get("replicas") or h["outages"] or h["calls_waited"] or h["gave_up"] or h.get("structured")
+                  or h.get("absurd_retry_after")): out.setdefault(h["endpoint"], h)
     return list(out.values())
 
 def _order(ids, known):
@@ -75,21 +79,26 @@ def _order(ids, known):
 
 def _screen_record(sr) -> dict:
     "What a screen found besides its decision (score, signals, an LLM judge's verdict), for the transcript."
-    return {k: v for k, v in {"score": getattr(sr, "score", None), "signals": [s["signal"] for s in getattr(sr, "signals", None) or []] or None,
+    return {k: v for k, v in {"score": getattr(sr, "score", None),
+                              "signals": [s["signal"] for s in getattr(sr, "signals", None) or []] or None,
                               "judge": getattr(sr, "judge", None)}.items() if v is not None}
 
 def _screened(proto, item, agents, settings, seed, sr) -> Transcript:
-    "The transcript of an item an input screen blocked: no call made; the decision is the task's refusal (if it has one)."
-    r = Round("input screen", "screen", 0, [], {"blocked": True, "category": sr.category, "reason": sr.reason, **_screen_record(sr)})
+    """The transcript of an item an input screen blocked: no call made; the decision is the task's refusal (if it has
+    one)."""
+    r = Round("input screen", "screen", 0, [],
+              {"blocked": True, "category": sr.category, "reason": sr.reason, **_screen_record(sr)})
     refusal = answer_format(item).refusal
     now = time.time()
     return Transcript(proto.name, item, [a.info() for a in agents], {**settings, "seed": seed}, [r], {}, 
                       {"answer": refusal, "blocked": True, "screen": sr.category, "screen_reason": sr.reason},
-                      {"id": str(item.id), "status": "done", "started": now, "finished": now, "madlab": madlab.__version__})
+                      {"id": str(item.id), "status": "done", "started": now, "finished": now,
+                       "madlab": madlab.__version__})
 
 # %% ../nbs/08_run.ipynb #d060316b
 MAX_GAMES_AT_ONCE = 256   # debates at once when no backend of the team has a limit
 
+# %% ../nbs/08_run.ipynb #45533464
 def games_at_once(agents) -> int:
     "Debates to run at once by default: what the most constrained endpoint of the team takes, divided among its agents."
     from collections import Counter
@@ -98,7 +107,10 @@ def games_at_once(agents) -> int:
     for a in agents:
         b = getattr(a.backend, "inner", a.backend)                # through the response cache
         cap = getattr(b, "capacity", None)
-        if cap: k = getattr(b, "base_url", None) or getattr(b, "identity", id(b)); per_endpoint[k] += 1; caps[k] = min(cap, caps.get(k, cap))
+        if cap: k = getattr(b, "base_url", None) or getattr(b, "identity",
+                                                            id(b)); per_endpoint[k] += 1; caps[k] = min(cap,
+                                                                                                        caps.get(k,
+                                                                                                                 cap))
     return max(1, min([caps[k] // n for k, n in per_endpoint.items()] or [MAX_GAMES_AT_ONCE]))
 
 # %% ../nbs/08_run.ipynb #59e090f3
@@ -113,11 +125,14 @@ def _key_env(b, spec: str) -> str|None:
     return env if env and not os.environ.get(env) else None
 
 def spec_options(proto) -> list:
-    "The options of protocol `proto` that hold a backend spec: those its documented line says so of (`backend spec of the judge; ...`)."
+    """The options of protocol `proto` that hold a backend spec: those its documented line says so of (`backend spec of
+    the judge; ...`)."""
     return [k for k in proto.options if (proto.docs.get(k) or "").lower().startswith("backend spec")]
 
+# %% ../nbs/08_run.ipynb #aafa142c
 def check_api_keys(agents, specs=()) -> None:
-    "Refuse (an `OptionError` for `agents`) a team, or extra backend `specs` (a judge, a supervisor; a dict names each by its option), whose endpoint needs an API key that is not set."
+    """Refuse (an `OptionError` for `agents`) a team, or extra backend `specs` (a judge, a supervisor; a dict names
+    each by its option), whose endpoint needs an API key that is not set."""
     need = {}
     for a in agents: need.setdefault((a.spec, _key_env(a.backend, a.spec)), []).append(a.name)
     for by, s in (specs.items() if isinstance(specs, dict) else ((None, s) for s in specs)):
@@ -126,17 +141,20 @@ def check_api_keys(agents, specs=()) -> None:
     missing = [(spec, env, names) for (spec, env), names in need.items() if env]
     if not missing: return
     envs = sorted({env for _, env, _ in missing})
-    raise OptionError("agents", "no API key for " + "; ".join(f"{spec} ({', '.join(names)})" for spec, env, names in missing)
+    raise OptionError("agents",
+                      "no API key for " + "; ".join(f"{spec} ({', '.join(names)})" for spec, env, names in missing)
                       + f": set {' and '.join(envs)} (or point base_url / OPENAI_BASE_URL at a server of your own); "
                       f"to run offline without a key, give synthetic agents: --agents {_OFFLINE}")
 
 # %% ../nbs/08_run.ipynb #9d2e6b41
 async def _write_debate(folder: RunFolder, iid, t: Transcript) -> None:
-    "One finished debate's transcript and logs: made on the event loop, written (fsync included) in a worker thread, so the other debates' calls go on meanwhile."
+    """One finished debate's transcript and logs: made on the event loop, written (fsync included) in a worker thread,
+    so the other debates' calls go on meanwhile."""
     folder.check_lock()                                  # a lock another process took over: nothing more is written
     await asyncio.to_thread(write_atomic, folder.transcript_path(iid), t.to_json())
     d, logs = folder.item_dir(iid), item_outputs(t)
-    await asyncio.to_thread(lambda: [folder.check_lock() or write_atomic(d / name, text) for name, text in logs.items()])
+    await asyncio.to_thread(lambda: [folder.check_lock() or write_atomic(d / name, text) for name,
+                                     text in logs.items()])
 
 # %% ../nbs/08_run.ipynb #c876aa91
 class _Stop:
@@ -148,23 +166,31 @@ class _Stop:
 
 # %% ../nbs/08_run.ipynb #a0765e13
 def _changed_input(old: dict|None, new: dict|None) -> str|None:
-    "Which file an option names has changed since the folder's run (by its sha256); None when none has, or the folder predates the record."
+    """Which file an option names has changed since the folder's run (by its sha256); None when none has, or the folder
+    predates the record."""
     for k, o in (old or {}).items():
         n = (new or {}).get(k)
         if isinstance(o, dict) and isinstance(n, dict) and o.get("sha256") != n.get("sha256"):
-            return f"{k} {o.get('path')} as it was then (sha256 {str(o.get('sha256'))[:12]}); that file has changed since (sha256 {str(n.get('sha256'))[:12]} now)"
+            return (f"{k} {o.get('path')} as it was then (sha256 {str(o.get('sha256'))[:12]}); that file has changed "
+                    f"since (sha256 {str(n.get('sha256'))[:12]} now)")
     return None
 
 def _start_folder(folder, config: dict, ids: list, notes: dict|None) -> dict:
-    "Write the run's `config.json` (the items of earlier runs into the same folder kept); refuse a folder that holds a different run."
+    """Write the run's `config.json` (the items of earlier runs into the same folder kept); refuse a folder that holds
+    a different run."""
     old = folder.read_config()
     if old is not None:
-        diff = [k for k in _SAME if json.dumps(old.get(k, _SAME_DEFAULTS.get(k)), sort_keys=True, default=str) != json.dumps(to_jsonable(config.get(k, _SAME_DEFAULTS.get(k))), sort_keys=True, default=str)]
-        if diff: raise OptionError("out", f"{folder.path} holds a run with different {', '.join(diff)}; choose another output folder")
+        diff = [k for k in _SAME if json.dumps(old.get(k, _SAME_DEFAULTS.get(k)), sort_keys=True, default=str) !=
+                json.dumps(to_jsonable(config.get(k, _SAME_DEFAULTS.get(k))), sort_keys=True, default=str)]
+        if diff: raise OptionError("out",
+                                   f"{folder.path} holds a run with different {', '.join(diff)}; choose another output "
+                                   "folder")
         changed = _changed_input(old.get("inputs"), config.get("inputs"))
         changed = changed or _changed_input({f"task file {k}": v for k, v in (old.get("task_files") or {}).items()},
                                             {f"task file {k}": v for k, v in (config.get("task_files") or {}).items()})
-        if changed: raise OptionError("out", f"{folder.path} holds a run of {changed}; choose another output folder, or restore the file")
+        if changed: raise OptionError("out",
+                                      f"{folder.path} holds a run of {changed}; choose another output folder, or "
+                                      "restore the file")
     config["items"] = list(dict.fromkeys(list((old or {}).get("items") or []) + ids))
     config.update(notes or {}, started=(old or {}).get("started") or time.strftime("%Y-%m-%dT%H:%M:%S"))
     if config.get("task_files"): _copy_task_files(folder, config["task_files"])
@@ -172,8 +198,10 @@ def _start_folder(folder, config: dict, ids: list, notes: dict|None) -> dict:
     return config
 
 def _unfinished(folder, ids, items, transcripts: dict, problems: list) -> list:
-    "(id, item) of the items with no finished transcript in `folder`; the finished ones go to `transcripts`, unreadable ones are moved aside."
-    todo, have = [], folder.path.files() if isinstance(folder.path, StorePath) else None    # a store: one listing, not lookups per item
+    """(id, item) of the items with no finished transcript in `folder`; the finished ones go to `transcripts`,
+    unreadable ones are moved aside."""
+    # a store: one listing, not lookups per item
+    todo, have = [], folder.path.files() if isinstance(folder.path, StorePath) else None
     there = (lambda f: f.exists()) if have is None else (lambda f: f.path[len(folder.path.path) + 1:] in have)
     for iid, it in zip(ids, items):
         f = folder.transcript_path(iid)
@@ -186,14 +214,18 @@ def _unfinished(folder, ids, items, transcripts: dict, problems: list) -> list:
                     transcripts[iid] = t; continue
             except (ValueError, TypeError) as e:
                 f.replace(f.with_name("transcript.json.unreadable"))
-                problems.append(f"{e}; moved aside to {f.with_name('transcript.json.unreadable')} and ran the item again")
+                problems.append(f"{e}; moved aside to {f.with_name('transcript.json.unreadable')} and ran the item "
+                                "again")
         todo.append((iid, it))
     return todo
 
 # %% ../nbs/08_run.ipynb #10412d8f
-async def _debate_item(proto, iid, it, agents, settings, seed, budget, on_error, screen, status, decision=None) -> Transcript:
-    "The transcript of item `it`: blocked by the screen, or debated (a failure is recorded in it; a budget stops the run)."
-    sr = None if screen is None else await screen.ascreen(getattr(it, "prompt", "")) if hasattr(screen, "ascreen") else screen(getattr(it, "prompt", ""))
+async def _debate_item(proto, iid, it, agents, settings, seed, budget, on_error, screen, status,
+                       decision=None) -> Transcript:
+    """The transcript of item `it`: blocked by the screen, or debated (a failure is recorded in it; a budget stops the
+    run)."""
+    sr = (None if screen is None else await screen.ascreen(getattr(it, "prompt", "")) if hasattr(screen, "ascreen")
+          else screen(getattr(it, "prompt", "")))
     if sr is not None and getattr(sr, "blocked", False): return _screened(proto, it, agents, settings, seed, sr)
     d = Debate(proto, it, agents, seed=seed, budget=budget, id=iid, on_error=on_error, decision=decision, **settings)
     try: await d.arun()
@@ -202,13 +234,16 @@ async def _debate_item(proto, iid, it, agents, settings, seed, budget, on_error,
     try: t = d.transcript
     except Exception as e:           # a protocol left a result no transcript can hold: the item fails, the run goes on
         d.result = {}
-        if d.meta.get("status") != "failed": d.meta.update(status="failed", error=f"recording the debate failed: {type(e).__name__}: {e}", finished=time.time())
+        if d.meta.get("status") != "failed": d.meta.update(status="failed",
+                                                           error=f"recording the debate failed: {type(e).__name__}: "
+                                                           f"{e}", finished=time.time())
         t = d.transcript
     if sr is not None and _screen_record(sr): t.meta["run_screen"] = _screen_record(sr)
     return t
 
 async def _record(proto, folder, iid, t, rows, transcripts, status):
-    "The item's results row, and its files in the run folder; a failure to summarise or write fails the item, not the run."
+    """The item's results row, and its files in the run folder; a failure to summarise or write fails the item, not the
+    run."""
     try: rows[iid] = debate_row(t)
     except Exception as e:
         t.meta.update(status="failed", error=f"summarising failed: {type(e).__name__}: {e}")
@@ -223,7 +258,8 @@ async def _record(proto, folder, iid, t, rows, transcripts, status):
             if t.meta.get("status") != "failed": status["failed"] += 1
 
 async def _drain(tasks, stop, status):
-    "Wait for every task, or for a stop (Ctrl-C, SIGTERM): then the rest are cancelled and the run is marked interrupted."
+    """Wait for every task, or for a stop (Ctrl-C, SIGTERM): then the rest are cancelled and the run is marked
+    interrupted."""
     waiter = asyncio.ensure_future(stop.event.wait())
     try:
         pending = set(tasks)
@@ -240,17 +276,21 @@ async def _drain(tasks, stop, status):
 
 # %% ../nbs/08_run.ipynb #0a439370
 def _check_scores(df, want: int, folder) -> None:
-    "Refuse a re-scored table with fewer scored rows than the table it replaces had (`want`), saying why the rows went unscored."
+    """Refuse a re-scored table with fewer scored rows than the table it replaces had (`want`), saying why the rows
+    went unscored."""
     have = int(df.correct.notna().sum()) if "correct" in df else 0
     if have >= want: return
     why = df.score_error.dropna() if "score_error" in df else pd.Series([], dtype=object)
-    raise ValueError(f"re-scoring {folder.path if folder else 'the run'} would leave {have} scored rows where its table has {want}"
+    raise ValueError(f"re-scoring {folder.path if folder else 'the run'} would leave {have} scored rows where its "
+                     f"table has {want}"
                      + (f" (first: {str(why.iloc[0])[:200]})" if len(why) else "")
-                     + "; nothing was written. Give --allow-fewer-scores (allow_fewer_scores=True) to write that table anyway")
+                     + "; nothing was written. Give --allow-fewer-scores (allow_fewer_scores=True) to write that table "
+                     "anyway")
 
 # %% ../nbs/08_run.ipynb #d2003e88
 def _usage(option: str, message: str) -> OptionError:
-    "An `OptionError` the command line reports as a usage error (two options that clash, a missing key), not as one bad value."
+    """An `OptionError` the command line reports as a usage error (two options that clash, a missing key), not as one
+    bad value."""
     e = OptionError(option, message); e.usage = True
     return e
 
@@ -266,29 +306,37 @@ def default_task(proto) -> str:
     proto = get_protocol(proto)
     return proto.tasks[0] if proto.tasks else "arith"
 
+# %% ../nbs/08_run.ipynb #4b627024
 def _pick(got: list, items=None, n=None, where: str = "the data") -> list:
     "The items of `got` at 1-based positions `items`, or its first `n` (all when it holds fewer)."
     if items:
         bad = [i for i in items if i > len(got)]
-        if bad: raise OptionError("items", f"there {'is only 1 item' if len(got) == 1 else f'are only {len(got)} items'} in {where}; got {bad[0]}")
+        if bad: raise OptionError("items",
+                                  f"there {'is only 1 item' if len(got) == 1 else f'are only {len(got)} items'} in "
+                                  f"{where}; got {bad[0]}")
         got = [got[i - 1] for i in items]
     if n is not None: got = got[:n]
     if not got: raise OptionError("data", "no items to run")
     return got
 
 def load_items(task, data=None, size=None, items=None, n=None) -> list:
-    "The items of `task` (a registered task or a YAML task file, see `madlab.tasks.TASKS`) from `data` (default: madlab's own), at 1-based positions `items` or the first `n`."
+    """The items of `task` (a registered task or a YAML task file, see `madlab.tasks.TASKS`) from `data` (default:
+    madlab's own), at 1-based positions `items` or the first `n`."""
     from madlab.tasks import task_items
     return _pick(task_items(task, data, size), items, n)
 
 def _config_task(proto, opts: dict, task, data):
-    "What the protocol's `task` part makes of its options (e.g. an AgentVerse config naming its task and data): (task, data, the config's own items or None)."
+    """What the protocol's `task` part makes of its options (e.g. an AgentVerse config naming its task and data):
+    (task, data, the config's own items or None)."""
     if proto.parts.task is None: return task, data, None
     want = proto.parts.task(opts) or {}
     from madlab.tasks import TASKS
     wt = want.get("task")
-    if wt and wt not in TASKS: raise OptionError("config", f"the config's task {wt!r} is not one of: {', '.join(TASKS)}")
-    if wt and task is not None and task != wt: raise _usage("task", f"--task {task}: the config is written for {wt!r} items; leave --task out or give --task {wt}")
+    if wt and wt not in TASKS: raise OptionError("config",
+                                                 f"the config's task {wt!r} is not one of: {', '.join(TASKS)}")
+    if wt and task is not None and task != wt: raise _usage("task",
+                                                            f"--task {task}: the config is written for {wt!r} items; "
+                                                            f"leave --task out or give --task {wt}")
     task = wt or task
     if data is None and want.get("missing"): raise OptionError("data", want["missing"])
     own = want.get("items") if data is None else None
@@ -298,14 +346,21 @@ def _config_task(proto, opts: dict, task, data):
 _PLAIN_SPEC = re.compile(r"[A-Za-z][\w-]*:[A-Za-z0-9._-]+")      # KIND:NAME, all of which the agent's name says
 
 def _team_digest(team) -> str|None:
-    "A short stable digest of the team as its run folder records it (specs with their options, system prompts, parameters, roles), when the agents' names do not say it all: a spec with options (`seed=`, `latency=`), an empty spec, a path or a URL, a system prompt, parameters, a `structured` mode. None for a team of plain `KIND:NAME` specs."
-    if all(_PLAIN_SPEC.fullmatch(str(a.spec)) and not a.system and not a.params and a.structured == "auto" for a in team): return None
-    return stable_hash([{k: r.get(k) for k in ("spec", "system", "params", "role", "structured")} for r in team_config(team)])[:6]
+    """A short stable digest of the team as its run folder records it (specs with their options, system prompts,
+    parameters, roles), when the agents' names do not say it all: a spec with options (`seed=`, `latency=`), an empty
+    spec, a path or a URL, a system prompt, parameters, a `structured` mode. None for a team of plain `KIND:NAME`
+    specs."""
+    if all(_PLAIN_SPEC.fullmatch(str(a.spec)) and not a.system and not a.params and a.structured == "auto"
+           for a in team): return None
+    return stable_hash([{k: r.get(k) for k in ("spec", "system", "params", "role",
+                                               "structured")} for r in team_config(team)])[:6]
 
 def run_name(proto, items, team, settings, seed=0) -> str:
-    "The run folder's name: protocol, task (and game sizes), team (with `team-<digest>` when its names do not say all of it: `_team_digest`), the options that differ from their defaults, seed."
+    """The run folder's name: protocol, task (and game sizes), team (with `team-<digest>` when its names do not say all
+    of it: `_team_digest`), the options that differ from their defaults, seed."""
     tasks = sorted({str(getattr(it, "task", "")) for it in items})
-    sizes = sorted({it.meta["n_players"] for it in items if isinstance(getattr(it, "meta", None), dict) and "n_players" in it.meta})
+    sizes = sorted({it.meta["n_players"] for it in items if isinstance(getattr(it, "meta", None),
+                                                                       dict) and "n_players" in it.meta})
     size = (f"{sizes[0]}" if len(sizes) == 1 else f"{sizes[0]}-{sizes[-1]}") if sizes else ""
     names = "+".join(a.name for a in team)
     if len(names) > 80: names = f"{len(team)}agents-" + hashlib.sha256(names.encode()).hexdigest()[:8]
@@ -314,32 +369,39 @@ def run_name(proto, items, team, settings, seed=0) -> str:
         if v == proto.options.get(k): continue
         if isinstance(v, bool): parts.append(k if v else f"no-{k}")
         elif isinstance(v, (int, float, str)) and len(str(v)) <= 24: parts.append(f"{k}-{v}")
-        else: parts.append(f"{k}-" + hashlib.sha256(json.dumps(v, sort_keys=True, default=str).encode()).hexdigest()[:6])
+        else: parts.append(f"{k}-" + hashlib.sha256(json.dumps(v, sort_keys=True,
+                                                               default=str).encode()).hexdigest()[:6])
     if seed: parts.append(f"seed{seed}")
     return re.sub(r"[^A-Za-z0-9._+-]+", "_", "_".join(parts))[:200]
 
 def _team_members(proto, team, opts: dict, hook: bool = True) -> list:
-    "The team's members: a team file (a `Path`, or a `.yaml`/`.json` name) as written; else specs through the protocol's `team` hook (which may read the options); else madlab's synthetic team."
+    """The team's members: a team file (a `Path`, or a `.yaml`/`.json` name) as written; else specs through the
+    protocol's `team` hook (which may read the options); else madlab's synthetic team."""
     if isinstance(team, Path) or (isinstance(team, str) and team.lower().endswith((".yaml", ".yml", ".json"))):
         try: return load_team(team)
         except Exception as e: raise OptionError("team", f"{team}: {e}") from None
-    if hook: team = protocol_team(proto, team, opts)      # e.g. S4 gives the specs their roles (the same hook as a `Debate` given specs)
+    # e.g. S4 gives the specs their roles (the same hook as a `Debate` given specs)
+    if hook: team = protocol_team(proto, team, opts)
     return list(team) if team is not None else list(DEFAULT_TEAM)
 
 def _filtered(items, members, f, n, seed, cache, concurrency):
-    "The items the `ItemFilter` `f` keeps, the first `n` of them; the note the run folder keeps; a line saying what was kept."
+    """The items the `ItemFilter` `f` keeps, the first `n` of them; the note the run folder keeps; a line saying what
+    was kept."""
     try: kept = f.select(items, members, seed=seed, cache=cache, concurrency=concurrency or 8)
     except OptionError as e: raise OptionError(f.option, e.message) from None
     except ValueError as e: raise OptionError(f.option, str(e)) from None
     said = f.said(kept, items)
-    if not kept: raise OptionError(f.option, f"no item among the {len(items)} selected " + (f"where a {f.agents}-agent plurality is wrong" if isinstance(f, MajorityErrorFilter) else f"is kept by {f!r}"))
+    if not kept: raise OptionError(f.option, f"no item among the {len(items)} selected "
+                                   + (f"where a {f.agents}-agent plurality is wrong"
+                                      if isinstance(f, MajorityErrorFilter) else f"is kept by {f!r}"))
     kept = kept[:n] if n is not None else kept
     return kept, f.note(kept, items), said
 
 # %% ../nbs/08_run.ipynb #4c5f8fa6
 @dataclass
 class RunPlan:
-    "A run, assembled (`resolve_run`): the protocol, its items, the ready team, the checked options and decision rule, the run's name and folder, and how it runs. `run_experiment` executes it; `madlab run` prints its notes."
+    """A run, assembled (`resolve_run`): the protocol, its items, the ready team, the checked options and decision
+    rule, the run's name and folder, and how it runs. `run_experiment` executes it; `madlab run` prints its notes."""
     protocol: Protocol
     items: list
     team: list
@@ -350,17 +412,22 @@ class RunPlan:
     seed: int = 0
     notes: dict = field(default_factory=dict)       # what config.json adds (data, task, majority-error subset)
     messages: list = field(default_factory=list)    # what the command line says on stderr before the run
-    execution: dict = field(default_factory=dict)   # concurrency, cache, resume, progress, budget, on_error, screen, ...
+    # concurrency, cache, resume, progress, budget, on_error, screen, ...
+    execution: dict = field(default_factory=dict)
     def _lines(self) -> list:
         ids = [str(getattr(it, "id", i)) for i, it in enumerate(self.items)]
         changed = {k: v for k, v in self.settings.items() if v != self.protocol.options.get(k)}
-        return [f"{self.protocol.name} over {len(ids)} item{'s' * (len(ids) != 1)}: " + ", ".join(ids[:5]) + (" ..." if len(ids) > 5 else ""),
+        return [f"{self.protocol.name} over {len(ids)} item{'s' * (len(ids) != 1)}: " + ", ".join(ids[:5])
+                + (" ..." if len(ids) > 5 else ""),
                 "team: " + ", ".join(f"{a.name} ({a.spec})" for a in self.team),
-                "options: " + (", ".join(f"{k}={_cell(v)}"[:60] for k, v in changed.items()) or "the protocol's defaults"),
-                f"decision: {self.decision.spec} · seed {self.seed} · folder: {self.folder if self.folder is not None else 'none (in memory)'}"] + list(self.messages)
+                "options: " + (", ".join(f"{k}={_cell(v)}"[:60] for k, v in changed.items())
+                               or "the protocol's defaults"),
+                f"decision: {self.decision.spec} · seed {self.seed} · folder: "
+                f"{self.folder if self.folder is not None else 'none (in memory)'}"] + list(self.messages)
     def __repr__(self): return f"RunPlan {self.name}\n  " + "\n  ".join(self._lines())
     def _repr_html_(self):
-        return f"<div><b>RunPlan</b> <code>{html.escape(self.name)}</code><ul>" + "".join(f"<li>{html.escape(l)}</li>" for l in self._lines()) + "</ul></div>"
+        return (f"<div><b>RunPlan</b> <code>{html.escape(self.name)}</code><ul>"
+                + "".join(f"<li>{html.escape(l)}</li>" for l in self._lines()) + "</ul></div>")
 
 # %% ../nbs/08_run.ipynb #29fbd016
 def resolve_run(protocol, task: str|None = None, data=None, items=None, team=None, decision=None, *, size: int|None = None, n: int|None = None,
@@ -425,60 +492,76 @@ def resolve_run(protocol, task: str|None = None, data=None, items=None, team=Non
 
 # %% ../nbs/08_run.ipynb #b20b3ffa
 def _plan(protocol, items, team, out, kw) -> RunPlan:
-    "`protocol` when it is a plan already; else the plan `resolve_run` makes, `out` being the run folder itself (a team given here is taken as it is: no team hook)."
+    """`protocol` when it is a plan already; else the plan `resolve_run` makes, `out` being the run folder itself (a
+    team given here is taken as it is: no team hook)."""
     if isinstance(protocol, RunPlan):
-        if items is not None or team is not None or out is not None or kw: raise OptionError("items", "a RunPlan is run as it is; give the options to resolve_run")
+        if items is not None or team is not None or out is not None or kw:
+            raise OptionError("items", "a RunPlan is run as it is; give the options to resolve_run")
         return protocol
     if "folder" in kw: raise OptionError("folder", "give the run folder as `out`")
-    return resolve_run(protocol, items=items, team=team, folder=out, _team_hook=kw.pop("_team_hook", team is None), **kw)
+    return resolve_run(protocol, items=items, team=team, folder=out, _team_hook=kw.pop("_team_hook", team is None),
+                       **kw)
 
 async def arun_experiment(protocol, items=None, team=None, out=None, *, _stop: _Stop|None = None, **kw) -> RunResult:
-    "Async `run_experiment`: `protocol` a `RunPlan`, or a protocol with the arguments of `resolve_run` (`out` is the run folder itself)."
+    """Async `run_experiment`: `protocol` a `RunPlan`, or a protocol with the arguments of `resolve_run` (`out` is the
+    run folder itself)."""
     plan = _plan(protocol, items, team, out, kw)
     from tqdm.auto import tqdm
     t0 = time.perf_counter()
-    proto, items, agents, settings, rule, seed, x = plan.protocol, plan.items, plan.team, plan.settings, plan.decision, plan.seed, plan.execution
+    proto, items, agents, settings, rule, seed, x = (plan.protocol, plan.items, plan.team, plan.settings, plan.decision,
+                                                     plan.seed, plan.execution)
     budget, on_error, screen = x.get("budget"), x.get("on_error", "fail"), x.get("screen")
     ids = [str(getattr(it, "id", i)) for i, it in enumerate(items)]
     folder = RunFolder(plan.folder).create() if plan.folder is not None else None
     lock = folder.lock(x.get("lock_timeout", 0)) if folder else None
     stop = _stop or _Stop(); stop.bind()
-    if isinstance(lock, StoreLock): lock.on_lost = stop.set        # a lock taken over stops the debates; `_finish_run` then raises `LockLost`
+    # a lock taken over stops the debates; `_finish_run` then raises `LockLost`
+    if isinstance(lock, StoreLock): lock.on_lost = stop.set
     transcripts, rows, problems, status = {}, {}, [], {"reason": None, "failed": 0, "interrupted": False}
     try:
-        config = {"protocol": proto.name, "options": to_jsonable(settings), "tasks": sorted({str(getattr(it, "task", None)) for it in items}),
-                  "team": team_config(agents), "seed": seed, "max_tokens": x.get("max_tokens"), "temperature": x.get("temperature"), "madlab": madlab.__version__,
-                  "decision": rule.spec}
+        config = {"protocol": proto.name, "options": to_jsonable(settings),
+                  "tasks": sorted({str(getattr(it, "task", None)) for it in items}),
+                  "team": team_config(agents), "seed": seed, "max_tokens": x.get("max_tokens"),
+                  "temperature": x.get("temperature"), "madlab": madlab.__version__, "decision": rule.spec}
         if proto.parts.inputs: config["inputs"] = proto.parts.inputs(settings)     # the files its options name
-        if _task_file_records(items): config["task_files"] = _task_file_records(items)      # found again by rescore, by content
+        # found again by rescore, by content
+        if _task_file_records(items): config["task_files"] = _task_file_records(items)
         if folder: config = _start_folder(folder, config, ids, plan.notes or None)
-        todo = _unfinished(folder, ids, items, transcripts, problems) if folder and x.get("resume", True) else list(zip(ids, items))
+        todo = (_unfinished(folder, ids, items, transcripts, problems) if folder and x.get("resume", True)
+                else list(zip(ids, items)))
         sem = asyncio.Semaphore(x.get("concurrency") or games_at_once(agents))
-        bar = tqdm(total=len(items), initial=len(items) - len(todo), desc=x.get("desc") or proto.name, disable=not x.get("progress"), leave=False)
+        bar = tqdm(total=len(items), initial=len(items) - len(todo), desc=x.get("desc") or proto.name,
+                   disable=not x.get("progress"), leave=False)
         async def one(iid, it):
             async with sem:
-                if status["reason"]: rows[iid] = {"item_id": iid, "protocol": proto.name, "status": "not_run", "error": status["reason"]}
-                else: await _record(proto, folder, iid, await _debate_item(proto, iid, it, agents, settings, seed, budget, on_error, screen, status, rule),
+                if status["reason"]:
+                    rows[iid] = {"item_id": iid, "protocol": proto.name, "status": "not_run", "error": status["reason"]}
+                else: await _record(proto, folder, iid, await _debate_item(proto, iid, it, agents, settings, seed,
+                                                                           budget, on_error, screen, status, rule),
                                     rows, transcripts, status)
                 bar.update()
         try: await _drain([asyncio.ensure_future(one(iid, it)) for iid, it in todo], stop, status)
         finally: bar.close()
-        return _finish_run(proto, config.get("items", ids), transcripts, rows, folder, agents, status, problems, t0, prices=x.get("prices"))
+        return _finish_run(proto, config.get("items", ids), transcripts, rows, folder, agents, status, problems, t0,
+                           prices=x.get("prices"))
     except asyncio.CancelledError:
         status["interrupted"] = True
-        return _finish_run(proto, config.get("items", ids), transcripts, rows, folder, agents, status, problems, t0, prices=x.get("prices"))
+        return _finish_run(proto, config.get("items", ids), transcripts, rows, folder, agents, status, problems, t0,
+                           prices=x.get("prices"))
     finally:
         if lock is not None: lock.release()
 
 # %% ../nbs/08_run.ipynb #9d00f4f1
 def _run_prices(folder, prices=None) -> Prices:
-    "The price table of a run's cost column: `prices` when given, else the one the folder's config.json records, else madlab's own."
+    """The price table of a run's cost column: `prices` when given, else the one the folder's config.json records, else
+    madlab's own."""
     if prices is None and folder is not None: prices = (folder.read_config() or {}).get("prices")
     try: return load_prices(prices)
     except (ValueError, TypeError) as e: raise OptionError("prices", str(e)) from None
 
 def _with_costs(df: pd.DataFrame, order: list, ts: dict, prices: Prices) -> pd.DataFrame:
-    "The results table with each debate's `cost`, `cached_cost` (and `compute_seconds` for in-process models) at `prices`, from its recorded tokens."
+    """The results table with each debate's `cost`, `cached_cost` (and `compute_seconds` for in-process models) at
+    `prices`, from its recorded tokens."""
     if not len(df): return df
     costs = [item_cost(ts[i], prices) if i in ts else {} for i in order]
     for c in dict.fromkeys(["cost", "cached_cost", *(k for x in costs for k in x)]): df[c] = [x.get(c) for x in costs]
@@ -486,28 +569,36 @@ def _with_costs(df: pd.DataFrame, order: list, ts: dict, prices: Prices) -> pd.D
 
 def _team_specs(ts: dict, agents) -> list:
     "The backend specs of a run's team (and of any agent its transcripts name)."
-    return sorted({str(a.get("spec")) for t in ts.values() for a in (t.team or []) if isinstance(a, dict) and a.get("spec")} | {a.spec for a in agents})
+    return sorted({str(a.get("spec")) for t in ts.values() for a in (t.team or [])
+                   if isinstance(a, dict) and a.get("spec")} | {a.spec for a in agents})
 
 @patch
 def costs(self: RunResult, by=("agent",)) -> pd.DataFrame:
-    "Calls, tokens, `cost` (US dollars; None: no price), `cached_cost` (what replies from madlab's cache would have cost) and `compute_seconds` summed `by` agent (with its spec), `item_id`, `phase`, or `()` for the run."
+    """Calls, tokens, `cost` (US dollars; None: no price), `cached_cost` (what replies from madlab's cache would have
+    cost) and `compute_seconds` summed `by` agent (with its spec), `item_id`, `phase`, or `()` for the run."""
     return cost_table(self.transcripts, self.prices, by)
 
 # %% ../nbs/08_run.ipynb #49f94d58
 def _report(hook, res, folder):
-    "The protocol report's text; what it writes goes into the run folder (in a store: written locally first, then copied there)."
+    """The protocol report's text; what it writes goes into the run folder (in a store: written locally first, then
+    copied there)."""
     if folder is None or not isinstance(folder.path, StorePath): return hook(res, folder.path if folder else None)
     import tempfile
     with tempfile.TemporaryDirectory(prefix="madlab-report-") as d:
         text = hook(res, Path(d)); put_tree(d, folder.path)
     return text
 
-def _finish_run(proto, ids, transcripts, rows, folder, agents, status, problems, t0, resumed: dict|None = None, min_scored: int|None = None,
+def _finish_run(proto, ids, transcripts, rows, folder, agents, status, problems, t0, resumed: dict|None = None,
+                min_scored: int|None = None,
                 prices=None) -> RunResult:
-    "The results table of everything finished (in the folder, when there is one; `ids` gives the order), written with the protocol's report. Rows of this run are reused, transcripts in memory are not read again; a table with fewer than `min_scored` scored rows is refused (nothing written). Its cost columns are at `prices` (default: the table the folder's config.json records, else madlab's), which config.json then records."
+    """The results table of everything finished (in the folder, when there is one; `ids` gives the order), written with
+    the protocol's report. Rows of this run are reused, transcripts in memory are not read again; a table with fewer
+    than `min_scored` scored rows is refused (nothing written). Its cost columns are at `prices` (default: the table
+    the folder's config.json records, else madlab's), which config.json then records."""
     found, bad = folder.transcripts(known=transcripts) if folder is not None else (dict(transcripts), [])
     problems = problems + bad
-    every = {i: {**(rows[i] if i in rows else debate_row(t)), "resumed": resumed.get(i, False) if resumed is not None else i not in rows} for i, t in found.items()}
+    every = {i: {**(rows[i] if i in rows else debate_row(t)),
+                 "resumed": resumed.get(i, False) if resumed is not None else i not in rows} for i, t in found.items()}
     every.update({i: {**r, "resumed": False} for i, r in rows.items() if i not in found})
     order = _order(ids, list(every))
     df = pd.DataFrame([every[i] for i in order])
@@ -517,12 +608,15 @@ def _finish_run(proto, ids, transcripts, rows, folder, agents, status, problems,
     prices = _run_prices(folder, prices)
     df = _with_costs(df, order, ts, prices)
     if min_scored is not None: _check_scores(df, min_scored, folder)
-    res = RunResult(df, ts, status["reason"], _cache_stats(agents), str(folder.path) if folder else None, status["failed"], status["interrupted"], problems,
+    res = RunResult(df, ts, status["reason"], _cache_stats(agents), str(folder.path) if folder else None,
+                    status["failed"], status["interrupted"], problems,
                     time.perf_counter() - t0, endpoints=_endpoint_health(agents),
-                    made={"calls": sum(int(r.get("calls") or 0) for r in rows.values()), "cached": sum(int(r.get("cached_calls") or 0) for r in rows.values())},
+                    made={"calls": sum(int(r.get("calls") or 0) for r in rows.values()),
+                          "cached": sum(int(r.get("cached_calls") or 0) for r in rows.values())},
                     prices=prices, specs=_team_specs(ts, agents))
     if folder is not None: folder.check_lock(fresh=True)       # the lock still ours (read now), or nothing is written
-    if folder is not None:                          # config.json keeps how the endpoints fared and the price table of the cost column
+    # config.json keeps how the endpoints fared and the price table of the cost column
+    if folder is not None:
         cfg = folder.read_config() or {}
         new = {**cfg, **({"endpoints": res.endpoints} if res.endpoints else {}), "prices": prices.record()}
         if new != cfg: write_atomic(folder.config_path, json.dumps(to_jsonable(new), indent=1, ensure_ascii=True))
@@ -538,7 +632,9 @@ def _finish_run(proto, ids, transcripts, rows, folder, agents, status, problems,
 
 # %% ../nbs/08_run.ipynb #bbe9f865
 def run_experiment(protocol, items=None, team=None, out=None, **kw) -> RunResult:
-    "Run `protocol` over `items` with `team` (default: the protocol's team), into the run folder `out` if given; `protocol` may be a `RunPlan`, the other options are `resolve_run`'s (no items: the protocol's default task's). Ctrl-C stops cleanly."
+    """Run `protocol` over `items` with `team` (default: the protocol's team), into the run folder `out` if given;
+    `protocol` may be a `RunPlan`, the other options are `resolve_run`'s (no items: the protocol's default task's).
+    Ctrl-C stops cleanly."""
     plan = _plan(protocol, items, team, out, kw)
     stop = _Stop()
     fut = asyncio.run_coroutine_threadsafe(arun_experiment(plan, _stop=stop), runtime_loop())
@@ -547,19 +643,23 @@ def run_experiment(protocol, items=None, team=None, out=None, **kw) -> RunResult
         stop.set()
         return fut.result()
 
+# %% ../nbs/08_run.ipynb #5fd4d0a1
 async def arun_many(protocol, items, team=None, **kw) -> RunResult:
     "`arun_experiment` without a folder by default (kept for scripts that ran many debates in memory)."
     return await arun_experiment(protocol, items, team, kw.pop("out", None), **kw)
 
+# %% ../nbs/08_run.ipynb #3d7856f0
 def run_many(protocol, items, team=None, **kw) -> RunResult:
     "`run_experiment` with the results in memory unless `out` is given."
     return run_experiment(protocol, items, team, kw.pop("out", None), **kw)
 
 # %% ../nbs/08_run.ipynb #4cc63779
 class ItemFilter:
-    "Which of a run's items are run: `select` returns the kept ones in their order; `note` is what `config.json` keeps, `said` the line the command prints."
+    """Which of a run's items are run: `select` returns the kept ones in their order; `note` is what `config.json`
+    keeps, `said` the line the command prints."""
     option = "filter"                               # the option a usage error names
-    def select(self, items, team, *, seed: int = 0, cache=True, concurrency: int|None = None) -> list: raise NotImplementedError
+    def select(self, items, team, *, seed: int = 0, cache=True,
+               concurrency: int|None = None) -> list: raise NotImplementedError
     def note(self, kept, items) -> dict: return {"kept": len(kept), "of": len(items), "items": [it.id for it in kept]}
     def said(self, kept, items) -> str: return f"{type(self).__name__}: {len(kept)} of {len(items)} items"
 
@@ -572,26 +672,32 @@ def _voting_protocol() -> Protocol:
     return p
 
 def _voters(team, agents: int, params: dict) -> list:
-    "`agents` voters: the team's actors in order (their names, backends and system prompts), cycled under new names when there are fewer."
+    """`agents` voters: the team's actors in order (their names, backends and system prompts), cycled under new names
+    when there are fewer."""
     members = [a for a in make_team(list(team)) if (a.role or "").lower() not in HELPER_ROLES]
     roles = ", ".join(HELPER_ROLES)
-    if not members: raise OptionError("majority_error", f"the team has no actor to vote: each has a helper role ({roles})")
+    if not members:
+        raise OptionError("majority_error", f"the team has no actor to vote: each has a helper role ({roles})")
     out = []
     for i in range(agents):
         m, lap = members[i % len(members)], i // len(members)
-        out.append(m.fresh(name=m.name if not lap else f"{m.name}-vote{lap + 1}", params={**params, **m.params}, role=None, meta={}, budget=None))
+        out.append(m.fresh(name=m.name if not lap else f"{m.name}-vote{lap + 1}", params={**params, **m.params},
+                           role=None, meta={}, budget=None))
     return out
 
 def _vote_row(it, t) -> dict:
     """An item's vote: the plurality of its first round's answers by the voting protocol's `vote`, and whether it is
     right; None when a vote failed."""
-    if t is None: return {"item_id": it.id, "votes": None, "answer": None, "correct": None, "error": "the vote did not run"}
+    if t is None:
+        return {"item_id": it.id, "votes": None, "answer": None, "correct": None, "error": "the vote did not run"}
     turns = t.rounds[0].turns if t.rounds else []
     failed = [tu.error for tu in turns if tu.error] or ([t.meta.get("error") or "no answer"] if not turns else [])
     top, votes = get_protocol(t.protocol).parts.vote([tu.answer if tu.error is None else None for tu in turns])
     right = answer_valid(top) and bool(answer_format(it).score(top, getattr(it, "gold", None)))
-    return {"item_id": it.id, "votes": json.dumps(votes), "answer": answer_summary(top), "correct": None if failed else right, "error": failed[0] if failed else None}
+    return {"item_id": it.id, "votes": json.dumps(votes), "answer": answer_summary(top),
+            "correct": None if failed else right, "error": failed[0] if failed else None}
 
+# %% ../nbs/08_run.ipynb #d9edc00a
 @dataclass(frozen=True)
 class MajorityErrorFilter(ItemFilter):
     "Keeps the items where a plurality of `agents` independent answers of the team's actors is wrong (the rule above)."
@@ -600,20 +706,25 @@ class MajorityErrorFilter(ItemFilter):
     option = "majority_error"
     def __post_init__(self):
         a = self.agents
-        if not isinstance(a, int) or isinstance(a, bool) or a < 1: raise OptionError("majority_error", f"must be a whole number of agents >= 1; got {a!r}")
+        if not isinstance(a, int) or isinstance(a, bool) or a < 1:
+            raise OptionError("majority_error", f"must be a whole number of agents >= 1; got {a!r}")
     def votes(self, items, team, *, seed: int = 0, cache=True, concurrency: int|None = None) -> pd.DataFrame:
-        "Per item: the voters' plurality (`answer`), the vote counts, whether it is right (`correct`; None when the vote failed) and the error."
+        """Per item: the voters' plurality (`answer`), the vote counts, whether it is right (`correct`; None when the
+        vote failed) and the error."""
         items = list(items)
         voters = _voters(team, self.agents, {"temperature": 0.7, "top_p": 0.9} if self.params is None else self.params)
         plan = resolve_run(_voting_protocol(), items=items, team=voters, seed=seed, cache=cache,
                            concurrency=concurrency or 8,
                            on_error="continue", _team_hook=False)
         res = run_sync(arun_experiment(plan))
-        return pd.DataFrame([_vote_row(it, res.transcripts.get(str(it.id))) for it in items], columns=["item_id", "votes", "answer", "correct", "error"])
+        return pd.DataFrame([_vote_row(it, res.transcripts.get(str(it.id))) for it in items],
+                            columns=["item_id", "votes", "answer", "correct", "error"])
     def select(self, items, team, *, seed: int = 0, cache=True, concurrency: int|None = None) -> list:
         items = list(items)
         v = self.votes(items, team, seed=seed, cache=cache, concurrency=concurrency)
         wrong = set(v.item_id[v.correct == False])   # noqa: E712 (None: the vote failed, the item is left out)
         return [it for it in items if it.id in wrong]
     def note(self, kept, items) -> dict: return {"agents": self.agents, **super().note(kept, items)}
-    def said(self, kept, items) -> str: return f"majority-error subset: {len(kept)} of {len(items)} items, where a plurality of {self.agents} independent answers is wrong"
+    def said(self, kept, items) -> str:
+        return (f"majority-error subset: {len(kept)} of {len(items)} items, where a plurality of {self.agents} "
+                "independent answers is wrong")

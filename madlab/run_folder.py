@@ -25,23 +25,31 @@ __all__ = ['debate_row', 'safe_name', 'transcript_text', 'chat_histories', 'item
 _LONE = re.compile("[\ud800-\udfff]")
 
 def _cell(v):
-    "A table cell: scalars as they are (lone surrogates shown as U+FFFD, so every table writes), anything else as JSON text."
+    """A table cell: scalars as they are (lone surrogates shown as U+FFFD, so every table writes), anything else as
+    JSON text."""
     if isinstance(v, str): return _LONE.sub("\ufffd", v)
-    return v if isinstance(v, (int, float, bool, type(None))) else json.dumps(to_jsonable(v), ensure_ascii=False, sort_keys=True)
+    return (v if isinstance(v, (int, float, bool, type(None)))
+            else json.dumps(to_jsonable(v), ensure_ascii=False, sort_keys=True))
 
 def debate_row(t: Transcript) -> dict:
     "The results row of one transcript, scored by its item's task."
     turns = [tu for r in t.rounds for tu in r.turns]
     ok = [tu for tu in turns if tu.error is None]
     live = [tu for tu in ok if not tu.cached]
-    row = {"item_id": t.meta.get("id"), "protocol": t.protocol, "task": getattr(t.item, "task", None), "status": t.meta.get("status"),
-           "error": t.meta.get("error"), "rounds": len(t.rounds), "turns": len(turns), "invalid": sum(not tu.valid for tu in turns),
-           "errors": len(turns) - len(ok), "calls": sum(tu.usage.calls for tu in live), "cached_calls": sum(bool(tu.cached) for tu in ok),
-           "prompt_tokens": sum(tu.usage.prompt_tokens for tu in ok), "completion_tokens": sum(tu.usage.completion_tokens for tu in ok),
-           "seconds": round((t.meta.get("finished") or 0) - (t.meta.get("started") or 0), 4) if t.meta.get("started") else None,
+    row = {"item_id": t.meta.get("id"), "protocol": t.protocol, "task": getattr(t.item, "task", None),
+           "status": t.meta.get("status"),
+           "error": t.meta.get("error"), "rounds": len(t.rounds), "turns": len(turns),
+           "invalid": sum(not tu.valid for tu in turns),
+           "errors": len(turns) - len(ok), "calls": sum(tu.usage.calls for tu in live),
+           "cached_calls": sum(bool(tu.cached) for tu in ok),
+           "prompt_tokens": sum(tu.usage.prompt_tokens for tu in ok),
+           "completion_tokens": sum(tu.usage.completion_tokens for tu in ok),
+           "seconds": (round((t.meta.get("finished") or 0) - (t.meta.get("started") or 0), 4)
+                       if t.meta.get("started") else None),
            "synthetic": t.synthetic, "decision_rule": (t.result or {}).get("decision_rule", "protocol")}
     note = signal_note(row["decision_rule"], t.team, getattr(PROTOCOLS.get(t.protocol), "weighs", ()))
-    if note: row["decision_signal"] = note             # a decision weighed by a simulated signal (its rule's, or the protocol's own) says so in every row
+    # a decision weighed by a simulated signal (its rule's, or the protocol's own) says so in every row
+    if note: row["decision_signal"] = note
     for k, v in (t.result or {}).items():
         if k != "decision_rule": row[f"result_{k}" if k in row else k] = _cell(v)
     try: score = score_result(t.item, t.result)
@@ -63,40 +71,55 @@ def safe_name(s) -> str:
     name = re.sub(r"[^A-Za-z0-9._-]+", "_", s)[:100].strip(".") or "item"
     return name if name == s else f"{name}-{hashlib.sha256(s.encode('utf-8', 'surrogatepass')).hexdigest()[:8]}"
 
+# %% ../nbs/08a_run_folder.ipynb #fbbbf00f
 def transcript_text(t: Transcript) -> str:
     "A plain-text log of any debate: every round, every turn's parsed answer and reply."
-    L = [f"{t.protocol} debate {t.meta.get('id')} · status {t.meta.get('status')} · {t.usage.calls} calls · {t.usage.total_tokens} tokens",
-         "team: " + ", ".join(f"{a['name']} ({a['spec']}{', ' + a['role'] if a.get('role') else ''})" for a in t.team), ""]
+    L = [f"{t.protocol} debate {t.meta.get('id')} · status {t.meta.get('status')} · {t.usage.calls} calls · "
+         f"{t.usage.total_tokens} tokens",
+         "team: " + ", ".join(f"{a['name']} ({a['spec']}{', ' + a['role'] if a.get('role') else ''})" for a in t.team),
+         ""]
     if t.meta.get("error"): L += [f"error: {t.meta['error']}", ""]
     L += [getattr(t.item, "prompt", "") or "", ""]
     for r in t.rounds:
-        L.append(f"== round {r.index + 1} · {r.name} [{r.phase}]" + "".join(f" {k}={_cell(v)}" for k, v in r.meta.items()))
+        L.append(f"== round {r.index + 1} · {r.name} [{r.phase}]"
+                 + "".join(f" {k}={_cell(v)}" for k, v in r.meta.items()))
         for tu in r.turns:
-            L.append(f"  {tu.agent}: {answer_summary(tu.answer) if tu.error is None else 'ERROR ' + tu.error}{'' if tu.valid else ' (invalid)'}")
+            L.append(f"  {tu.agent}: {answer_summary(tu.answer) if tu.error is None else 'ERROR ' + tu.error}"
+                     f"{'' if tu.valid else ' (invalid)'}")
             if tu.reply: L += ["    " + x for x in tu.reply.splitlines()]
-    L += ["", "decision: " + decision_summary(t.result), "result: " + json.dumps(to_jsonable(t.result), ensure_ascii=False)]
+    L += ["", "decision: " + decision_summary(t.result),
+          "result: " + json.dumps(to_jsonable(t.result), ensure_ascii=False)]
     return "\n".join(L) + "\n"
 
+# %% ../nbs/08a_run_folder.ipynb #4b94eaa1
 def chat_histories(t: Transcript) -> dict:
     "Each agent's own chat history as plain dicts (role, content, sender, receivers, phase, round, focus)."
-    return {name: [{k: getattr(m, k) for k in ("role", "content", "sender", "receivers", "phase", "round", "focus")} for m in h] for name, h in t.histories.items()}
+    return {name: [{k: getattr(m, k) for k in ("role", "content", "sender", "receivers", "phase", "round", "focus")}
+                   for m in h] for name, h in t.histories.items()}
 
+# %% ../nbs/08a_run_folder.ipynb #c01dd4bb
 def item_outputs(t: Transcript) -> dict:
-    "The texts of `log.html`, `log.txt` and one chat history per agent for one debate (the protocol's log hooks where it has them), by file name."
+    """The texts of `log.html`, `log.txt` and one chat history per agent for one debate (the protocol's log hooks where
+    it has them), by file name."""
     html_hook, text_hook = _hook(t.protocol, "log_html"), _hook(t.protocol, "log_text")
-    out = {"log.html": html_hook(t) if html_hook else t.to_html(), "log.txt": text_hook(t) if text_hook else transcript_text(t)}
+    out = {"log.html": html_hook(t) if html_hook else t.to_html(),
+           "log.txt": text_hook(t) if text_hook else transcript_text(t)}
     for name, msgs in chat_histories(t).items():
         d = {"agent": name, "item": t.meta.get("id"), "messages": msgs}
-        out[f"chat_{safe_name(name)}.json"] = _fast_json(d, 2) or json.dumps(d, indent=2, ensure_ascii=True)   # orjson; the standard encoder for lone surrogates
+        # orjson; the standard encoder for lone surrogates
+        out[f"chat_{safe_name(name)}.json"] = _fast_json(d, 2) or json.dumps(d, indent=2, ensure_ascii=True)
     return out
 
+# %% ../nbs/08a_run_folder.ipynb #1b67f1c3
 def write_item_outputs(t: Transcript, folder) -> list:
     "Write `log.html`, `log.txt` and one chat history per agent for one debate (see `item_outputs`); the paths."
     folder = store_path(folder)
     return [write_atomic(folder / name, text) for name, text in item_outputs(t).items()]
 
+# %% ../nbs/08a_run_folder.ipynb #b447c97f
 def write_table(df: pd.DataFrame, folder) -> None:
-    "Write `results.parquet` and `results.csv` into `folder`, atomically (mixed-type columns become JSON text in the Parquet file)."
+    """Write `results.parquet` and `results.csv` into `folder`, atomically (mixed-type columns become JSON text in the
+    Parquet file)."""
     folder = store_path(folder)
     write_parquet(df, folder / "results.parquet")
     write_atomic(folder / "results.csv", df.to_csv(index=False))
@@ -113,11 +136,13 @@ def team_config(agents) -> list[dict]:
         out.append(info)
     return out
 
+# %% ../nbs/08a_run_folder.ipynb #edaf0c5b
 _SAME = ("protocol", "options", "team", "seed", "max_tokens", "temperature", "decision")
 _SAME_DEFAULTS = {"decision": "protocol"}     # what a config written before the key existed meant
 
 class RunFolder:
-    "A run's folder (a local path, or a URL: `madlab.store`): its config, per-item transcripts and logs, and the results table."
+    """A run's folder (a local path, or a URL: `madlab.store`): its config, per-item transcripts and logs, and the
+    results table."""
     def __init__(self, path):
         if path is None or str(path).strip() == "": raise OptionError("out", "must name a folder (got an empty path)")
         self.path, self._held = store_path(path), None
@@ -129,7 +154,9 @@ class RunFolder:
 
     def create(self):
         try: self.path.mkdir(parents=True, exist_ok=True); (self.path / "debates").mkdir(exist_ok=True)
-        except OSError as e: raise OptionError("out", f"cannot create the output folder {self.path}: {e.strerror or e}") from None
+        except OSError as e: raise OptionError("out",
+                                               f"cannot create the output folder {self.path}: "
+                                               f"{e.strerror or e}") from None
         return self
 
     def read_config(self) -> dict|None:
@@ -137,9 +164,12 @@ class RunFolder:
         if not self.config_path.exists(): return None
         try: cfg = json.loads(self.config_path.read_bytes().decode("utf-8-sig"))
         except (ValueError, UnicodeDecodeError, RecursionError) as e:
-            raise ValueError(f"{self.config_path}: not readable ({type(e).__name__}: {str(e)[:120]}); delete it to reuse the folder's finished debates "
+            raise ValueError(f"{self.config_path}: not readable ({type(e).__name__}: {str(e)[:120]}); delete it to "
+                             "reuse the folder's finished debates "
                              "with the settings of the next run, or choose another output folder") from None
-        if not isinstance(cfg, dict): raise ValueError(f"{self.config_path}: not a run config (a JSON object); delete it or choose another output folder")
+        if not isinstance(cfg, dict):
+            raise ValueError(f"{self.config_path}: not a run config (a JSON object); delete it or choose another "
+                             "output folder")
         return cfg
 
 # %% ../nbs/08a_run_folder.ipynb #c7b1364c
@@ -151,12 +181,15 @@ def _task_file_records(items) -> dict:
     return {n: dict(TASK_FILES[n]) for n in sorted({str(getattr(it, "task", None)) for it in items}) if n in TASK_FILES}
 
 def _copy_task_files(folder, records: dict) -> dict:
-    "Copy each small task file into `task_files/` of the folder (checked against its recorded sha256); the records with their copies."
+    """Copy each small task file into `task_files/` of the folder (checked against its recorded sha256); the records
+    with their copies."""
     for name, rec in records.items():
         if rec.get("size", _TASK_COPY_MAX) >= _TASK_COPY_MAX: continue
         try: raw = Path(rec["path"]).read_bytes()
-        except OSError as e: raise ValueError(f"task file {rec['path']}: not readable now ({e.strerror or e})") from None
-        if hashlib.sha256(raw).hexdigest() != rec["sha256"]: raise ValueError(f"task file {rec['path']} has changed since its items were loaded; load them again")
+        except OSError as e: raise ValueError(f"task file {rec['path']}: not readable now "
+                                              f"({e.strerror or e})") from None
+        if hashlib.sha256(raw).hexdigest() != rec["sha256"]:
+            raise ValueError(f"task file {rec['path']} has changed since its items were loaded; load them again")
         rel = f"task_files/{safe_name(name)}.yaml"
         write_atomic(folder.path / rel, raw); rec["copy"] = rel
     return records
@@ -170,7 +203,8 @@ def _local_copy(p, raw: bytes, sha256: str) -> Path:
 
 @patch
 def load_task_files(self: RunFolder, only_missing: bool = False) -> list:
-    "Load the task files the folder's run recorded (its copies first), so their answer formats score its items; `only_missing`: those whose task this process lacks. The task names."
+    """Load the task files the folder's run recorded (its copies first), so their answer formats score its items;
+    `only_missing`: those whose task this process lacks. The task names."""
     from madlab.tasks import TASKS, TASK_FILES, load_task_file
     recs = (self.read_config() or {}).get("task_files") or {}
     for name, rec in recs.items():
@@ -178,10 +212,12 @@ def load_task_files(self: RunFolder, only_missing: bool = False) -> list:
         where = [self.path / rec["copy"]] if rec.get("copy") else []
         where.append(Path(rec["path"]))
         p = next((w for w in where if w.is_file()), None)
-        if p is None: raise ValueError(f"{self.config_path}: task file {rec['path']} of task {name!r} has moved (no copy in the run folder); put it back there to score the run")
+        if p is None: raise ValueError(f"{self.config_path}: task file {rec['path']} of task {name!r} has moved (no "
+                                       "copy in the run folder); put it back there to score the run")
         raw = p.read_bytes()
         if hashlib.sha256(raw).hexdigest() != rec["sha256"]:
-            raise ValueError(f"{self.config_path}: task file {p} of task {name!r} has changed since the run (sha256 {rec['sha256'][:12]} then); restore it to score the run")
+            raise ValueError(f"{self.config_path}: task file {p} of task {name!r} has changed since the run (sha256 "
+                             f"{rec['sha256'][:12]} then); restore it to score the run")
         load_task_file(_local_copy(p, raw, rec["sha256"]) if isinstance(p, StorePath) else p)
         TASK_FILES[name] = {k: rec[k] for k in ("path", "sha256", "size") if k in rec}
     return list(recs)
@@ -189,7 +225,9 @@ def load_task_files(self: RunFolder, only_missing: bool = False) -> list:
 # %% ../nbs/08a_run_folder.ipynb #646d3969
 @patch
 def transcripts(self: RunFolder, known: dict|None = None) -> tuple[dict, list]:
-    "Every readable transcript in the folder by item id (those in `known` taken from there, not read again), and the problems (path: what is wrong, what to do) with the others; the run's task files are loaded when this process lacks them."
+    """Every readable transcript in the folder by item id (those in `known` taken from there, not read again), and the
+    problems (path: what is wrong, what to do) with the others; the run's task files are loaded when this process lacks
+    them."""
     self.load_task_files(only_missing=True)
     found, problems = dict(known or {}), []
     skip = {safe_name(i) for i in found}
@@ -201,8 +239,10 @@ def transcripts(self: RunFolder, known: dict|None = None) -> tuple[dict, list]:
         found[str(t.meta.get("id"))] = t
     return found, problems
 
+# %% ../nbs/08a_run_folder.ipynb #2727f8d3
 class _LocalLock:
-    "A local folder's lock, taken once by `RunFolder.lock`: `release()`; as a context manager it is released when the `with` block ends (a `filelock.FileLock` entered again would count a second hold, kept until it is collected)."
+    """A local folder's lock, taken once by `RunFolder.lock`: `release()`; as a context manager it is released when the
+    `with` block ends (a `filelock.FileLock` entered again would count a second hold, kept until it is collected)."""
     def __init__(self, lk): self.lock = lk
     def release(self): self.lock.release()
     def __enter__(self): return self
@@ -210,28 +250,35 @@ class _LocalLock:
 
 @patch
 def lock(self: RunFolder, timeout: float = 0):
-    "Hold the folder's lock (a context manager that releases it when its `with` block ends); another run holding it makes this wait `timeout` seconds, then refuse. In a store: a `madlab.store.StoreLock`."
+    """Hold the folder's lock (a context manager that releases it when its `with` block ends); another run holding it
+    makes this wait `timeout` seconds, then refuse. In a store: a `madlab.store.StoreLock`."""
     if isinstance(self.path, StorePath): self._held = StoreLock(self.path).acquire(timeout); return self._held
     import filelock
     lk = filelock.FileLock(str(self.path / ".lock"), timeout=timeout)
     try: lk.acquire()
     except filelock.Timeout:
-        raise OptionError("out", f"{self.path} is in use by another madlab run ({self.holder()}; lock file {self.path / '.lock'}); wait for it to finish or choose another output folder") from None
+        raise OptionError("out",
+                          f"{self.path} is in use by another madlab run ({self.holder()}; lock file "
+                          f"{self.path / '.lock'}); wait for it to finish or choose another output folder") from None
     return _LocalLock(lk)
 
+# %% ../nbs/08a_run_folder.ipynb #6eab2123
 @patch
 def check_lock(self: RunFolder, fresh: bool = False):
-    "Refuse to write (`madlab.store.LockLost`) when the store lock this folder holds was taken over (`fresh`: read the lock object now; else what the heartbeat saw). A local lock cannot be taken over."
+    """Refuse to write (`madlab.store.LockLost`) when the store lock this folder holds was taken over (`fresh`: read
+    the lock object now; else what the heartbeat saw). A local lock cannot be taken over."""
     lk = getattr(self, "_held", None)
     if isinstance(lk, StoreLock) and not lk._stop.is_set(): lk.verify() if fresh else lk.check()
 
 # %% ../nbs/08a_run_folder.ipynb #c1a0d002
 def _lock_holder(path) -> str|None:
-    "The process holding the local lock file `path`, as 'process PID: its command line', read from /proc/locks (Linux); '' when none holds it; None where that cannot be told."
+    """The process holding the local lock file `path`, as 'process PID: its command line', read from /proc/locks
+    (Linux); '' when none holds it; None where that cannot be told."""
     try:
         st = os.stat(path)
         where = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
-        pids = [f[4] for f in (l.split() for l in Path("/proc/locks").read_text().splitlines()) if len(f) > 5 and "->" not in f and f[5] == where]
+        pids = [f[4] for f in (l.split() for l in Path("/proc/locks").read_text().splitlines())
+                if len(f) > 5 and "->" not in f and f[5] == where]
     except FileNotFoundError: return "" if Path("/proc/locks").exists() else None
     except (OSError, ValueError): return None
     if not pids: return ""
@@ -244,7 +291,8 @@ def _lock_holder(path) -> str|None:
 
 @patch
 def holder(self: RunFolder) -> str:
-    "Who holds the folder's lock now, in words (a process and its command line, or its host); 'no one' when it is free as far as this system can tell."
+    """Who holds the folder's lock now, in words (a process and its command line, or its host); 'no one' when it is
+    free as far as this system can tell."""
     if isinstance(self.path, StorePath):
         owner, _ = StoreLock(self.path)._owner()
         return "no one" if owner is None else f"process {owner.get('pid')} on {owner.get('host')}"
@@ -256,14 +304,18 @@ def _busy(folder: RunFolder, who: str) -> OptionError:
     "The refusal of an analysis of a run that `who` is still writing: how far it got, and what to do."
     n = len((folder.read_config() or {}).get("items") or [])
     k = sum(1 for _ in (folder.path / "debates").glob("*/transcript.json"))
-    return OptionError("run", f"{folder.path} is still being written by {who}: {k} of {n} items finished so far, and an analysis now would use only those; "
+    return OptionError("run",
+                       f"{folder.path} is still being written by {who}: {k} of {n} items finished so far, and an "
+                       "analysis now would use only those; "
                               "wait for that run to finish (or stop it), then run this again")
 
 @patch
 def reading(self: RunFolder, timeout: float = 0):
-    "The folder's lock, held (a context manager) while an analysis reads the run whole: a run writing it makes this wait `timeout` seconds, then refuse (`OptionError` for `run`) naming it."
+    """The folder's lock, held (a context manager) while an analysis reads the run whole: a run writing it makes this
+    wait `timeout` seconds, then refuse (`OptionError` for `run`) naming it."""
     end = time.monotonic() + (timeout or 0)
-    if isinstance(self.path, StorePath):                # looked at, not taken: reading a run needs no write access to its store
+    # looked at, not taken: reading a run needs no write access to its store
+    if isinstance(self.path, StorePath):
         while True:
             owner, _ = StoreLock(self.path)._owner()
             if owner is None or _stale(owner, time.time()): return contextlib.nullcontext()
@@ -278,10 +330,12 @@ def reading(self: RunFolder, timeout: float = 0):
 # %% ../nbs/08a_run_folder.ipynb #c1a0d008
 @contextlib.contextmanager
 def _read_whole(run, lock_timeout: float = 0):
-    "`run` (an open run: its `folder`, `path`, results `df` and `prices`) with its folder's lock held (`RunFolder.reading`); opened again (as `type(run)(path, prices)`) when its table changed since."
+    """`run` (an open run: its `folder`, `path`, results `df` and `prices`) with its folder's lock held
+    (`RunFolder.reading`); opened again (as `type(run)(path, prices)`) when its table changed since."""
     with run.folder.reading(lock_timeout):
         try: now = read_table(run.folder.path / "results.parquet")
         except Exception: now = None                     # no table (yet): opened again, from the transcripts
         col = lambda df, c: list(df[c].astype(str)) if c in df else None
-        same = now is not None and len(now) == len(run.df) and all(col(now, c) == col(run.df, c) for c in ("item_id", "status", "correct"))
+        same = now is not None and len(now) == len(run.df) and all(col(now, c) == col(run.df, c)
+                                                                   for c in ("item_id", "status", "correct"))
         yield run if same else type(run)(run.path, run.prices)

@@ -19,17 +19,21 @@ __all__ = ['RunResult']
 
 # %% ../nbs/08c_run_result.ipynb #a2f3222f
 def _stop_line(df: pd.DataFrame) -> str:
-    "The summary's line on a `stop_on` rule: how many debates ended early, the rounds not run and the tokens that saved (an estimate per debate, from how its rounds grow: see `Debate.stop_now`)."
+    """The summary's line on a `stop_on` rule: how many debates ended early, the rounds not run and the tokens that
+    saved (an estimate per debate, from how its rounds grow: see `Debate.stop_now`)."""
     s = df[df.rounds_saved.notna()]
-    early, rounds, tokens = int((s.rounds_saved > 0).sum()), int(s.rounds_saved.sum()), int(s.tokens_saved.fillna(0).sum())
-    return (f"stop on consensus: {early} of {len(s)} debates ended early; {rounds} round{'s' * (rounds != 1)} not run, ≈{tokens:,} tokens saved "
+    early, rounds, tokens = (int((s.rounds_saved > 0).sum()), int(s.rounds_saved.sum()),
+                             int(s.tokens_saved.fillna(0).sum()))
+    return (f"stop on consensus: {early} of {len(s)} debates ended early; {rounds} round{'s' * (rounds != 1)} not run, "
+            f"≈{tokens:,} tokens saved "
             "(an estimate, not measured: each agent's prompt grown per round not run by its last reply, "
             "the replies routed to it and the next prompt; its replies as long as its last)")
 
 # %% ../nbs/08c_run_result.ipynb #3ebc30cf
 @dataclass
 class RunResult:
-    "What `run_experiment` returns: the results table (every item of the folder), the transcripts, and how the run went."
+    """What `run_experiment` returns: the results table (every item of the folder), the transcripts, and how the run
+    went."""
     df: pd.DataFrame
     transcripts: dict = field(default_factory=dict)
     stopped: str|None = None                   # why it stopped early (a budget), if it did
@@ -40,51 +44,74 @@ class RunResult:
     problems: list = field(default_factory=list)
     seconds: float|None = None
     report: str|None = None                    # the protocol report's text
-    endpoints: list = field(default_factory=list)   # per endpoint that was unreachable or made calls wait: how long, how many
-    made: dict|None = None                     # what this command did: calls made, answered from the cache (None: a run read back)
+    # per endpoint that was unreachable or made calls wait: how long, how many
+    endpoints: list = field(default_factory=list)
+    # what this command did: calls made, answered from the cache (None: a run read back)
+    made: dict|None = None
     prices: Prices|None = None                 # the price table the `cost` column was computed with
     specs: list = field(default_factory=list)  # the team's backend specs (the summary names those without a price)
 
     @property
     def usage(self) -> Usage: return sum((t.usage for t in self.transcripts.values()), Usage())
-
-    def summary(self) -> str:
-        "A plain-text summary: debates by status, accuracy, calls, cache, tokens, the protocol's report, problems, the folder."
-        df = self.df
-        proto = df.protocol.iloc[0] if "protocol" in df and len(df) else "run"
-        s = f"{proto}: {len(df)} items: " + (", ".join(f"{v} {k}" for k, v in df.status.value_counts().items()) if len(df) else "none")
-        if "resumed" in df and df.resumed.fillna(False).astype(bool).any(): s += f" ({int(df.resumed.fillna(False).astype(bool).sum())} resumed)"
-        scored = df[df.correct.notna()] if "correct" in df else df.iloc[:0]
-        if len(scored): s += f"; accuracy {scored.correct.astype(bool).mean():.3f} ({int(scored.correct.astype(bool).sum())}/{len(scored)})"
-        if "answer" in scored and scored.answer.isna().any(): s += f", {int(scored.answer.isna().sum())} with no decision (scored wrong)"   # a tie, as every view says it
-        if len(df) and "calls" in df or self.made: s += "; " + _calls_text(df, self.made)
-        if self.seconds is not None: s += f"; {self.seconds:.1f} s"
-        L = [s]
-        if "decision_signal" in df and df.decision_signal.notna().any(): L += list(dict.fromkeys(df.decision_signal.dropna()))   # the accuracy rests on a simulated signal
-        if self.report: L.append(self.report)
-        L += self.gain_lines()                         # where the accuracy comes from (madlab.gains)
-        if self.failed: L.append(f"{self.failed} debate{'s' if self.failed != 1 else ''} failed in this run; first error: "
-                                 + str(df[df.status == 'failed'].error.dropna().iloc[0] if (df.status == 'failed').any() else '?')[:300])
-        for e in self.endpoints:
-            if e.get("structured"): L.append(f"endpoint {e['endpoint']}: {e['structured']}; its replies were asked for in prose only (the format in the prompt)")
-            if e.get("absurd_retry_after"): L.append(f"endpoint {e['endpoint']}: sent {e['absurd_retry_after']} Retry-After over 60 s; not honoured: each of those calls backed off on its own")
-            if e.get("replicas"): L += _replica_lines(e); continue
-            if not (e["outages"] or e["calls_waited"] or e["gave_up"]): continue
-            L.append(f"endpoint {e['endpoint']}: unreachable for {e['unreachable_seconds']:g} s ({e['outages']} outage{'s' if e['outages'] != 1 else ''}); "
-                     f"{e['calls_waited']} call{'s' if e['calls_waited'] != 1 else ''} waited for it" + ("; it answered nothing for too long: its calls failed" if e["gave_up"] else ""))
-        held = self.structured_replies()
-        if held: L.append("structured replies: " + ", ".join(f"{n} {k}" for k, n in held.items()) + f" (of {sum(1 for t in self._turns())} replies)")
-        pf = self.prefill()
-        if pf["prompt_tokens"]: L.append(f"prefill: {pf['computed']:,} of {pf['prompt_tokens']:,} prompt tokens computed ({pf['computed'] / pf['prompt_tokens']:.2f}); the rest reused from the model's key/value cache")
-        if self.prices is not None: L += cost_lines(df, self.specs, self.prices)
-        if self.stopped: L.append(f"stopped early: {self.stopped}")
-        if "rounds_saved" in df and df.rounds_saved.notna().any(): L.append(_stop_line(df))
-        if self.interrupted: L.append("interrupted: the table holds the debates that finished; run the same command again to resume")
-        L += [f"problem: {p}" for p in self.problems]
-        if self.out: L.append(f"outputs: {self.out}")
-        return "\n".join(L)
     def __repr__(self): return f"RunResult({self.summary()})"
     def _repr_html_(self): return "<pre>" + html.escape(self.summary()) + "</pre>" + self.df._repr_html_()
+
+# %% ../nbs/08c_run_result.ipynb #4f1fc339
+@patch
+def summary(self: RunResult) -> str:
+    """A plain-text summary: debates by status, accuracy, calls, cache, tokens, the protocol's report, problems,
+    the folder."""
+    df = self.df
+    proto = df.protocol.iloc[0] if "protocol" in df and len(df) else "run"
+    s = f"{proto}: {len(df)} items: " + (", ".join(f"{v} {k}" for k, v in df.status.value_counts().items())
+                                         if len(df) else "none")
+    if "resumed" in df and df.resumed.fillna(False).astype(bool).any():
+        s += f" ({int(df.resumed.fillna(False).astype(bool).sum())} resumed)"
+    scored = df[df.correct.notna()] if "correct" in df else df.iloc[:0]
+    if len(scored):
+        s += (f"; accuracy {scored.correct.astype(bool).mean():.3f} "
+              f"({int(scored.correct.astype(bool).sum())}/{len(scored)})")
+    # a tie, as every view says it
+    if "answer" in scored and scored.answer.isna().any():
+        s += f", {int(scored.answer.isna().sum())} with no decision (scored wrong)"
+    if len(df) and "calls" in df or self.made: s += "; " + _calls_text(df, self.made)
+    if self.seconds is not None: s += f"; {self.seconds:.1f} s"
+    L = [s]
+    # the accuracy rests on a simulated signal
+    if "decision_signal" in df and df.decision_signal.notna().any():
+        L += list(dict.fromkeys(df.decision_signal.dropna()))
+    if self.report: L.append(self.report)
+    L += self.gain_lines()                         # where the accuracy comes from (madlab.gains)
+    if self.failed: L.append(f"{self.failed} debate{'s' if self.failed != 1 else ''} failed in this run; first error: "
+                             + str(df[df.status == 'failed'].error.dropna().iloc[0]
+                                   if (df.status == 'failed').any() else '?')[:300])
+    for e in self.endpoints:
+        if e.get("structured"): L.append(f"endpoint {e['endpoint']}: {e['structured']}; its replies were asked for "
+                                         "in prose only (the format in the prompt)")
+        if e.get("absurd_retry_after"): L.append(f"endpoint {e['endpoint']}: sent {e['absurd_retry_after']} "
+                                                 "Retry-After over 60 s; not honoured: each of those calls backed off "
+                                                 "on its own")
+        if e.get("replicas"): L += _replica_lines(e); continue
+        if not (e["outages"] or e["calls_waited"] or e["gave_up"]): continue
+        L.append(f"endpoint {e['endpoint']}: unreachable for {e['unreachable_seconds']:g} s ({e['outages']} "
+                 f"outage{'s' if e['outages'] != 1 else ''}); "
+                 f"{e['calls_waited']} call{'s' if e['calls_waited'] != 1 else ''} waited for it"
+                 + ("; it answered nothing for too long: its calls failed" if e["gave_up"] else ""))
+    held = self.structured_replies()
+    if held: L.append("structured replies: " + ", ".join(f"{n} {k}" for k, n in held.items())
+                      + f" (of {sum(1 for t in self._turns())} replies)")
+    pf = self.prefill()
+    if pf["prompt_tokens"]: L.append(f"prefill: {pf['computed']:,} of {pf['prompt_tokens']:,} prompt tokens computed "
+                                     f"({pf['computed'] / pf['prompt_tokens']:.2f}); the rest reused from the model's "
+                                     "key/value cache")
+    if self.prices is not None: L += cost_lines(df, self.specs, self.prices)
+    if self.stopped: L.append(f"stopped early: {self.stopped}")
+    if "rounds_saved" in df and df.rounds_saved.notna().any(): L.append(_stop_line(df))
+    if self.interrupted:
+        L.append("interrupted: the table holds the debates that finished; run the same command again to resume")
+    L += [f"problem: {p}" for p in self.problems]
+    if self.out: L.append(f"outputs: {self.out}")
+    return "\n".join(L)
 
 # %% ../nbs/08c_run_result.ipynb #fa83492a
 @patch
@@ -93,7 +120,8 @@ def gain_lines(self: RunResult) -> list[str]:
     vote, the decision, the voting and the debate gain), computed once; none for a run with no item that counts."""
     if getattr(self, "_gain_lines", None) is None:
         try: self._gain_lines = debate_gains(list(self.transcripts.values())).summary_lines()
-        except Exception as e: self._gain_lines = [f"problem: the gain table could not be computed: {type(e).__name__}: {e}"]
+        except Exception as e: self._gain_lines = ["problem: the gain table could not be computed: "
+                                                   f"{type(e).__name__}: {e}"]
     return self._gain_lines
 
 # %% ../nbs/08c_run_result.ipynb #72e24566
@@ -107,32 +135,44 @@ def structured_replies(self: RunResult) -> dict:
     "How many replies were held to their schema, by how (`enforced`, `requested`, `refused`, `broken`, `replayed`)."
     return dict(collections.Counter(t.meta["structured"] for t in self._turns() if (t.meta or {}).get("structured")))
 
+# %% ../nbs/08c_run_result.ipynb #139ac3db
 @patch
 def prefill(self: RunResult) -> dict:
-    "Of the prompt tokens sent to in-process models (`hf:`), how many were computed; the rest came from their key/value cache."
+    """Of the prompt tokens sent to in-process models (`hf:`), how many were computed; the rest came from their
+    key/value cache."""
     ts = [t for t in self._turns() if (t.meta or {}).get("prefill_tokens") is not None]
-    return {"prompt_tokens": sum(t.usage.prompt_tokens for t in ts), "computed": sum(t.meta["prefill_tokens"] for t in ts)}
+    return {"prompt_tokens": sum(t.usage.prompt_tokens for t in ts),
+            "computed": sum(t.meta["prefill_tokens"] for t in ts)}
 
 # %% ../nbs/08c_run_result.ipynb #86ba1055
 def _calls_text(df, made: dict|None) -> str:
-    "What a summary says about calls: those this command made now (and the cache answered), then what the experiment cost when that differs."
+    """What a summary says about calls: those this command made now (and the cache answered), then what the experiment
+    cost when that differs."""
     n = lambda c: int(df[c].fillna(0).sum()) if c in df else 0
     live, hits, tokens = n("calls"), n("cached_calls"), n("prompt_tokens") + n("completion_tokens")
     judge = n("judge_calls") + n("judge_cached")                        # a re-decision's judge
-    cost = f"{live + hits + judge} calls{f' ({judge} by the judge)' if judge else ''}, {tokens:,} tokens" + (" (cached replies included)" if hits else "")
+    cost = (f"{live + hits + judge} calls{f' ({judge} by the judge)' if judge else ''}, {tokens:,} tokens"
+            + (" (cached replies included)" if hits else ""))
     if made is None: return f"the experiment: {cost}"
-    now = f"{made['calls']} calls made{' ' + made['by'] if made.get('by') else ''}" + (f" ({made['cached']} answered from the cache)" if made.get("cached") else "")
-    if not made.get("by") and (made["calls"], made.get("cached", 0)) == (live, hits) and not hits: return f"{now}, {tokens:,} tokens"
+    now = (f"{made['calls']} calls made{' ' + made['by'] if made.get('by') else ''}"
+           + (f" ({made['cached']} answered from the cache)" if made.get("cached") else ""))
+    if not made.get("by") and (made["calls"], made.get("cached", 0)) == (live, hits) and not hits:
+        return f"{now}, {tokens:,} tokens"
     return f"{now}; the experiment: {cost}"
 
 # %% ../nbs/08c_run_result.ipynb #51ca7096
 def _replica_lines(e) -> list:
-    "The summary lines of a model served by replicas: per replica its calls, limit, outages, and the calls that went to the others or waited."
+    """The summary lines of a model served by replicas: per replica its calls, limit, outages, and the calls that went
+    to the others or waited."""
     s = lambda n, w: f"{n} {w}{'s' if n != 1 else ''}"
-    L = [f"endpoint {e['endpoint']}: {len(e['replicas'])} replicas" + ("; every one answered nothing for too long: its calls failed" if e["gave_up"] else "")]
+    L = [f"endpoint {e['endpoint']}: {len(e['replicas'])} replicas"
+         + ("; every one answered nothing for too long: its calls failed" if e["gave_up"] else "")]
     for r in e["replicas"]:
-        t = f"  replica {r['url']}: {s(r['calls'], 'call')} (limit {r['limit']}, at most {r['max_in_flight']} in flight, {r['queued']} queued for a slot)"
-        if r["outages"] or r["rerouted"]: t += f"; unreachable for {r['unreachable_seconds']:g} s ({s(r['outages'], 'outage')}), {s(r['rerouted'], 'call')} went to the others"
+        t = (f"  replica {r['url']}: {s(r['calls'], 'call')} (limit {r['limit']}, at most {r['max_in_flight']} in "
+             f"flight, {r['queued']} queued for a slot)")
+        if r["outages"] or r["rerouted"]:
+            t += (f"; unreachable for {r['unreachable_seconds']:g} s ({s(r['outages'], 'outage')}), "
+                  f"{s(r['rerouted'], 'call')} went to the others")
         if r["calls_waited"]: t += f"; {s(r['calls_waited'], 'call')} waited for it (every replica down)"
         L.append(t)
     return L
