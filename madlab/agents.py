@@ -12,11 +12,13 @@ from typing import Any, Callable
 from .core import *
 from .redact import scrub_secrets
 from .backends import *
+from .backends.base import provider_for
 from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['STRUCTURED_MODES', 'TEAM_ENDPOINT_FIELDS', 'DEFAULT_TEAM', 'BudgetExceeded', 'Budget', 'Agent', 'agent_name',
-           'check_spec', 'split_specs', 'make_team', 'default_team', 'load_team', 'set_structured', 'with_cache']
+           'check_spec', 'split_specs', 'make_team', 'default_team', 'load_team', 'set_structured', 'with_cache',
+           'spec_options', 'check_api_keys']
 
 # %% ../nbs/02_agents.ipynb #8c8826c0
 class BudgetExceeded(Exception):
@@ -295,3 +297,36 @@ def with_cache(agents: list[Agent], cache=True) -> list[Agent]:
             if id(a.backend) not in wrapped: wrapped[id(a.backend)] = CachedBackend(a.backend, path)
             a.backend = wrapped[id(a.backend)]
     return agents
+
+# %% ../nbs/02_agents.ipynb #59e090f3
+_OFFLINE = "synthetic:strong,synthetic:medium,synthetic:weak"
+
+def _key_env(b, spec: str) -> str|None:
+    """The variable the missing API key of backend `b` (built from `spec`) should come from: its `missing_key`, or else
+    its provider record's `key_env` while that variable is unset; None: it needs none."""
+    while getattr(b, "inner", None) is not None: b = b.inner          # through the response cache and other wrappers
+    if hasattr(b, "missing_key"): return b.missing_key
+    env = getattr(provider_for(spec), "key_env", None)
+    return env if env and not os.environ.get(env) else None
+
+def spec_options(proto) -> list:
+    """The options of protocol `proto` that hold a backend spec: those its documented line says so of (`backend spec of
+    the judge; ...`)."""
+    return [k for k in proto.options if (proto.docs.get(k) or "").lower().startswith("backend spec")]
+
+# %% ../nbs/02_agents.ipynb #aafa142c
+def check_api_keys(agents, specs=()) -> None:
+    """Refuse (an `OptionError` for `agents`) a team, or extra backend `specs` (a judge, a supervisor; a dict names
+    each by its option), whose endpoint needs an API key that is not set."""
+    need = {}
+    for a in agents: need.setdefault((a.spec, _key_env(a.backend, a.spec)), []).append(a.name)
+    for by, s in (specs.items() if isinstance(specs, dict) else ((None, s) for s in specs)):
+        if isinstance(s, str) and getattr(provider_for(s), "key_env", None):   # its provider's record: it takes a key
+            need.setdefault((s, _key_env(get_backend(s), s)), []).append(by or s.split(":", 1)[0])
+    missing = [(spec, env, names) for (spec, env), names in need.items() if env]
+    if not missing: return
+    envs = sorted({env for _, env, _ in missing})
+    raise OptionError("agents",
+                      "no API key for " + "; ".join(f"{spec} ({', '.join(names)})" for spec, env, names in missing)
+                      + f": set {' and '.join(envs)} (or point base_url / OPENAI_BASE_URL at a server of your own); "
+                      f"to run offline without a key, give synthetic agents: --agents {_OFFLINE}")

@@ -158,7 +158,7 @@ def _option_doc(proto, name) -> str:
 # %% ../nbs/39_cli_options.ipynb #e6402d77
 def _takes_spec(proto, name) -> bool:
     "Whether a protocol's option holds a backend spec (its documented line says so: `backend spec of the judge; ...`)."
-    from madlab.run import spec_options
+    from madlab.agents import spec_options
     return name in spec_options(proto)
 
 def _option_param(proto, name):

@@ -27,12 +27,11 @@ from .store import StorePath, StoreLock, LockLost, store_path, put_tree
 from .tasks import task_data, get_task
 from .run_folder import *
 from .run_folder import _cell, _copy_task_files, _SAME, _SAME_DEFAULTS, _task_file_records
-from .run_result import RunResult
+from .run_result import RunResult, _run_prices, _with_costs, _team_specs
 
 # %% auto #0
-__all__ = ['MAX_GAMES_AT_ONCE', 'games_at_once', 'spec_options', 'check_api_keys', 'default_task', 'load_items', 'run_name',
-           'RunPlan', 'resolve_run', 'arun_experiment', 'run_experiment', 'arun_many', 'run_many', 'ItemFilter',
-           'MajorityErrorFilter']
+__all__ = ['MAX_GAMES_AT_ONCE', 'games_at_once', 'default_task', 'load_items', 'run_name', 'RunPlan', 'resolve_run',
+           'arun_experiment', 'run_experiment', 'arun_many', 'run_many', 'ItemFilter', 'MajorityErrorFilter']
 
 # %% ../nbs/08_run.ipynb #1a6b1656
 def _params(max_tokens, temperature) -> dict:
@@ -112,39 +111,6 @@ def games_at_once(agents) -> int:
                                                                                                         caps.get(k,
                                                                                                                  cap))
     return max(1, min([caps[k] // n for k, n in per_endpoint.items()] or [MAX_GAMES_AT_ONCE]))
-
-# %% ../nbs/08_run.ipynb #59e090f3
-_OFFLINE = "synthetic:strong,synthetic:medium,synthetic:weak"
-
-def _key_env(b, spec: str) -> str|None:
-    """The variable the missing API key of backend `b` (built from `spec`) should come from: its `missing_key`, or else
-    its provider record's `key_env` while that variable is unset; None: it needs none."""
-    while getattr(b, "inner", None) is not None: b = b.inner          # through the response cache and other wrappers
-    if hasattr(b, "missing_key"): return b.missing_key
-    env = getattr(provider_for(spec), "key_env", None)
-    return env if env and not os.environ.get(env) else None
-
-def spec_options(proto) -> list:
-    """The options of protocol `proto` that hold a backend spec: those its documented line says so of (`backend spec of
-    the judge; ...`)."""
-    return [k for k in proto.options if (proto.docs.get(k) or "").lower().startswith("backend spec")]
-
-# %% ../nbs/08_run.ipynb #aafa142c
-def check_api_keys(agents, specs=()) -> None:
-    """Refuse (an `OptionError` for `agents`) a team, or extra backend `specs` (a judge, a supervisor; a dict names
-    each by its option), whose endpoint needs an API key that is not set."""
-    need = {}
-    for a in agents: need.setdefault((a.spec, _key_env(a.backend, a.spec)), []).append(a.name)
-    for by, s in (specs.items() if isinstance(specs, dict) else ((None, s) for s in specs)):
-        if isinstance(s, str) and getattr(provider_for(s), "key_env", None):   # its provider's record: it takes a key
-            need.setdefault((s, _key_env(get_backend(s), s)), []).append(by or s.split(":", 1)[0])
-    missing = [(spec, env, names) for (spec, env), names in need.items() if env]
-    if not missing: return
-    envs = sorted({env for _, env, _ in missing})
-    raise OptionError("agents",
-                      "no API key for " + "; ".join(f"{spec} ({', '.join(names)})" for spec, env, names in missing)
-                      + f": set {' and '.join(envs)} (or point base_url / OPENAI_BASE_URL at a server of your own); "
-                      f"to run offline without a key, give synthetic agents: --agents {_OFFLINE}")
 
 # %% ../nbs/08_run.ipynb #9d2e6b41
 async def _write_debate(folder: RunFolder, iid, t: Transcript) -> None:
@@ -550,33 +516,6 @@ async def arun_experiment(protocol, items=None, team=None, out=None, *, _stop: _
                            prices=x.get("prices"))
     finally:
         if lock is not None: lock.release()
-
-# %% ../nbs/08_run.ipynb #9d00f4f1
-def _run_prices(folder, prices=None) -> Prices:
-    """The price table of a run's cost column: `prices` when given, else the one the folder's config.json records, else
-    madlab's own."""
-    if prices is None and folder is not None: prices = (folder.read_config() or {}).get("prices")
-    try: return load_prices(prices)
-    except (ValueError, TypeError) as e: raise OptionError("prices", str(e)) from None
-
-def _with_costs(df: pd.DataFrame, order: list, ts: dict, prices: Prices) -> pd.DataFrame:
-    """The results table with each debate's `cost`, `cached_cost` (and `compute_seconds` for in-process models) at
-    `prices`, from its recorded tokens."""
-    if not len(df): return df
-    costs = [item_cost(ts[i], prices) if i in ts else {} for i in order]
-    for c in dict.fromkeys(["cost", "cached_cost", *(k for x in costs for k in x)]): df[c] = [x.get(c) for x in costs]
-    return df
-
-def _team_specs(ts: dict, agents) -> list:
-    "The backend specs of a run's team (and of any agent its transcripts name)."
-    return sorted({str(a.get("spec")) for t in ts.values() for a in (t.team or [])
-                   if isinstance(a, dict) and a.get("spec")} | {a.spec for a in agents})
-
-@patch
-def costs(self: RunResult, by=("agent",)) -> pd.DataFrame:
-    """Calls, tokens, `cost` (US dollars; None: no price), `cached_cost` (what replies from madlab's cache would have
-    cost) and `compute_seconds` summed `by` agent (with its spec), `item_id`, `phase`, or `()` for the run."""
-    return cost_table(self.transcripts, self.prices, by)
 
 # %% ../nbs/08_run.ipynb #49f94d58
 def _report(hook, res, folder):

@@ -10,8 +10,8 @@ import collections, html
 from dataclasses import dataclass, field
 import pandas as pd
 from fastcore.basics import patch
-from .core import Usage
-from .cost import Prices, cost_lines
+from .core import OptionError, Usage
+from .cost import Prices, cost_lines, cost_table, item_cost, load_prices
 from .gains import debate_gains
 
 # %% auto #0
@@ -177,3 +177,30 @@ def _replica_lines(e) -> list:
         L.append(t)
     return L
 
+
+# %% ../nbs/08c_run_result.ipynb #9d00f4f1
+def _run_prices(folder, prices=None) -> Prices:
+    """The price table of a run's cost column: `prices` when given, else the one the folder's config.json records, else
+    madlab's own."""
+    if prices is None and folder is not None: prices = (folder.read_config() or {}).get("prices")
+    try: return load_prices(prices)
+    except (ValueError, TypeError) as e: raise OptionError("prices", str(e)) from None
+
+def _with_costs(df: pd.DataFrame, order: list, ts: dict, prices: Prices) -> pd.DataFrame:
+    """The results table with each debate's `cost`, `cached_cost` (and `compute_seconds` for in-process models) at
+    `prices`, from its recorded tokens."""
+    if not len(df): return df
+    costs = [item_cost(ts[i], prices) if i in ts else {} for i in order]
+    for c in dict.fromkeys(["cost", "cached_cost", *(k for x in costs for k in x)]): df[c] = [x.get(c) for x in costs]
+    return df
+
+def _team_specs(ts: dict, agents) -> list:
+    "The backend specs of a run's team (and of any agent its transcripts name)."
+    return sorted({str(a.get("spec")) for t in ts.values() for a in (t.team or [])
+                   if isinstance(a, dict) and a.get("spec")} | {a.spec for a in agents})
+
+@patch
+def costs(self: RunResult, by=("agent",)) -> pd.DataFrame:
+    """Calls, tokens, `cost` (US dollars; None: no price), `cached_cost` (what replies from madlab's cache would have
+    cost) and `compute_seconds` summed `by` agent (with its spec), `item_id`, `phase`, or `()` for the run."""
+    return cost_table(self.transcripts, self.prices, by)

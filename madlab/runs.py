@@ -15,7 +15,7 @@ from .core import OptionError, Transcript, answer_view, decision_summary
 from .dynamics import Dynamics, debate_dynamics
 from .stats import _boot
 from .gains import Gains, Updates, debate_gains, debate_updates, rule_gains
-from .run import _run_prices, _with_costs
+from .run_result import _run_prices, _with_costs
 from .run_folder import RunFolder, debate_row
 from .run_result import RunResult
 from .store import StorePath, store_path, read_table

@@ -80,7 +80,7 @@ def test_an_entry_point_may_offer_a_provider_record(tmp_path):
     r = _run("""
         from madlab.agents import agent_name
         from madlab.backends import provider_for
-        from madlab.run import check_api_keys
+        from madlab.agents import check_api_keys
         from madlab.core import OptionError
         print(agent_name("rec:m1"), provider_for("rec:m1").key_env)
         try: check_api_keys([], ["rec:m1"])

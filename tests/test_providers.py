@@ -34,7 +34,7 @@ CHECK = '''
 import madlab, madlab.backends as mb
 from madlab.core import OptionError, run_sync
 from madlab.agents import make_team
-from madlab.run import check_api_keys
+from madlab.agents import check_api_keys
 from madlab.decisions import check_logprobs
 assert madlab.__file__.startswith(%r), madlab.__file__
 team = make_team(["echo:hello world,x=1"])
