@@ -6,7 +6,7 @@ Docs: https://madlab.github.io/madlab/agents.html.md"""
 
 # %% ../nbs/02_agents.ipynb #404b9fcf
 from __future__ import annotations
-import asyncio, os, re, time
+import asyncio, collections, os, re, time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 from .core import *
@@ -16,9 +16,9 @@ from .backends.base import provider_for
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['STRUCTURED_MODES', 'TEAM_ENDPOINT_FIELDS', 'DEFAULT_TEAM', 'BudgetExceeded', 'Budget', 'Agent', 'agent_name',
-           'check_spec', 'split_specs', 'make_team', 'default_team', 'load_team', 'set_structured', 'with_cache',
-           'spec_options', 'check_api_keys']
+__all__ = ['STRUCTURED_MODES', 'TEAM_ENDPOINT_FIELDS', 'DEFAULT_TEAM', 'MAX_GAMES_AT_ONCE', 'BudgetExceeded', 'Budget', 'Agent',
+           'agent_name', 'check_spec', 'split_specs', 'make_team', 'default_team', 'load_team', 'set_structured',
+           'with_cache', 'spec_options', 'check_api_keys', 'games_at_once']
 
 # %% ../nbs/02_agents.ipynb #8c8826c0
 class BudgetExceeded(Exception):
@@ -330,3 +330,19 @@ def check_api_keys(agents, specs=()) -> None:
                       "no API key for " + "; ".join(f"{spec} ({', '.join(names)})" for spec, env, names in missing)
                       + f": set {' and '.join(envs)} (or point base_url / OPENAI_BASE_URL at a server of your own); "
                       f"to run offline without a key, give synthetic agents: --agents {_OFFLINE}")
+
+# %% ../nbs/02_agents.ipynb #d060316b
+MAX_GAMES_AT_ONCE = 256   # debates at once when no backend of the team has a limit
+
+# %% ../nbs/02_agents.ipynb #45533464
+def games_at_once(agents) -> int:
+    "Debates to run at once by default: what the most constrained endpoint of the team takes, divided among its agents."
+    per_endpoint, caps = collections.Counter(), {}
+    for a in agents:
+        b = getattr(a.backend, "inner", a.backend)                # through the response cache
+        cap = getattr(b, "capacity", None)
+        if not cap: continue
+        k = getattr(b, "base_url", None) or getattr(b, "identity", id(b))
+        per_endpoint[k] += 1
+        caps[k] = min(cap, caps.get(k, cap))
+    return max(1, min([caps[k] // n for k, n in per_endpoint.items()] or [MAX_GAMES_AT_ONCE]))

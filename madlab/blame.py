@@ -15,7 +15,8 @@ from .core import OptionError, Transcript, answer_key, run_sync, runtime_loop, w
 from .store import is_url, read_table, store_path
 from .backends import CachedBackend, get_backend
 from .debate import INTERVENTIONS, _rebuild, _replayed
-from .run import _Stop, _drain, games_at_once
+from .run import _Stop, _drain
+from .agents import games_at_once
 from .run_folder import _cell, _read_whole, debate_row, item_outputs, safe_name
 from .runs import OpenRun, open_run
 from .viz import _wilson

@@ -30,8 +30,8 @@ from .run_folder import _cell, _copy_task_files, _SAME, _SAME_DEFAULTS, _task_fi
 from .run_result import RunResult, _run_prices, _with_costs, _team_specs
 
 # %% auto #0
-__all__ = ['MAX_GAMES_AT_ONCE', 'games_at_once', 'default_task', 'load_items', 'run_name', 'RunPlan', 'resolve_run',
-           'arun_experiment', 'run_experiment', 'arun_many', 'run_many', 'ItemFilter', 'MajorityErrorFilter']
+__all__ = ['default_task', 'load_items', 'run_name', 'RunPlan', 'resolve_run', 'arun_experiment', 'run_experiment', 'arun_many',
+           'run_many', 'ItemFilter', 'MajorityErrorFilter']
 
 # %% ../nbs/08_run.ipynb #1a6b1656
 def _params(max_tokens, temperature) -> dict:
@@ -93,24 +93,6 @@ def _screened(proto, item, agents, settings, seed, sr) -> Transcript:
                       {"answer": refusal, "blocked": True, "screen": sr.category, "screen_reason": sr.reason},
                       {"id": str(item.id), "status": "done", "started": now, "finished": now,
                        "madlab": madlab.__version__})
-
-# %% ../nbs/08_run.ipynb #d060316b
-MAX_GAMES_AT_ONCE = 256   # debates at once when no backend of the team has a limit
-
-# %% ../nbs/08_run.ipynb #45533464
-def games_at_once(agents) -> int:
-    "Debates to run at once by default: what the most constrained endpoint of the team takes, divided among its agents."
-    from collections import Counter
-    per_endpoint = Counter()
-    caps = {}
-    for a in agents:
-        b = getattr(a.backend, "inner", a.backend)                # through the response cache
-        cap = getattr(b, "capacity", None)
-        if cap: k = getattr(b, "base_url", None) or getattr(b, "identity",
-                                                            id(b)); per_endpoint[k] += 1; caps[k] = min(cap,
-                                                                                                        caps.get(k,
-                                                                                                                 cap))
-    return max(1, min([caps[k] // n for k, n in per_endpoint.items()] or [MAX_GAMES_AT_ONCE]))
 
 # %% ../nbs/08_run.ipynb #9d2e6b41
 async def _write_debate(folder: RunFolder, iid, t: Transcript) -> None:
@@ -200,9 +182,9 @@ async def _debate_item(proto, iid, it, agents, settings, seed, budget, on_error,
     try: t = d.transcript
     except Exception as e:           # a protocol left a result no transcript can hold: the item fails, the run goes on
         d.result = {}
-        if d.meta.get("status") != "failed": d.meta.update(status="failed",
-                                                           error=f"recording the debate failed: {type(e).__name__}: "
-                                                           f"{e}", finished=time.time())
+        if d.meta.get("status") != "failed":
+            d.meta.update(status="failed", error=f"recording the debate failed: {type(e).__name__}: {e}",
+                          finished=time.time())
         t = d.transcript
     if sr is not None and _screen_record(sr): t.meta["run_screen"] = _screen_record(sr)
     return t
@@ -298,11 +280,11 @@ def _config_task(proto, opts: dict, task, data):
     want = proto.parts.task(opts) or {}
     from madlab.tasks import TASKS
     wt = want.get("task")
-    if wt and wt not in TASKS: raise OptionError("config",
-                                                 f"the config's task {wt!r} is not one of: {', '.join(TASKS)}")
-    if wt and task is not None and task != wt: raise _usage("task",
-                                                            f"--task {task}: the config is written for {wt!r} items; "
-                                                            f"leave --task out or give --task {wt}")
+    if wt and wt not in TASKS:
+        raise OptionError("config", f"the config's task {wt!r} is not one of: {', '.join(TASKS)}")
+    if wt and task is not None and task != wt:
+        raise _usage("task", f"--task {task}: the config is written for {wt!r} items; "
+                             f"leave --task out or give --task {wt}")
     task = wt or task
     if data is None and want.get("missing"): raise OptionError("data", want["missing"])
     own = want.get("items") if data is None else None
@@ -325,8 +307,8 @@ def run_name(proto, items, team, settings, seed=0) -> str:
     """The run folder's name: protocol, task (and game sizes), team (with `team-<digest>` when its names do not say all
     of it: `_team_digest`), the options that differ from their defaults, seed."""
     tasks = sorted({str(getattr(it, "task", "")) for it in items})
-    sizes = sorted({it.meta["n_players"] for it in items if isinstance(getattr(it, "meta", None),
-                                                                       dict) and "n_players" in it.meta})
+    sizes = sorted({it.meta["n_players"] for it in items
+                    if isinstance(getattr(it, "meta", None), dict) and "n_players" in it.meta})
     size = (f"{sizes[0]}" if len(sizes) == 1 else f"{sizes[0]}-{sizes[-1]}") if sizes else ""
     names = "+".join(a.name for a in team)
     if len(names) > 80: names = f"{len(team)}agents-" + hashlib.sha256(names.encode()).hexdigest()[:8]
@@ -335,8 +317,9 @@ def run_name(proto, items, team, settings, seed=0) -> str:
         if v == proto.options.get(k): continue
         if isinstance(v, bool): parts.append(k if v else f"no-{k}")
         elif isinstance(v, (int, float, str)) and len(str(v)) <= 24: parts.append(f"{k}-{v}")
-        else: parts.append(f"{k}-" + hashlib.sha256(json.dumps(v, sort_keys=True,
-                                                               default=str).encode()).hexdigest()[:6])
+        else:
+            digest = hashlib.sha256(json.dumps(v, sort_keys=True, default=str).encode()).hexdigest()[:6]
+            parts.append(f"{k}-{digest}")
     if seed: parts.append(f"seed{seed}")
     return re.sub(r"[^A-Za-z0-9._+-]+", "_", "_".join(parts))[:200]
 
@@ -395,65 +378,113 @@ class RunPlan:
         return (f"<div><b>RunPlan</b> <code>{html.escape(self.name)}</code><ul>"
                 + "".join(f"<li>{html.escape(l)}</li>" for l in self._lines()) + "</ul></div>")
 
+# %% ../nbs/08_run.ipynb #d61f4c14
+def _run_items(proto, options, task, data, items, n, size, notes: dict, said: list, *, keep_n: bool) -> tuple:
+    """The run's items and the notes its config records: task items as given, or those at 1-based positions of the
+    task's (default: all, or the task's `default_items`), or the protocol's own from its config."""
+    items = None if items is None else list(items)      # a generator of items, a range of positions
+    if items is None or (len(items) and all(isinstance(i, int) and not isinstance(i, bool) for i in items)):
+        task, data, own = _config_task(proto, options, task, data); task = task or default_task(proto)
+        pos = items if items is not None or n is not None else get_task(task).default_items
+        m = n if keep_n else None
+        items = _pick(own, pos, m, "the config") if own else load_items(task, data, size, pos, m)
+        data = data if own else task_data(task, data)    # the file a public set's name or the task's default named
+        notes = {"data": str(data) if data else None, "task": task, **({"items_from": "config"} if own else {}),
+                 **notes}
+        if own: said.append(f"items: {', '.join(it.id for it in items)}, built from the config (its prompts take no "
+                            "task item): no gold, not scored")
+    return items, notes
+
+def _run_team(proto, team, options, hook, budget, endpoint, structured, params, cache) -> tuple:
+    "The team's members (as specified) and its agents (budgeted, cached, with the run's endpoint settings and params)."
+    members = make_team(_team_members(proto, team, options, hook))
+    for b in {id(a.backend): a.backend for a in members}.values():     # the endpoint settings win over the team file
+        if endpoint and hasattr(b, "configure"): b.configure(**endpoint)
+    agents = make_team(members, budget)
+    if structured is not None: set_structured(agents, structured)      # every agent; the team file and specs per agent
+    for a in agents: a.params.update(params)
+    with_cache(agents, cache)
+    return members, agents
+
+# %% ../nbs/08_run.ipynb #179d2c16
+def _run_rule(proto, decision, options, agents, notes: dict, said: list):
+    """The decision rule, checked before any call: a protocol's own deprecated rule option, the API keys of the team and
+    of the specs its options name (a judge, a moderator), log-probabilities where the rule weighs them."""
+    rule = get_decision(decision)
+    for k in (k for k in proto.decides if k in options):     # a protocol's own rule option (du's vote): deprecated
+        f = "--" + k.replace("_", "-")
+        if not rule.protocol:
+            raise _usage(k, f"{f} and --decision both say how the team decides; give --decision only "
+                            f"({f} is deprecated: --decision {options[k]} decides as {f} {options[k]} did)")
+        said.append(f"{f} is deprecated: say --decision {options[k]}")
+    specs = {"--" + k.replace("_", "-"): options.get(k) for k in spec_options(proto)}     # --judge, --moderator, ...
+    try: check_api_keys(agents, {"--decision": rule.backend if rule.judge else None, **specs})   # before any folder
+    except OptionError as e: raise _usage(e.option, e.message) from None
+    check_logprobs(rule, agents)                    # confidence:logprob: backends that give log-probabilities
+    if (note := signal_note(rule, agents, proto.weighs)): notes["simulated_signal"] = note; said.append(note)
+    return rule
+
+def _run_filter(items, members, majority_error, item_filter, n, seed, cache, concurrency, notes: dict, said: list):
+    "The items an item filter keeps (`majority_error=A` is `MajorityErrorFilter(A)`), its note and its line."
+    if majority_error and item_filter is not None:
+        raise OptionError("item_filter",
+                          "give item_filter or majority_error (a MajorityErrorFilter's agents), not both")
+    f = item_filter if item_filter is not None else (MajorityErrorFilter(majority_error) if majority_error else None)
+    if f is None: return items
+    if not isinstance(f, ItemFilter):
+        raise OptionError("item_filter", f"must be an ItemFilter (e.g. MajorityErrorFilter(3)); got {type(f).__name__}")
+    items, notes[f.option], line = _filtered(items, members, f, n, seed, cache, concurrency); said.append(line)
+    return items
+
 # %% ../nbs/08_run.ipynb #29fbd016
-def resolve_run(protocol, task: str|None = None, data=None, items=None, team=None, decision=None, *, size: int|None = None, n: int|None = None,
-                majority_error: int|None = None, item_filter: ItemFilter|None = None, seed: int = 0, out=None, name: str|None = None, folder=None, concurrency: int|None = None,
-                cache=True, resume: bool = True, progress: bool = False, budget: Budget|None = None, on_error: str = "fail", screen: Callable|None = None,
-                max_tokens: int|None = None, temperature: float|None = None, structured: str|None = None, lock_timeout: float = 0,
-                notes: dict|None = None, desc: str|None = None, prices=None, _team_hook: bool = True, **options) -> RunPlan:
-    "Assemble a run of `protocol` once, for `run_experiment` and `madlab run` alike: the protocol's task and team parts, its default task and items, the team, the options and the decision rule checked, the run's name. `items`: task items, or 1-based positions in `task`'s items (default: all, or the task's `default_items`: 1-20 for kks); `team`: specs, members or a team file (default: the protocol's team); `item_filter`: an `ItemFilter` choosing which items run (`majority_error=A` is `MajorityErrorFilter(A)`); the run goes into `out/<name>` (`folder`: that folder itself); `prices`: the price table of its `cost` column (a CSV path; default madlab's `data/prices.csv`). Endpoint settings (`max_concurrency`, `timeout`, `max_retries`, `give_up_after`, `give_up_first`) apply to every backend of the team."
+_ENDPOINT_SETTINGS = ("max_concurrency", "timeout", "max_retries", "give_up_after", "give_up_first")   # every backend's
+
+def resolve_run(protocol, task: str|None = None, data=None, items=None, team=None, decision=None, *,
+                size: int|None = None, n: int|None = None, majority_error: int|None = None,
+                item_filter: ItemFilter|None = None, seed: int = 0, out=None, name: str|None = None, folder=None,
+                concurrency: int|None = None, cache=True, resume: bool = True, progress: bool = False,
+                budget: Budget|None = None, on_error: str = "fail", screen: Callable|None = None,
+                max_tokens: int|None = None, temperature: float|None = None, structured: str|None = None,
+                lock_timeout: float = 0, notes: dict|None = None, desc: str|None = None, prices=None,
+                _team_hook: bool = True, **options) -> RunPlan:
+    """Assemble a run of `protocol` once, for `run_experiment` and `madlab run` alike: the protocol's task and team
+    parts, its default task and items, the team, the options and the decision rule checked, the run's name. `items`:
+    task items, or 1-based positions in `task`'s items (default: all, or the task's `default_items`: 1-20 for kks);
+    `team`: specs, members or a team file (default: the protocol's team); `item_filter`: an `ItemFilter` choosing which
+    items run (`majority_error=A` is `MajorityErrorFilter(A)`); the run goes into `out/<name>` (`folder`: that folder
+    itself); `prices`: the price table of its `cost` column (a CSV path; default madlab's `data/prices.csv`). Endpoint
+    settings (`max_concurrency`, `timeout`, `max_retries`, `give_up_after`, `give_up_first`) apply to every backend
+    of the team."""
     proto = get_protocol(protocol)
-    if concurrency is not None and (not isinstance(concurrency, int) or isinstance(concurrency, bool) or not 1 <= concurrency <= 10_000): raise OptionError("concurrency", f"must be an integer in 1..10000; got {concurrency!r}")
-    if not isinstance(seed, int) or isinstance(seed, bool): raise OptionError("seed", f"must be an integer; got {seed!r}")
-    screen = _runner_or_own(proto, options, "screen", screen, callable)     # a protocol's own `screen`, or an input screen
-    endpoint = {k: options.pop(k) for k in ("max_concurrency", "timeout", "max_retries", "give_up_after", "give_up_first") if k in options and k not in proto.options}
+    if concurrency is not None and (not isinstance(concurrency, int) or isinstance(concurrency, bool)
+                                    or not 1 <= concurrency <= 10_000):
+        raise OptionError("concurrency", f"must be an integer in 1..10000; got {concurrency!r}")
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise OptionError("seed", f"must be an integer; got {seed!r}")
+    screen = _runner_or_own(proto, options, "screen", screen, callable)     # its own `screen`, or an input screen
+    endpoint = {k: options.pop(k) for k in _ENDPOINT_SETTINGS if k in options and k not in proto.options}
     endpoint = {k: v for k, v in endpoint.items() if v is not None}
     params, notes, said = _params(max_tokens, temperature), dict(notes or {}), []
     try: prices = load_prices(prices)                   # a bad table is refused before anything runs
     except (ValueError, TypeError) as e: raise OptionError("prices", str(e)) from None
-    items = None if items is None else list(items)      # a generator of items, a range of positions
-    if items is None or (len(items) and all(isinstance(i, int) and not isinstance(i, bool) for i in items)):      # the task's items
-        task, data, own = _config_task(proto, options, task, data); task = task or default_task(proto)
-        pos = items if items is not None or n is not None else get_task(task).default_items
-        m = None if majority_error or item_filter is not None else n
-        items = _pick(own, pos, m, "the config") if own else load_items(task, data, size, pos, m)
-        data = data if own else task_data(task, data)    # the file a public set's name or the task's default named, as config.json records it
-        notes = {"data": str(data) if data else None, "task": task, **({"items_from": "config"} if own else {}), **notes}
-        if own: said.append(f"items: {', '.join(it.id for it in items)}, built from the config (its prompts take no task item): no gold, not scored")
-    members = make_team(_team_members(proto, team, options, _team_hook))
-    for b in {id(a.backend): a.backend for a in members}.values():     # the endpoint settings win over the team file and the specs
-        if endpoint and hasattr(b, "configure"): b.configure(**endpoint)
-    agents = make_team(members, budget)
-    if structured is not None: set_structured(agents, structured)      # every agent; the team file and specs set it per agent
-    for a in agents: a.params.update(params)
-    with_cache(agents, cache)
-    rule = get_decision(decision)
-    for k in (k for k in proto.decides if k in options):     # a protocol's own rule option (du's vote): deprecated, one way to say it
-        f = "--" + k.replace("_", "-")
-        if not rule.protocol: raise _usage(k, f"{f} and --decision both say how the team decides; give --decision only ({f} is deprecated: --decision {options[k]} decides as {f} {options[k]} did)")
-        said.append(f"{f} is deprecated: say --decision {options[k]}")
-    specs = {"--" + k.replace("_", "-"): options.get(k) for k in spec_options(proto)}     # --judge, --moderator, --supervisor
-    try: check_api_keys(agents, {"--decision": rule.backend if rule.judge else None, **specs})   # before any call and any folder
-    except OptionError as e: raise _usage(e.option, e.message) from None
-    check_logprobs(rule, agents)                    # confidence:logprob: backends that give log-probabilities (a bad --decision), asked for them; a simulated signal calibrated
-    if (note := signal_note(rule, agents, proto.weighs)): notes["simulated_signal"] = note; said.append(note)     # config.json and the command say it
-    if majority_error and item_filter is not None: raise OptionError("item_filter", "give item_filter or majority_error (a MajorityErrorFilter's agents), not both")
-    f = item_filter if item_filter is not None else (MajorityErrorFilter(majority_error) if majority_error else None)
-    if f is not None:
-        if not isinstance(f, ItemFilter): raise OptionError("item_filter", f"must be an ItemFilter (e.g. MajorityErrorFilter(3)); got {type(f).__name__}")
-        items, notes[f.option], line = _filtered(items, members, f, n, seed, cache, concurrency); said.append(line)
+    items, notes = _run_items(proto, options, task, data, items, n, size, notes, said,
+                              keep_n=not (majority_error or item_filter is not None))
+    members, agents = _run_team(proto, team, options, _team_hook, budget, endpoint, structured, params, cache)
+    rule = _run_rule(proto, decision, options, agents, notes, said)
+    items = _run_filter(items, members, majority_error, item_filter, n, seed, cache, concurrency, notes, said)
     settings = proto.validate(options)
-    if settings.get("topology") is not None:          # a graph that names no debater, a random:K too large for the team: before any folder
+    if settings.get("topology") is not None:          # a graph naming no debater, a random:K too large: refused now
         topology_neighbours(settings["topology"], [a.name for a in agents if a.role not in EXTRA_ROLES], seed)
     items = _check_items(proto, items)
     for it in items: check_decision(rule, it, proto.name, settings)       # what the rule needs, before any call
-    check_signal(rule, agents)                      # and a signal it weighs that synthetic agents simulate: calibrated, as their specs state
+    check_signal(rule, agents)                      # a signal it weighs that synthetic agents simulate: calibrated
     if name is None:
         name = run_name(proto, items, [a for a in agents if a.role not in proto.side_roles], settings, seed)
         if not rule.protocol: name += "_decision-" + re.sub(r"[^A-Za-z0-9.+-]+", "-", rule.spec)
-    where = folder if folder is not None else store_path(out) / name if out is not None else None    # a folder as given: a path or a URL
-    run = dict(concurrency=concurrency, resume=resume, progress=progress, budget=budget, on_error=on_error, screen=screen, lock_timeout=lock_timeout,
-               desc=desc, max_tokens=max_tokens, temperature=temperature, prices=prices)
+    where = folder if folder is not None else store_path(out) / name if out is not None else None    # a path or a URL
+    run = dict(concurrency=concurrency, resume=resume, progress=progress, budget=budget, on_error=on_error,
+               screen=screen, lock_timeout=lock_timeout, desc=desc, max_tokens=max_tokens, temperature=temperature,
+               prices=prices)
     return RunPlan(proto, items, agents, settings, rule, name, where, seed, notes, said, run)
 
 # %% ../nbs/08_run.ipynb #b20b3ffa
@@ -503,8 +534,7 @@ async def arun_experiment(protocol, items=None, team=None, out=None, *, _stop: _
                 if status["reason"]:
                     rows[iid] = {"item_id": iid, "protocol": proto.name, "status": "not_run", "error": status["reason"]}
                 else: await _record(proto, folder, iid, await _debate_item(proto, iid, it, agents, settings, seed,
-                                                                           budget, on_error, screen, status, rule),
-                                    rows, transcripts, status)
+                                    budget, on_error, screen, status, rule), rows, transcripts, status)
                 bar.update()
         try: await _drain([asyncio.ensure_future(one(iid, it)) for iid, it in todo], stop, status)
         finally: bar.close()

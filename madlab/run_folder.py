@@ -336,6 +336,6 @@ def _read_whole(run, lock_timeout: float = 0):
         try: now = read_table(run.folder.path / "results.parquet")
         except Exception: now = None                     # no table (yet): opened again, from the transcripts
         col = lambda df, c: list(df[c].astype(str)) if c in df else None
-        same = now is not None and len(now) == len(run.df) and all(col(now, c) == col(run.df, c)
-                                                                   for c in ("item_id", "status", "correct"))
+        same = (now is not None and len(now) == len(run.df)
+                and all(col(now, c) == col(run.df, c) for c in ("item_id", "status", "correct")))
         yield run if same else type(run)(run.path, run.prices)

@@ -55,17 +55,18 @@ def test_the_check_finds_a_long_cell(tmp_path):
 # definition with its sentence and example; wrap long lines by hand) and add it here.
 STYLED = [
     "00_core.ipynb", "00_registry.ipynb", "00a_formats.ipynb", "00b_store.ipynb", "00c_redact.ipynb",
-    "00d_pages.ipynb", "00e_jsontext.ipynb", "01_backends.ipynb", "01a_models.ipynb", "01b_synthetic.ipynb",
-    "01c_resilience.ipynb", "01d_openai.ipynb", "01e_schema_mask.ipynb", "01f_prefix_store.ipynb", "01g_hf.ipynb",
-    "01h_cache.ipynb", "01i_replay.ipynb", "01j_synthetic_provider.ipynb", "01k_backends_package.ipynb", "02_agents.ipynb",
-    "03_scoring.ipynb", "03a_cost.ipynb", "04_tasks.ipynb", "04a_market.ipynb", "04b_pairwise.ipynb",
-    "04c_public_data.ipynb", "04d_arith.ipynb", "04d_protocol.ipynb", "04e_gsm8k.ipynb", "04f_mmlu.ipynb",
-    "04g_safety.ipynb", "04h_scenario.ipynb", "05_puzzles.ipynb", "05b_kks.ipynb", "05c_dynamics.ipynb",
-    "05d_kks_task.ipynb", "05e_puzzle_sets.ipynb", "07a_du_log.ipynb", "08a_run_folder.ipynb", "08b_rescore.ipynb", "08c_run_result.ipynb",
-    "10a_controlmad_log.ipynb", "13a_critic_actor_log.ipynb",
-    "14a_agentverse_rules.ipynb", "14b_agentverse_memory.ipynb", "14c_agentverse_parsers.ipynb", "14e_agentverse_package.ipynb", "20_viz.ipynb",
-    "20a_positions.ipynb", "21_widgets.ipynb", "22_live.ipynb", "23a_baselines_budget.ipynb", "23b_blame.ipynb",
-    "23c_export.ipynb", "23d_gains.ipynb", "23e_attribute.ipynb", "50_controlmad_tour.ipynb", "51_stepper_tour.ipynb", "index.ipynb",
+    "00d_pages.ipynb", "00e_jsontext.ipynb", "00f_stats.ipynb", "01_backends.ipynb", "01a_models.ipynb",
+    "01b_synthetic.ipynb", "01c_resilience.ipynb", "01d_openai.ipynb", "01e_schema_mask.ipynb",
+    "01f_prefix_store.ipynb", "01g_hf.ipynb", "01h_cache.ipynb", "01i_replay.ipynb", "01j_synthetic_provider.ipynb",
+    "01k_backends_package.ipynb", "02_agents.ipynb", "03_scoring.ipynb", "03a_cost.ipynb", "04_tasks.ipynb",
+    "04a_market.ipynb", "04b_pairwise.ipynb", "04c_public_data.ipynb", "04d_arith.ipynb", "04d_protocol.ipynb",
+    "04e_gsm8k.ipynb", "04f_mmlu.ipynb", "04g_safety.ipynb", "04h_scenario.ipynb", "05_puzzles.ipynb",
+    "05b_kks.ipynb", "05c_dynamics.ipynb", "05d_kks_task.ipynb", "05e_puzzle_sets.ipynb", "07a_du_log.ipynb",
+    "08_run.ipynb", "08a_run_folder.ipynb", "08b_rescore.ipynb", "08c_run_result.ipynb", "10a_controlmad_log.ipynb",
+    "13a_critic_actor_log.ipynb", "14a_agentverse_rules.ipynb", "14b_agentverse_memory.ipynb",
+    "14c_agentverse_parsers.ipynb", "14e_agentverse_package.ipynb", "20_viz.ipynb", "20a_positions.ipynb",
+    "21_widgets.ipynb", "22_live.ipynb", "23a_baselines_budget.ipynb", "23b_blame.ipynb", "23c_export.ipynb",
+    "23d_gains.ipynb", "23e_attribute.ipynb", "50_controlmad_tour.ipynb", "51_stepper_tour.ipynb", "index.ipynb",
 ]
 LINE_LENGTH = 120   # pyproject.toml [tool.ruff] line-length; ruff's E501 checks it in every code cell
 
