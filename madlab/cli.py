@@ -10,7 +10,8 @@ import contextlib, os, re, signal, sys
 from pathlib import Path
 import click
 from .core import OptionError
-from .cli_options import _PathOrURL, _common_params, _decision_cb, _flag, _option_doc, _option_param, _out_cb, _option_error
+from .cli_options import (_PathOrURL, _common_params, _decision_cb, _flag, _option_doc, _option_param, _out_cb,
+                                _option_error, _spec_cb)
 
 # %% auto #0
 __all__ = ['main', 'run', 'protocol_command', 'protocols_cmd', 'tasks_cmd', 'decisions_cmd', 'backends_cmd', 'rescore_cmd',
@@ -510,7 +511,7 @@ def gains_cmd(run_dir, vote, n_boot, seed):
 @click.argument("run_dir", type=_PathOrURL(exists=True, file_okay=False), callback=_run_dir_cb)
 @click.option("--method", type=click.Choice(["all-at-once", "step-by-step", "binary-search"]), default="all-at-once",
               show_default=True, help="Who&When's method: the whole log at once, step by step, or binary search")
-@click.option("--judge", required=True, metavar="SPEC",
+@click.option("--judge", required=True, metavar="SPEC", callback=_spec_cb,
               help="The judge's backend spec (e.g. hf:smollm2, openai:MODEL; synthetic:skill=0.7 for checks)")
 @click.option("--items", metavar="wrong|all|ID,...", default="wrong", show_default=True,
               help="The items to attribute: wrong (those the run decided wrong), all, or ids, comma-separated")

@@ -49,7 +49,7 @@ def test_conviction_lowers_right_to_wrong_under_a_wrong_majority(tmp_path, size,
 @pytest.mark.parametrize(
     "protocol, kw",
     [
-        ("critic_actor", {}),
+        ("critic_actor", {"task": "arith"}),     # its default task, GSM8K, is public data a clone may lack
         ("s4", {}),
         ("controlmad", {"size": 4}),
         ("eot", {}),
