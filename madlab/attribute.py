@@ -162,7 +162,10 @@ def blame_causes(run: OpenRun, folder=None) -> pd.DataFrame:
         raise OptionError("run", f"{run.name} has no blame ({f} is missing): make one with `madlab blame {run.path} "
                           "--intervention gold,neutral` (or `run.blame('wrong', 'gold,neutral')`), then compare again")
     df = pd.read_parquet(f)
-    df = df[df.intervention.isin(["gold", "neutral"])]
+    df = df[df.intervention.isin(["gold", "neutral"]) & (df.scope.eq("turn") if "scope" in df else True)]
+    if not len(df):                                   # agent-level forks only: an attribution names a turn
+        raise OptionError("run", f"{run.name}'s blame holds no turn-level gold or neutral forks ({f}): make them with "
+                          f"`madlab blame {run.path} --intervention gold,neutral` (scope turn), then compare again")
     r = blame_ranking(df)
     rows = []
     for iid, g in r.groupby("item", sort=False):

@@ -118,3 +118,14 @@ def test_the_smollm2_judge_runs_end_to_end(tmp_path):
         assert len(a.df) == len(ids) and set(a.df.status) <= {"attributed", "agent only", "invalid", "none"}
         assert a.calls >= len(ids) and len(list(a.folder.glob(f"{m}.hf_smollm2*.replies.jsonl"))) == 1
         assert (vs.level == "turn").any() and (vs["items"] <= len(ids)).all()
+
+
+def test_agent_level_blame_alone_is_not_graded_as_turns(tmp_path):
+    "An attribution names a turn: a blame holding agent-level forks only is refused, saying how to make turn-level ones."
+    from madlab.core import OptionError
+    team = [HONEST.format(seed=k) for k in (1, 2)] + ["synthetic:saboteur"]
+    run_experiment("du", items=toy_arith_items(30, seed=1), team=team, out=tmp_path / "run", cache=False, rounds=1)
+    run = open_run(tmp_path / "run")
+    run.blame("wrong", "gold,neutral", scope="agent", cache=False)
+    with pytest.raises(OptionError, match="no turn-level gold or neutral forks.*--intervention gold,neutral"):
+        run_attribution(run, "all-at-once", "synthetic:skill=0.9", cache=False)
