@@ -22,12 +22,12 @@ __all__ = ['main', 'run', 'protocol_command', 'protocols_cmd', 'tasks_cmd', 'dec
 class _Protocols(click.Group):
     "`madlab run PROTOCOL`: a command per registered protocol, made when asked for."
     def list_commands(self, ctx):
-        from madlab.debate import PROTOCOLS, _load_protocol_modules
+        from madlab.protocol import PROTOCOLS, _load_protocol_modules
         _load_protocol_modules()
         names = PROTOCOLS.names()                   # those installed packages offer too
         return sorted(k for k in names if not k.startswith("_") and (k not in PROTOCOLS or PROTOCOLS[k].listed))
     def get_command(self, ctx, name):
-        from madlab.debate import get_protocol
+        from madlab.protocol import get_protocol
         try: return protocol_command(get_protocol(name))
         except ValueError: return None
     def resolve_command(self, ctx, args):
@@ -90,7 +90,7 @@ class _ProtocolCommand(click.Command):
 
 def _refusal(proto, flag) -> str|None:
     "Why `madlab run PROTOCOL` offers no `flag` that other protocols take (None: no protocol takes it)."
-    from madlab.debate import PROTOCOLS, _load_protocol_modules
+    from madlab.protocol import PROTOCOLS, _load_protocol_modules
     from madlab.tasks import sized_tasks
     axis = {"--topology": "topology", "--stop-on": "stop_on"}.get(flag)
     if axis:
@@ -178,7 +178,7 @@ def _run_dir_cb(ctx, param, value):
 @main.command("protocols")
 def protocols_cmd():
     "List every protocol with its description and options."
-    from madlab.debate import get_protocol
+    from madlab.protocol import get_protocol
     for name in run.list_commands(None):
         p = get_protocol(name)
         click.echo(f"{name}: {p.doc}" + (f"  [tasks: {', '.join(p.tasks)}]" if p.tasks else ""))
@@ -203,7 +203,7 @@ def tasks_cmd():
 def decisions_cmd():
     "List every decision rule `--decision` and `rescore --decision` take, protocols' rule sets (s4:NAME) included."
     from madlab.decisions import DECISIONS
-    from madlab.debate import _load_protocol_modules
+    from madlab.protocol import _load_protocol_modules
     _load_protocol_modules()                    # a protocol's rule sets register with its module
     _echo_listing(DECISIONS.listing())
 

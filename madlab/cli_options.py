@@ -100,7 +100,7 @@ def _decision_cb(ctx, param, value):
     if value is None: return None
     from madlab.decisions import DECISIONS, get_decision
     if value.strip() not in DECISIONS and value.strip().partition(":")[0] not in DECISIONS:
-        from madlab.debate import _load_protocol_modules
+        from madlab.protocol import _load_protocol_modules
         _load_protocol_modules()                    # a protocol's own rule sets (s4:strict) register with its module
     try: rule = get_decision(value)
     except OptionError as e: raise click.BadParameter(e.message) from None

@@ -11,7 +11,7 @@ from pathlib import Path
 import madlab
 from .core import *
 from .formats import answer_format
-from .debate import get_protocol
+from .protocol import get_protocol
 from .run import _finish_run
 from .run_folder import RunFolder, write_item_outputs
 from .run_result import RunResult

@@ -311,7 +311,7 @@ def decisions(self: OpenRun, rules=None, n_boot: int = 2000, seed: int = 0) -> p
     import asyncio, numpy as np
     from madlab.core import answer_key, runtime_loop
     from madlab.decisions import get_decision, check_decision, check_logprobs_recorded, aredecide, signal_note
-    from madlab.debate import PROTOCOLS
+    from madlab.protocol import PROTOCOLS
     from madlab.rescore import _judge
     from madlab.scoring import score_result
     found, _ = self.folder.transcripts()

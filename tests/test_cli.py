@@ -320,7 +320,7 @@ def _listed(text: str) -> list:
 @pytest.mark.parametrize("option", ["order", "visibility", "selector", "updater", "describer", "memory", "aggregation"])
 def test_agentverse_help_and_errors_list_the_same_names(option):
     from madlab.cli import protocol_command
-    from madlab.debate import get_protocol
+    from madlab.protocol import get_protocol
     cmd = protocol_command(get_protocol("agentverse"))
     helped = _listed(next(p for p in cmd.params if p.name == option).help)
     r = invoke("run", "agentverse", f"--{option}", "nosuch")
@@ -338,7 +338,7 @@ def test_an_unknown_protocol_lists_the_protocols():
 
 def test_run_help_gives_each_protocol_s_short_help_whole():
     from madlab.cli import run
-    from madlab.debate import get_protocol
+    from madlab.protocol import get_protocol
     out = " ".join(invoke("run", "--help").output.split())
     for p in run.list_commands(None):
         short = get_protocol(p).doc.split(": ")[0]

@@ -171,7 +171,7 @@ def test_exhausted_retries_fail_their_rows_and_the_batch_completes(fake_server):
     routed = [r for _, b, r in srv.log if any(p in " ".join(str(m["content"]) for m in r["messages"]) for p in broken)]
     assert len(routed) == 2 * 3 * 4
 
-from madlab.debate import protocol
+from madlab.protocol import protocol
 from madlab.protocols.baselines import du
 
 @protocol("_du_that_breaks", limits={"rounds": (0, 20)})

@@ -9,7 +9,8 @@ import pytest
 from click.testing import CliRunner
 from madlab.cli import main
 from madlab.cli_options import _agents_cb, _file_cb, _spec_cb
-from madlab.debate import PROTOCOLS, Debate, _load_protocol_modules
+from madlab.debate import Debate
+from madlab.protocol import PROTOCOLS, _load_protocol_modules
 from madlab.run import resolve_run
 from madlab.core import OptionError
 from madlab.tasks.arith import toy_arith_items

@@ -13,7 +13,7 @@ MODULE = '''
 import dataclasses
 from madlab.formats import Task, register_task, TASKS
 from madlab.tasks.arith import toy_arith_items
-from madlab.debate import protocol, get_protocol
+from madlab.protocol import protocol, get_protocol
 from madlab.decisions import Plurality
 from madlab.backends import get_backend
 
@@ -93,7 +93,7 @@ def test_outside_entries_are_offered_unloaded_then_found_and_listed(outside):
         import sys
         from madlab.tasks import TASKS, get_task
         from madlab.decisions import DECISIONS, get_decision
-        from madlab.debate import PROTOCOLS, get_protocol
+        from madlab.protocol import PROTOCOLS, get_protocol
         from madlab.backends import BACKEND_PROVIDERS, backend_kinds
         assert "labext" not in sys.modules and "ext_arith" not in TASKS and "ext_arith" in TASKS.names()   # offered
         assert "ext_first" in DECISIONS.names() and "ext_solo" in PROTOCOLS.names() and "extbe" in backend_kinds()
@@ -114,7 +114,7 @@ def test_without_the_package_the_names_are_unknown(tmp_path):
 
 @pytest.mark.parametrize("lookup, words", [
     ("from madlab.tasks import get_task as f; f('arth')", "task: unknown task 'arth' (did you mean 'arith'"),
-    ("from madlab.debate import get_protocol as f; f('controlmd')",
+    ("from madlab.protocol import get_protocol as f; f('controlmd')",
      "unknown protocol 'controlmd' (did you mean 'controlmad'?); choose from "),
     ("from madlab.decisions import get_decision as f; f('pluralty')",
      "decision: unknown decision rule 'pluralty' (did you mean 'plurality'?)"),

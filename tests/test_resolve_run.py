@@ -20,7 +20,7 @@ def test_every_protocol_is_covered():
 def _task_args(name) -> list:
     "No --task (the protocol's default) when its data is here; else the protocol's next task that has its own data (critic_actor's gsm8k needs GSM8K)."
     from madlab.core import OptionError
-    from madlab.debate import get_protocol
+    from madlab.protocol import get_protocol
     for task in [None, *(get_protocol(name).tasks or ())[1:]]:
         try: resolve_run(name, task=task, n=1, cache=False); return [] if task is None else ["--task", task]
         except OptionError as e:

@@ -188,7 +188,7 @@ def test_the_sized_tasks_are_known_in_one_place():
     "`sized_tasks` is what the command line offers --size for and what a size's refusal names."
     from madlab.cli_options import _sized_tasks
     from madlab.core import OptionError
-    from madlab.debate import get_protocol
+    from madlab.protocol import get_protocol
     from madlab.formats import Task, register_task
     from madlab.scoring import TEXT
     from madlab.tasks import TASKS, sized_tasks, task_items

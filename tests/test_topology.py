@@ -7,7 +7,8 @@ import pytest
 from click.testing import CliRunner
 from madlab.core import Backend, Completion, Usage, OptionError, Transcript
 from madlab.agents import Agent
-from madlab.debate import Debate, fork, from_transcript, get_protocol
+from madlab.debate import Debate, fork, from_transcript
+from madlab.protocol import get_protocol
 from madlab.tasks.arith import toy_arith_items
 from madlab.run import run_experiment
 from madlab.cli import main
