@@ -75,7 +75,7 @@ def to_jsonable(o):
     if info is not None or (dataclasses.is_dataclass(o) and not isinstance(o, type)):
         name, names, values = info or _dataclass_info(t)
         vals = values(o) if values else None      # a class may give other values to store (see `Transcript`)
-        d = ({f: v if type(v := vals[f]) in _PLAIN else to_jsonable(v) for f in names} if vals else
+        d = ({f: v if type(v := vals[f]) in _PLAIN else to_jsonable(v) for f in names if f in vals} if vals else
              {f: v if type(v := getattr(o, f)) in _PLAIN else to_jsonable(v) for f in names})
         return {"__type__": name, **d}
     if isinstance(o, tuple): return {"__tuple__": [to_jsonable(x) for x in o]}
@@ -316,8 +316,11 @@ class Item:
     gold: Any = None        # the gold answer in the task's answer form (None when unknown)
     data: Any = None        # the task's structured object (e.g. a `Puzzle`), serialisable
     meta: dict = field(default_factory=dict)
+    context: str|None = None  # hidden evidence (a story, a solution) that only the roles allowed to see it are shown
 
     def text(self) -> str: return self.prompt
+    def _json_values(self) -> dict:             # JSON without a context keeps the layout it had before there was one
+        return vars(self) if self.context is not None else {k: v for k, v in vars(self).items() if k != "context"}
 
 # %% ../nbs/00_core.ipynb #725613a3
 _UMASK_LOCK = threading.Lock()

@@ -60,7 +60,7 @@ STYLED = [
     "01f_prefix_store.ipynb", "01g_hf.ipynb", "01h_cache.ipynb", "01i_replay.ipynb", "01j_synthetic_provider.ipynb",
     "01k_backends_package.ipynb", "02_agents.ipynb", "03_scoring.ipynb", "03a_cost.ipynb", "04_tasks.ipynb",
     "04a_market.ipynb", "04b_pairwise.ipynb", "04c_public_data.ipynb", "04d_arith.ipynb", "04d_protocol.ipynb",
-    "04e_gsm8k.ipynb", "04f_mmlu.ipynb", "04g_safety.ipynb", "04h_scenario.ipynb", "05_puzzles.ipynb",
+    "04e_gsm8k.ipynb", "04f_mmlu.ipynb", "04g_safety.ipynb", "04h_scenario.ipynb", "04i_quotes.ipynb", "05_puzzles.ipynb",
     "05b_kks.ipynb", "05c_dynamics.ipynb", "05d_kks_task.ipynb", "05e_puzzle_sets.ipynb", "07a_du_log.ipynb",
     "08_run.ipynb", "08a_run_folder.ipynb", "08b_rescore.ipynb", "08c_run_result.ipynb", "10a_controlmad_log.ipynb",
     "13a_critic_actor_log.ipynb", "14a_agentverse_rules.ipynb", "14b_agentverse_memory.ipynb",
