@@ -15,7 +15,7 @@ from .core import Ask, Item, OptionError, Round, Transcript, Turn, runtime_loop,
 from .formats import FORMATS, AnswerFormat, register_format
 from .synthetic import believes_gold, synthetic_rng
 from .agents import Budget, BudgetExceeded, check_spec, make_team, with_cache
-from .imports import LogError, LogFormat, _agent, _meta
+from .imports import LogError, LogFormat, _agent, _meta, register_log_format
 from .run_folder import safe_name
 from .runs import OpenRun, open_run
 from .blame import _chosen, blame_ranking
@@ -445,6 +445,8 @@ class WhoWhenLog(LogFormat):
         result = {"answer": None, "reason": "a failed task logged by Who&When (its final answer is not in the log)"}
         return Transcript(self.protocol, item, [_agent(a, model) for a in names], {"seed": 0}, rounds,
                           {}, result, meta)
+
+register_log_format(WhoWhenLog())     # `madlab import who-when PATH`; found through the entry point
 
 # %% ../nbs/23e_attribute.ipynb #a65cfb7f
 def import_who_when(path, out, model: str|None = None):

@@ -83,6 +83,12 @@ def test_who_when_logs_import_and_are_attributed(tmp_path):
     assert len(open_run(tmp_path / "run2").df) == 2
     (tmp_path / "bad.json").write_text(json.dumps({"history": [{"content": "no speaker"}], "question": "q"}))
     with pytest.raises(ValueError, match="name or role"): import_who_when(tmp_path / "bad.json", tmp_path / "run3")
+    p = _cli("import", "who-when", str(tmp_path / "logs"), "--out", str(tmp_path / "cli"))     # the command line's import
+    assert p.returncode == 0 and "4 items" in p.stdout, p.stdout + p.stderr
+    (cli_run,) = (tmp_path / "cli").iterdir()
+    assert list(label_causes(open_run(cli_run).folder.transcripts()[0]).turns.iloc[0]) == [("WebSurfer", 2)]
+    p = _cli("import", "who-when", str(tmp_path / "bad.json"), "--out", str(tmp_path / "cli2"))
+    assert p.returncode != 0 and "name or role" in p.stderr and "Traceback" not in p.stderr, p.stderr
 
 def _cli(*args):
     return subprocess.run([sys.executable, "-m", "madlab.cli", *args], capture_output=True, text=True, timeout=600)
