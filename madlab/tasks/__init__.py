@@ -1,4 +1,4 @@
-"""Finding a task and loading its items. Every built-in task is one module of this package (`madlab.tasks.arith`, `.gsm8k`, `.kks`, `.market`, `.mmlu`, `.pairwise`, `.safety`, `.scenario`), each with its loader, answer format, default data and items, found by scanning the package; other packages add tasks through the `madlab.tasks` entry-point group; a YAML task file is a task too.
+"""Finding a task and loading its items. Every built-in task is one module of this package (`madlab.tasks.arith`, `.gsm8k`, `.kks`, `.market`, `.mmlu`, `.pairwise`, `.safety`, `.scenario`, `.stories`), each with its loader, answer format, default data and items, found by scanning the package; other packages add tasks through the `madlab.tasks` entry-point group; a YAML task file is a task too.
 
 Docs: https://madlab.github.io/madlab/tasks.html.md"""
 
@@ -92,7 +92,8 @@ def task_items(task, data=None, size=None) -> list[Item]:
     except (ValueError, OSError) as e: raise OptionError("data", f"not {t.what} ({e})") from None
 
 # %% ../../nbs/04_tasks.ipynb #84380bf4
-_TASK_FIELDS = {"name", "data", "split", "columns", "id", "prompt", "gold", "answer", "instructions", "description"}
+_TASK_FIELDS = {"name", "data", "split", "columns", "id", "prompt", "gold", "answer", "instructions", "description",
+                "context"}
 
 def _env():
     import jinja2.sandbox, jinja2
@@ -217,7 +218,7 @@ def load_task_file(path) -> Task:
         name = spec["name"]
         if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z][\w.-]*", name):
             raise ValueError(f"{path}: field name: letters, digits, '_', '.', '-'; got {name!r}")
-        fs = {k: _template(spec[k], path, k) for k in ("prompt", "gold")}
+        fs = {k: _template(spec[k], path, k) for k in ("prompt", "gold", "context") if k in spec}
         fs["id"] = _template(spec.get("id") or f"{name}-{{{{ '%04d' % index }}}}", path, "id")
         fmt = _file_format(name, spec["answer"], path, spec.get("instructions"))
     except ValueError as e: raise OptionError("task", str(e)) from None
@@ -244,7 +245,7 @@ def _file_items(name, fs, records, path, fmt=None) -> list[Item]:
     out = []
     for i, (where, rec) in enumerate(records):
         vals = {}
-        for k in ("id", "prompt", "gold"):
+        for k in (k for k in ("id", "prompt", "gold", "context") if k in fs):
             try: vals[k] = fs[k]({**rec, "index": i})
             except J.SecurityError as e:
                 raise OptionError("task", f"{path}: field {k}: the template reaches for what a task file may not "
@@ -257,7 +258,9 @@ def _file_items(name, fs, records, path, fmt=None) -> list[Item]:
         # every debate would fail, or every reply be scored wrong
         if fmt is not None and (why := _gold_problem(fmt, gold)):
             raise OptionError("task", f"task file {path}, field 'gold': {why} (record {where}, id {vals['id']})")
-        out.append(Item(str(vals["id"]), name, vals["prompt"], gold, meta={"line": rec["line"], "file": rec["file"]}))
+        ctx = vals.get("context")
+        out.append(Item(str(vals["id"]), name, vals["prompt"], gold, meta={"line": rec["line"], "file": rec["file"]},
+                        context=str(ctx) if ctx is not None and str(ctx).strip() else None))
     return out
 
 def _gold(g):
