@@ -71,3 +71,42 @@ def test_a_protocol_shows_the_context_with_context_prompt_and_records_who_saw_it
     meta = {}
     record_context_seen(meta, ["Debater A"]); record_context_seen(meta, ["Debater B", "Debater A"])
     assert meta == {"context_seen_by": ["Debater A", "Debater B"]}
+
+
+# the solution as hidden context: task variants ------------------------------------------------------------------------
+import pandas as pd
+from conftest import needs_public_data
+from madlab.core import public_data
+from madlab.tasks.gsm8k import load_gsm8k
+from madlab.tasks.kks import kks_solution
+from madlab.puzzles import solve
+
+def test_kks_solution_runs_with_a_size_and_the_run_records_the_variant(tmp_path):
+    out = CliRunner().invoke(main, ["tasks"])
+    assert out.exit_code == 0 and "kks-solution:" in out.output and "gsm8k-solution:" in out.output
+    r = CliRunner().invoke(main, ["run", "du", "--task", "kks-solution", "--size", "4", "--n", "3", "--out", str(tmp_path),
+                                  "--name", "r", "--no-cache", "--no-progress", "--rounds", "1"])
+    assert r.exit_code == 0, r.output
+    run = tmp_path / "r"
+    assert json.loads((run / "config.json").read_text())["task"] == "kks-solution"
+    assert set(pd.read_parquet(run / "results.parquet").task) == {"kks-solution"}
+    ts = [Transcript.from_json(p) for p in sorted(run.rglob("transcript.json"))]
+    assert len(ts) == 3
+    for t in ts:
+        roles = dict(line[:-1].split(" is a ") for line in t.item.context.splitlines())
+        assert roles == t.item.gold and solve(t.item.data) == [roles] and t.item.meta["context_from"] == "the solution"
+        assert t.meta["context_seen_by"] == []
+        sent = json.dumps([tu.messages for rd in t.rounds for tu in rd.turns])
+        assert json.dumps(t.item.context)[1:-1] not in sent and t.item.prompt.splitlines()[-1] in sent   # shown to nobody
+
+@needs_public_data("GSM8K's test set", "gsm8k", "test.jsonl")
+def test_gsm8k_solution_carries_the_reference_solution():
+    from madlab.tasks import task_items
+    base, var = load_gsm8k(public_data("gsm8k", "test.jsonl")), task_items("gsm8k-solution")
+    assert [(b.prompt, b.gold) for b in base] == [(v.prompt, v.gold) for v in var] and len(var) > 1000
+    for b, v in zip(base[:200], var[:200]):
+        steps = b.meta["solution"].rsplit("####", 1)[0]
+        assert v.context.endswith(f"Answer: {b.meta['solution'].rsplit('####', 1)[1].strip()}")
+        plain = ["".join(o.replace(">>", "<<").split("<<")[::2]).strip() for o in steps.strip().splitlines()]
+        assert v.context.splitlines()[:-1] == plain and "<<" not in v.context        # the steps, calculator notes out
+        assert v.task == "gsm8k-solution" and v.context not in v.prompt

@@ -91,7 +91,7 @@ def test_default_items_come_from_the_task_not_its_name():
     from madlab.run import resolve_run
     from madlab.tasks import TASKS
     assert TASKS["kks"].default_items == tuple(range(1, 21))
-    assert all(t.default_items is None for k, t in TASKS.items() if k not in ("kks", "stories"))
+    assert all(t.default_items is None for k, t in TASKS.items() if k not in ("kks", "kks-solution", "stories"))
     assert '"kks"' not in inspect.getsource(resolve_run)
     plan = resolve_run("controlmad", "kks", size=4)
     assert [it.id for it in plan.items] == [f"kks-4-{i:04d}" for i in range(1, 21)] or len(plan.items) == 20
@@ -194,6 +194,6 @@ def test_the_sized_tasks_are_known_in_one_place():
     from madlab.tasks import TASKS, sized_tasks, task_items
     register_task(Task("tmp_sized", lambda data, size: [], TEXT, None, "nothing", own_data=True, size="rows"))
     try:
-        assert sized_tasks() == ["kks", "tmp_sized"] and _sized_tasks(get_protocol("du")) == ["kks", "tmp_sized"]
-        with pytest.raises(OptionError, match=r"only kks, tmp_sized does"): task_items("arith", size=3)
+        assert sized_tasks() == _sized_tasks(get_protocol("du")) == ["kks", "kks-solution", "tmp_sized"]
+        with pytest.raises(OptionError, match=r"only kks, kks-solution, tmp_sized does"): task_items("arith", size=3)
     finally: TASKS.unregister("tmp_sized")

@@ -8,6 +8,7 @@ Docs: https://madlab.github.io/madlab/tasks.html.md"""
 from __future__ import annotations
 import csv, dataclasses, hashlib, importlib, io, pkgutil, re
 from pathlib import Path
+from typing import Callable
 from ..core import Item, OptionError, madlab_data
 from ..jsontext import _read_jsonl
 from ..formats import Task, TASKS, register_task
@@ -15,7 +16,8 @@ from ..scoring import extract_number, parse_choice, _to_number, NUMBER, CHOICE, 
 from ..public_sets import PUBLIC_SETS, public_set_path, missing_set
 
 # %% auto #0
-__all__ = ['TASK_FILES', 'task_modules', 'get_task', 'sized_tasks', 'task_data', 'task_items', 'load_task_file']
+__all__ = ['TASK_FILES', 'task_modules', 'get_task', 'sized_tasks', 'task_data', 'task_items', 'context_variant',
+           'load_task_file']
 
 # %% ../../nbs/04_tasks.ipynb #eb334799
 _CSV_FIELD_LIMIT = 16 * 2**20   # 16 MiB: the csv module's default limit (128 KiB) rejects long prompts
@@ -90,6 +92,17 @@ def task_items(task, data=None, size=None) -> list[Item]:
     try: return t.load(path, size)
     except OptionError: raise
     except (ValueError, OSError) as e: raise OptionError("data", f"not {t.what} ({e})") from None
+
+# %% ../../nbs/04_tasks.ipynb #ctxvar02
+def context_variant(task, name: str, context: Callable, what: str) -> Task:
+    """Register the task `name`: the items of `task` (its data, size, default items and answer format), each with the
+    hidden context `context(item)` and `meta["context_from"] = what`; returns it."""
+    base = get_task(task)
+    def load(data, size):
+        return [dataclasses.replace(it, task=name, context=context(it), meta={**it.meta, "context_from": what})
+                for it in base.load(data, size)]
+    return register_task(dataclasses.replace(base, name=name, load=load,
+                                             doc=f"{base.doc}, with {what} as hidden context"))
 
 # %% ../../nbs/04_tasks.ipynb #84380bf4
 _TASK_FIELDS = {"name", "data", "split", "columns", "id", "prompt", "gold", "answer", "instructions", "description",
