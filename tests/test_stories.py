@@ -1,7 +1,7 @@
 """The generated hidden-passage task `stories`: over every knob and several seeds, each item's gold is what an independent
 solver finds (from the planted facts, and from the story's own sentences), the distractor is a fact of the same story
 that does not answer, the right letter is balanced; `madlab run du --task stories` runs on its default items."""
-import collections, itertools
+import collections, itertools, re
 import pandas as pd
 from click.testing import CliRunner
 from madlab.cli import main
@@ -55,3 +55,19 @@ def test_stories_run_on_the_command_line_with_default_items(tmp_path):
     df = pd.read_parquet(tmp_path / "s" / "results.parquet")
     assert df.item_id.nunique() == 5 and set(df.task) == {"stories"} and df.answer.dropna().isin(["A", "B"]).all()
     assert df.answer.notna().mean() > 0.8
+
+def test_a_saved_set_of_stories_runs_with_data_and_a_wrong_gold_is_refused(tmp_path):
+    from madlab.tasks.stories import save_stories
+    items = story_items(6, 9, facts=20, closeness="far", hops=3)
+    f = save_stories(items, tmp_path / "mine.jsonl")
+    r = CliRunner().invoke(main, ["run", "du", "--task", "stories", "--data", str(f), "--out", str(tmp_path / "o"),
+                                  "--name", "s", "--no-cache", "--no-progress", "--items", "1-6"])
+    assert r.exit_code == 0, r.output
+    assert sorted(pd.read_parquet(tmp_path / "o" / "s" / "results.parquet").item_id) == sorted(i.id for i in items)
+    lines = f.read_text().splitlines()
+    other = {'"gold": "A"': '"gold": "B"', '"gold": "B"': '"gold": "A"'}
+    lines[2] = re.sub('"gold": "[AB]"', lambda m: other[m[0]], lines[2])
+    f.write_text("\n".join(lines) + "\n")
+    r = CliRunner().invoke(main, ["run", "du", "--task", "stories", "--data", str(f), "--out", str(tmp_path / "o2"),
+                                  "--no-cache", "--no-progress", "--n", "6"])
+    assert r.exit_code == 2 and "mine.jsonl:3: field gold" in r.output and "Traceback" not in r.output, r.output
