@@ -172,6 +172,9 @@ async def ask(self: Agent, prompt: str|None, *, kind="text", parse: Callable|Non
         turn.meta["compute_seconds"] = c.meta["compute_seconds"]
     # the mean log-probability of the reply's tokens (asked with logprobs=True)
     if "logprob" in c.meta: turn.meta["logprob"] = c.meta["logprob"]
+    # a person answered (`human:`): their name, and an answer they never gave
+    for k in ("answered_by", "unanswered"):
+        if k in c.meta: turn.meta[k] = c.meta[k]
     self.history.add("assistant", c.text, sender=self.name, receivers=receivers, phase=phase, round=round,
                      focus=focus)
     if parse is not None:

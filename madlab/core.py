@@ -488,6 +488,7 @@ def _show(a):
     return json.dumps(to_jsonable(a), ensure_ascii=False) if not isinstance(a, str) else a
 
 def _turn_class(tu):
+    if tu.meta.get("unanswered"): return "unanswered"       # a person gave no answer: not invalid, not wrong
     if not tu.valid: return "invalid"
     c = tu.meta.get("correct")
     return "" if c is None else ("right" if c else "wrong")

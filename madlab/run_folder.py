@@ -39,7 +39,7 @@ def debate_row(t: Transcript) -> dict:
     row = {"item_id": t.meta.get("id"), "protocol": t.protocol, "task": getattr(t.item, "task", None),
            "status": t.meta.get("status"),
            "error": t.meta.get("error"), "rounds": len(t.rounds), "turns": len(turns),
-           "invalid": sum(not tu.valid for tu in turns),
+           "invalid": sum(not tu.valid and not tu.meta.get("unanswered") for tu in turns),
            "errors": len(turns) - len(ok), "calls": sum(tu.usage.calls for tu in live),
            "cached_calls": sum(bool(tu.cached) for tu in ok),
            "prompt_tokens": sum(tu.usage.prompt_tokens for tu in ok),
@@ -50,6 +50,10 @@ def debate_row(t: Transcript) -> dict:
     note = signal_note(row["decision_rule"], t.team, getattr(PROTOCOLS.get(t.protocol), "weighs", ()))
     # a decision weighed by a simulated signal (its rule's, or the protocol's own) says so in every row
     if note: row["decision_signal"] = note
+    # who answered: the people (`human:` agents) of this debate, and the answers they never gave (not invalid)
+    people = list(dict.fromkeys(tu.meta["answered_by"] for tu in turns if tu.meta.get("answered_by")))
+    if people:
+        row.update(answered_by=", ".join(people), unanswered=sum(bool(tu.meta.get("unanswered")) for tu in turns))
     for k, v in (t.result or {}).items():
         if k != "decision_rule": row[f"result_{k}" if k in row else k] = _cell(v)
     try: score = score_result(t.item, t.result)
@@ -84,8 +88,11 @@ def transcript_text(t: Transcript) -> str:
         L.append(f"== round {r.index + 1} · {r.name} [{r.phase}]"
                  + "".join(f" {k}={_cell(v)}" for k, v in r.meta.items()))
         for tu in r.turns:
-            L.append(f"  {tu.agent}: {answer_summary(tu.answer) if tu.error is None else 'ERROR ' + tu.error}"
-                     f"{'' if tu.valid else ' (invalid)'}")
+            gave = f" ({tu.meta['answered_by']})" if tu.meta.get("answered_by") else ""
+            why = (" (no answer: " + tu.meta["unanswered"] + ")" if tu.meta.get("unanswered")
+                   else "" if tu.valid else " (invalid)")
+            L.append(f"  {tu.agent}{gave}: {answer_summary(tu.answer) if tu.error is None else 'ERROR ' + tu.error}"
+                     f"{why}")
             if tu.reply: L += ["    " + x for x in tu.reply.splitlines()]
     L += ["", "decision: " + decision_summary(t.result),
           "result: " + json.dumps(to_jsonable(t.result), ensure_ascii=False)]

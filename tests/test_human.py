@@ -1,0 +1,132 @@
+"""A person in the debate: `human:NAME` agents answered through an asker (a fake one here, standing for the person),
+in a du debate with two synthetic agents; the run is recorded, resumable and says who answered."""
+from __future__ import annotations
+import asyncio, json, os, subprocess, sys
+from pathlib import Path
+import pytest
+from madlab.core import Transcript, run_sync, runtime_loop
+from madlab.backends.human import set_asker, HumanRequest, terminal_asker, answer_fields
+from madlab.run import arun_experiment, run_experiment
+from madlab.run_folder import transcript_text
+
+ROOT = Path(__file__).resolve().parents[1]
+TEAM = ["synthetic:strong,seed=1", "synthetic:weak,seed=2", "human:tester"]
+
+@pytest.fixture(autouse=True)
+def _no_asker_left():
+    yield
+    set_asker(None)
+
+def _gold_asker(log: list):
+    "A person who answers each arithmetic item right, noting what they were shown."
+    def ask(req: HumanRequest):
+        log.append(req)
+        return {"reasoning": "I worked it out", "answer": str(_gold_of(req))}
+    return ask
+
+def _gold_of(req: HumanRequest):
+    from madlab.tasks import task_items
+    first = next(m["content"] for m in req.messages if m["role"] == "user")
+    return next(it.gold for it in task_items("arith") if it.prompt in first)
+
+def _run(tmp_path, n=3, **kw):
+    return run_experiment("du", task="arith", team=TEAM, out=tmp_path / "run", n=n, cache=tmp_path / "cache",
+                          rounds=1, **kw)
+
+def test_a_du_debate_with_a_person_records_their_turns_with_their_name(tmp_path):
+    asked = []
+    set_asker(_gold_asker(asked))
+    res = _run(tmp_path)
+    assert len(asked) == 3 * 2                                       # three items, two rounds, one person
+    t = Transcript.from_json(Path(res.out) / "debates" / res.df.item_id[0] / "transcript.json")
+    mine = [tu for r in t.rounds for tu in r.turns if tu.agent == "Human-tester"]
+    assert [tu.meta.get("answered_by") for tu in mine] == ["tester", "tester"]
+    assert all(tu.valid and json.loads(tu.reply)["reasoning"] == "I worked it out" for tu in mine)
+    # the messages sent are what the person saw: round 2 holds the peers' round-1 turns
+    assert all(tu.messages in [r.messages for r in asked] for tu in mine)
+    assert any("Synthetic-strong" in m["content"] for m in mine[1].messages if m["role"] != "assistant")
+    assert list(res.df.answered_by) == ["tester"] * 3                 # the results table says who answered
+    assert list(res.df.unanswered) == [0] * 3
+    assert "Human-tester (tester): " in transcript_text(t)
+
+def test_stop_and_resume_asks_only_what_was_not_answered(tmp_path):
+    asked, stopped, run = [], [], {}
+    async def first_item_only(req):
+        if len(asked) == 2:                 # item 1 answered (two rounds): the person leaves, the run is stopped
+            stopped.append(req); run["task"].cancel(); await asyncio.Event().wait()
+        asked.append(req); return _gold_asker([])(req)
+    set_asker(first_item_only)
+    async def main():
+        run["task"] = asyncio.ensure_future(arun_experiment(
+            "du", task="arith", team=TEAM, out=tmp_path / "run", n=3, cache=tmp_path / "cache", rounds=1,
+            concurrency=1))
+        try: return await run["task"]
+        except asyncio.CancelledError: return None
+    run_sync(main())
+    assert len(asked) == 2 and stopped
+    again = []
+    set_asker(_gold_asker(again))
+    res = _run(tmp_path, concurrency=1)
+    first = {r.messages[-1]["content"] for r in asked}
+    assert len(again) == 4 and not first & {r.messages[-1]["content"] for r in again}   # item 1 never asked again
+    assert (res.df.status == "done").all() and list(res.df.answered_by) == ["tester"] * 3
+    # the cache replays every answer: a third run into a fresh folder asks nobody
+    set_asker(_gold_asker(never := []))
+    run_experiment("du", task="arith", team=TEAM, out=tmp_path / "run2", n=3, cache=tmp_path / "cache", rounds=1)
+    assert never == []
+
+def test_an_answer_never_given_is_recorded_as_such_not_invalid(tmp_path):
+    async def away(req): await asyncio.Event().wait()
+    set_asker(away)
+    team = [*TEAM[:2], "human:tester,timeout=0.2"]
+    res = run_experiment("du", task="arith", team=team, out=tmp_path / "run", n=1, cache=tmp_path / "cache",
+                         rounds=1)
+    row = res.df.iloc[0]
+    assert (row.unanswered, row.invalid, row.answered_by) == (2, 0, "tester")   # both rounds
+    t = Transcript.from_json(Path(res.out) / "debates" / row.item_id / "transcript.json")
+    tu = next(tu for r in t.rounds for tu in r.turns if tu.agent == "Human-tester")
+    assert tu.meta["unanswered"] == "time limit of 0.2 s passed" and tu.reply == ""
+    assert "(no answer: time limit of 0.2 s passed)" in transcript_text(t)
+    assert 'class="turn unanswered"' in t.to_html() or "unanswered" in t.to_html()
+    # not cached: a later run asks again
+    set_asker(_gold_asker(asked := []))
+    run_experiment("du", task="arith", team=team, out=tmp_path / "run2", n=1, cache=tmp_path / "cache", rounds=1)
+    assert len(asked) == 2
+
+def test_the_other_agents_calls_run_while_the_person_reads(tmp_path):
+    from madlab.debate import Debate
+    from madlab.agents import make_team
+    done = set()
+    async def reads_until_the_others_replied(req):
+        await asyncio.wait_for(_until(lambda: {"Synthetic-strong", "Synthetic-weak"} <= done), 10)
+        return {"reasoning": "", "answer": "1"}
+    set_asker(reads_until_the_others_replied)
+    from madlab.tasks import task_items
+    d = Debate("du", task_items("arith")[0], make_team(TEAM), rounds=1)
+    d.listeners.append(lambda ev, agent=None, **kw: ev == "call_end" and done.add(agent))
+    run_sync(d.arun())
+    assert {tu.agent for tu in d.transcript.rounds[0].turns} == {"Synthetic-strong", "Synthetic-weak", "Human-tester"}
+
+async def _until(cond):
+    while not cond(): await asyncio.sleep(0.01)
+
+def test_the_terminal_asks_again_with_the_reason_until_the_answer_fits():
+    from click.testing import CliRunner
+    req = HumanRequest("Human-ana", "ana", [{"role": "user", "content": "Pick one"}],
+                       answer_fields({"type": "object", "properties": {"answer": {"enum": ["A", "B"]}, "p": {
+                           "type": "number", "minimum": 0, "maximum": 1}}}), timeout=120)
+    with CliRunner().isolation(input="E\nB\n1.5\n0.5\n") as streams:
+        values = terminal_asker(req)
+        text = streams[0].getvalue().decode()
+    assert values == {"answer": "B", "p": "0.5"} and req.reply(values) == '{"answer": "B", "p": 0.5}'
+    assert "refused: answer: 'E' is not one of the options offered (A, B)" in text
+    assert "refused: p: 1.5 is out of range (0 to 1)" in text and "time limit 120 s" in text and "Pick one" in text
+
+def test_the_command_line_without_a_terminal_refuses_a_person_naming_them(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MADLAB_CACHE_DIR": str(tmp_path / "c")}
+    r = subprocess.run([str(ROOT / ".venv/bin/madlab"), "run", "du", "--task", "arith", "--n", "1", "--agents",
+                        "synthetic:strong,human:ana", "--out", str(tmp_path)], capture_output=True, text=True,
+                       stdin=subprocess.DEVNULL, env=env, cwd=tmp_path, timeout=120)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "human:ana is answered by a person" in r.stderr and "no terminal" in r.stderr
+    assert "Traceback" not in r.stderr
