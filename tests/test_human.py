@@ -130,3 +130,46 @@ def test_the_command_line_without_a_terminal_refuses_a_person_naming_them(tmp_pa
     assert r.returncode == 2, r.stdout + r.stderr
     assert "human:ana is answered by a person" in r.stderr and "no terminal" in r.stderr
     assert "Traceback" not in r.stderr
+
+SEAT = """
+import json, os, sys, time
+from pathlib import Path
+from madlab.core import OptionError
+from madlab.backends.human import set_asker
+from madlab.run import run_experiment
+from madlab.tasks import task_items
+tmp, n, wait = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "wait"
+kw = dict(task="arith", team=["synthetic:strong,seed=1", "synthetic:weak,seed=2", "human:annotator"], out=tmp / "out",
+          cache=tmp / "cache", rounds=1, concurrency=1)
+asked = []
+def ask(req):
+    asked.append(req)
+    with open(tmp / "asked.txt", "a") as f: f.write(req.person + "\\n")
+    if not wait and len(asked) == 3:                 # ana is on item 2: bob comes to the same folder
+        try: run_experiment("du", n=4, **kw)
+        except OptionError as e: (tmp / "refused.txt").write_text(str(e))
+        (tmp / "go").write_text("")
+        while not (tmp / "bob-waits").exists(): time.sleep(0.01)
+    first = next(m["content"] for m in req.messages if m["role"] == "user")
+    return {"reasoning": "", "answer": next(it.gold for it in task_items("arith") if it.prompt in first)}
+set_asker(ask)
+if wait:
+    while not (tmp / "go").exists(): time.sleep(0.01)
+    (tmp / "bob-waits").write_text("")
+res = run_experiment("du", n=n, lock_timeout=120 if wait else 0, **kw)
+print(json.dumps(res.df.sort_values("item_id").answered_by.tolist()))
+"""
+
+def test_several_people_share_a_run_folder_each_with_their_own_name_in_turn(tmp_path):
+    """ana and bob, each in their own process, take one seat (`human:annotator`) in one run folder: the lock keeps them
+    in turn (bob's run waits for ana's), each answer records who gave it, and nobody is asked twice."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    run = lambda who, n, how: subprocess.Popen([sys.executable, "-c", SEAT, str(tmp_path), str(n), how],
+                                               env={**env, "MADLAB_PERSON": who}, stdout=subprocess.PIPE,
+                                               stderr=subprocess.PIPE, text=True)
+    ana, bob = run("ana", 2, "first"), run("bob", 4, "wait")
+    (a_out, a_err), (b_out, b_err) = ana.communicate(timeout=240), bob.communicate(timeout=240)
+    assert ana.returncode == 0 and bob.returncode == 0, a_err[-2000:] + b_err[-2000:]
+    assert "is in use by another madlab run" in (tmp_path / "refused.txt").read_text()   # no waiting: refused
+    assert (tmp_path / "asked.txt").read_text().split() == ["ana"] * 4 + ["bob"] * 4   # in turn, nobody twice
+    assert json.loads(b_out.splitlines()[-1]) == ["ana", "ana", "bob", "bob"]          # who answered each item
