@@ -367,6 +367,22 @@ async def afork(self: Debate, round: int, **kw) -> Debate:
     "`fork` for use inside a running event loop."
     return _mark_edit(await run_async(_advance(_fork(self, round, **kw), round)))
 
+# %% ../nbs/06_debate.ipynb #fb632d08
+@patch
+def seat(self: Debate, agent: str, spec) -> Agent:
+    """From its next call on, `agent` is answered by backend `spec` (a person: `human:NAME`; or any other spec), for
+    the rest of the debate: its name, role and history stay, and its `meta['seated']` records the spec and the round
+    from which it answers (fork a debate first to seat someone in a branch: `DebateStepper.seat`)."""
+    a = next((x for x in self.agents if x.name == agent), None)
+    if a is None:
+        raise ValueError(f"no agent {agent!r} in this debate; its agents: {', '.join(x.name for x in self.agents)}")
+    if self.done: raise ValueError(f"the debate is over: fork it to seat {spec} in a branch")
+    path = a.cache_path
+    a.backend = get_backend(spec)
+    if path: with_cache([a], path)               # through the same response cache: a replay asks nobody
+    a.meta["seated"] = {"spec": str(spec), "round": len(self.rounds) + 1}
+    return a
+
 # %% ../nbs/06_debate.ipynb #fadf274a
 INTERVENTIONS = ("neutral", "placebo", "gold", "adversarial", "silence")
 CONFIDENT = "I have checked this carefully and I am certain of it."

@@ -13,6 +13,7 @@ import pandas as pd
 from fastcore.basics import patch
 from .core import *
 from .pages import topology_svg
+from .seats import seat_row, aseat, seat
 from .debate import Debate, continue_log, intervention_reply
 from .positions import (positions, consensus, _E, _changed, _columns_html, _consensus_html, _edit_warning,
                               _grid_html, _header_html, _parts_of, _result_answer, _team_column, _text, _usage_html)
@@ -134,6 +135,7 @@ class DebateStepper(W.VBox):
                           self.w_usage, self.w_cols, fork, self.w_compare])
         self.add_class("madlab-stepper")
         self._refresh()
+    aseat, seat = aseat, seat             # a person takes an agent's seat (`madlab.seats`): "Take this seat"
 
 # %% ../nbs/21_widgets.ipynb #535af601
 @patch
@@ -161,7 +163,7 @@ def _fork_panel(self: DebateStepper) -> W.VBox:
     self.w_fmodel.observe(lambda ch: self._fork_help(), "value")
     fork = W.VBox([W.HTML("<b>Fork</b>: pick a round and a message, edit it, continue a new branch"),
                    W.HBox([self.w_fround, self.w_fturn, self.w_fhow, self.w_fmodel]),
-                   self.w_fwhat, self.w_ftext, W.HBox([self.b_fork, self.w_fhelp])])
+                   self.w_fwhat, self.w_ftext, W.HBox([self.b_fork, self.w_fhelp]), seat_row(self)])
     fork.add_class("madlab-forkbox")
     return fork
 

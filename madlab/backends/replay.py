@@ -43,7 +43,9 @@ class ReplayBackend(Backend):
             if t.error is not None: raise BackendError(t.error)
             held = (t.meta or {}).get("structured")
             lp = {"logprob": t.meta["logprob"]} if "logprob" in (t.meta or {}) else {}
-            meta = {"replayed": True, **({"structured": held} if held else {}), **lp}
+            # who answered, when a person did (`human:`), is replayed with the answer
+            who = {k: t.meta[k] for k in ("answered_by", "unanswered") if k in (t.meta or {})}
+            meta = {"replayed": True, **({"structured": held} if held else {}), **lp, **who}
             return Completion(t.reply or "", t.usage, 0.0, cached=True, meta=meta)
         if self.fallback is None:
             who = ctx.agent if ctx else "?"
