@@ -173,3 +173,23 @@ def test_several_people_share_a_run_folder_each_with_their_own_name_in_turn(tmp_
     assert "is in use by another madlab run" in (tmp_path / "refused.txt").read_text()   # no waiting: refused
     assert (tmp_path / "asked.txt").read_text().split() == ["ana"] * 4 + ["bob"] * 4   # in turn, nobody twice
     assert json.loads(b_out.splitlines()[-1]) == ["ana", "ana", "bob", "bob"]          # who answered each item
+
+def test_a_person_takes_a_role_agent_seat_and_a_team_file_seat(tmp_path):
+    "`--moderator human:ana` (a role agent) and a team file member `spec: human:bo` ask the person; each says who."
+    from madlab.agents import load_team
+    asked = []
+    def ask(req):
+        asked.append((req.person, req.agent, req.kind))
+        return {f.path: (f.options[0] if f.options else "1" if f.kind in ("number", "integer") else "mine")
+                for f in req.fields}
+    set_asker(ask)
+    res = run_experiment("multi_persona", task="arith", team=["synthetic:strong", "synthetic:weak"], moderator="human:ana",
+                         out=tmp_path / "run", n=1, cache=tmp_path / "cache", rounds=1)
+    assert asked == [("ana", "Moderator", "multi_persona.moderator")] and res.df.answered_by[0] == "ana"
+    team = tmp_path / "team.yaml"
+    team.write_text("agents:\n  - synthetic:strong\n  - {name: Reader, spec: 'human:bo,timeout=30'}\n")
+    members = load_team(team)
+    assert [a.name for a in members] == ["Synthetic-strong", "Reader"]
+    res = run_experiment("du", task="arith", team=team, out=tmp_path / "run2", n=1, cache=tmp_path / "cache",
+                         rounds=1)
+    assert ("bo", "Reader", "number") in asked and res.df.answered_by[0] == "bo"
