@@ -193,3 +193,23 @@ def test_a_person_takes_a_role_agent_seat_and_a_team_file_seat(tmp_path):
     res = run_experiment("du", task="arith", team=team, out=tmp_path / "run2", n=1, cache=tmp_path / "cache",
                          rounds=1)
     assert ("bo", "Reader", "number") in asked and res.df.answered_by[0] == "bo"
+
+def test_the_command_line_asks_a_person_in_the_terminal(tmp_path):
+    "`madlab run du --agents ...,human:ana` on a terminal: the prompt shows the question, refuses a non-number, sends."
+    pexpect = pytest.importorskip("pexpect")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MADLAB_CACHE_DIR": str(tmp_path / "c"), "COLUMNS": "200"}
+    child = pexpect.spawn(str(ROOT / ".venv/bin/madlab"), ["run", "du", "--task", "arith", "--n", "1", "--rounds", "0",
+                          "--agents", "synthetic:strong,human:ana", "--out", str(tmp_path / "out")],
+                          env=env, cwd=str(tmp_path), timeout=120, encoding="utf-8")
+    try:
+        child.expect("ana, you answer as Human-ana")
+        child.expect("What is 26 \\+ 28 \\* 2")
+        child.expect("reasoning"); child.sendline("by hand")
+        child.expect("answer"); child.sendline("eighty")
+        child.expect("refused: answer: 'eighty' is not a number"); child.sendline("82")
+        child.expect(pexpect.EOF)
+    finally: child.close()
+    assert child.exitstatus == 0, child.before
+    t = Transcript.from_json(next((tmp_path / "out").rglob("transcript.json")))
+    tu = next(tu for r in t.rounds for tu in r.turns if tu.agent == "Human-ana")
+    assert (tu.answer, tu.meta["answered_by"]) == (82, "ana")
