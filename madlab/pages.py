@@ -47,6 +47,7 @@ body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}
 .madlab-t .turn{flex:1 1 260px;border-left:4px solid #999;padding:.3em .6em;background:#fafafa}
 .madlab-t .turn.right{border-color:#2a9d4b}.madlab-t .turn.wrong{border-color:#d1495b}\
 .madlab-t .turn.invalid{border-color:#f4a261;background:#fff6ec}
+.madlab-t .turn.unanswered{border-color:#8d99ae;background:#f3f4f7}
 .madlab-t pre{white-space:pre-wrap;word-break:break-word;margin:.2em 0;font-size:.85em}
 .madlab-t details summary{cursor:pointer;color:#335}
 .madlab-t .tag{display:inline-block;font-size:.75em;padding:0 .4em;border-radius:3px;background:#eee;margin-left:.3em}
@@ -75,8 +76,10 @@ _TEMPLATE = """
 {% if tu.receivers %}→ {{ tu.receivers|join(', ') }}{% endif %}\
 {% if tu.focus %}<span class="tag">on {{ tu.focus }}</span>{% endif %}
 {% if tu.cached %}<span class="tag">cached</span>{% endif %}
+{% if tu.meta.answered_by %}<span class="tag person">answered by {{ tu.meta.answered_by }}</span>{% endif %}
 {% if tu.error %}<pre>error: {{ tu.error }}</pre>{% endif %}
-<div>answer: <code>{{ show(tu.answer) }}</code></div>
+<div>answer: <code>{{ 'no answer (' ~ tu.meta.unanswered ~ ')' if tu.meta.unanswered \
+else show(tu.answer) }}</code></div>
 <details><summary>reply</summary><pre>{{ tu.reply or '' }}</pre></details></div>{% endfor %}</div></div>{% endfor %}
 {% if t.result %}<div class="round"><b>result</b> · decision <b class="decision">{{ decision }}</b>\
 <pre>{{ result }}</pre></div>{% endif %}

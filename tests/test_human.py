@@ -87,7 +87,9 @@ def test_an_answer_never_given_is_recorded_as_such_not_invalid(tmp_path):
     tu = next(tu for r in t.rounds for tu in r.turns if tu.agent == "Human-tester")
     assert tu.meta["unanswered"] == "time limit of 0.2 s passed" and tu.reply == ""
     assert "(no answer: time limit of 0.2 s passed)" in transcript_text(t)
-    assert 'class="turn unanswered"' in t.to_html() or "unanswered" in t.to_html()
+    page = t.to_html()
+    assert 'class="turn unanswered"' in page and "no answer (time limit of 0.2 s passed)" in page
+    assert "answered by tester" in page
     # not cached: a later run asks again
     set_asker(_gold_asker(asked := []))
     run_experiment("du", task="arith", team=team, out=tmp_path / "run2", n=1, cache=tmp_path / "cache", rounds=1)
