@@ -125,7 +125,7 @@ def test_the_terminal_asks_again_with_the_reason_until_the_answer_fits():
     assert "refused: p: 1.5 is out of range (0 to 1)" in text and "time limit 120 s" in text and "Pick one" in text
 
 def test_the_command_line_without_a_terminal_refuses_a_person_naming_them(tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "MADLAB_CACHE_DIR": str(tmp_path / "c")}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MADLAB_CACHE": str(tmp_path / "c")}
     r = subprocess.run([str(ROOT / ".venv/bin/madlab"), "run", "du", "--task", "arith", "--n", "1", "--agents",
                         "synthetic:strong,human:ana", "--out", str(tmp_path)], capture_output=True, text=True,
                        stdin=subprocess.DEVNULL, env=env, cwd=tmp_path, timeout=120)
@@ -199,7 +199,7 @@ def test_a_person_takes_a_role_agent_seat_and_a_team_file_seat(tmp_path):
 def test_the_command_line_asks_a_person_in_the_terminal(tmp_path):
     "`madlab run du --agents ...,human:ana` on a terminal: the prompt shows the question, refuses a non-number, sends."
     pexpect = pytest.importorskip("pexpect")
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "MADLAB_CACHE_DIR": str(tmp_path / "c"), "COLUMNS": "200"}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MADLAB_CACHE": str(tmp_path / "c"), "COLUMNS": "200"}
     child = pexpect.spawn(str(ROOT / ".venv/bin/madlab"), ["run", "du", "--task", "arith", "--n", "1", "--rounds", "0",
                           "--agents", "synthetic:strong,human:ana", "--out", str(tmp_path / "out")],
                           env=env, cwd=str(tmp_path), timeout=120, encoding="utf-8")
