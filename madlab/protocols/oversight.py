@@ -18,9 +18,9 @@ from ..debate import EXTRA_ROLES
 from ..synthetic import synthetic_rng
 
 # %% auto #0
-__all__ = ['PROMPTS', 'JUDGE', 'ARGUMENT', 'PICK', 'QUESTION', 'item_options', 'assign_sides', 'Judgement', 'parse_judgement',
-           'transcript_text', 'judge_prompt', 'oversight', 'oversight_team', 'calibration_bins', 'oversight_table',
-           'oversight_report', 'oversight_log_html']
+__all__ = ['PROMPTS', 'JUDGE', 'ARGUMENT', 'PICK', 'QUESTION', 'PREFERENCE', 'item_options', 'assign_sides', 'Judgement',
+           'parse_judgement', 'transcript_text', 'judge_prompt', 'oversight', 'oversight_team', 'calibration_bins',
+           'oversight_table', 'oversight_report', 'oversight_log_html']
 
 # %% ../../nbs/18_oversight.ipynb #68417e19
 _LINE = re.compile(r"^\s*\(?([A-Z])[.):]\s+(.+?)\s*$", re.M)
@@ -188,7 +188,7 @@ def _judge_reply(ask, persona, rng, messages):
     probs = {k: round(p if k == pick else rest, 3) for k in sorted(options)}
     return json.dumps({"reasoning": f"The trusted evidence favours {pick}.", "probabilities": probs})
 
-# %% ../../nbs/18_oversight.ipynb #3e5bec38
+# %% ../../nbs/18_oversight.ipynb #c0df0984
 def _pick_reply(ask, persona, rng, messages):
     "A synthetic agent of an open mode picks the answer its story supports best (wrong with chance 1 - skill)."
     o = ask.options or {}
@@ -197,6 +197,13 @@ def _pick_reply(ask, persona, rng, messages):
     ranked = sorted(options, key=lambda k: -_support(question, options, k, _sentences(story)))
     pick = ranked[0] if rng.random() < persona.skill or len(ranked) < 2 else ranked[1]
     return json.dumps({"reasoning": "The story supports it.", "answer": pick})
+
+def _preference_reply(ask, persona, rng, messages):
+    "A synthetic preference model's letter: the answer its judge's reading of the prompt favours."
+    text = _judge_reply(ask, persona, rng, messages)
+    if not text.startswith("{"): return text
+    probs = json.loads(text)["probabilities"]
+    return max(probs, key=probs.get)
 
 def _question_reply(ask, persona, rng, messages):
     return "Which exact sentence of the story supports your answer?"
@@ -216,11 +223,12 @@ def _pick_schema(ask) -> AnswerSchema:
     return AnswerSchema({"type": "object", "properties": props, "required": list(props), "additionalProperties": False},
                         "reasoning", 10, prompted=True)
 
-# %% ../../nbs/18_oversight.ipynb #e95fef44
+# %% ../../nbs/18_oversight.ipynb #ed9a32d9
 JUDGE = register_format(AnswerFormat("oversight.judge", schema=_judge_schema, reply=_judge_reply))   # the verdict
 ARGUMENT = register_format(AnswerFormat("oversight.argument", reply=_debater_reply))   # a speaker's turn (free text)
 PICK = register_format(AnswerFormat("oversight.pick", schema=_pick_schema, reply=_pick_reply))     # an open side
 QUESTION = register_format(AnswerFormat("oversight.question", reply=_question_reply))  # a judge's question
+PREFERENCE = register_format(AnswerFormat("oversight.preference", reply=_preference_reply))   # best-of-N: a letter
 
 # %% ../../nbs/18_oversight.ipynb #f83f0cad
 def _options_block(options) -> str: return "\n".join(f"{k}: {v}" for k, v in options.items())
@@ -265,18 +273,19 @@ async def _judge_call(d, j, item, speeches, sees, verify, what, round, tag):
                           parse=lambda s: parse_judgement(s, labels), meta={"view": tag, "saw_context": sees == "context"})
     return t
 
-# %% ../../nbs/18_oversight.ipynb #36ee54b1
+# %% ../../nbs/18_oversight.ipynb #ee9230fb
 async def _preference(d, j, item, speeches, side, verify, what, round, k):
     "The judge model's probability for `side` after `speeches`: its log-probability where it has one, else stated."
     labels = list(item_options(item))
     if getattr(j.backend, "logprobs", False):
         system, user = judge_prompt(item, speeches, "question", verify, what)
         user = user.rsplit("Reply with", 1)[0] + f"Reply with the letter of the right answer alone ({', '.join(labels)})."
-        ask = Ask(kind="choice", item=_judge_item(item, "question"), options={"choices": labels}, sample=k,
+        ask = Ask(kind=PREFERENCE.kind, item=_judge_item(item, "question"), options={"labels": labels}, sample=k,
                   phase="preference")
-        t = await d.side_call(j, user, kind="oversight.preference", ask=ask, round=round, system=system,
+        t = await d.side_call(j, user, kind=PREFERENCE.kind, ask=ask, round=round, system=system,
                               logprobs=True, max_tokens=4, meta={"side": side, "candidate": k})
-        letter, lp = (t.reply or "").strip()[:1].upper(), t.meta.get("logprob")
+        m = re.match(r"\W*([A-Z])\b", t.reply or "")
+        letter, lp = (m.group(1) if m else None), t.meta.get("logprob")
         if lp is not None and letter in labels:
             q = math.exp(lp)
             return t, (q if letter == side else (1 - q) / max(1, len(labels) - 1)), "logprob"
@@ -326,7 +335,7 @@ def _speakers(d, n: int) -> list:
 
 _ORD = ("opening", "second", "third", "fourth", "fifth")
 
-# %% ../../nbs/18_oversight.ipynb #79068a66
+# %% ../../nbs/18_oversight.ipynb #552b220b
 @protocol("oversight", limits={"rounds": (1, 5), "judge_turns": (0, 4), "best_of": (1, 16)},
           planned=lambda s: (s["rounds"] + 1 + (s["mode"].startswith("open")), False))
 async def oversight(d,
@@ -337,7 +346,7 @@ async def oversight(d,
                     judge_sees: Literal["question", "context"] = "question", # what the deciding judge reads besides the transcript: the question alone, or the story too (the oracle)
                     judge: str|None = None, # backend spec of the judge; None: the team's judge member, else the first speaker's backend
                     verify_quotes: bool = True, # mark each quote verified or unverified for the judge; false: quotes shown unchecked
-                    baselines: bool = True, # also ask the judge blind (question alone) and as the oracle (question and story), without a transcript
+                    baselines: bool = False, # also ask the judge blind (the question alone) and as the oracle (the question and the story), without a transcript
                     best_of: int = 1, # arguments each speaker writes per speech; the judge model keeps the one that most raises its probability for the speaker's side
                    ):
     "Debate or consultancy before a judge who cannot read the hidden story (Khan et al. 2024): quotes verified, probabilities scored."
@@ -406,7 +415,7 @@ async def oversight(d,
     yield r
     d.result = _result(item, plan, speakers, sides, order, picked, tj, base, mode, judge_sees, verify_quotes, d.seed)
 
-# %% ../../nbs/18_oversight.ipynb #cf64dd5e
+# %% ../../nbs/18_oversight.ipynb #c340c2a5
 def _probs(t) -> dict|None: return t.answer.probs if t is not None and t.valid else None
 
 def _decide(probs, seed, item_id, view):
@@ -417,12 +426,17 @@ def _decide(probs, seed, item_id, view):
     if len(best) == 1: return best[0], False
     return random.Random(stable_hash("oversight-tie", seed, item_id, view)).choice(best), True
 
+def _saw(speakers, tj, base) -> dict:
+    "Who read the hidden context: every speaker; each judge call by its view (blind, oracle, judge)."
+    return {**{a.name: True for a in speakers}, **{f"{t.agent} ({v})": bool(t.meta.get("saw_context"))
+                                                 for v, t in (("judge", tj), *base.items())}}
+
 def _result(item, plan, speakers, sides, order, picked, tj, base, mode, sees, verify, seed) -> dict:
     answer, tie = _decide(_probs(tj), seed, item.id, "judge")
     out = {"answer": answer, "tie": tie, "mode": mode, "judge_sees": sees, "verify_quotes": verify,
            "sides": {a.name: s for a, s in zip(speakers, sides)}, "right": plan["right"], "wrong": plan["wrong"],
            "first": speakers[order[0]].name, "picked": picked, "judge_probs": _probs(tj),
-           "invalid": int(not tj.valid)}
+           "invalid": int(not tj.valid), "saw_context": _saw(speakers, tj, base)}
     for view, t in base.items():
         out[f"{view}_answer"], _ = _decide(_probs(t), seed, item.id, view)
         out[f"{view}_probs"] = _probs(t)
