@@ -172,15 +172,21 @@ def test_best_of_n_keeps_the_candidate_the_judge_prefers():
     assert tu.reply == max(cands, key=lambda c: c["score"])["reply"]
     assert len(tu.meta["preference_turns"]) == 4
 
-def test_best_of_n_uses_the_stated_probability_without_log_probabilities():
-    with FakeOpenAIServer(reply=_route_reply, logprobs=False) as s:
+@pytest.mark.parametrize("logprobs", [True, False])
+def test_best_of_n_reads_log_probabilities_where_the_server_gives_them(logprobs):
+    with FakeOpenAIServer(reply=_route_reply, logprobs=logprobs) as s:
         spec = f"openai:fake-model,base_url={s.url}"
         it = stories(1, seed=6)[0]
         t = Debate("oversight", it, [Agent("Debater 1", spec), Agent("Judge", spec, role="judge")], seed=1,
                    mode="consultancy", rounds=1, best_of=2).run()
+        asked = [r for _, _, r in s.log if "letter of the right answer alone" in r["messages"][-1]["content"]]
     cands = t.rounds[0].turns[0].meta["candidates"]
-    assert [c["how"] for c in cands] in (["stated"] * 2, ["logprob"] * 2)
-    assert all(isinstance(c["score"], float) for c in cands)
+    assert len(asked) == 2 and all(r.get("logprobs") for r in asked)
+    side = t.result["sides"]["Debater 1"]
+    # the fake server answers "A" with log-probability -0.1, else states {"A": 0.7, "B": 0.3}
+    want = (0.905 if side == "A" else 0.095) if logprobs else (0.7 if side == "A" else 0.3)
+    assert [c["how"] for c in cands] == ["logprob" if logprobs else "stated"] * 2
+    assert all(abs(c["score"] - want) < 0.001 for c in cands), (cands, side)
 
 def test_usage_errors_exit_2_naming_the_option():
     r = CliRunner().invoke(main, ["run", "oversight", "--mode", "bogus", "--n", "1"])
