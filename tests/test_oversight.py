@@ -198,3 +198,16 @@ def test_usage_errors_exit_2_naming_the_option():
     assert r.exit_code == 2 and "--judge-turns" in r.output and "Traceback" not in r.output
     with pytest.raises(Exception, match="mode"):
         Debate("oversight", stories(1)[0], [Agent(**m) for m in TEAM], mode="argue")
+
+def test_the_stepper_marks_quotes_as_the_log_does():
+    from madlab.widgets import DebateStepper
+    it = stories(1, seed=9)[0]
+    t = Debate("oversight", it, [Agent(**m) for m in TEAM], seed=2, rounds=1).run()
+    st = DebateStepper(t)
+    st.show(round=1)
+    html = st.w_cols.value
+    turns = t.rounds[0].turns
+    marks = sum(tu.meta["quotes"] for tu in turns)
+    assert html.count("class=\"quote-verified\"") + html.count("class=\"quote-unverified\"") == marks > 0
+    assert html.count("class=\"quote-verified\"") == sum(tu.meta["verified_quotes"] for tu in turns)
+    assert "&lt;quote&gt;" not in html and "quotes verified" in html
