@@ -155,6 +155,12 @@ def test_rows_carry_mode_view_sides_and_probabilities(tmp_path):
     assert len({s["Debater 1"] for s in sides}) == 2 and df["first"].nunique() == 2       # swapped across items
     assert (df.judge_brier.between(0, 2)).all() and (df.quotes >= df.verified_quotes).all()
     assert (tmp_path / "run" / "oversight.csv").exists() and "oversight: judge accuracy" in res.report
+    cal = pd.read_csv(tmp_path / "run" / "calibration.csv")
+    assert set(cal.judge) == {"judge", "blind", "oracle"} and (cal.groupby("judge").n.sum() == 6).all()
+    from madlab.core import Transcript
+    back = Transcript.from_json(next((tmp_path / "run").rglob("transcript.json")))
+    verdict = back.rounds[-1].turns[0]
+    assert type(verdict.answer).__name__ == "Judgement" and abs(sum(verdict.answer.probs.values()) - 1) < 1e-6
     page = next((tmp_path / "run").rglob("*.html")).read_text()
     t = next(iter(res.transcripts.values()))
     # sequential: the second speaker of a round read the first's speech of that round

@@ -382,9 +382,10 @@ async def _ask_consultant(d, j, item, speeches, sees, verify, round):
                              ask=Ask(kind=_QUESTION.kind, item=_judge_item(item, sees)),
                              meta={"saw_context": sees == "context"})
 
-# %% ../../nbs/18_oversight.ipynb #724c5872
+# %% ../../nbs/18_oversight.ipynb #71f1b0c2
 @protocol("oversight", limits={"rounds": (1, 5), "judge_turns": (0, 4), "best_of": (1, 16)},
-          planned=lambda s: (s["rounds"] + 1 + (s["mode"].startswith("open")), False))
+          planned=lambda s: (s["rounds"] + 1 + s["mode"].startswith("open")
+                             + ("consultancy" in s["mode"]) * s["judge_turns"], False))
 async def oversight(d,
                     # who argues: two assigned debaters, one assigned consultant, or open variants (the agent picks)
                     mode: Literal["debate", "consultancy", "open-debate", "open-consultancy"] = "debate",
@@ -578,14 +579,27 @@ def oversight_table(df, bins: int = 5, seed: int = 0):
                          "brier_lo": blo, "brier_hi": bhi, "ece": round(ece, 4), "invalid": int((~ok).sum())})
     return pd.DataFrame(rows)
 
-# %% ../../nbs/18_oversight.ipynb #f5199017
+# %% ../../nbs/18_oversight.ipynb #5b8b45f9
+def _calibration_csv(df) -> str:
+    "Each judge's calibration bins, per mode, judge view and quote check, as CSV."
+    import pandas as pd
+    rows = [{"mode": m, "judge_sees": s, "verify_quotes": v, "judge": j, "bin_lo": b[0], "bin_hi": b[1], "n": b[2],
+             "confidence": b[3], "accuracy": b[4]}
+            for (m, s, v), g in df.groupby(["mode", "judge_sees", "verify_quotes"], dropna=False)
+            for j in ("judge", "blind", "oracle") if f"{j}_p_right" in g
+            for b in calibration_bins(g[f"{j}_p_right"].tolist())]
+    return pd.DataFrame(rows).to_csv(index=False)
+
+# %% ../../nbs/18_oversight.ipynb #6d025fbe
 @oversight.report
 def oversight_report(res, folder=None) -> str:
-    "Write `oversight.csv` (see `oversight_table`) into the run folder; the table as text."
+    """Write `oversight.csv` (see `oversight_table`) and `calibration.csv` (`calibration_bins` of each judge) into the
+    run folder; the table as text."""
     tab = oversight_table(res.df)
     if folder is not None and len(tab):
         from pathlib import Path
         write_atomic(Path(folder) / "oversight.csv", tab.to_csv(index=False))
+        write_atomic(Path(folder) / "calibration.csv", _calibration_csv(res.df))
     if not len(tab): return "oversight: no judged items"
     lines = ["oversight: judge accuracy [95% interval], Brier score [interval], calibration error"]
     for r in tab.itertuples():
