@@ -382,7 +382,7 @@ async def _ask_consultant(d, j, item, speeches, sees, verify, round):
                              ask=Ask(kind=_QUESTION.kind, item=_judge_item(item, sees)),
                              meta={"saw_context": sees == "context"})
 
-# %% ../../nbs/18_oversight.ipynb #9292648f
+# %% ../../nbs/18_oversight.ipynb #bbf0407b
 @protocol("oversight", limits={"rounds": (1, 5), "judge_turns": (0, 4), "best_of": (1, 16)},
           planned=lambda s: (s["rounds"] + 1 + s["mode"].startswith("open")
                              + ("consultancy" in s["mode"]) * s["judge_turns"], False))
@@ -421,8 +421,7 @@ async def oversight(d,
         yield r
         picked = t.answer if t.valid else sides[0]
         sides = [picked] if n == 1 else [picked, _other(labels, picked)]
-    order = [plan["first"], 1 - plan["first"]] if n == 2 else [0]
-    speeches = []
+    order, speeches = ([plan["first"], 1 - plan["first"]] if n == 2 else [0]), []
     what = "consultancy" if n == 1 else "debate"
     for k in range(1, rounds + 1):
         if n == 1 and 2 <= k <= judge_turns + 1:
