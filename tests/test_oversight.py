@@ -211,3 +211,15 @@ def test_from_the_command_line_on_the_stories_task(tmp_path):
     t = json.loads(next((tmp_path / "c").rglob("transcript.json")).read_text())
     assert [r["phase"] for r in t["rounds"]] == ["consultancy", "question", "consultancy", "decision"]
     assert t["meta"]["context_seen_by"] == ["Debater 1", "Judge"]        # the judge only as the oracle baseline
+
+def test_critique_and_refine_trades_made_up_quotes_for_real_ones(ordering):
+    items, deb, con = ordering
+    res, ref = _acc(items, CONSULTANT, mode="consultancy", critique=True)
+    speeches = [tu for t in res.transcripts.values() for r in t.rounds if r.phase == "consultancy" for tu in r.turns]
+    assert all(tu.meta.get("draft") is not None and tu.meta.get("critique") for tu in speeches)
+    caught = [tu for tu in speeches if "does not occur in the story" in tu.meta["critique"]]
+    assert len(caught) > 20 and all(tu.meta["verified_quotes"] == tu.meta["quotes"] > 0 for tu in caught)
+    # a more persuasive liar: the consultancy judge is fooled more often, while debate holds
+    assert ref.loc["judge"].accuracy < con.loc["judge"].accuracy - 0.04
+    _, dref = _acc(items, TEAM, mode="debate", critique=True)
+    assert dref.loc["judge"].acc_lo > ref.loc["judge"].acc_hi and dref.loc["judge"].accuracy > 0.8
