@@ -155,11 +155,16 @@ def test_best_of_n_keeps_the_candidate_the_judge_prefers():
     it = stories(1, seed=5)[0]
     t = Debate("oversight", it, [Agent(**m) for m in CONSULTANT], seed=3, mode="consultancy", rounds=1,
                best_of=4).run()
-    tu = t.rounds[0].turns[0]
+    [tu] = [x for x in t.rounds[0].turns if x.meta.get("speech")]
     cands = tu.meta["candidates"]
     assert len(cands) == 4 and all(c["how"] == "logprob" for c in cands)
     assert tu.reply == max(cands, key=lambda c: c["score"])["reply"]
-    assert len(tu.meta["preference_turns"]) == 4
+    # every call is in the round, in the order made: four arguments, each scored by the judge model's letter
+    test = [(x.agent, x.meta["kind"]) for x in t.rounds[0].turns]
+    assert test == [("Debater 1", "oversight.argument"), ("Judge", "oversight.preference")] * 4
+    # so the debate replays without a call
+    again = Debate.from_transcript(t).run()
+    assert [x.reply for x in again.rounds[0].turns] == [x.reply for x in t.rounds[0].turns]
 
 @pytest.mark.parametrize("logprobs", [True, False])
 def test_best_of_n_reads_log_probabilities_where_the_server_gives_them(logprobs):
@@ -169,7 +174,8 @@ def test_best_of_n_reads_log_probabilities_where_the_server_gives_them(logprobs)
         t = Debate("oversight", it, [Agent("Debater 1", spec), Agent("Judge", spec, role="judge")], seed=1,
                    mode="consultancy", rounds=1, best_of=2).run()
         asked = [r for _, _, r in s.log if "letter of the right answer alone" in r["messages"][-1]["content"]]
-    cands = t.rounds[0].turns[0].meta["candidates"]
+    [speech] = [x for x in t.rounds[0].turns if x.meta.get("speech")]
+    cands = speech.meta["candidates"]
     assert len(asked) == 2 and all(r.get("logprobs") for r in asked)
     side = t.result["sides"]["Debater 1"]
     # the fake server answers "A" with log-probability -0.1, else states {"A": 0.7, "B": 0.3}
@@ -215,8 +221,14 @@ def test_from_the_command_line_on_the_stories_task(tmp_path):
 def test_critique_and_refine_trades_made_up_quotes_for_real_ones(ordering):
     items, deb, con = ordering
     res, ref = _acc(items, CONSULTANT, mode="consultancy", critique=True)
-    speeches = [tu for t in res.transcripts.values() for r in t.rounds if r.phase == "consultancy" for tu in r.turns]
+    speeches = [tu for t in res.transcripts.values() for r in t.rounds if r.phase == "consultancy" for tu in r.turns
+                if tu.meta.get("speech")]
     assert all(tu.meta.get("draft") is not None and tu.meta.get("critique") for tu in speeches)
+    t = next(iter(res.transcripts.values()))
+    assert [x.meta["kind"] for x in t.rounds[0].turns] == ["oversight.argument", "oversight.critique",
+                                                            "oversight.argument"]
+    again = Debate.from_transcript(t).run()                          # every call recorded: it replays without one
+    assert again.result["answer"] == t.result["answer"] and all(x.cached for r in again.rounds for x in r.turns)
     caught = [tu for tu in speeches if "does not occur in the story" in tu.meta["critique"]]
     assert len(caught) > 20 and all(tu.meta["verified_quotes"] == tu.meta["quotes"] > 0 for tu in caught)
     # a more persuasive liar: the consultancy judge is fooled more often, while debate holds

@@ -299,10 +299,10 @@ async def _judge_call(d, j, item, speeches, sees, verify, what, round, tag):
                           meta={"view": tag, "saw_context": sees == "context"})
     return t
 
-# %% ../../nbs/18_oversight.ipynb #2c1f8756
+# %% ../../nbs/18_oversight.ipynb #89ede1ad
 async def _preference(d, j, item, speeches, side, verify, what, round, k):
     """The judge model's probability for `side` after `speeches`: from the log-probability of its one-letter answer
-    where the backend gives one, else the probability it states in a verdict."""
+    where the backend gives one, else the probability it states in a verdict. (its turns, probability, how)"""
     labels = list(item_options(item))
     system, user = judge_prompt(item, speeches, "question", verify, what)
     user = user.rsplit("Reply with", 1)[0] + f"Reply with the letter of the right answer alone ({', '.join(labels)})."
@@ -314,15 +314,16 @@ async def _preference(d, j, item, speeches, side, verify, what, round, k):
     letter, lp = (m.group(1) if m else None), t.meta.get("logprob")
     if lp is not None and letter in labels:
         q = math.exp(lp)
-        return t, (q if letter == side else (1 - q) / max(1, len(labels) - 1)), "logprob"
-    t = await _judge_call(d, j, item, speeches, "question", verify, what, round, "preference")
-    t.meta.update(side=side, candidate=k)
-    return t, (t.answer.probs.get(side, 0.0) if t.valid else 0.0), "stated"
+        return [t], (q if letter == side else (1 - q) / max(1, len(labels) - 1)), "logprob"
+    t2 = await _judge_call(d, j, item, speeches, "question", verify, what, round, "preference")
+    t2.meta.update(side=side, candidate=k, **({"letter_error": t.error} if t.error else {}))
+    return [t2] if t.error else [t, t2], (t2.answer.probs.get(side, 0.0) if t2.valid else 0.0), "stated"
 
-# %% ../../nbs/18_oversight.ipynb #7dc3cf0c
+# %% ../../nbs/18_oversight.ipynb #6cc4ec19
 async def _refine(d, a, item, draft, system, user, opts, k, sample):
     """Critique and refinement (Khan et al.): the speaker's model, reading the story, critiques its draft; then it
-    rewrites the draft in the light of the critique. The rewritten turn, its meta holding the draft and critique."""
+    rewrites the draft in the light of the critique. The critique's turn and the rewritten one (its meta holding the
+    draft and the critique)."""
     kw = dict(round=k, system=system, meta={"side": opts["side"], "saw_context": True})
     c = await d.side_call(a, PROMPTS["critique"].format(draft=draft.reply or ""), kind=_CRITIQUE.kind,
                           ask=Ask(kind=_CRITIQUE.kind, item=item, options=opts, phase="critique"), **kw)
@@ -330,13 +331,13 @@ async def _refine(d, a, item, draft, system, user, opts, k, sample):
     t = await d.side_call(a, user + more, kind=_ARGUMENT.kind, parse=lambda _: opts["side"],
                           ask=Ask(kind=_ARGUMENT.kind, item=item, options=opts, sample=sample, phase="refine"), **kw)
     t.meta.update(draft=draft.reply, critique=c.reply)
-    return t
+    return [c, t]
 
-# %% ../../nbs/18_oversight.ipynb #72185465
+# %% ../../nbs/18_oversight.ipynb #f8f0e757
 async def _speak(d, a, item, speeches, side, mode, k, which, best_of, j, verify, critique=False):
     """One speaker's argument for `side` (best of `best_of` candidates scored by the judge model, then critiqued and
-    refined with `critique`); the turn, its meta holding the side, the quote counts (verified or not), every
-    candidate with its score, the draft and its critique."""
+    refined with `critique`): every turn it took, in the order called, the speech kept marked `meta['speech']`, its
+    meta holding the side, the quote counts (verified or not), every candidate with its score, draft and critique."""
     options, labels = item_options(item), list(item_options(item))
     role = (PROMPTS["consultant_role"] if "consultancy" in mode else PROMPTS["debate_role"]).format(
         side=side, other=", ".join(x for x in labels if x != side))
@@ -346,25 +347,26 @@ async def _speak(d, a, item, speeches, side, mode, k, which, best_of, j, verify,
                                   side=side, text=options[side])
     opts = {"side": side, "options": options, "question": _question(item)}
     what = "consultancy" if "consultancy" in mode else "debate"
-    cands = []
+    cands, calls = [], []
     for s in range(best_of):
         t = await d.side_call(a, user, kind=_ARGUMENT.kind, round=k, system=system, parse=lambda _: side,
                               ask=Ask(kind=_ARGUMENT.kind, item=item, options=opts, sample=s, phase=what),
                               meta={"side": side, "saw_context": True})
-        if best_of == 1: cands.append((t, None, None, None)); break
-        pt, score, how = await _preference(d, j, item, [*speeches, (a.name, side, t.reply or "")], side, verify,
-                                           what, k, s)
-        cands.append((t, score, how, pt))
+        calls.append(t)
+        if best_of == 1: cands.append((t, None, None)); break
+        pts, score, how = await _preference(d, j, item, [*speeches, (a.name, side, t.reply or "")], side, verify,
+                                            what, k, s)
+        calls += pts
+        cands.append((t, score, how))
     t = max(cands, key=lambda c: -1 if c[1] is None else c[1])[0] if best_of > 1 else cands[0][0]
-    if critique: t = await _refine(d, a, item, t, system, user, opts, k, best_of)
+    if critique: calls += await _refine(d, a, item, t, system, user, opts, k, best_of); t = calls[-1]
     qs = find_quotes(t.reply or "", item.context)
-    t.meta.update(quotes=len(qs), verified_quotes=sum(q.verified for q in qs))
-    if best_of > 1:
-        t.meta["candidates"] = [{"reply": c[0].reply, "score": c[1], "how": c[2]} for c in cands]
-        t.meta["preference_turns"] = [to_jsonable(c[3]) for c in cands]
-    return t
+    t.meta.update(speech=True, quotes=len(qs), verified_quotes=sum(q.verified for q in qs),
+                  unverified_quotes=sum(not q.verified for q in qs))
+    if best_of > 1: t.meta["candidates"] = [{"reply": c[0].reply, "score": c[1], "how": c[2]} for c in cands]
+    return calls
 
-# %% ../../nbs/18_oversight.ipynb #6d94b6cf
+# %% ../../nbs/18_oversight.ipynb #81ea7514
 _NOT_SPEAKERS = ("judge", *EXTRA_ROLES)
 
 def _speakers(d, n: int) -> list:
@@ -376,9 +378,11 @@ def _speakers(d, n: int) -> list:
 
 _ORD = ("opening", "second", "third", "fourth", "fifth")
 
+def _speeches(turns) -> list: return [t for t in turns if t.meta.get("speech")]
+
 def _said(speakers, sides, order, turns) -> list:
-    "The speeches `turns` make, in speaking `order`: (name, side, text) each."
-    return [(speakers[slot].name, sides[slot], t.reply or "") for slot, t in zip(order, turns)]
+    "The speeches among `turns`, in speaking `order`: (name, side, text) each."
+    return [(speakers[slot].name, sides[slot], t.reply or "") for slot, t in zip(order, _speeches(turns))]
 
 # %% ../../nbs/18_oversight.ipynb #bb36b120
 async def _pick(d, a, item, round):
@@ -411,7 +415,7 @@ async def _ask_consultant(d, j, item, speeches, sees, verify, round):
                              ask=Ask(kind=_QUESTION.kind, item=_judge_item(item, sees)),
                              meta={"saw_context": sees == "context"})
 
-# %% ../../nbs/18_oversight.ipynb #6f37b5e1
+# %% ../../nbs/18_oversight.ipynb #6bfd3b7e
 @protocol("oversight", limits={"rounds": (1, 5), "judge_turns": (0, 4), "best_of": (1, 16)},
           planned=lambda s: (s["rounds"] + 1 + s["mode"].startswith("open")
                              + ("consultancy" in s["mode"]) * s["judge_turns"], False))
@@ -450,8 +454,7 @@ async def oversight(d,
         yield r
         picked = t.answer if t.valid else sides[0]
         sides = [picked] if n == 1 else [picked, _other(labels, picked)]
-    order, speeches = ([plan["first"], 1 - plan["first"]] if n == 2 else [0]), []
-    what = "consultancy" if n == 1 else "debate"
+    order, speeches, what = [plan["first"], 1 - plan["first"]][:n], [], ("consultancy" if n == 1 else "debate")
     for k in range(1, rounds + 1):
         if n == 1 and 2 <= k <= judge_turns + 1:
             rq = d.new_round(f"judge question {k - 1}", "question", depth=k)
@@ -461,9 +464,10 @@ async def oversight(d,
         r = d.new_round(f"{what} round {k}", what, depth=k)
         say = lambda slot, heard: _speak(d, speakers[slot], item, heard, sides[slot], mode, r.index, _ORD[k - 1],
                                          best_of, j, verify_quotes, critique)
-        if turns == "simultaneous": r.turns = await d.gather(*(say(slot, list(speeches)) for slot in order))
+        if turns == "simultaneous":
+            r.turns = [t for ts in await d.gather(*(say(slot, list(speeches)) for slot in order)) for t in ts]
         else:
-            for slot in order: r.turns.append(await say(slot, speeches + _said(speakers, sides, order, r.turns)))
+            for slot in order: r.turns += await say(slot, speeches + _said(speakers, sides, order, r.turns))
         speeches += _said(speakers, sides, order, r.turns)
         yield r
     r = d.new_round("judge", "decision")
@@ -525,7 +529,7 @@ def _oversight_check(settings):
         raise OptionError("judge_turns", f"must be at most rounds - 1 = {settings['rounds'] - 1}; "
                                          f"got {settings['judge_turns']}")
 
-# %% ../../nbs/18_oversight.ipynb #8106862d
+# %% ../../nbs/18_oversight.ipynb #b3f34b75
 def _p_of(probs, label): return None if not probs or label is None else float(probs.get(label, 0.0))
 
 @oversight.row
@@ -545,7 +549,7 @@ def _oversight_row(t) -> dict:
         row[f"{view}_p_right"] = p
         row[f"{view}_brier"] = None if p is None else sum((v - (k == gold)) ** 2 for k, v in probs.items())
         if view != "judge": row[f"{view}_correct"] = None if p is None else r.get(f"{view}_answer") == gold
-    speeches = [tu for rr in t.rounds if rr.phase in ("debate", "consultancy") for tu in rr.turns]
+    speeches = [tu for rr in t.rounds if rr.phase in ("debate", "consultancy") for tu in _speeches(rr.turns)]
     row["quotes"] = sum(tu.meta.get("quotes", 0) for tu in speeches)
     row["verified_quotes"] = sum(tu.meta.get("verified_quotes", 0) for tu in speeches)
     scores = {tu.agent: [c["score"] for c in tu.meta.get("candidates", [])] for tu in speeches
@@ -636,7 +640,7 @@ def oversight_report(res, folder=None) -> str:
                      f"[{r.acc_lo}, {r.acc_hi}]  Brier {r.brier} [{r.brier_lo}, {r.brier_hi}]  ECE {r.ece}")
     return "\n".join(lines)
 
-# %% ../../nbs/18_oversight.ipynb #d7ec271d
+# %% ../../nbs/18_oversight.ipynb #e987dc05
 @oversight.log_html
 def oversight_log_html(t) -> str:
     "The debate's HTML log: the question, each speech with its quotes marked verified (green) or not (red), verdicts."
@@ -651,6 +655,9 @@ def oversight_log_html(t) -> str:
         out.append(f"<h3>{H.escape(r.name)}</h3>")
         for tu in r.turns:
             head = f"{tu.agent}" + (f" (for {tu.meta['side']})" if tu.meta.get("side") else "")
+            kind = tu.meta.get("kind", "")
+            if kind != _ARGUMENT.kind or not tu.meta.get("speech"):
+                head += f" [{kind.removeprefix('oversight.')}{', not kept' * (kind == _ARGUMENT.kind)}]"
             if tu.meta.get("view"): head += f" — {tu.meta['view']}: {_show_probs(tu)}"
             if "quotes" in tu.meta: head += f" — quotes {tu.meta['verified_quotes']}/{tu.meta['quotes']} verified"
             body = quotes_html(tu.reply or "", ctx) if tu.meta.get("side") else H.escape(tu.reply or "")
