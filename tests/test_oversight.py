@@ -235,3 +235,15 @@ def test_critique_and_refine_trades_made_up_quotes_for_real_ones(ordering):
     assert ref.loc["judge"].accuracy < con.loc["judge"].accuracy - 0.04
     _, dref = _acc(items, TEAM, mode="debate", critique=True)
     assert dref.loc["judge"].acc_lo > ref.loc["judge"].acc_hi and dref.loc["judge"].accuracy > 0.8
+
+def test_the_judge_option_names_the_judge(tmp_path):
+    r = CliRunner().invoke(main, ["run", "oversight", "--task", "stories", "--n", "2", "--rounds", "1", "--judge",
+                                  "synthetic:skill=1.0,seed=9", "--no-cache", "--no-progress", "--out", str(tmp_path),
+                                  "--name", "j"])
+    assert r.exit_code == 0, r.output
+    t = json.loads(next((tmp_path / "j").rglob("transcript.json")).read_text())
+    judges = {tu["agent"] for rd in t["rounds"] for tu in rd["turns"] if tu["meta"].get("kind") == "oversight.judge"}
+    assert judges == {"Judge"} and [a["spec"] for a in t["team"] if a["name"] == "Judge"] == ["synthetic:skill=1.0,seed=9"]
+    r = CliRunner().invoke(main, ["run", "oversight", "--task", "stories", "--n", "1", "--judge", "synthetic:",
+                                  "--agents", "synthetic:;synthetic:;synthetic:"])
+    assert r.exit_code == 2 and "--judge" in r.output and "Traceback" not in r.output

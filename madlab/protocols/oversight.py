@@ -255,12 +255,12 @@ _QUESTION = register_format(AnswerFormat("oversight.question", reply=_question_r
 _CRITIQUE = register_format(AnswerFormat("oversight.critique", reply=_critique_reply))   # critique of a draft
 _PREFERENCE = register_format(AnswerFormat("oversight.preference", reply=_preference_reply))   # best-of-N: a letter
 
-# %% ../../nbs/18_oversight.ipynb #ffba9ef9
+# %% ../../nbs/18_oversight.ipynb #816a2f87
 def _options_block(options) -> str: return "\n".join(f"{k}: {v}" for k, v in options.items())
 
 def transcript_text(speeches, context=None, verify: bool = True) -> str:
     """The debate so far as a judge (or a speaker) reads it: each speech `(name, side, text)` in an `<argument>`;
-    a judge's question `(name, None, text)` in a `<question_from_judge>`; quotes marked verified or not against
+    a judge's question `(name, None, text)` in a `<judge_question>`; quotes marked verified or not against
     `context` (`verify`), else left as written."""
     out = []
     for name, side, text in speeches:
@@ -415,7 +415,7 @@ async def _ask_consultant(d, j, item, speeches, sees, verify, round):
                              ask=Ask(kind=_QUESTION.kind, item=_judge_item(item, sees)),
                              meta={"saw_context": sees == "context"})
 
-# %% ../../nbs/18_oversight.ipynb #6bfd3b7e
+# %% ../../nbs/18_oversight.ipynb #1b460e05
 @protocol("oversight", limits={"rounds": (1, 5), "judge_turns": (0, 4), "best_of": (1, 16)},
           planned=lambda s: (s["rounds"] + 1 + s["mode"].startswith("open")
                              + ("consultancy" in s["mode"]) * s["judge_turns"], False))
@@ -429,7 +429,7 @@ async def oversight(d,
                     judge_turns: int = 0,
                     # what the deciding judge reads besides the transcript: the question, or the story too (oracle)
                     judge_sees: Literal["question", "context"] = "question",
-                    # backend spec of the judge; None: the team's judge member, else the first speaker's backend
+                    # backend spec of the judge (the team then has none); None: the team's judge, else speaker 1's
                     judge: str|None = None,
                     # mark each quote verified or unverified for the judge; false: quotes shown unchecked
                     verify_quotes: bool = True,
@@ -504,15 +504,20 @@ def _result(item, plan, speakers, sides, order, picked, tj, base, mode, sees, ve
         out["invalid"] += int(not t.valid)
     return out
 
-# %% ../../nbs/18_oversight.ipynb #f5a16cfe
+# %% ../../nbs/18_oversight.ipynb #3467423d
 @oversight.team
-def oversight_team(specs=None) -> list:
-    "The team: two speakers and a judge (a consultancy uses the first speaker); by default synthetic ones."
-    if specs is None: specs = ["synthetic:truthful,seed=1", "synthetic:deceptive,seed=2", "synthetic:skill=0.8,seed=3"]
+def oversight_team(specs=None, options=None) -> list:
+    """The team: two speakers and a judge (a consultancy uses the first speaker); by default synthetic ones. Given the
+    `judge` option, the team has no judge member: the option's spec judges."""
+    judge = (options or {}).get("judge")
+    if specs is None:
+        specs = ["synthetic:truthful,seed=1", "synthetic:deceptive,seed=2", "synthetic:skill=0.8,seed=3"][:2 + (not judge)]
     specs = list(specs)
     if not all(isinstance(s, str) for s in specs): return specs
     if not 1 <= len(specs) <= 3:
         raise OptionError("agents", f"oversight takes 1 to 3 specs (debater 1;debater 2;judge); got {len(specs)}")
+    if judge is not None and len(specs) == 3:
+        raise OptionError("judge", "give the judge as the team's third spec or as --judge, not both")
     if len(specs) == 1: specs = specs * 2
     return [{"name": n, "spec": s, **({"role": "judge"} if i == 2 else {})}
             for i, (n, s) in enumerate(zip(("Debater 1", "Debater 2", "Judge"), specs))]
