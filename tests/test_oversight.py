@@ -243,7 +243,8 @@ def test_the_judge_option_names_the_judge(tmp_path):
     assert r.exit_code == 0, r.output
     t = json.loads(next((tmp_path / "j").rglob("transcript.json")).read_text())
     judges = {tu["agent"] for rd in t["rounds"] for tu in rd["turns"] if tu["meta"].get("kind") == "oversight.judge"}
-    assert judges == {"Judge"} and [a["spec"] for a in t["team"] if a["name"] == "Judge"] == ["synthetic:skill=1.0,seed=9"]
+    assert judges == {"Judge"}
+    assert [a["spec"] for a in t["team"] if a["name"] == "Judge"] == ["synthetic:skill=1.0,seed=9"]
     r = CliRunner().invoke(main, ["run", "oversight", "--task", "stories", "--n", "1", "--judge", "synthetic:",
                                   "--agents", "synthetic:;synthetic:;synthetic:"])
     assert r.exit_code == 2 and "--judge" in r.output and "Traceback" not in r.output

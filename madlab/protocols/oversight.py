@@ -504,14 +504,15 @@ def _result(item, plan, speakers, sides, order, picked, tj, base, mode, sees, ve
         out["invalid"] += int(not t.valid)
     return out
 
-# %% ../../nbs/18_oversight.ipynb #3467423d
+# %% ../../nbs/18_oversight.ipynb #c067f94d
 @oversight.team
 def oversight_team(specs=None, options=None) -> list:
     """The team: two speakers and a judge (a consultancy uses the first speaker); by default synthetic ones. Given the
     `judge` option, the team has no judge member: the option's spec judges."""
     judge = (options or {}).get("judge")
     if specs is None:
-        specs = ["synthetic:truthful,seed=1", "synthetic:deceptive,seed=2", "synthetic:skill=0.8,seed=3"][:2 + (not judge)]
+        specs = ["synthetic:truthful,seed=1", "synthetic:deceptive,seed=2"]
+        if judge is None: specs.append("synthetic:skill=0.8,seed=3")
     specs = list(specs)
     if not all(isinstance(s, str) for s in specs): return specs
     if not 1 <= len(specs) <= 3:
