@@ -415,8 +415,8 @@ async def _ask_consultant(d, j, item, speeches, sees, verify, round):
                              ask=Ask(kind=_QUESTION.kind, item=_judge_item(item, sees)),
                              meta={"saw_context": sees == "context"})
 
-# %% ../../nbs/18_oversight.ipynb #1b460e05
-@protocol("oversight", limits={"rounds": (1, 5), "judge_turns": (0, 4), "best_of": (1, 16)},
+# %% ../../nbs/18_oversight.ipynb #391d7df6
+@protocol("oversight", tasks=("stories",), limits={"rounds": (1, 5), "judge_turns": (0, 4), "best_of": (1, 16)},
           planned=lambda s: (s["rounds"] + 1 + s["mode"].startswith("open")
                              + ("consultancy" in s["mode"]) * s["judge_turns"], False))
 async def oversight(d,
