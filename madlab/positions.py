@@ -10,6 +10,7 @@ import html, json
 import pandas as pd
 from .core import *
 from .jsontext import extract_json
+from .quotes import quotes_html
 from .debate import Debate
 from .formats import answer_format
 from .scoring import majority_vote, score_result
@@ -277,11 +278,12 @@ def _reply_text(reply) -> str:
 _EDITED = ("<span class='madlab-edited-badge' style='background:#6a1b9a;color:#fff;border-radius:3px;padding:0 "
            "5px;font-weight:bold'>EDITED</span>")
 
-def _turn_html(t, original=None) -> str:
+def _turn_html(t, original=None, context=None) -> str:
     tags = [f"on {t.focus}" if t.focus is not None else "",
             "→ " + ", ".join(map(str, t.receivers)) if t.receivers else "", "cached" if t.cached else ""]
     conf = _conf_of(t.answer, str(t.focus) if t.focus is not None else None)
     if conf is not None and "confidence" not in _text(t.answer): tags.append(f"confidence {conf:g}")
+    if "quotes" in t.meta: tags.append(f"quotes verified {t.meta.get('verified_quotes', 0)}/{t.meta['quotes']}")
     edited = bool(t.meta.get("edited"))
     prompt = t.messages[-1].get("content", "") if t.messages else ""
     err = f"<div class='madlab-turn-error' style='color:#b00'>error: {_E(t.error)}</div>" if t.error else ""
@@ -298,15 +300,18 @@ def _turn_html(t, original=None) -> str:
             f"style='white-space:pre-wrap'>{_E(_text(t.answer))}</code> "
             f"<small>{_E(' · '.join(x for x in tags if x))}</small></div>{err}"
             "<details><summary>reasoning</summary><div class='madlab-reasoning' "
-            f"style='white-space:pre-wrap'>{_E(text)}</div></details>{orig}{raw}"
+            # quotes of a hidden context marked verified or not, as the protocol's HTML log marks them
+            f"style='white-space:pre-wrap'>{quotes_html(text, context) if context else _E(text)}</div></details>"
+            f"{orig}{raw}"
             f"<details><summary>prompt</summary><pre style='white-space:pre-wrap'>{_E(prompt)}</pre></details></div>")
 
-def _columns_html(r, agents, edit=None) -> str:
-    "One column per agent with its turns of round `r`; the edited message of a fork marked, with the original folded."
+def _columns_html(r, agents, edit=None, context=None) -> str:
+    """One column per agent with its turns of round `r`; the edited message of a fork marked, with the original
+    folded; quotes of the item's hidden `context` marked verified or not."""
     if r is None: return "<div class='madlab-cols'></div>"
     cols = []
     for a in agents:
-        parts = [_turn_html(t, (edit or {}).get("original") if t.meta.get("edited") else None)
+        parts = [_turn_html(t, (edit or {}).get("original") if t.meta.get("edited") else None, context)
                  for t in r.turns if t.agent == a]
         cols.append("<div class='madlab-col' style='flex:1 1 "
                     f"220px;min-width:180px'><b>{_E(a)}</b>{''.join(parts) or '<i>(silent this round)</i>'}</div>")

@@ -6,7 +6,7 @@ Docs: https://madlab.github.io/madlab/synthetic.html.md"""
 
 # %% ../nbs/01b_synthetic.ipynb #e88a8012
 from __future__ import annotations
-import asyncio, collections, collections.abc, json, math, random
+import asyncio, collections, collections.abc, inspect, json, math, random
 from dataclasses import dataclass, replace
 from statistics import NormalDist
 from typing import Callable
@@ -40,6 +40,9 @@ class Persona:
     # how alike its repeated samples of one request are (1: one belief per item; 0: each sample's belief drawn afresh)
     sample_corr: float = 1.0
     conviction: float = 0.0       # chance, times how easy the item is, of holding its own belief against its peers
+    # a debater assigned a side the hidden evidence does not support: chance of fabricating a quote for it (else it
+    # quotes a real but irrelevant passage)
+    deceit: float = 0.0
 
 # %% ../nbs/01b_synthetic.ipynb #6ca8a89a
 PERSONAS = {
@@ -50,6 +53,9 @@ PERSONAS = {
     "random": Persona(skill=0.0, susceptibility=0.0),
     "susceptible": Persona(skill=0.8, susceptibility=0.6, defer=0.3),
     "saboteur": Persona(skill=0.0, susceptibility=0.0, anchor=1.0),   # always wrong, never moves
+    # debaters over hidden evidence (`madlab.protocols.oversight`): one quotes only the passage, one makes quotes up
+    "truthful": Persona(skill=1.0, susceptibility=0.0),
+    "deceptive": Persona(skill=1.0, susceptibility=0.0, deceit=0.5),
 }
 
 # %% ../nbs/01b_synthetic.ipynb #389e9b15
@@ -150,6 +156,11 @@ def _synthetic_logprob(persona: Persona, ask: Ask, text: str, rng: random.Random
     return round(math.log(min(0.99, max(0.01, q))), 6)
 
 # %% ../nbs/01b_synthetic.ipynb #567dddf8
+def _reads_messages(fn) -> bool:
+    "Whether a format's synthetic `reply` takes a fourth argument: the messages the agent was sent."
+    try: return len(inspect.signature(fn).parameters) >= 4
+    except (TypeError, ValueError): return False
+
 class SyntheticBackend(Backend):
     "Offline, seeded synthetic agent (see `Persona`)."
     synthetic = True
@@ -172,7 +183,9 @@ class SyntheticBackend(Backend):
         last = messages[-1]["content"] if messages else ""
         rng = synthetic_rng(p, "reply", ask.agent, getattr(ask.item, "id", None), ask.kind, ask.focus, ask.phase,
                             ask.round, ask.sample, last)
-        text = rng.choice(MALFORMED_REPLIES) if rng.random() < p.malformed else fn(ask, p, rng)
+        # a format's reply may read what the agent was sent (a judge reads the arguments in its prompt)
+        text = (rng.choice(MALFORMED_REPLIES) if rng.random() < p.malformed
+                else fn(ask, p, rng, messages) if _reads_messages(fn) else fn(ask, p, rng))
         usage = Usage(sum(self.count_tokens(m.get("content") or "") + 4 for m in messages), self.count_tokens(text), 1)
         lp = {"logprob": _synthetic_logprob(p, ask, text, rng)} if params.get("logprobs") else {}
         return Completion(text, usage, latency=p.latency, model=self.spec, meta={"synthetic": True, **lp})

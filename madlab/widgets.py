@@ -374,7 +374,7 @@ def _draw(self: DebateStepper, s: dict):
     header = _header_html(rounds, pos, status, b.name, s["result"], s["done"], s["planned"], s["early"])
     cons_html, usage = _consensus_html(rounds, item, pos, b.cons), _usage_html(rounds, pos)
     cols = _columns_html(rounds[pos] if pos >= 0 else None, b.agents,
-                         b.edit if b.edit.get("round") == pos + 1 else None)
+                         b.edit if b.edit.get("round") == pos + 1 else None, getattr(item, "context", None))
     compare = self._compare_html() if len(self.branches) > 1 else ""
     self.b_back.disabled = busy or pos <= 0
     self.b_fwd.disabled = busy or at_end
