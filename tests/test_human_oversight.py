@@ -54,3 +54,20 @@ def test_a_person_judging_oversight_sees_the_story_only_when_the_view_allows(tmp
     assert "mlh-quote mlh-verified" in seen                                                 # quotes marked as checked
     row = res.df.iloc[0]
     assert row.status == "done" and row.answered_by == "tester" and row.unanswered == 0
+
+def test_a_person_debating_in_oversight_reads_the_story_and_their_side(tmp_path):
+    "A person in a debater's seat is shown what a debater may read: the story, and the side they argue."
+    items = story_items(1, seed=0, facts=6, closeness="near", hops=1)
+    team = [{"name": "Debater 1", "spec": "human:tester"}, TEAM[1],
+            {"name": "Judge", "spec": "synthetic:skill=0.8,seed=3", "role": "judge"}]
+    shown = []
+    def ask(req):
+        shown.append(req)
+        return {f.path: "Look: <quote>x</quote>" if f.kind == "text" else "0.5" for f in req.fields}
+    set_asker(ask)
+    res = run_experiment("oversight", items=items, team=team, cache=False, seed=7, rounds=1, out=tmp_path / "run")
+    assert len(shown) == 1 and shown[0].agent == "Debater 1"
+    text = "\n".join(m["content"] for m in shown[0].messages)
+    side = res.transcripts[items[0].id].result["sides"]["Debater 1"]
+    assert items[0].context in text and f"You argue that the answer is {side}" in text
+    assert res.df.answered_by[0] == "tester"
