@@ -1,7 +1,8 @@
 """A person in a real JupyterLab, driven by a real browser (Playwright + Debian's chromium): a du debate with two
 synthetic agents and `human:tester` runs in the background while the test reads the desk's forms and types the
 answers; the transcripts hold them with the name and the messages sent; a stop and a resume ask only for what was not
-answered; bad input is refused in place with the reason; a fork from the stepper seats the person at round 2."""
+answered; bad input is refused in place with the reason; a fork from the stepper seats the person at round 2; judging
+an oversight debate, the person is shown the transcript with its quotes checked, and not the hidden story."""
 from __future__ import annotations
 import contextlib, json, time, urllib.request
 from pathlib import Path
@@ -38,6 +39,12 @@ CELLS = [
     'rounds=2))\ns',
     # 7: who answered each round of the shown branch
     "print('SEATS', json.dumps([r.by_agent()['Synthetic-weak'].meta.get('answered_by') for r in s.branch.rounds]))",
+    # 8: the person judges an oversight debate with the question view: the story is hidden from them
+    "from madlab.tasks.stories import story_items\nitems = story_items(1, seed=0, facts=6, closeness='near', hops=1)\n"
+    "OT = [{'name': 'Debater 1', 'spec': 'synthetic:truthful,seed=1'}, "
+    "{'name': 'Debater 2', 'spec': 'synthetic:deceptive,seed=2'}, {'name': 'Judge', 'spec': 'human:tester', "
+    "'role': 'judge'}]\nov = asyncio.ensure_future(arun_experiment('oversight', items=items, team=OT, cache=False, "
+    "seed=7, rounds=1, out='ov'))\nprint('STORY', json.dumps(items[0].context))",
 ]
 
 def _wait(pred, timeout, what, poll=0.1):
@@ -156,6 +163,20 @@ def test_a_person_answers_in_jupyterlab(tmp_path):
             _run_cell(page, 7)
             _wait(lambda: "SEATS" in _output(page, 7), 30, "who answered")
             assert 'SEATS [null, "tester", "tester"]' in _output(page, 7)
+            # judging oversight: the form shows the transcript, its quotes checked, and not the story
+            _run_cell(page, 8)
+            _wait(lambda: "STORY" in _output(page, 8), 60, "the oversight run to start")
+            story = json.loads(_output(page, 8).split("STORY", 1)[1].strip())
+            f = _form(page, 9)
+            seen = f.locator(".mlh-seen").inner_text()
+            assert "Judge" in f.locator(".mlh-head").inner_text() and "<story>" not in seen and story not in seen
+            assert f.locator(".mlh-seen .mlh-verified").count() >= 1                 # a quote shown as verified
+            for box in f.locator("textarea").all(): box.fill("I read the transcript")
+            for box in f.locator("input").all(): box.fill("0.5")
+            f.locator("button.mlh-send").click()
+            _wait(lambda: (root / "ov" / "results.csv").exists(), 60, "the judged run to finish")
+            import pandas as pd
+            assert list(pd.read_csv(root / "ov" / "results.csv").answered_by) == ["tester"]
         finally:
             page.screenshot(path=str(tmp_path / "people.png"))
             browser.close()
