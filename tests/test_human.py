@@ -4,7 +4,7 @@ from __future__ import annotations
 import asyncio, json, os, subprocess, sys
 from pathlib import Path
 import pytest
-from madlab.core import Transcript, run_sync, runtime_loop
+from madlab.core import Transcript, run_sync
 from madlab.backends.human import set_asker, HumanRequest, terminal_asker, answer_fields
 from madlab.run import arun_experiment, run_experiment
 from madlab.run_folder import transcript_text
@@ -170,7 +170,7 @@ def test_several_people_share_a_run_folder_each_with_their_own_name_in_turn(tmp_
                                                env={**env, "MADLAB_PERSON": who}, stdout=subprocess.PIPE,
                                                stderr=subprocess.PIPE, text=True)
     ana, bob = run("ana", 2, "first"), run("bob", 4, "wait")
-    (a_out, a_err), (b_out, b_err) = ana.communicate(timeout=240), bob.communicate(timeout=240)
+    (_, a_err), (b_out, b_err) = ana.communicate(timeout=240), bob.communicate(timeout=240)
     assert ana.returncode == 0 and bob.returncode == 0, a_err[-2000:] + b_err[-2000:]
     assert "is in use by another madlab run" in (tmp_path / "refused.txt").read_text()   # no waiting: refused
     assert (tmp_path / "asked.txt").read_text().split() == ["ana"] * 4 + ["bob"] * 4   # in turn, nobody twice
@@ -185,8 +185,8 @@ def test_a_person_takes_a_role_agent_seat_and_a_team_file_seat(tmp_path):
         return {f.path: (f.options[0] if f.options else "1" if f.kind in ("number", "integer") else "mine")
                 for f in req.fields}
     set_asker(ask)
-    res = run_experiment("multi_persona", task="arith", team=["synthetic:strong", "synthetic:weak"], moderator="human:ana",
-                         out=tmp_path / "run", n=1, cache=tmp_path / "cache", rounds=1)
+    res = run_experiment("multi_persona", task="arith", team=["synthetic:strong", "synthetic:weak"],
+                         moderator="human:ana", out=tmp_path / "run", n=1, cache=tmp_path / "cache", rounds=1)
     assert asked == [("ana", "Moderator", "multi_persona.moderator")] and res.df.answered_by[0] == "ana"
     team = tmp_path / "team.yaml"
     team.write_text("agents:\n  - synthetic:strong\n  - {name: Reader, spec: 'human:bo,timeout=30'}\n")

@@ -5,7 +5,6 @@ answered; bad input is refused in place with the reason; a fork from the stepper
 an oversight debate, the person is shown the transcript with its quotes checked, and not the hidden story."""
 from __future__ import annotations
 import contextlib, json, time, urllib.request
-from pathlib import Path
 import nbformat
 import pytest
 from jupyter_helpers import CHROMIUM, CHROMIUM_ARGS, need_browser, jupyter_lab
