@@ -59,6 +59,8 @@ def debate_row(t: Transcript) -> dict:
     try: score = score_result(t.item, t.result)
     except Exception as e: score = {"correct": None, "score_error": f"{type(e).__name__}: {e}"}
     row.update({k: _cell(v) for k, v in score.items()}, gold=_cell(getattr(t.item, "gold", None)))
+    # no decision because a person gave no answer: neither right nor wrong (left out of accuracy, as a failed vote is)
+    if row.get("unanswered") and (t.result or {}).get("answer") is None: row["correct"] = None
     hook = _hook(t.protocol, "row")
     if hook is not None: row.update({k: _cell(v) for k, v in (hook(t) or {}).items()})
     return row

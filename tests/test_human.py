@@ -3,6 +3,7 @@ in a du debate with two synthetic agents; the run is recorded, resumable and say
 from __future__ import annotations
 import asyncio, json, os, subprocess, sys
 from pathlib import Path
+import pandas as pd
 import pytest
 from madlab.core import Transcript, run_sync
 from madlab.backends.human import set_asker, HumanRequest, terminal_asker, answer_fields
@@ -215,3 +216,11 @@ def test_the_command_line_asks_a_person_in_the_terminal(tmp_path):
     t = Transcript.from_json(next((tmp_path / "out").rglob("transcript.json")))
     tu = next(tu for r in t.rounds for tu in r.turns if tu.agent == "Human-ana")
     assert (tu.answer, tu.meta["answered_by"]) == (82, "ana")
+
+def test_an_item_left_undecided_by_a_missing_answer_is_neither_right_nor_wrong(tmp_path):
+    async def away(req): await asyncio.Event().wait()
+    set_asker(away)
+    res = run_experiment("du", task="arith", team=["human:tester,timeout=0.1"], out=tmp_path / "run", n=1,
+                         cache=tmp_path / "cache", rounds=0)
+    row = res.df.iloc[0]
+    assert (row.unanswered, row.invalid) == (1, 0) and pd.isna(row.correct)
