@@ -29,7 +29,7 @@ CELLS = [
     "from madlab.backends.base import get_backend\nfrom madlab.core import Ask\n"
     'register_format(AnswerFormat("_pick", schema=lambda ask: reasoned({"answer": {"enum": ["A", "B"]}, '
     '"probability": {"type": "number", "minimum": 0, "maximum": 1}})), replace=True)\n'
-    'pick = asyncio.ensure_future(get_backend("human:tester").complete([{"role": "user", "content": "A or B?"}], '
+    'pick = asyncio.ensure_future(get_backend("human:tester,timeout=300").complete([{"role": "user", "content": "A or B?"}], '
     'Ask(kind="_pick", agent="Human-tester")))',
     # 5: what the pick sent
     "print('PICK', pick.result().text)",
@@ -129,6 +129,8 @@ def test_a_person_answers_in_jupyterlab(tmp_path):
             # bad input, refused in place with the reason; then a good answer is sent
             _run_cell(page, 4)
             f = _form(page, 6)
+            assert "time limit 300 s" in f.locator(".mlh-head").inner_text()               # the limit, visible
+            _wait(lambda: "s left" in f.locator(".mlh-left").inner_text(), 30, "the time left")
             _answer(page, 6, {"answer": "E", "probability": "0.5"})
             err = f.locator(".mlh-error")
             err.wait_for(timeout=30_000)
