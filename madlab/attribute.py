@@ -11,11 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 import pandas as pd
 from fastcore.basics import patch
-from .core import Ask, Item, OptionError, Round, Transcript, Turn, runtime_loop, write_atomic, write_parquet
+from .core import (AnswerSchema, Ask, Item, OptionError, Round, Transcript, Turn, runtime_loop, write_atomic,
+                         write_parquet)
+from .jsontext import extract_json
 from .formats import FORMATS, AnswerFormat, register_format
 from .synthetic import believes_gold, synthetic_rng
 from .agents import Budget, BudgetExceeded, check_spec, make_team, with_cache
-from .imports import LogError, LogFormat, _agent, _meta
+from .imports import LogError, LogFormat, _agent, _meta, register_log_format
 from .run_folder import safe_name
 from .runs import OpenRun, open_run
 from .blame import _chosen, blame_ranking
@@ -93,6 +95,16 @@ def _prompt(kind: str, t: Transcript, steps: list, k: int = 0, lo: int = 0, mid:
             "with one line: Modes: <codes, comma-separated> (or Modes: none).")
 
 # %% ../nbs/23e_attribute.ipynb #df06c85a
+def _held(text: str) -> dict:
+    """The fields of a reply held to the judge's schema (`_judge_schema`: the answer first, the reason last): its JSON
+    object; of one cut short in its reason, the answer fields written before the cut."""
+    j = extract_json(text)
+    if isinstance(j, dict): return j
+    out = {k: v for k, v in re.findall(r'"(agent|answer)"\s*:\s*"([^"]*)"', text)}
+    out |= {k: int(v) for k, v in re.findall(r'"(step)"\s*:\s*(\d+)', text)}
+    m = re.search(r'"modes"\s*:\s*\[([^\]]*)\]', text)
+    return out | ({"modes": re.findall(r'"([^"]*)"', m.group(1))} if m else {})
+
 def parse_pick(text, steps: list):
     """(agent, round) that a reply to the `pick` question names, by its `Step:` number (exact, within the log) and its
     `Agent:` line (an agent of the log, exact up to case); None when neither can be read (an invalid reply). The agent
@@ -101,6 +113,9 @@ def parse_pick(text, steps: list):
     agents = {a.lower(): a for a, _, _ in steps}
     ag = [m.strip().strip("*`'\".").lower() for m in re.findall(r"(?im)^\W*agent\W*[:=]\s*(.+?)\s*$", text)]
     st = [int(m) for m in re.findall(r"(?im)^\W*step\W*[:=]\s*#?(\d+)\s*\W*$", text)]
+    j = _held(text)                                       # a reply held to the judge's schema: {"agent", "step"}
+    if isinstance(j.get("agent"), str): ag = [j["agent"].strip().lower()]
+    if isinstance(j.get("step"), int) and not isinstance(j.get("step"), bool): st = [j["step"]]
     agent = agents.get(ag[-1]) if ag else None
     k = st[-1] if st and 1 <= st[-1] <= len(steps) else None
     if k is None: return (agent, None) if agent else None
@@ -111,6 +126,8 @@ def parse_pick(text, steps: list):
 def parse_choice(text, choices: tuple) -> str|None:
     "The last of `choices` (e.g. YES/NO, FIRST/SECOND) written as a word in a reply, case aside; None when none is."
     if not isinstance(text, str): return None
+    said = _held(text).get("answer")                      # a reply held to the judge's schema: {"answer"}
+    if isinstance(said, str) and said.upper() in choices: return said.upper()
     got = re.findall(r"\b(" + "|".join(map(re.escape, choices)) + r")\b", text, re.I)
     return got[-1].upper() if got else None
 
@@ -119,6 +136,9 @@ def parse_modes(text) -> list[str]|None:
     """The MAST codes a reply's last `Modes:` line names (only codes of `MAST_MODES`); [] for `none`; None when
     unreadable."""
     if not isinstance(text, str): return None
+    held = _held(text).get("modes")                       # a reply held to the judge's schema: {"modes": [codes]}
+    if isinstance(held, list) and all(isinstance(c, str) for c in held):
+        return list(dict.fromkeys(c for c in held if c in MAST_MODES))
     lines = re.findall(r"(?im)^\W*modes?\W*[:=]\s*(.*)$", text)
     if not lines: return None
     if re.fullmatch(r"\W*none\W*", lines[-1], re.I): return []
@@ -149,7 +169,23 @@ def _synthetic_reply(ask: Ask, persona, rng) -> str:
     a, rnd = o["steps"][k - 1]
     return f"The decisive error is {a}'s reply in round {rnd}.\nAgent: {a}\nStep: {k}"
 
-register_format(AnswerFormat("attribute.judge", reply=_synthetic_reply), replace=True)
+def _judge_schema(ask: Ask) -> AnswerSchema:
+    """The JSON shape of a reply to one question, so that a backend that can hold replies to a schema (a served model,
+    `hf:` while it decodes) gives one the parsers read: the agent (one of the log's) and the step (within it), the
+    choice (YES/NO, FIRST/SECOND) or the MAST codes; then the reason, as Who&When's prompts ask (a reply cut short
+    in its reason still reads)."""
+    o = ask.options or {}
+    q, steps = o.get("question"), o.get("steps") or []
+    if q == "pick":
+        fields = {"agent": {"enum": list(dict.fromkeys(a for a, _ in steps)) or ["none"]},
+                  "step": {"type": "integer", "minimum": 1, "maximum": max(1, len(steps))}}
+    elif q in ("step", "half"): fields = {"answer": {"enum": ["YES", "NO"] if q == "step" else ["FIRST", "SECOND"]}}
+    else: fields = {"modes": {"type": "array", "items": {"enum": sorted(MAST_MODES)}, "maxItems": len(MAST_MODES)}}
+    props = {**fields, "reason": {"type": "string", "description": "why, in a sentence"}}   # Who&When's order
+    return AnswerSchema({"type": "object", "properties": props, "required": list(props),
+                         "additionalProperties": False}, reasoning="reason", answer_tokens=40)
+
+register_format(AnswerFormat("attribute.judge", reply=_synthetic_reply, schema=_judge_schema), replace=True)
 
 # %% ../nbs/23e_attribute.ipynb #a24760f6
 def blame_causes(run: OpenRun, folder=None) -> pd.DataFrame:
@@ -445,6 +481,8 @@ class WhoWhenLog(LogFormat):
         result = {"answer": None, "reason": "a failed task logged by Who&When (its final answer is not in the log)"}
         return Transcript(self.protocol, item, [_agent(a, model) for a in names], {"seed": 0}, rounds,
                           {}, result, meta)
+
+register_log_format(WhoWhenLog())     # `madlab import who-when PATH`; found through the entry point
 
 # %% ../nbs/23e_attribute.ipynb #a65cfb7f
 def import_who_when(path, out, model: str|None = None):

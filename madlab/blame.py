@@ -254,13 +254,15 @@ def _ranks(g: pd.DataFrame) -> pd.Series:
 
 def _agent_ranks(g: pd.DataFrame) -> pd.DataFrame:
     """One item's agents ranked on their agent-level forks, the earliest round first (the agent replaced from round 1
-    on is the agent as a whole): (right, changed) from round 1; then the agent that stated the decided answer first (a
-    cause comes before its effects); then (right, changed) from round 2, ...; `right` and `changed` are the means over
-    all its forks; ties share a rank."""
+    on is the agent as a whole): how often those from round 1 changed the wrong decision (the outcome to explain: an
+    agent without which it would not have been reached is its cause, whether or not another agent's own error then
+    takes its place); then the agent that stated the decided answer first (a cause comes before its effects); then how
+    often they made it right; then (changed, right) from round 2, ...; `right` and `changed` are the means over all its
+    forks; ties share a rank."""
     per = {a: h.sort_values("round") for a, h in g.groupby("agent", sort=False)}
     said = {a: -h.stated.min() if h.stated.notna().any() else float("-inf") for a, h in per.items()}
-    keys = {a: (h.right.iloc[0], h.changed.iloc[0], said[a],
-                *(x for r in h.iloc[1:].itertuples() for x in (r.right, r.changed))) for a, h in per.items()}
+    keys = {a: (h.changed.iloc[0], said[a], h.right.iloc[0],
+                *(x for r in h.iloc[1:].itertuples() for x in (r.changed, r.right))) for a, h in per.items()}
     return pd.DataFrame([{"item": h.item.iloc[0], "agent": a, "right": h.right.mean(), "changed": h.changed.mean(),
                           "right_whole": h.right.iloc[0], "rank": 1 + sum(o > keys[a] for o in keys.values())}
                          for a, h in per.items()])
@@ -270,8 +272,9 @@ def blame_ranking(df: pd.DataFrame, by: str = "turn") -> pd.DataFrame:
     """Per item decided wrong: its turns ranked by how often their forks made the decision right, then by how often they
     changed it, then the earlier turn (a cause comes before its effects), then by how often its agent's turns made it
     right; `rank` 1 is the most to blame (ties share a rank). `by="agent"` ranks the agents on their agent-level forks
-    (every later turn of the agent replaced or silenced, from each round on): by how often those from round 1 made it
-    right, then changed it, then those from round 2, ... (`right_whole`: the share from round 1)."""
+    (every later turn of the agent replaced or silenced, from each round on): by how often those from round 1 changed
+    the wrong decision, then who stated it first, then how often they made it right, then those from round 2, ...
+    (`right_whole`: the share from round 1 that made it right; see `_agent_ranks`)."""
     s = _scores(df, by)
     if by == "agent":
         cols = ["item", "agent", "right", "changed", "right_whole", "rank"]
@@ -309,11 +312,22 @@ def robustness_table(df: pd.DataFrame, by=("agent", "round")) -> pd.DataFrame:
     return t[cols] if len(t) else pd.DataFrame(columns=[*by, *cols[len(keys):]])
 
 # %% ../nbs/23b_blame.ipynb #7b0e5a15
+def _own_answers(rows: pd.DataFrame, agent: str) -> set:
+    "The items whose decided answer `agent` stated in round 1 and no other agent did (`stated`: its first round)."
+    if "stated" not in rows or not len(rows): return set()
+    st = rows.assign(stated=pd.to_numeric(rows.stated, errors="coerce")).groupby(["item", "agent"]).stated.min()
+    st = st.unstack()
+    if agent not in st: return set()
+    others = st.drop(columns=[agent]).le(1).any(axis=1)
+    return set(st.index[st[agent].eq(1) & ~others])
+
 def planted_cause(df: pd.DataFrame, agent: str, by: str = "agent", placebo: str = "turn") -> dict:
     """Blame checked against a cause planted in the team (`agent`, e.g. a saboteur): over the items decided wrong whose
     decision one of `agent`'s forks (at scope `by`, placebos aside) changes, the share on which blame ranks `agent`
-    alone first (`first`) and first at all, maybe tied with another agent (`top`); over the placebo forks (at scope
-    `placebo`) on the other agents, the share that changed the decision; each with its 95 % Wilson interval."""
+    alone first (`first`) and first at all, maybe tied with another agent (`top`); the same share over those of them
+    whose decided answer `agent` alone stated in round 1 (`own`, `own_first`: the wrong answer was its own, not an
+    error another agent made too); over the placebo forks (at scope `placebo`) on the other agents, the share that
+    changed the decision; each with its 95 % Wilson interval."""
     rows = _of_scope(df, _scope(by))
     real = rows[~rows.intervention.eq("placebo")]
     mine = real[real.agent.eq(agent) & real.right_before.eq(False)]
@@ -322,14 +336,17 @@ def planted_cause(df: pd.DataFrame, agent: str, by: str = "agent", placebo: str 
     f = f[f.item.isin(can)]
     k, n = int((f["first"] == agent).sum()), len(f)
     kt = int(f.top_agents.str.split(", ").map(lambda a: agent in a).sum())
+    fo = f[f.item.isin(_own_answers(real, agent))]
+    ko, n_o = int((fo["first"] == agent).sum()), len(fo)
     pl = _of_scope(df, _scope(placebo))
     pl = pl[pl.intervention.eq("placebo") & ~pl.agent.eq(agent)]
     kp, n_p = int(pl.changed.astype(bool).sum()), len(pl)
-    (lo, hi), (tlo, thi), (plo, phi) = _wilson(k, n), _wilson(kt, n), _wilson(kp, n_p)
+    (lo, hi), (tlo, thi), (olo, ohi), (plo, phi) = _wilson(k, n), _wilson(kt, n), _wilson(ko, n_o), _wilson(kp, n_p)
     share = lambda a, b: a / b if b else float("nan")
     return {"wrong_items": int(real[real.right_before.eq(False)].item.nunique()), "can_change": n,
             "first": share(k, n), "first_low": lo, "first_high": hi, "top": share(kt, n), "top_low": tlo,
-            "top_high": thi, "placebo_forks": n_p, "placebo_changed": share(kp, n_p), "placebo_low": plo,
+            "top_high": thi, "own": n_o, "own_first": share(ko, n_o), "own_low": olo, "own_high": ohi,
+            "placebo_forks": n_p, "placebo_changed": share(kp, n_p), "placebo_low": plo,
             "placebo_high": phi}
 
 # %% ../nbs/23b_blame.ipynb #94dd6a5e

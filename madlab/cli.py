@@ -354,7 +354,7 @@ def _log_format_cb(ctx, param, value):
 @click.option("--model", metavar="MODEL", default=None, help="The model that wrote the log, recorded as the agents' spec imported:MODEL")
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="Import the first N records only")
 def import_cmd(format, path, out, name, task, model, limit, games):
-    "Import a published debate log (FORMAT: du, critic_actor: one JSON file; controlmad: a game's session file or a folder of ControlMAD's results) as a run folder: transcripts, logs and a results table scored by the task, no call made."
+    "Import a published debate log (FORMAT: du, critic_actor: one JSON file; controlmad: a game's session file or a folder of ControlMAD's results; who-when: Who&When's failure logs, a file or a folder, their labels kept for `madlab attribute`) as a run folder: transcripts, logs and a results table scored by the task, no call made."
     from madlab.import_run import import_name, import_run
     from madlab.store import store_path
     try: res = import_run(format, path, store_path(out) / (name or import_name(format, path, task, model)), task=task, model=model, limit=limit, games=games)

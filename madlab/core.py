@@ -614,8 +614,9 @@ class AnswerSchema:
 
     def note(self) -> str:
         "The instruction that shows the model the shape the constraint enforces."
-        return ("Reply with one JSON object of this shape (reasoning first, then the answer fields):\n"
-                + schema_example(self.schema))
+        last = self.reasoning and list(self.schema.get("properties", {}))[-1:] == [self.reasoning]
+        order = "the answer fields first, then your reasons" if last else "reasoning first, then the answer fields"
+        return f"Reply with one JSON object of this shape ({order}):\n" + schema_example(self.schema)
 
 # %% ../nbs/00_core.ipynb #75fe29a1
 def schema_example(s) -> str:

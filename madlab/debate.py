@@ -53,6 +53,7 @@ class Debate:
         self.listeners: list[Callable] = []
         for a in self.agents: a.listeners.append(self._emit)
         self.meta = {"id": id or getattr(item, "id", None) or new_id(), "status": "new", "madlab": madlab.__version__}
+        if getattr(item, "context", None) is not None: self.meta["context_seen_by"] = []   # see record_context_seen
         self.topology = None                     # who sees whom (None: everyone sees everyone)
         if self.settings.get("topology") is not None:
             self.topology = topology_neighbours(self.settings["topology"], [a.name for a in self.agents if a.role not in EXTRA_ROLES], seed)

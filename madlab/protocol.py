@@ -17,7 +17,7 @@ from .formats import answer_format
 
 # %% auto #0
 __all__ = ['AXES', 'PARTS', 'PROTOCOLS', 'parse_topology', 'topology_neighbours', 'parse_stop_on', 'ProtocolParts', 'Protocol',
-           'protocol', 'get_protocol', 'find_protocol', 'protocol_team']
+           'protocol', 'get_protocol', 'find_protocol', 'protocol_team', 'context_prompt', 'record_context_seen']
 
 # %% ../nbs/04d_protocol.ipynb #d983544a
 _TOPOLOGY_FORMS = ("full, ring, star, random:K (K >= 1 peers per agent) "
@@ -366,3 +366,26 @@ def protocol_team(proto: Protocol, team, options: dict|None = None):
     h = proto.parts.team
     if h is None: return team
     return h(team, options=dict(options or {})) if "options" in inspect.signature(h).parameters else h(team)
+
+# %% ../nbs/04d_protocol.ipynb #hidctx02
+_CONTEXT_NOTE = "Read this context first; the question after it is about it."
+
+def context_prompt(item, question: str|None = None) -> str:
+    """The text a role allowed to see `item`'s hidden context is shown: the context between `<context>` and
+    `</context>`, then `question` (default: the item's prompt); the question alone when the item has no context."""
+    q = item.text() if question is None else question
+    ctx = getattr(item, "context", None)
+    if ctx is None: return q
+    body = str(ctx).replace("</context>", "<\\/context>")       # the context cannot close its own block
+    return f"{_CONTEXT_NOTE}\n<context>\n{body}\n</context>\n\n{q}"
+
+# %% ../nbs/04d_protocol.ipynb #hidctx05
+def record_context_seen(d, agents) -> list[str]:
+    """Record that `agents` (names or agents, or one) were shown the item's context, in `meta["context_seen_by"]` of
+    `d` (a `Debate`, a `Transcript` or a meta dict); each name once, in the order first shown; returns the list."""
+    meta = d if isinstance(d, dict) else d.meta
+    seen = meta.setdefault("context_seen_by", [])
+    for a in ([agents] if isinstance(agents, str) or hasattr(agents, "name") else agents):
+        name = a if isinstance(a, str) else a.name
+        if name not in seen: seen.append(name)
+    return seen

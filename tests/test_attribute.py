@@ -83,6 +83,12 @@ def test_who_when_logs_import_and_are_attributed(tmp_path):
     assert len(open_run(tmp_path / "run2").df) == 2
     (tmp_path / "bad.json").write_text(json.dumps({"history": [{"content": "no speaker"}], "question": "q"}))
     with pytest.raises(ValueError, match="name or role"): import_who_when(tmp_path / "bad.json", tmp_path / "run3")
+    p = _cli("import", "who-when", str(tmp_path / "logs"), "--out", str(tmp_path / "cli"))     # the command line's import
+    assert p.returncode == 0 and "4 items" in p.stdout, p.stdout + p.stderr
+    (cli_run,) = (tmp_path / "cli").iterdir()
+    assert list(label_causes(open_run(cli_run).folder.transcripts()[0]).turns.iloc[0]) == [("WebSurfer", 2)]
+    p = _cli("import", "who-when", str(tmp_path / "bad.json"), "--out", str(tmp_path / "cli2"))
+    assert p.returncode != 0 and "name or role" in p.stderr and "Traceback" not in p.stderr, p.stderr
 
 def _cli(*args):
     return subprocess.run([sys.executable, "-m", "madlab.cli", *args], capture_output=True, text=True, timeout=600)
@@ -97,7 +103,8 @@ def test_a_bad_method_exits_2_naming_the_option(sabotaged):
 @pytest.mark.slow
 def test_the_smollm2_judge_runs_end_to_end(tmp_path):
     """SmolLM2-135M as the judge (slow on CPU: a short log, one item): a team of two honest agents and a saboteur, one
-    debate round, blamed; the judge's answers graded against blame, its MAST labels read. Skipped when the model
+    debate round, blamed; the judge's answers (held to its schema, so readable) graded against blame, its MAST labels
+    read. Skipped when the model
     cannot be had here."""
     from madlab.models import get_model
     try: get_model("smollm2")
@@ -115,7 +122,9 @@ def test_the_smollm2_judge_runs_end_to_end(tmp_path):
         vs = run.attribution_vs_blame(m, "hf:smollm2")
         print(a.summary()); print(vs.to_string(index=False))
         if a.labels is not None: print(a.labels.to_string(index=False))
-        assert len(a.df) == len(ids) and set(a.df.status) <= {"attributed", "agent only", "invalid", "none"}
+        # held to the judge's schema (answer first), every reply reads, right or wrong
+        assert len(a.df) == len(ids) and set(a.df.status) <= {"attributed", "agent only", "none"}, a.df.status
+        assert a.labels is not None and (a.labels.status != "invalid").all(), a.labels
         assert a.calls >= len(ids) and len(list(a.folder.glob(f"{m}.hf_smollm2*.replies.jsonl"))) == 1
         assert (vs.level == "turn").any() and (vs["items"] <= len(ids)).all()
 

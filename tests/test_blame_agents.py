@@ -113,6 +113,16 @@ def test_agent_level_blame_names_the_saboteur_where_only_it_erred(size, skill):
 
 @pytest.mark.slow
 @needs_public_data("GSM8K", "gsm8k", "test.jsonl")
+@pytest.mark.parametrize("size,skill", SMALL_GRID, ids=str)
+def test_agent_level_blame_names_the_saboteur_where_the_wrong_answer_was_its_own(size, skill):
+    """On the wrong items it can change whose decided answer the saboteur alone stated in round 1 (no honest agent made
+    that error too), blame by agent ranks the saboteur alone first on >= 90 %, on every team."""
+    got, _ = _small(size, skill)
+    print(size, skill, got["own"], got["own_first"])
+    assert got["own"] >= 5 and got["own_first"] >= 0.9, got
+
+@pytest.mark.slow
+@needs_public_data("GSM8K", "gsm8k", "test.jsonl")
 @pytest.mark.parametrize("size,skill", _failing(PLACEBO_FAILS, "placebos change the decision"), ids=str)
 def test_placebos_change_few_decisions_of_teams_with_some_conviction(size, skill):
     "Turn-level placebos on the honest agents of the first 15 items change at most 5 % of the decisions."

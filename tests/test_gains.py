@@ -171,3 +171,25 @@ def test_the_update_rule_reaches_eot_s_exchange_prompts_and_default_adds_nothing
     assert sure and all(UPDATE_RULES["stubborn"] in p for p in sure)
     assert not any(s in p for p in plain for s in UPDATE_RULES.values() if s)
     assert [p.replace(UPDATE_RULES["stubborn"] + " ", "") for p in sure] == plain
+
+
+@pytest.mark.parametrize("protocol,phases", [("controlmad", {"debate", "self_adjustment", "final"}),
+                                             ("cluster", {"debate"})])
+def test_the_update_rule_reaches_every_round_that_routes_peers(tmp_path, protocol, phases):
+    """ControlMAD (per-player debates, self-adjustment, final discussion) and the cluster debate (its debate rounds)
+    route the peers' answers too, so they take the same update rules; `default` adds no sentence anywhere."""
+    from madlab.protocols.baselines import UPDATE_RULES
+
+    def asked(rule):
+        out = tmp_path / rule
+        r = CliRunner().invoke(main, ["run", protocol, "--n", "1", "--update-rule", rule, "--no-cache", "--out", str(out)])
+        assert r.exit_code == 0, r.output
+        t = open_run(next(p for p in out.iterdir() if p.is_dir())).transcript(0)
+        assert t.settings["update_rule"] == rule
+        return [(rd.phase, " ".join(m["content"] for m in tu.messages)) for rd in t.rounds for tu in rd.turns]
+
+    sure = asked("stubborn")
+    said = {ph for ph, text in sure if UPDATE_RULES["stubborn"] in text}
+    assert said == phases, said
+    assert all(UPDATE_RULES["stubborn"] in text for ph, text in sure if ph in phases)
+    assert not any(s in text for _, text in asked("default") for s in UPDATE_RULES.values() if s)

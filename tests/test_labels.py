@@ -35,7 +35,7 @@ def _commands():
 def test_each_protocol_is_offered_only_the_common_options_it_can_use():
     _load_protocol_modules()
     sized = {k for k, t in TASKS.items() if t.size}
-    assert sized == {"kks"}
+    assert sized == {"kks", "kks-solution"}
     for name, p in PROTOCOLS.items():
         if name.startswith("_") or name == "example_echo": continue
         flags = {o for prm in main.commands["run"].get_command(None, name).params for o in prm.opts}
@@ -49,7 +49,7 @@ def test_each_protocol_is_offered_only_the_common_options_it_can_use():
     (["eot", "--stop-on", "consensus"], "--stop-on", "protocols that can: du"),
     (["s4", "--size", "4"], "--size", "leave it out"),
     (["critic_actor", "--games", "1-3"], "--games", "give --items"),
-    (["du", "--task", "arith", "--size", "4"], "--size", "task 'arith' takes no size (only kks does)"),
+    (["du", "--task", "arith", "--size", "4"], "--size", "task 'arith' takes no size (only kks, kks-solution does)"),
     (["single", "--task", "gsm8k", "--size", "4"], "--size", "takes no size"),
 ])
 def test_an_option_a_protocol_cannot_use_is_refused_by_name(args, flag, says):

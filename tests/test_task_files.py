@@ -161,3 +161,21 @@ def test_a_gold_that_is_no_answer_in_its_format_is_refused_when_the_file_loads(t
     assert r.exit_code == 0, r.output
     df = pd.read_parquet(tmp_path / "out" / "r" / "results.parquet")
     assert (df.status == "done").all() and df.correct.notna().all(), df.T
+
+
+# a context: template --------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("context, words", [
+    ("'{{ passage }}'", ["t.yaml, field 'context': undefined variable 'passage'", "d.jsonl:1"]),
+    ("'{{ q '", ["t.yaml: field context: bad template"]),
+    ("\"{{ ''.__class__.__mro__ }}\"", ["t.yaml: field context: the template reaches for what a task file may not"]),
+])
+def test_a_bad_context_template_names_the_field(tmp_path, context, words):
+    f = _task(tmp_path, f"name: x\ndata: d.jsonl\nprompt: '{{{{ q }}}}'\ngold: a\nanswer: number\ncontext: {context}\n")
+    with pytest.raises(OptionError) as e: task_items(f)
+    for w in words: assert w in str(e.value), (w, str(e.value))
+
+def test_a_context_template_fills_the_items_context_and_never_the_prompt(tmp_path):
+    f = _task(tmp_path, "name: x\ndata: d.jsonl\nprompt: '{{ q }}'\ngold: a\nanswer: number\n"
+                        "context: 'Worked: 2 and 2 make {{ a }}.'\n")
+    [it] = task_items(f)
+    assert (it.prompt, it.context, it.gold) == ("What is 2+2?", "Worked: 2 and 2 make 4.", 4)

@@ -12,7 +12,7 @@ def test_the_builtin_tasks_are_the_modules_of_the_package():
     files = sorted(p.stem for p in (ROOT / "madlab" / "tasks").glob("*.py") if not p.stem.startswith("_"))
     assert sorted(n.rsplit(".", 1)[1] for n in T.task_modules()) == files
     builtin = sorted(k for k, t in T.TASKS.items() if t.load.__module__.startswith("madlab.tasks."))
-    assert builtin == files == ["arith", "gsm8k", "kks", "market", "mmlu", "pairwise", "safety", "scenario"]
+    assert builtin == files == ["arith", "gsm8k", "kks", "market", "mmlu", "pairwise", "safety", "scenario", "stories"]
     for name in files:          # each module holds its task: loader and answer format in one place
         mod = importlib.import_module(f"madlab.tasks.{name}")
         assert T.TASKS[name].load.__module__ == mod.__name__
@@ -91,7 +91,7 @@ def test_default_items_come_from_the_task_not_its_name():
     from madlab.run import resolve_run
     from madlab.tasks import TASKS
     assert TASKS["kks"].default_items == tuple(range(1, 21))
-    assert all(t.default_items is None for k, t in TASKS.items() if k != "kks")
+    assert all(t.default_items is None for k, t in TASKS.items() if k not in ("kks", "kks-solution", "stories"))
     assert '"kks"' not in inspect.getsource(resolve_run)
     plan = resolve_run("controlmad", "kks", size=4)
     assert [it.id for it in plan.items] == [f"kks-4-{i:04d}" for i in range(1, 21)] or len(plan.items) == 20
@@ -194,6 +194,6 @@ def test_the_sized_tasks_are_known_in_one_place():
     from madlab.tasks import TASKS, sized_tasks, task_items
     register_task(Task("tmp_sized", lambda data, size: [], TEXT, None, "nothing", own_data=True, size="rows"))
     try:
-        assert sized_tasks() == ["kks", "tmp_sized"] and _sized_tasks(get_protocol("du")) == ["kks", "tmp_sized"]
-        with pytest.raises(OptionError, match=r"only kks, tmp_sized does"): task_items("arith", size=3)
+        assert sized_tasks() == _sized_tasks(get_protocol("du")) == ["kks", "kks-solution", "tmp_sized"]
+        with pytest.raises(OptionError, match=r"only kks, kks-solution, tmp_sized does"): task_items("arith", size=3)
     finally: TASKS.unregister("tmp_sized")

@@ -9,11 +9,13 @@ from __future__ import annotations
 import collections, collections.abc, html, importlib, itertools, json, math, random, re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Literal
 from ..core import *
 from ..core import Ask
 from ..synthetic import synthetic_rng
 from ..agents import Agent
 from ..debate import argument
+from .baselines import _ruled
 from ..protocol import protocol
 from ..formats import AnswerFormat, register_format, answer_format, answer_field, reasoned
 from ..scoring import plurality_vote
@@ -214,6 +216,7 @@ class _State:
     kind: dict = field(default_factory=dict)       # agent -> leaf, static, head or final
     tree: list = field(default_factory=list)       # one dict per cluster
     n: int = 0                                     # agents created so far (picks the next worker's backend)
+    rule: str = "default"                          # the update rule (`UPDATE_RULES`) of the debate rounds
 
     def answer(self, name): t = self.latest.get(name); return t.answer if t is not None and t.error is None else None
     def data_text(self, idxs): return "\n".join(f"- {self.records[i].text()}" for i in sorted(idxs))
@@ -328,7 +331,7 @@ async def _cluster_debate(st, layer, label, members, rounds, min_div, name, fina
     for k in range(1, rounds + 1):
         r = d.new_round(f"layer {layer} · {label} · debate {k}", "debate", **meta, depth=k)
         d.deliver(prev, "others", among=members, phase="debate")
-        r.turns = await d.ask(members, P.debate.format(format=fmt.instructions), kind=fmt.kind, parse=st.util.format_agent_response, phase="debate", ask=_ask_for(st, members))
+        r.turns = await d.ask(members, P.debate.format(format=_ruled(st.rule, fmt.instructions)), kind=fmt.kind, parse=st.util.format_agent_response, phase="debate", ask=_ask_for(st, members))
         for t in r.turns: st.latest[t.agent] = t
         prev = r.turns
         mine.append(r); yield r
@@ -365,6 +368,7 @@ async def cluster(d,
                   debate_name: str = "Market",  # the debate's name: the prefix of its agents' names
                   util: str|StockUtil|None = None,      # the Util hooks: an object or 'module:attribute' (default StockUtil())
                   prompts: dict|ClusterPrompts|None = None, # a ClusterPrompts, or a mapping of prompts to override
+                  update_rule: Literal["default", "correct-only", "stubborn"] = "default", # how to weigh the cluster's other views (`UPDATE_RULES`, as du's)
                  ):
     "Hierarchical cluster debate over news records: categorise, pack agents under a token budget, debate in clusters, re-cluster heads for diversity, layer by layer."
     util, P = _options(util, prompts)
@@ -373,7 +377,7 @@ async def cluster(d,
     if not records or not all(isinstance(r, MarketRecord) for r in records): raise ValueError(f"item {d.item.id!r} holds no market records (see market.load_market)")
     workers = [a for a in d.agents if a.role != "static"]
     if not workers: raise OptionError("team", "needs at least one agent whose role is not 'static': it categorises and backs the agents the debate creates")
-    st = _State(d, util, P, answer_format(d.item), records, workers)
+    st = _State(d, util, P, answer_format(d.item), records, workers, rule=update_rule)
     r, cats = await _categorise(st)
     yield r
     clusters = _leaf_clusters(st, cats, token_budget, debate_name, personas)

@@ -22,6 +22,7 @@ from ..scoring import agreement
 from ..formats import reasoned
 from ..tasks.kks import kks_players, roles_of, synthetic_kks_belief, synthetic_kks_position
 from ..scoring import majority_vote as _majority
+from .baselines import _ruled
 
 # %% auto #0
 __all__ = ['PROMPTS', 'PROMPT_FIELDS', 'controlmad_prompts', 'PlayerPosition', 'parse_position', 'parse_order', 'combine_orders',
@@ -228,6 +229,7 @@ class _Game:
         self.opts = {"players": self.players, "confidence": confidence}
         blank = lambda: {n: {p: None for p in self.players} for n in self.names}
         self.pos, self.why, self.conf, self.invalid = blank(), blank(), blank(), 0
+        self.rule = "default"               # the update rule (`UPDATE_RULES`) the debate's prompts carry
 
     def parse_full(self, s): return parse_kks_answer(s, self.players)
     def others(self, n): return [m for m in self.names if m != n]
@@ -294,7 +296,7 @@ async def _debate_round(d, g: _Game, p, k, depth):
     r = d.new_round(f"debate on {p} ({k}/{depth})", "debate", focus=p, depth=k)
     fmt_one = _fill(g.P, "player_format", player=p, confidence_field=_fill(g.P, "player_confidence", player=p) if g.confidence else "")
     def ask_one(a):
-        prompt = _fill(g.P, "debate", player=p, step=k, depth=depth, others=", ".join(g.others(a.name)), format=fmt_one)
+        prompt = _ruled(g.rule, _fill(g.P, "debate", player=p, step=k, depth=depth, others=", ".join(g.others(a.name)), format=fmt_one))
         return a.ask(prompt, kind="kks.player", parse=lambda s: parse_position(s, p), phase="debate", round=r.index, focus=p,
                      ask=g.ask(a, focus=p, peers={m: g.pos[m][p] for m in g.others(a.name)}, options=g.opts))
     r.turns = await d.gather(ask_one(a) for a in g.team)
@@ -362,9 +364,11 @@ async def controlmad(d,
                      order: Literal["truth", "agents"] = "truth", # debate order: "truth" (the game's player order) or "agents" (proposed by the agents, validated)
                      supervisor: str|None = None, # backend spec of the supervisor; None: the first agent's backend
                      prompts: dict|None = None, # overrides of `PROMPTS` entries
+                     update_rule: Literal["default", "correct-only", "stubborn"] = "default", # how to weigh the other agents' positions (`UPDATE_RULES`, as du's; default: the paper's prompts)
                     ):
     "ControlMAD's Knight-Knave-Spy debate: initial proposals, per-player debates, self-adjustment, final discussion, majority vote, supervisor."
     g = _Game(d, prompts, confidence, supervisor)
+    g.rule = update_rule
     yield await _initial_round(d, g)                                         # 1. initial proposals
     seq, source = list(g.players), "truth"
     if order == "agents":                                                    # 2. debate order
@@ -374,9 +378,9 @@ async def controlmad(d,
         _share_positions(d, g, p)
         for k in range(1, depth + 1): yield await _debate_round(d, g, p, k, depth)
         if self_adjustment:
-            yield await _full_round(d, g, f"self-adjustment after {p}", "self_adjustment", _fill(g.P, "self_adjustment", player=p, format=g.fmt_full), focus=p)
+            yield await _full_round(d, g, f"self-adjustment after {p}", "self_adjustment", _fill(g.P, "self_adjustment", player=p, format=_ruled(update_rule, g.fmt_full)), focus=p)
     _share_solutions(d, g)                                                   # 5. final discussion
-    r = await _full_round(d, g, "final discussion", "final", _fill(g.P, "final", format=g.fmt_full))
+    r = await _full_round(d, g, "final discussion", "final", _fill(g.P, "final", format=_ruled(update_rule, g.fmt_full)))
     final = r.turns
     yield r
     votes, majority, counts = _final_votes(g, final)                         # 6. decision

@@ -1,4 +1,4 @@
-"""Finding a task and loading its items. Every built-in task is one module of this package (`madlab.tasks.arith`, `.gsm8k`, `.kks`, `.market`, `.mmlu`, `.pairwise`, `.safety`, `.scenario`), each with its loader, answer format, default data and items, found by scanning the package; other packages add tasks through the `madlab.tasks` entry-point group; a YAML task file is a task too.
+"""Finding a task and loading its items. Every built-in task is one module of this package (`madlab.tasks.arith`, `.gsm8k`, `.kks`, `.market`, `.mmlu`, `.pairwise`, `.safety`, `.scenario`, `.stories`), each with its loader, answer format, default data and items, found by scanning the package; other packages add tasks through the `madlab.tasks` entry-point group; a YAML task file is a task too.
 
 Docs: https://madlab.github.io/madlab/tasks.html.md"""
 
@@ -8,6 +8,7 @@ Docs: https://madlab.github.io/madlab/tasks.html.md"""
 from __future__ import annotations
 import csv, dataclasses, hashlib, importlib, io, pkgutil, re
 from pathlib import Path
+from typing import Callable
 from ..core import Item, OptionError, madlab_data
 from ..jsontext import _read_jsonl
 from ..formats import Task, TASKS, register_task
@@ -15,7 +16,8 @@ from ..scoring import extract_number, parse_choice, _to_number, NUMBER, CHOICE, 
 from ..public_sets import PUBLIC_SETS, public_set_path, missing_set
 
 # %% auto #0
-__all__ = ['TASK_FILES', 'task_modules', 'get_task', 'sized_tasks', 'task_data', 'task_items', 'load_task_file']
+__all__ = ['TASK_FILES', 'task_modules', 'get_task', 'sized_tasks', 'task_data', 'task_items', 'context_variant',
+           'load_task_file']
 
 # %% ../../nbs/04_tasks.ipynb #eb334799
 _CSV_FIELD_LIMIT = 16 * 2**20   # 16 MiB: the csv module's default limit (128 KiB) rejects long prompts
@@ -91,8 +93,20 @@ def task_items(task, data=None, size=None) -> list[Item]:
     except OptionError: raise
     except (ValueError, OSError) as e: raise OptionError("data", f"not {t.what} ({e})") from None
 
+# %% ../../nbs/04_tasks.ipynb #ctxvar02
+def context_variant(task, name: str, context: Callable, what: str) -> Task:
+    """Register the task `name`: the items of `task` (its data, size, default items and answer format), each with the
+    hidden context `context(item)` and `meta["context_from"] = what`; returns it."""
+    base = get_task(task)
+    def load(data, size):
+        return [dataclasses.replace(it, task=name, context=context(it), meta={**it.meta, "context_from": what})
+                for it in base.load(data, size)]
+    return register_task(dataclasses.replace(base, name=name, load=load,
+                                             doc=f"{base.doc}, with {what} as hidden context"))
+
 # %% ../../nbs/04_tasks.ipynb #84380bf4
-_TASK_FIELDS = {"name", "data", "split", "columns", "id", "prompt", "gold", "answer", "instructions", "description"}
+_TASK_FIELDS = {"name", "data", "split", "columns", "id", "prompt", "gold", "answer", "instructions", "description",
+                "context"}
 
 def _env():
     import jinja2.sandbox, jinja2
@@ -217,7 +231,7 @@ def load_task_file(path) -> Task:
         name = spec["name"]
         if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z][\w.-]*", name):
             raise ValueError(f"{path}: field name: letters, digits, '_', '.', '-'; got {name!r}")
-        fs = {k: _template(spec[k], path, k) for k in ("prompt", "gold")}
+        fs = {k: _template(spec[k], path, k) for k in ("prompt", "gold", "context") if k in spec}
         fs["id"] = _template(spec.get("id") or f"{name}-{{{{ '%04d' % index }}}}", path, "id")
         fmt = _file_format(name, spec["answer"], path, spec.get("instructions"))
     except ValueError as e: raise OptionError("task", str(e)) from None
@@ -244,7 +258,7 @@ def _file_items(name, fs, records, path, fmt=None) -> list[Item]:
     out = []
     for i, (where, rec) in enumerate(records):
         vals = {}
-        for k in ("id", "prompt", "gold"):
+        for k in (k for k in ("id", "prompt", "gold", "context") if k in fs):
             try: vals[k] = fs[k]({**rec, "index": i})
             except J.SecurityError as e:
                 raise OptionError("task", f"{path}: field {k}: the template reaches for what a task file may not "
@@ -257,7 +271,9 @@ def _file_items(name, fs, records, path, fmt=None) -> list[Item]:
         # every debate would fail, or every reply be scored wrong
         if fmt is not None and (why := _gold_problem(fmt, gold)):
             raise OptionError("task", f"task file {path}, field 'gold': {why} (record {where}, id {vals['id']})")
-        out.append(Item(str(vals["id"]), name, vals["prompt"], gold, meta={"line": rec["line"], "file": rec["file"]}))
+        ctx = vals.get("context")
+        out.append(Item(str(vals["id"]), name, vals["prompt"], gold, meta={"line": rec["line"], "file": rec["file"]},
+                        context=str(ctx) if ctx is not None and str(ctx).strip() else None))
     return out
 
 def _gold(g):

@@ -6,13 +6,15 @@ Docs: https://madlab.github.io/madlab/gsm8k.html.md"""
 
 # %% ../../nbs/04e_gsm8k.ipynb #f9ffbef8
 from __future__ import annotations
+import re
 from ..core import Item
 from ..jsontext import _read_jsonl
 from ..formats import Task, register_task
 from ..scoring import NUMBER, _to_number
+from . import context_variant
 
 # %% auto #0
-__all__ = ['GSM8K', 'gsm8k_gold', 'load_gsm8k']
+__all__ = ['GSM8K', 'GSM8K_SOLUTION', 'gsm8k_gold', 'load_gsm8k', 'gsm8k_solution']
 
 # %% ../../nbs/04e_gsm8k.ipynb #35ac1da6
 def gsm8k_gold(answer: str):
@@ -39,3 +41,14 @@ def load_gsm8k(path, limit: int|None = None) -> list[Item]:
 # %% ../../nbs/04e_gsm8k.ipynb #33b785c1
 GSM8K = register_task(Task("gsm8k", lambda p, s: load_gsm8k(p), NUMBER, None, "GSM8K's JSONL (question, answer)",
                            "grade-school maths", public_set="gsm8k"))
+
+# %% ../../nbs/04e_gsm8k.ipynb #gsmsol02
+def gsm8k_solution(answer: str) -> str:
+    """The reference solution of a GSM8K `answer` in words: its worked steps (the calculator notes `<<...>>` dropped),
+    then 'Answer: N'."""
+    steps = re.sub(r"<<[^<>]*>>", "", answer.rsplit("####", 1)[0]).strip()
+    return f"{steps}\nAnswer: {answer.rsplit('####', 1)[1].strip()}"
+
+# %% ../../nbs/04e_gsm8k.ipynb #gsmsol05
+GSM8K_SOLUTION = context_variant(GSM8K, "gsm8k-solution", lambda it: gsm8k_solution(it.meta["solution"]),
+                                 "the reference solution")

@@ -14,12 +14,14 @@ from ..core import Ask, AnswerSchema
 from ..jsontext import json_objects, _loads
 from ..formats import AnswerFormat, Task, register_format, register_task
 from ..synthetic import Persona, synthetic_rng, believes_gold, conform, synthetic_confidence, _convinced
-from ..puzzles import KKS_ROLES, Puzzle
+from ..puzzles import KKS_ROLES, Puzzle, solve
 from ..puzzle_sets import load_controlmad, load_puzzles
+from . import context_variant
 
 # %% auto #0
-__all__ = ['KKS_FULL', 'KKS', 'kks_schema', 'kks_answer_format', 'KKSAnswer', 'parse_kks_answer', 'parse_player_role',
-           'score_kks', 'kks_players', 'roles_of', 'synthetic_kks_belief', 'synthetic_kks_position']
+__all__ = ['KKS_FULL', 'KKS', 'KKS_SOLUTION', 'kks_schema', 'kks_answer_format', 'KKSAnswer', 'parse_kks_answer',
+           'parse_player_role', 'score_kks', 'kks_players', 'roles_of', 'synthetic_kks_belief',
+           'synthetic_kks_position', 'kks_solution']
 
 # %% ../../nbs/05d_kks_task.ipynb #47aa6624
 def kks_schema(players, confidence: bool = False) -> dict:
@@ -343,3 +345,17 @@ KKS = register_task(Task("kks", _kks_load, KKS_FULL, "kks",
                          "mem-kk-logic's, or a folder of <size>.jsonl", "Knight-Knave-Spy games",
                          size="Knight-Knave-Spy players per game: picks <size>.jsonl in the data folder  [default: 6]",
                          default_items=tuple(range(1, 21))))
+
+# %% ../../nbs/05d_kks_task.ipynb #kkssol02
+def kks_solution(item) -> str:
+    """The solution of a Knight-Knave-Spy item in words, a line a player ('Violet is a knight.'): its gold, else the
+    solver's solution when the game has exactly one."""
+    sol = dict(getattr(item, "gold", None) or {})
+    if not sol:
+        found = solve(item.data, limit=2) if isinstance(item.data, Puzzle) else []
+        if len(found) != 1: raise ValueError(f"game {item.id}: {len(found)} solutions; no single one to show")
+        sol = found[0]
+    return "\n".join(f"{p} is a {sol[p]}." for p in kks_players(item))
+
+# %% ../../nbs/05d_kks_task.ipynb #kkssol05
+KKS_SOLUTION = context_variant(KKS, "kks-solution", kks_solution, "the solution")
