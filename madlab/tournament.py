@@ -290,6 +290,15 @@ class Tournament:
 
     def figure(self): return headline_figure(self.accuracy)
 
+    def save_figure(self) -> list:
+        "Write the headline figure into the folder: its plotly JSON, and a PNG beside it where kaleido can draw one."
+        from madlab.viz import figure_image
+        fig = self.figure()
+        write_atomic(self.folder / "headline.json", fig.to_json())
+        png = figure_image(fig)
+        if png: write_atomic(self.folder / "headline.png", png)
+        return [self.folder / f for f in ("headline.json", "headline.png") if (self.folder / f).exists()]
+
     def summary(self) -> str:
         w = lambda df, cols: df[cols].to_string(index=False) if df is not None and len(df) else "(none)"
         return (f"tournament: {len(self.players)} players, {len(self.records)} judged items, {len(self.games)} rated "
