@@ -204,20 +204,21 @@ def headline_figure(acc: pd.DataFrame):
     consultancy side by side: Khan et al.'s headline figure."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
+    import plotly.express as px
     modes = [m for m in MODES if m in set(acc["mode"])]
     fig = make_subplots(1, len(modes), subplot_titles=modes, shared_yaxes=True)
+    colours = dict(zip(dict.fromkeys(acc.player), px.colors.qualitative.Plotly * 10))
     for i, m in enumerate(modes, 1):
-        g = acc[(acc["mode"] == m) & acc.accuracy.notna()]
-        fig.add_trace(go.Scatter(x=g.mu, y=g.accuracy, text=g.player, mode="markers+text", textposition="top center",
-                                 name=m, error_x=dict(type="data", array=g.sigma),
-                                 error_y=dict(type="data", symmetric=False, array=g.acc_hi - g.accuracy,
-                                              arrayminus=g.accuracy - g.acc_lo),
-                                 hovertemplate="%{text}: rating %{x:.1f}, judge accuracy %{y:.3f}<extra></extra>"),
-                      1, i)
+        for p, g in acc[(acc["mode"] == m) & acc.accuracy.notna()].groupby("player", sort=False):
+            fig.add_trace(go.Scatter(x=g.mu, y=g.accuracy, mode="markers", name=p, legendgroup=p, showlegend=i == 1,
+                                     marker=dict(color=colours[p], size=9), error_x=dict(type="data", array=g.sigma),
+                                     error_y=dict(type="data", symmetric=False, array=g.acc_hi - g.accuracy,
+                                                  arrayminus=g.accuracy - g.acc_lo),
+                                     hovertemplate=f"{p}: rating %{{x:.2f}}, judge accuracy %{{y:.3f}}<extra></extra>"),
+                          1, i)
         fig.update_xaxes(title_text="debater rating (OpenSkill mu ± sigma)", row=1, col=i)
     fig.update_yaxes(title_text="judge accuracy", range=[0, 1.05], row=1, col=1)
-    fig.update_layout(title="Judge accuracy against debater rating (95% Wilson intervals)", showlegend=False,
-                      height=380)
+    fig.update_layout(title="Judge accuracy against debater rating (95% Wilson intervals)", height=400)
     return fig
 
 # %% ../nbs/23f_tournament.ipynb #42cbb18a
