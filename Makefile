@@ -57,7 +57,7 @@ demo-real: $(HF)
 test: $(DEV)
 	$(BIN)/python tools/check_export.py
 	$(BIN)/python tools/readme.py --check
-	$(BIN)/nbdev-test --n-workers 2
+	MADLAB_SERVER_NOTES=off $(BIN)/nbdev-test --n-workers 2
 	$(BIN)/python -m pytest -q -n 2 --durations=15 tests
 
 # The hf tests once more under the lowest versions the hf extra allows; SmolLM2 is converted there too, in its own folder.

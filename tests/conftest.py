@@ -15,6 +15,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# what servers were found to take is a note per URL beside the response cache; tests start servers on reused ports, so
+# none is kept unless a test asks (tests/test_structured.py's notes tests)
+os.environ.setdefault("MADLAB_SERVER_NOTES", "off")
 
 CORPUS = [
     "What is 6 * 7? Let me work through it step by step. The answer is 42.",

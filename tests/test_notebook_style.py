@@ -58,7 +58,7 @@ STYLED = [
     "00d_pages.ipynb", "00e_jsontext.ipynb", "00f_stats.ipynb", "01_backends.ipynb", "01a_models.ipynb",
     "01b_synthetic.ipynb", "01c_resilience.ipynb", "01d_openai.ipynb", "01e_schema_mask.ipynb",
     "01f_prefix_store.ipynb", "01g_hf.ipynb", "01h_cache.ipynb", "01i_replay.ipynb", "01j_synthetic_provider.ipynb",
-    "01k_backends_package.ipynb", "02_agents.ipynb", "03_scoring.ipynb", "03a_cost.ipynb", "04_tasks.ipynb",
+    "01k_backends_package.ipynb", "01l_server_notes.ipynb", "02_agents.ipynb", "03_scoring.ipynb", "03a_cost.ipynb", "04_tasks.ipynb",
     "04a_market.ipynb", "04b_pairwise.ipynb", "04c_public_data.ipynb", "04d_arith.ipynb", "04d_protocol.ipynb",
     "04e_gsm8k.ipynb", "04f_mmlu.ipynb", "04g_safety.ipynb", "04h_scenario.ipynb", "04i_quotes.ipynb",
     "04j_stories.ipynb", "05_puzzles.ipynb",

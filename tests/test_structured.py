@@ -198,3 +198,48 @@ def test_peers_read_a_held_argument_as_prose():
     assert t.rounds[0].turns[0].reply.startswith('{"reasoning"') and [tu.answer for tu in t.rounds[0].turns] == [42, 41]
     seen = "\n".join(m["content"] for m in a.calls[1] if m["role"] != "assistant")
     assert "I get 41.\n\nThe answer is 41." in seen and '"reasoning": "I get 41.' not in seen
+
+# What a server takes is noted beside the response cache (`madlab.backends.server_notes`): each run below is its own
+# process, as a later run is.
+def _cli_run(srv, tmp_path, name, n=4):
+    import os, subprocess, sys
+    env = {**os.environ, "MADLAB_CACHE": str(tmp_path / "cache"), "MADLAB_SERVER_NOTES": "on"}
+    p = subprocess.run([sys.executable, "-m", "madlab.cli", "run", "single", "--task", "arith", "--n", str(n),
+                        "--agents", f"openai:m,base_url={srv.url}", "--no-cache", "--no-progress",
+                        "--out", str(tmp_path / name)], env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+
+def _notes(tmp_path, srv) -> dict:
+    return json.loads((tmp_path / "cache" / "servers.json").read_text())[srv.url]
+
+def test_a_later_run_holds_no_call_to_learn_that_the_server_takes_the_schema(fake_server, tmp_path):
+    srv = fake_server(reply=NUMBER, latency=0.5)
+    _cli_run(srv, tmp_path, "first")
+    first = [t for t, _, _ in srv.log]
+    assert len(first) == 4 and first[1] - first[0] >= 0.5, first          # the first run: one call finds out
+    assert _notes(tmp_path, srv)["response_format"] == "accepted" and _notes(tmp_path, srv)["date"]
+    _cli_run(srv, tmp_path, "second")
+    second = [t for t, _, _ in srv.log][4:]
+    assert len(second) == 4 and max(second) - min(second) < 0.5, second  # the next: all four go out at once
+    assert all(f is not None for f in _schemas(srv.log))
+
+def test_a_later_run_asks_a_server_that_refused_the_schema_in_prose_from_its_first_call(fake_server, tmp_path):
+    srv = fake_server(reply="The answer is 42.", route=lambda req: "refuse_schema" if "response_format" in req else None)
+    _cli_run(srv, tmp_path, "first")
+    assert sum(f is not None for f in _schemas(srv.log)) == 1             # one refusal, as without notes
+    note = _notes(tmp_path, srv)
+    assert note["response_format"] == "refused" and "response_format" in note["why"]
+    n = len(srv.log)
+    _cli_run(srv, tmp_path, "second")
+    assert len(srv.log) == n + 4 and all(f is None for f in _schemas(srv.log[n:]))   # no call asks again
+
+def test_a_server_that_changed_its_mind_is_found_out_by_a_refused_call(fake_server, tmp_path):
+    srv = fake_server(reply=NUMBER, latency=0.2)
+    _cli_run(srv, tmp_path, "first", n=1)
+    assert _notes(tmp_path, srv)["response_format"] == "accepted"
+    srv.route = lambda req: "refuse_schema" if "response_format" in req else None     # the server no longer takes it
+    n = len(srv.log)
+    _cli_run(srv, tmp_path, "second")
+    sent = _schemas(srv.log[n:])
+    assert 1 <= sum(f is not None for f in sent) <= 4 and sent[-1] is None, sent
+    assert _notes(tmp_path, srv)["response_format"] == "refused"

@@ -15,6 +15,7 @@ from .base import Provider, register_provider, display_name, _spec_options
 from .resilience import *
 from .resilience import _Endpoint, _Replicas, _replica_urls, _backoff, _honoured_retry_after
 from .resilience import _env_max_concurrency
+from .server_notes import REFUSAL_DAYS, note_server, schema_note
 
 # %% auto #0
 __all__ = ['PRESETS', 'ENDPOINT_OPTIONS', 'response_format', 'OpenAIBackend']
@@ -51,6 +52,13 @@ def _takes_schema(preset: str, base_url) -> bool:
     URL."""
     p = PRESETS.get(preset)
     return p is not None and (p.schemas == "server" or (p.schemas == "hosted" and base_url == p.endpoint))
+
+def _recall_schema(ep: _Endpoint) -> None:
+    """What an earlier run found out of this server and `response_format` (`schema_note`, beside the response cache), so
+    that no call waits to find it out again: taken (trusted until a call is refused), or refused (for a while)."""
+    got, why = schema_note(ep.url)
+    if got == "accepted": ep.schema_ok = True
+    elif got == "refused": ep.schema_refused = f"{why} (noted by an earlier run; asked again after {REFUSAL_DAYS} days)"
 
 # %% ../../nbs/01d_openai.ipynb #adf00d8e
 def _prompt_tokens(messages): return sum(_estimate_tokens(m.get("content") or "") + 4 for m in messages)
@@ -227,6 +235,7 @@ def _endpoint(self: OpenAIBackend) -> _Endpoint:
         if ep is None:
             ep = per_loop[url] = _Endpoint(url or "https://api.openai.com/v1", n, self.breaker_after,
                                            self.breaker_cooldown, self.give_up_after, self.give_up_first)
+            if not _takes_schema(self.preset, url): _recall_schema(ep)
         elif n is not None: ep.limit.pin(n)
         eps.append(ep)
     if len(eps) > 1:
@@ -314,10 +323,13 @@ async def complete(self: OpenAIBackend, messages, ctx=None, **params) -> Complet
     try:
         try:
             r = await self._send(ep, body, ep.schema_settled if probe else None)
-            if held == "requested": ep.schema_ok = True
+            if held == "requested" and not ep.schema_ok:
+                ep.schema_ok = True
+                if probe: note_server(ep.url, response_format="accepted")        # the next run holds no call
         except _sdk("BadRequestError", "UnprocessableEntityError") as e:
             if held != "requested" or not _refuses_schema(e): raise
             # remembered: later calls to this endpoint send no schema
+            if ep.schema_refused is None: note_server(ep.url, response_format="refused", why=_err_text(e)[:200])
             ep.schema_refused = ep.schema_refused or _err_text(e)[:200]
             if probe: ep.schema_settled(); probe = False
             params.pop("response_format"); held = "refused"
