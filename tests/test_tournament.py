@@ -87,3 +87,19 @@ def test_a_folder_of_another_tournament_is_refused(tmp_path):
                "--judge", "synthetic:skill=0.5", "--out", tmp_path)
     assert r.exit_code == 2 and "--out" in r.output and "different judge" in r.output, r.output
     assert json.loads((tmp_path / "tournament" / "tournament.json").read_text())["judge"] == "synthetic:skill=0.8,seed=9"
+
+def test_the_oversight_notebook_is_kept_with_its_table_figures_and_tournament():
+    "nbs/experiments/oversight.ipynb: a papermill parameters cell, the table on >= 200 items, two figures with PNGs."
+    nb = json.loads((Path(__file__).resolve().parents[1] / "nbs" / "experiments" / "oversight.ipynb").read_text())
+    params = [c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", [])]
+    assert len(params) == 1 and "n_items = 200" in "".join(params[0]["source"])
+    outs = [o for c in nb["cells"] for o in c.get("outputs", [])]
+    text = "\n".join("".join(o.get("data", {}).get("text/plain", "")) for o in outs)
+    for words in ("transcript + question", "question (blind)", "story (oracle)", "open-consultancy", "ece",
+                  "best_of", "ordinal", "alone_accuracy", "p_mcnemar"):
+        assert words in text, words
+    assert " 200 " in text                                     # the table's n
+    figs = [o for o in outs if "application/vnd.plotly.v1+json" in o.get("data", {})]
+    assert len(figs) == 2 and all("image/png" in o["data"] for o in figs)
+    titles = [o["data"]["application/vnd.plotly.v1+json"]["layout"]["title"]["text"] for o in figs]
+    assert any("best-of-N" in t for t in titles) and any("debater rating" in t for t in titles)
