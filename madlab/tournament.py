@@ -314,6 +314,13 @@ class Tournament:
 
     def __repr__(self): return self.summary()
 
+    def _repr_html_(self) -> str:
+        head = (f"<p>tournament: {len(self.players)} players, {len(self.records)} judged items, {len(self.games)} "
+                f"rated games, {self.calls} calls made</p>")
+        return head + "".join(f"<h4>{t}</h4>" + df.to_html(index=False) for t, df in
+                              (("ratings", self.ratings), ("judge accuracy", self.accuracy),
+                               ("the judge alone at the same tokens", self.budget)) if df is not None and len(df))
+
 # %% ../nbs/23f_tournament.ipynb #83c625a4
 def _calls(res) -> int: return int((res.made or {}).get("calls") or 0)
 
