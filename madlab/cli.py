@@ -565,8 +565,10 @@ def attribute_cmd(run_dir, method, judge, items, taxonomy, max_calls, cache):
 @click.option("--name", default="tournament", show_default=True, help="The tournament's folder name under OUT")
 @click.option("--concurrency", type=click.IntRange(1, 10_000), default=None, help="Items run at once")
 @click.option("--cache/--no-cache", default=True, show_default=True, help="Calls go through the response cache")
+@click.option("--png/--no-png", default=True, show_default=True,
+              help="A PNG of the headline figure beside its JSON (kaleido and a Chromium draw it)")
 def tournament_cmd(players, judge, modes, task, n, rounds, seed, verify_quotes, budget, out, name, concurrency,
-                   cache):
+                   cache, png):
     """Play debater configurations against each other on both sides through the oversight protocol (debate: each
     pair both ways round; consultancy: each consultant for the right answer and for the distractor), rate them with
     OpenSkill and print the ratings, the judge's accuracy beside each rating and the judge alone at the same tokens;
@@ -583,7 +585,7 @@ def tournament_cmd(players, judge, modes, task, n, rounds, seed, verify_quotes, 
         hint = {"player": "'--player'", "judge": "'--judge'", "mode": "'--mode'", "out": "'--out'"}.get(e.option)
         raise click.BadParameter(e.message, param_hint=hint or f"'{e.flag}'") from None
     except (ImportError, ValueError) as e: raise click.ClickException(str(e)) from None
-    t.save_figure()
+    t.save_figure(png)
     import pandas as pd
     with pd.option_context("display.width", 200, "display.max_columns", 20): click.echo(t.summary())
     click.echo(f"outputs: {t.folder}")

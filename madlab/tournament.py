@@ -291,13 +291,14 @@ class Tournament:
 
     def figure(self): return headline_figure(self.accuracy)
 
-    def save_figure(self) -> list:
-        "Write the headline figure into the folder: its plotly JSON, and a PNG beside it where kaleido can draw one."
+    def save_figure(self, png: bool = True) -> list:
+        """Write the headline figure into the folder: its plotly JSON and, with `png`, a PNG beside it where kaleido
+        can draw one."""
         from madlab.viz import figure_image
         fig = self.figure()
         write_atomic(self.folder / "headline.json", fig.to_json())
-        png = figure_image(fig)
-        if png: write_atomic(self.folder / "headline.png", png)
+        image = figure_image(fig) if png else None
+        if image: write_atomic(self.folder / "headline.png", image)
         return [self.folder / f for f in ("headline.json", "headline.png") if (self.folder / f).exists()]
 
     def summary(self) -> str:

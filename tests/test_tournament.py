@@ -35,8 +35,10 @@ def test_the_command_plays_rates_and_writes_the_folder(tmp_path):
     assert set(rat.games) == {12}                      # debate: 2 matches x 6 items; consultancy: 6 items x 2 pairings
     b = pd.read_csv(folder / "budget.csv")
     assert {"alone_samples", "alone_accuracy", "p_mcnemar"} <= set(b.columns) and len(b) == 4
+    if shutil.which("chromium") or shutil.which("chromium-browser"):      # kaleido draws the PNG beside the JSON
+        assert (folder / "headline.png").read_bytes().startswith(b"\x89PNG")
     again = invoke("--player", HONEST, "--player", "liar4=synthetic:deceptive,seed=2@4", "--n", 6, "--no-cache",
-                   "--out", tmp_path, "--name", "t")
+                   "--out", tmp_path, "--name", "t", "--no-png")
     assert again.exit_code == 0 and "0 calls made" in again.output, again.output
 
 def test_a_stopped_tournament_resumes_without_replaying_finished_matches(tmp_path):
@@ -82,7 +84,7 @@ def test_usage_errors_exit_2_naming_the_option(tmp_path, args, option, words):
 
 def test_a_folder_of_another_tournament_is_refused(tmp_path):
     assert invoke("--player", HONEST, "--player", FABRICATOR, "--n", 2, "--mode", "debate", "--no-budget",
-                  "--out", tmp_path).exit_code == 0
+                  "--no-png", "--out", tmp_path).exit_code == 0
     r = invoke("--player", HONEST, "--player", FABRICATOR, "--n", 2, "--mode", "debate", "--no-budget",
                "--judge", "synthetic:skill=0.5", "--out", tmp_path)
     assert r.exit_code == 2 and "--out" in r.output and "different judge" in r.output, r.output
