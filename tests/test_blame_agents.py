@@ -84,9 +84,10 @@ def _failing(check: dict, reason: str) -> list:
             else t for t in SMALL_GRID]
 
 # Teams on which the check fails, with the figures measured (an honest report, not a tuned persona). Skill 0.8:
-# the honest agents err on their own too, and an honest agent that holds its own wrong answer is, on that item, as much
-# a cause as the saboteur (first or tied: 63 % and 100 %); on the items only the saboteur made wrong it holds (100 %).
-FIRST_FAILS = {(5, 0.8): "alone first on 50 % of 30 wrong items (95 % 33-67 %)",
+# the honest agents err on their own too, and the decided wrong answer is then often an honest agent's own error, or one
+# an honest agent made too (first or tied: 73 % and 100 %); where it was the saboteur's own, and on the items only the
+# saboteur made wrong, the check holds (100 %: the two tests below).
+FIRST_FAILS = {(5, 0.8): "alone first on 60 % of 30 wrong items (95 % 42-75 %)",
                (7, 0.8): "alone first on 85 % of 13 wrong items (95 % 58-96 %)"}
 # The placebo, the agent's reply to another item, states a wrong number, and agents that keep their own last answer or
 # defer to a lone voice carry it on: no team of the smaller grid stays within 5 %.

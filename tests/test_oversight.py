@@ -138,6 +138,12 @@ def test_rows_carry_mode_view_sides_and_probabilities(tmp_path):
     assert len({s["Debater 1"] for s in sides}) == 2 and df["first"].nunique() == 2       # swapped across items
     assert (df.judge_brier.between(0, 2)).all() and (df.quotes >= df.verified_quotes).all()
     assert (tmp_path / "run" / "oversight.csv").exists() and "oversight: judge accuracy" in res.report
+    # the chat files: the speakers read the story, the judge only as the oracle
+    for f in (tmp_path / "run").rglob("chat_*.json"):
+        msgs = json.loads(f.read_text())["messages"]
+        storied = [m for m in msgs if res.transcripts[f.parent.name].item.context in m["content"]]
+        if "Judge" in f.name: assert msgs and storied and all(m["phase"] == "oracle" for m in storied), f.name
+        else: assert [m["role"] for m in storied] == ["system"], f.name
     cal = pd.read_csv(tmp_path / "run" / "calibration.csv")
     assert set(cal.judge) == {"judge", "blind", "oracle"} and (cal.groupby("judge").n.sum() == 6).all()
     from madlab.core import Transcript

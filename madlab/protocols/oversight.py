@@ -283,7 +283,18 @@ def judge_prompt(item, speeches=(), sees: str = "question", verify: bool = True,
                                        shape=", ".join(f'"{k}": <probability>' for k in options))
     return system, user
 
-# %% ../../nbs/18_oversight.ipynb #f6b557c2
+# %% ../../nbs/18_oversight.ipynb #a3d52dd6
+def _remember(a, t, phase: str):
+    """Keep call `t` in agent `a`'s chat history (its system prompt once, the prompt, the reply), for the run folder's
+    chat files: every call itself starts from a clean context."""
+    system = next((m["content"] for m in t.messages if m["role"] == "system"), None)
+    if system and not any(m.role == "system" and m.content == system for m in a.history):
+        a.history.add("system", system, sender=a.name, phase=phase)
+    if t.messages: a.history.add("user", t.messages[-1]["content"], phase=phase, receivers=[a.name])
+    if t.reply is not None: a.history.add("assistant", t.reply, sender=a.name, phase=phase)
+    return t
+
+# %% ../../nbs/18_oversight.ipynb #779479e5
 def _judge_item(item, sees: str):
     "The item as the judge's request carries it: no gold, no distractor, and no story unless it is the oracle."
     meta = {k: v for k, v in (item.meta or {}).items() if k not in ("distractor", "solution", "gold")}
@@ -297,7 +308,7 @@ async def _judge_call(d, j, item, speeches, sees, verify, what, round, tag):
     t = await d.side_call(j, user, kind=_JUDGE.kind, ask=ask, round=round, system=system, structured=j.structured,
                           parse=lambda s: parse_judgement(s, labels),
                           meta={"view": tag, "saw_context": sees == "context"})
-    return t
+    return _remember(j, t, tag)
 
 # %% ../../nbs/18_oversight.ipynb #89ede1ad
 async def _preference(d, j, item, speeches, side, verify, what, round, k):
@@ -333,7 +344,7 @@ async def _refine(d, a, item, draft, system, user, opts, k, sample):
     t.meta.update(draft=draft.reply, critique=c.reply)
     return [c, t]
 
-# %% ../../nbs/18_oversight.ipynb #f8f0e757
+# %% ../../nbs/18_oversight.ipynb #234ca316
 async def _speak(d, a, item, speeches, side, mode, k, which, best_of, j, verify, critique=False):
     """One speaker's argument for `side` (best of `best_of` candidates scored by the judge model, then critiqued and
     refined with `critique`): every turn it took, in the order called, the speech kept marked `meta['speech']`, its
@@ -364,6 +375,7 @@ async def _speak(d, a, item, speeches, side, mode, k, which, best_of, j, verify,
     t.meta.update(speech=True, quotes=len(qs), verified_quotes=sum(q.verified for q in qs),
                   unverified_quotes=sum(not q.verified for q in qs))
     if best_of > 1: t.meta["candidates"] = [{"reply": c[0].reply, "score": c[1], "how": c[2]} for c in cands]
+    _remember(a, t, what)
     return calls
 
 # %% ../../nbs/18_oversight.ipynb #81ea7514
@@ -384,7 +396,7 @@ def _said(speakers, sides, order, turns) -> list:
     "The speeches among `turns`, in speaking `order`: (name, side, text) each."
     return [(speakers[slot].name, sides[slot], t.reply or "") for slot, t in zip(order, _speeches(turns))]
 
-# %% ../../nbs/18_oversight.ipynb #bb36b120
+# %% ../../nbs/18_oversight.ipynb #3aab369b
 async def _pick(d, a, item, round):
     "An open mode's pick: speaker `a`, who reads the story, names the answer it will argue for (held to a schema)."
     from madlab.formats import answer_field
@@ -393,9 +405,10 @@ async def _pick(d, a, item, round):
                                        story=item.context)
     user = PROMPTS["pick"].format(question=_question(item), options=_options_block(options), labels=labels)
     opts = {"labels": labels, "options": options, "question": _question(item)}
-    return await d.side_call(a, user, kind=_PICK.kind, system=system, round=round, structured=a.structured,
-                             ask=Ask(kind=_PICK.kind, item=item, options=opts), meta={"saw_context": True},
-                             parse=lambda s: (lambda v: v if v in labels else None)(answer_field(s)))
+    t = await d.side_call(a, user, kind=_PICK.kind, system=system, round=round, structured=a.structured,
+                          ask=Ask(kind=_PICK.kind, item=item, options=opts), meta={"saw_context": True},
+                          parse=lambda s: (lambda v: v if v in labels else None)(answer_field(s)))
+    return _remember(a, t, "pick")
 
 async def _verdicts(d, j, item, speeches, sees, verify, what, baselines, round) -> tuple:
     "The judge's verdict on the transcript and, with `baselines`, its blind and oracle verdicts: (turn, {view: turn})."
@@ -411,9 +424,10 @@ async def _ask_consultant(d, j, item, speeches, sees, verify, round):
     user = PROMPTS["judge_question"].format(question=_question(item), options=_options_block(item_options(item)),
                                             transcript=transcript_text(speeches, item.context, verify))
     if sees == "context": user = f"<story>\n{item.context}\n</story>\n" + user
-    return await d.side_call(j, user, kind=_QUESTION.kind, system=system, round=round,
-                             ask=Ask(kind=_QUESTION.kind, item=_judge_item(item, sees)),
-                             meta={"saw_context": sees == "context"})
+    t = await d.side_call(j, user, kind=_QUESTION.kind, system=system, round=round,
+                          ask=Ask(kind=_QUESTION.kind, item=_judge_item(item, sees)),
+                          meta={"saw_context": sees == "context"})
+    return _remember(j, t, "question")
 
 # %% ../../nbs/18_oversight.ipynb #391d7df6
 @protocol("oversight", tasks=("stories",), limits={"rounds": (1, 5), "judge_turns": (0, 4), "best_of": (1, 16)},
