@@ -565,10 +565,12 @@ def attribute_cmd(run_dir, method, judge, items, taxonomy, max_calls, cache):
 @click.option("--name", default="tournament", show_default=True, help="The tournament's folder name under OUT")
 @click.option("--concurrency", type=click.IntRange(1, 10_000), default=None, help="Items run at once")
 @click.option("--cache/--no-cache", default=True, show_default=True, help="Calls go through the response cache")
+@click.option("--orders", type=click.IntRange(1, 1000), default=20, show_default=True,
+              help="Ratings averaged over this many shuffled orders of the games (an online rating depends on order)")
 @click.option("--png/--no-png", default=True, show_default=True,
               help="A PNG of the headline figure beside its JSON (kaleido and a Chromium draw it)")
 def tournament_cmd(players, judge, modes, task, n, rounds, seed, verify_quotes, budget, out, name, concurrency,
-                   cache, png):
+                   cache, orders, png):
     """Play debater configurations against each other on both sides through the oversight protocol (debate: each
     pair both ways round; consultancy: each consultant for the right answer and for the distractor), rate them with
     OpenSkill and print the ratings, the judge's accuracy beside each rating and the judge alone at the same tokens;
@@ -578,7 +580,7 @@ def tournament_cmd(players, judge, modes, task, n, rounds, seed, verify_quotes, 
     try:
         with _stoppable():
             t = run_tournament(players, Path(out) / name, task=task, n=n, judge=judge, modes=modes, rounds=rounds,
-                               seed=seed, budget=budget, concurrency=concurrency, cache=cache,
+                               seed=seed, budget=budget, orders=orders, concurrency=concurrency, cache=cache,
                                verify_quotes=verify_quotes)
     except KeyboardInterrupt: click.echo(_STOPPED); sys.exit(130)
     except OptionError as e:

@@ -160,23 +160,35 @@ def _model():
         raise ImportError("debater ratings need OpenSkill: pip install 'madlab[ratings]' (or 'openskill>=6')") from None
     return PlackettLuce()
 
-def rate(games_df: pd.DataFrame, players=(), mode: str = "debate") -> pd.DataFrame:
-    """OpenSkill (Plackett-Luce) ratings of the players of one `mode` from its games, in their stable order: mu,
-    sigma, the conservative ordinal (mu - 3 sigma), games, wins, ties, losses and the win rate (a tie counts half)
-    with Wilson's interval. An invalid game is not rated; a player with no game keeps the prior."""
-    m = _model()
-    g = games_df[(games_df["mode"] == mode) & (games_df.winner != "invalid")]
-    names = list(dict.fromkeys([*players, *g.a, *g.b]))
-    r, tally = {n: m.rating(name=n) for n in names}, {n: [0, 0, 0] for n in names}
+def _rate_once(m, g, names) -> dict:
+    "Each player's OpenSkill rating after the games `g`, in their order."
+    r = {n: m.rating(name=n) for n in names}
     for a, b, w in zip(g.a, g.b, g.winner):
         [[r[a]], [r[b]]] = m.rate([[r[a]], [r[b]]], ranks=[0, 0] if w == "tie" else [0, 1] if w == "a" else [1, 0])
+    return r
+
+def rate(games_df: pd.DataFrame, players=(), mode: str = "debate", orders: int = 1, seed: int = 0) -> pd.DataFrame:
+    """OpenSkill (Plackett-Luce) ratings of the players of one `mode` from its games: mu, sigma, the conservative
+    ordinal (mu - 3 sigma), games, wins, ties, losses and the win rate (a tie counts half) with Wilson's interval. The
+    games are rated in one stable order (item, match), or with `orders` > 1 in that many orders shuffled from `seed`,
+    mu and sigma averaged. An invalid game is not rated; a player with no game keeps the prior."""
+    m = _model()
+    g = games_df[(games_df["mode"] == mode) & (games_df.winner != "invalid")].sort_values(
+        ["item_id", "match", "a", "b"], kind="stable").reset_index(drop=True)
+    names = list(dict.fromkeys([*players, *g.a, *g.b]))
+    runs = [_rate_once(m, g if orders == 1 else g.sample(frac=1, random_state=seed + k), names)
+            for k in range(max(1, orders))]
+    mu = {n: sum(r[n].mu for r in runs) / len(runs) for n in names}
+    sigma = {n: sum(r[n].sigma for r in runs) / len(runs) for n in names}
+    tally = {n: [0, 0, 0] for n in names}
+    for a, b, w in zip(g.a, g.b, g.winner):
         for who, me in ((a, "a"), (b, "b")): tally[who][0 if w == me else 1 if w == "tie" else 2] += 1
     rows = []
     for n in names:
         (wins, ties, losses), total = tally[n], sum(tally[n])
         lo, hi = wilson(wins + ties / 2, total)
-        rows.append({"mode": mode, "player": n, "mu": round(r[n].mu, 3), "sigma": round(r[n].sigma, 3),
-                     "ordinal": round(r[n].ordinal(), 3), "games": total, "wins": wins, "ties": ties,
+        rows.append({"mode": mode, "player": n, "mu": round(mu[n], 3), "sigma": round(sigma[n], 3),
+                     "ordinal": round(mu[n] - 3 * sigma[n], 3), "games": total, "wins": wins, "ties": ties,
                      "losses": losses, "win_rate": round((wins + ties / 2) / total, 4) if total else None,
                      "win_lo": lo, "win_hi": hi})
     return pd.DataFrame(rows).sort_values("mu", ascending=False, kind="stable").reset_index(drop=True)
@@ -345,13 +357,13 @@ def _team(players, judge: str) -> list:
 # %% ../nbs/23f_tournament.ipynb #8627d6a4
 def run_tournament(players, out, task: str = "stories", n: int|None = 20, items=None,
                    judge: str = "synthetic:skill=0.8,seed=9", modes=MODES, rounds: int = 1, seed: int = 0,
-                   self_play: bool = True, budget: bool = True, concurrency: int|None = None, cache=True,
-                   **options) -> Tournament:
+                   self_play: bool = True, budget: bool = True, orders: int = 20, concurrency: int|None = None,
+                   cache=True, **options) -> Tournament:
     """Play `players` (`Player`s or `NAME=SPEC[@N]` strings) against each other through the oversight protocol in
     each of `modes` on `n` items of `task` (or those at 1-based positions `items`) before `judge`; rate them with
-    OpenSkill; write it all into the folder `out`. Each match is a run folder under it, so a tournament stopped midway
-    resumes where it stopped: a finished item is not played again. `options` go to the protocol (`verify_quotes`,
-    `turns`, `judge_sees`, ...)."""
+    OpenSkill (mu and sigma averaged over `orders` shuffled orders of the games); write it all into the folder `out`.
+    Each match is a run folder under it, so a tournament stopped midway resumes where it stopped: a finished item is
+    not played again. `options` go to the protocol (`verify_quotes`, `turns`, `judge_sees`, ...)."""
     players = [p if isinstance(p, Player) else parse_player(p) for p in players]
     if len(players) < 2: raise OptionError("player", f"a tournament needs two or more players; got {len(players)}")
     try: check_spec(judge)
@@ -366,7 +378,7 @@ def run_tournament(players, out, task: str = "stories", n: int|None = 20, items=
         parts, calls = parts + got, calls + c
     records = pd.concat(parts, ignore_index=True)
     g = games(records)
-    ratings = pd.concat([rate(g, [p.name for p in players], m) for m in modes], ignore_index=True)
+    ratings = pd.concat([rate(g, [p.name for p in players], m, orders, seed) for m in modes], ignore_index=True)
     acc = judge_accuracy(records, ratings)
     base = judge_alone(records, its, judge, folder / "judge-alone", seed, **kw) if budget else None
     write_table(records, folder)
