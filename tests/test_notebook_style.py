@@ -65,8 +65,8 @@ STYLED = [
     "05b_kks.ipynb", "05c_dynamics.ipynb", "05d_kks_task.ipynb", "05e_puzzle_sets.ipynb", "07a_du_log.ipynb",
     "08_run.ipynb", "08a_run_folder.ipynb", "08b_rescore.ipynb", "08c_run_result.ipynb", "10a_controlmad_log.ipynb",
     "13a_critic_actor_log.ipynb", "14a_agentverse_rules.ipynb", "14b_agentverse_memory.ipynb",
-    "14c_agentverse_parsers.ipynb", "14e_agentverse_package.ipynb", "18_oversight.ipynb", "20_viz.ipynb",
-    "20a_positions.ipynb",
+    "14c_agentverse_parsers.ipynb", "14e_agentverse_package.ipynb", "18_oversight.ipynb", "18a_oversight_personas.ipynb",
+    "20_viz.ipynb", "20a_positions.ipynb",
     "21_widgets.ipynb", "22_live.ipynb", "23a_baselines_budget.ipynb", "23b_blame.ipynb", "23c_export.ipynb",
     "23d_gains.ipynb", "23e_attribute.ipynb", "23f_tournament.ipynb", "50_controlmad_tour.ipynb", "51_stepper_tour.ipynb", "index.ipynb",
 ]
