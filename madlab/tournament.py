@@ -51,19 +51,6 @@ def parse_player(text: str) -> Player:
     except ValueError as e: raise OptionError("player", f"{text!r}: {e}") from None
     return Player(name, m["spec"], n)
 
-# %% ../nbs/23f_tournament.ipynb #9b841425
-def _per_speaker_best_of():
-    "Wrap oversight's speech so that a speaker's `meta['best_of']` replaces the run's `best_of` for its speeches."
-    speak = _OV._speak
-    if getattr(speak, "_per_speaker", False): return
-    async def _speak(d, a, item, speeches, side, mode, k, which, best_of, *rest, **kw):
-        n = int((a.meta or {}).get("best_of") or best_of)
-        return await speak(d, a, item, speeches, side, mode, k, which, n, *rest, **kw)
-    _speak._per_speaker = True
-    _OV._speak = _speak
-
-_per_speaker_best_of()
-
 # %% ../nbs/23f_tournament.ipynb #2c67e2b8
 MODES = ("debate", "consultancy")
 
