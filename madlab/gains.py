@@ -97,7 +97,7 @@ def _item_record(t: Transcript, rule) -> dict | None:
 
 
 def _check_pooled(transcripts):
-    "An `OptionError` when a protocol of `transcripts` is not `pooled`: its speakers argue sides, no vote of theirs exists."
+    "An `OptionError` when a protocol of `transcripts` is not `pooled`: its speakers argue sides, no vote exists."
     for name in sorted({t.protocol for t in _ts(transcripts)}):
         try: p = get_protocol(name)
         except (OptionError, ValueError, KeyError): continue          # an imported log's protocol madlab does not run

@@ -250,7 +250,8 @@ async def _refine(d, a, item, draft, system, user, opts, k, sample):
 async def _speak(d, a, item, speeches, side, mode, k, which, best_of, j, verify, critique=False):
     """One speaker's argument for `side` (best of `best_of` candidates, or of its own `meta['best_of']`, scored by the
     judge model, then critiqued and refined with `critique`): every turn it took, in the order called, the speech kept
-    marked `meta['speech']`, its meta holding the side, the quote counts (verified or not), every candidate with its score, draft and critique."""
+    marked `meta['speech']`, its meta holding the side, the quote counts (verified or not), every candidate with its
+    score, draft and critique."""
     best_of = int((a.meta or {}).get("best_of") or best_of)     # a speaker's own level (a tournament's player)
     options, labels = item_options(item), list(item_options(item))
     role = (PROMPTS["consultant_role"] if "consultancy" in mode else PROMPTS["debate_role"]).format(
