@@ -16,7 +16,8 @@ from .cli_options import (_PathOrURL, _common_params, _decision_cb, _flag, _opti
 # %% auto #0
 __all__ = ['main', 'run', 'protocol_command', 'protocols_cmd', 'tasks_cmd', 'decisions_cmd', 'backends_cmd', 'rescore_cmd',
            'baseline_cmd', 'parse_sweep_params', 'sweep_cmd', 'import_cmd', 'models_cmd', 'models_list', 'models_get',
-           'data_cmd', 'data_list', 'data_get', 'blame_cmd', 'export_cmd', 'gains_cmd', 'attribute_cmd', 'console']
+           'data_cmd', 'data_list', 'data_get', 'blame_cmd', 'export_cmd', 'gains_cmd', 'attribute_cmd',
+           'tournament_cmd', 'console']
 
 # %% ../nbs/40_cli.ipynb #5ed24ad8
 class _Protocols(click.Group):
@@ -542,6 +543,54 @@ def attribute_cmd(run_dir, method, judge, items, taxonomy, max_calls, cache):
             if vs is None: click.echo(f"\nnot graded: {e.message}")
         if vs is not None: click.echo("\n" + vs.to_string(index=False))
     click.echo(f"outputs: {a.folder}")
+
+# %% ../nbs/40_cli.ipynb #t0urn4m1
+@main.command("tournament")
+@click.option("--player", "players", multiple=True, required=True, metavar="NAME=SPEC[@N]",
+              help="A debater configuration: its name, backend spec and best-of-N level (@N); repeat, two or more")
+@click.option("--judge", default="synthetic:skill=0.8,seed=9", show_default=True, metavar="SPEC", callback=_spec_cb,
+              help="The judge's backend spec (it never reads the hidden story)")
+@click.option("--mode", "modes", multiple=True, type=click.Choice(["debate", "consultancy"]),
+              default=("debate", "consultancy"), show_default=True, help="The modes played; repeat for both")
+@click.option("--task", default="stories", show_default=True, help="A task whose items carry a hidden context")
+@click.option("--n", type=click.IntRange(min=1), default=20, show_default=True, help="Items played per match")
+@click.option("--rounds", type=click.IntRange(1, 5), default=1, show_default=True, help="Speeches per speaker")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the sides each item is argued from")
+@click.option("--verify-quotes/--no-verify-quotes", default=True, show_default=True,
+              help="Mark each quote verified or not for the judge")
+@click.option("--budget/--no-budget", default=True, show_default=True,
+              help="Also run the judge alone at the same tokens per item (McNemar on shared items)")
+@click.option("--out", default="results", show_default=True, type=click.Path(file_okay=False),
+              help="Output folder; the tournament goes into OUT/NAME")
+@click.option("--name", default="tournament", show_default=True, help="The tournament's folder name under OUT")
+@click.option("--concurrency", type=click.IntRange(1, 10_000), default=None, help="Items run at once")
+@click.option("--cache/--no-cache", default=True, show_default=True, help="Calls go through the response cache")
+@click.option("--orders", type=click.IntRange(1, 1000), default=20, show_default=True,
+              help="Ratings averaged over this many shuffled orders of the games (an online rating depends on order)")
+@click.option("--png/--no-png", default=True, show_default=True,
+              help="A PNG of the headline figure beside its JSON (kaleido and a Chromium draw it)")
+def tournament_cmd(players, judge, modes, task, n, rounds, seed, verify_quotes, budget, out, name, concurrency,
+                   cache, orders, png):
+    """Play debater configurations against each other on both sides through the oversight protocol (debate: each
+    pair both ways round; consultancy: each consultant for the right answer and for the distractor), rate them with
+    OpenSkill and print the ratings, the judge's accuracy beside each rating and the judge alone at the same tokens;
+    writes OUT/NAME (match records as results.csv, ratings.csv, accuracy.csv, budget.csv, the headline figure, a run
+    folder per match). The same command again resumes a stopped tournament."""
+    from madlab.tournament import run_tournament
+    try:
+        with _stoppable():
+            t = run_tournament(players, Path(out) / name, task=task, n=n, judge=judge, modes=modes, rounds=rounds,
+                               seed=seed, budget=budget, orders=orders, concurrency=concurrency, cache=cache,
+                               verify_quotes=verify_quotes)
+    except KeyboardInterrupt: click.echo(_STOPPED); sys.exit(130)
+    except OptionError as e:
+        hint = {"player": "'--player'", "judge": "'--judge'", "mode": "'--mode'", "out": "'--out'"}.get(e.option)
+        raise click.BadParameter(e.message, param_hint=hint or f"'{e.flag}'") from None
+    except (ImportError, ValueError) as e: raise click.ClickException(str(e)) from None
+    t.save_figure(png)
+    import pandas as pd
+    with pd.option_context("display.width", 200, "display.max_columns", 20): click.echo(t.summary())
+    click.echo(f"outputs: {t.folder}")
 
 # %% ../nbs/40_cli.ipynb #cb167d12
 def _only_idle_pools() -> bool:

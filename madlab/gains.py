@@ -18,6 +18,7 @@ import madlab.tasks                        # the built-in tasks, whose answer fo
 from .decisions import ballot, decide, get_decision, _parts
 from .dynamics import answer_rounds, _stated, _decided_right, _ts, _NO_POSITION
 from .stats import _boot, _mcnemar
+from .protocol import get_protocol
 
 # %% auto #0
 __all__ = ['UPDATE_COLUMNS', 'Gains', 'debate_gains', 'Updates', 'debate_updates', 'rule_gains']
@@ -95,9 +96,20 @@ def _item_record(t: Transcript, rule) -> dict | None:
     }
 
 
+def _check_pooled(transcripts):
+    "An `OptionError` when a protocol of `transcripts` is not `pooled`: its speakers argue sides, no vote exists."
+    for name in sorted({t.protocol for t in _ts(transcripts)}):
+        try: p = get_protocol(name)
+        except (OptionError, ValueError, KeyError): continue          # an imported log's protocol madlab does not run
+        if not p.pooled:
+            raise OptionError("run", f"{name}'s speakers argue assigned sides before a judge, so no vote of their "
+                              "answers exists: the voting and debate gains and the update rates do not apply (its "
+                              "report gives the judge's accuracy)")
+
 def _records(transcripts, vote=None) -> tuple[list, dict]:
     """The records of the items that count, and how many were left out: `failed` (the debate failed), `no gold`, `no
-    answer round`."""
+    answer round`. Refused (`OptionError`) for a protocol whose debaters argue assigned sides (`Protocol.pooled`)."""
+    _check_pooled(transcripts)
     recs, out = [], {"failed": 0, "no gold": 0, "no answer round": 0}
     for t in _ts(transcripts):
         if t.meta.get("status", "done") != "done":
@@ -479,7 +491,10 @@ def rule_gains(transcripts, rule=None, n_boot: int = 2000, seed: int = 0) -> dic
     """The voting and the debate gain under decision rule `rule` (`rescore --compare`'s column group): the rule's vote
     on the first round's answers against the agents alone, then its vote on the last round's answers against the first
     (for the protocol's own rule, `None` or "protocol": the run's decision against its first round's vote). None for a
-    rule that does not count a round's answers (a judge's, a trajectory's) or when no item counts."""
+    rule that does not count a round's answers (a judge's, a trajectory's), for a protocol whose speakers argue assigned
+    sides (`Protocol.pooled`), or when no item counts."""
+    try: _check_pooled(transcripts)
+    except OptionError: return None
     r = get_decision(rule) if rule is not None else None
     own = r is None or r.protocol
     if r is not None and not own and (r.judge or r.trajectory): return None

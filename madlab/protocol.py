@@ -211,6 +211,8 @@ class Protocol:
     weighs: tuple = ()                             # signals its own rule weighs besides the answers ("confidence", ...)
     side_roles: tuple = ()                         # roles of agents it adds beside the debaters (a supervisor)
     listed: bool = True                            # whether `madlab protocols` and the command line list it
+    pooled: bool = True                            # its debaters each answer the question (False: they argue assigned
+                                                   # sides before a judge, so no vote of theirs means anything)
 
     def __call__(self, d, **options): return self.fn(d, **options)
     def __reduce__(self): return (get_protocol, (self.name,))
@@ -286,14 +288,16 @@ PROTOCOLS: Registry[Protocol] = Registry("protocol", Protocol, "madlab.protocols
 
 # %% ../nbs/04d_protocol.ipynb #599ae861
 def protocol(name: str, tasks=None, limits: dict|None = None, axes=(), decides=(), planned: Callable|None = None,
-             weighs=(), side_roles=(), listed: bool = True, replace: bool = False) -> Callable:
+             weighs=(), side_roles=(), listed: bool = True, pooled: bool = True, replace: bool = False) -> Callable:
     """Register an async-generator protocol under `name` and return its `Protocol` (called, it runs the function;
     its parts attach to it: `@p.report`). `tasks`: the tasks it runs on (None: any with an answer format); `limits`:
     option -> (lowest, highest); `axes`: the debate-wide settings it honours ("topology", "stop_on": see `AXES`);
     `decides`: options choosing its own decision rule (deprecated beside a `decision`); `planned`: the settings ->
     the rounds it runs when nothing ends it early, or `(n, True)`: at most n; `weighs`: the signals its own rule weighs
     (`confidence`, `logprobs`); `side_roles`: the roles of the agents it adds beside the debaters (never voters, not in
-    a run's name); `listed`: whether help texts list it (False: an example); `replace`: take the name from a protocol
+    a run's name); `listed`: whether help texts list it (False: an example); `pooled`: whether its debaters each
+    answer the question, so that a vote of their answers (the voting and debate gains) means something (False: they
+    argue assigned sides before a judge); `replace`: take the name from a protocol
     defined elsewhere (one defined again where it was, as a re-run cell does, replaces it and keeps its parts)."""
     def deco(fn):
         if not inspect.isasyncgenfunction(fn):
@@ -310,7 +314,7 @@ def protocol(name: str, tasks=None, limits: dict|None = None, axes=(), decides=(
                        {p.name: hints[p.name] for p in sig if p.name in hints},
                        tuple(tasks) if tasks is not None else None, dict(limits or {}), axes=tuple(axes),
                        decides=tuple(decides), planned=planned, weighs=tuple(weighs), side_roles=tuple(side_roles),
-                       listed=listed)
+                       listed=listed, pooled=pooled)
         PROTOCOLS.register(name, new, replace)       # a name taken by a protocol defined elsewhere is refused
         if old is not None: new.parts = ProtocolParts(**vars(old.parts))   # defined again (a cell re-run): parts stay
         fn.protocol_name = name

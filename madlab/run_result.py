@@ -120,6 +120,7 @@ def gain_lines(self: RunResult) -> list[str]:
     vote, the decision, the voting and the debate gain), computed once; none for a run with no item that counts."""
     if getattr(self, "_gain_lines", None) is None:
         try: self._gain_lines = debate_gains(list(self.transcripts.values())).summary_lines()
+        except OptionError as e: self._gain_lines = [f"where the accuracy comes from: not a vote: {e.message}"]
         except Exception as e: self._gain_lines = ["problem: the gain table could not be computed: "
                                                    f"{type(e).__name__}: {e}"]
     return self._gain_lines

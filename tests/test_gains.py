@@ -193,3 +193,18 @@ def test_the_update_rule_reaches_every_round_that_routes_peers(tmp_path, protoco
     assert said == phases, said
     assert all(UPDATE_RULES["stubborn"] in text for ph, text in sure if ph in phases)
     assert not any(s in text for _, text in asked("default") for s in UPDATE_RULES.values() if s)
+
+
+def test_no_gain_is_reported_for_speakers_who_argue_assigned_sides(tmp_path):
+    """Oversight's debaters argue the sides they are given before a judge (`Protocol.pooled` False): no vote of their
+    answers exists, so the summary says why instead of printing gains, `madlab gains` refuses naming the run, and
+    `rescore --compare` leaves the gain columns blank."""
+    r = CliRunner().invoke(main, ["run", "oversight", "--n", "4", "--no-cache", "--out", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    assert "not a vote: oversight's speakers argue assigned sides" in r.output and "voting gain" not in r.output
+    run = next(p for p in tmp_path.iterdir() if p.is_dir())
+    g = CliRunner().invoke(main, ["gains", str(run)])
+    assert g.exit_code == 2 and "assigned sides" in g.output and "Traceback" not in g.output, g.output
+    c = CliRunner().invoke(main, ["rescore", str(run), "--compare"])
+    assert c.exit_code == 0 and " vg " in c.output, c.output
+    assert open_run(run).decisions()[["vg", "dg"]].isna().all().all()

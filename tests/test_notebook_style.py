@@ -69,7 +69,8 @@ STYLED = [
     "14c_agentverse_parsers.ipynb", "14e_agentverse_package.ipynb", "18_oversight.ipynb",
     "18a_oversight_personas.ipynb", "20_viz.ipynb", "20a_positions.ipynb", "20b_seats.ipynb", "21_widgets.ipynb",
     "22_live.ipynb", "23a_baselines_budget.ipynb", "23b_blame.ipynb", "23c_export.ipynb",
-    "23d_gains.ipynb", "23e_attribute.ipynb", "50_controlmad_tour.ipynb", "51_stepper_tour.ipynb", "index.ipynb",
+    "23d_gains.ipynb", "23e_attribute.ipynb", "23f_tournament.ipynb", "50_controlmad_tour.ipynb",
+    "51_stepper_tour.ipynb", "index.ipynb",
 ]
 LINE_LENGTH = 120   # pyproject.toml [tool.ruff] line-length; ruff's E501 checks it in every code cell
 

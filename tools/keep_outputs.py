@@ -21,6 +21,7 @@ NBS = ROOT / "nbs"
 KEEP = ["index", "07_baselines", "10_controlmad", "11_s4", "12_controlmad_report", "13_critic_actor", "14_agentverse", "15_cluster", "20_viz",
         "50_controlmad_tour", "51_stepper_tour", "experiments/protocols_at_one_budget"]   # the index, every protocol notebook, the report, the plots and the tours
 KEEP += ["23d_gains"]                       # where a run's accuracy comes from: its two figures, each with its intervals
+KEEP += ["experiments/oversight"]           # debate as oversight: modes x judge views, persuasion, a tournament's ratings
 SNAPSHOTS = {"51_stepper_tour": 4}           # notebooks whose widgets are kept as pictures: Step clicks on the first one first
 SNAPSHOT_TEXT = "<a static snapshot of this widget, taken in JupyterLab: run the notebook for the live one>"
 MAX_TEXT, MAX_IMAGE = 60_000, 500_000        # bytes per output: a table, a summary, a figure's JSON; a PNG (base64)

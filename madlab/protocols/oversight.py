@@ -248,9 +248,11 @@ async def _refine(d, a, item, draft, system, user, opts, k, sample):
 
 # %% ../../nbs/18_oversight.ipynb #234ca316
 async def _speak(d, a, item, speeches, side, mode, k, which, best_of, j, verify, critique=False):
-    """One speaker's argument for `side` (best of `best_of` candidates scored by the judge model, then critiqued and
-    refined with `critique`): every turn it took, in the order called, the speech kept marked `meta['speech']`, its
-    meta holding the side, the quote counts (verified or not), every candidate with its score, draft and critique."""
+    """One speaker's argument for `side` (best of `best_of` candidates, or of its own `meta['best_of']`, scored by the
+    judge model, then critiqued and refined with `critique`): every turn it took, in the order called, the speech kept
+    marked `meta['speech']`, its meta holding the side, the quote counts (verified or not), every candidate with its
+    score, draft and critique."""
+    best_of = int((a.meta or {}).get("best_of") or best_of)     # a speaker's own level (a tournament's player)
     options, labels = item_options(item), list(item_options(item))
     role = (PROMPTS["consultant_role"] if "consultancy" in mode else PROMPTS["debate_role"]).format(
         side=side, other=", ".join(x for x in labels if x != side))
@@ -334,7 +336,7 @@ async def _ask_consultant(d, j, item, speeches, sees, verify, round):
 # %% ../../nbs/18_oversight.ipynb #391d7df6
 @protocol("oversight", tasks=("stories",), limits={"rounds": (1, 5), "judge_turns": (0, 4), "best_of": (1, 16)},
           planned=lambda s: (s["rounds"] + 1 + s["mode"].startswith("open")
-                             + ("consultancy" in s["mode"]) * s["judge_turns"], False))
+                             + ("consultancy" in s["mode"]) * s["judge_turns"], False), pooled=False)
 async def oversight(d,
                     # who argues: two assigned debaters, one assigned consultant, or open variants (the agent picks)
                     mode: Literal["debate", "consultancy", "open-debate", "open-consultancy"] = "debate",
