@@ -19,8 +19,8 @@ from .pages import _CSS, _TEMPLATE, _page, topology_svg
 __all__ = ['ROLES', 'OptionError', 'serializable', 'to_jsonable', 'from_jsonable', 'Message', 'ChatHistory', 'Usage',
            'Completion', 'Answer', 'answer_valid', 'answer_key', 'answer_summary', 'answer_view', 'decision_summary',
            'Turn', 'Round', 'Item', 'write_atomic', 'write_parquet', 'Transcript', 'runtime_loop', 'run_sync',
-           'run_async', 'stable_hash', 'new_id', 'default_cache_dir', 'madlab_data', 'public_data', 'Ask',
-           'AnswerSchema', 'schema_example', 'BackendError', 'Backend']
+           'run_async', 'wait_here', 'thread_waits', 'stable_hash', 'new_id', 'default_cache_dir', 'madlab_data',
+           'public_data', 'Ask', 'AnswerSchema', 'schema_example', 'BackendError', 'Backend']
 
 # %% ../nbs/00_core.ipynb #84f5c85e
 class OptionError(ValueError):
@@ -538,6 +538,21 @@ async def run_async(coro):
     "Await `coro` on the runtime loop from whatever loop is running."
     if _on_runtime(): return await coro
     return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, runtime_loop()))
+
+# %% ../nbs/00_core.ipynb #459b2a1f
+_WAITING: set = set()
+
+def wait_here(fut):
+    "`fut.result()`, the calling thread marked as waiting on it meanwhile (see `thread_waits`)."
+    me = threading.get_ident()
+    _WAITING.add(me)
+    try: return fut.result()
+    finally: _WAITING.discard(me)
+
+# %% ../nbs/00_core.ipynb #9e9039a9
+def thread_waits(ident: int) -> bool:
+    "Whether the thread `ident` is waiting in `wait_here` (a notebook kernel there takes no widget input)."
+    return ident in _WAITING
 
 # %% ../nbs/00_core.ipynb #03ccd2e1
 def stable_hash(*parts) -> str:

@@ -607,7 +607,7 @@ def run_experiment(protocol, items=None, team=None, out=None, **kw) -> RunResult
     plan = _plan(protocol, items, team, out, kw)
     stop = _Stop()
     fut = asyncio.run_coroutine_threadsafe(arun_experiment(plan, _stop=stop), runtime_loop())
-    try: return fut.result()
+    try: return wait_here(fut)                  # a notebook's kernel waits here (a person's form: see `thread_waits`)
     except KeyboardInterrupt:
         stop.set()
         return fut.result()

@@ -224,3 +224,23 @@ def test_an_item_left_undecided_by_a_missing_answer_is_neither_right_nor_wrong(t
                          cache=tmp_path / "cache", rounds=0)
     row = res.df.iloc[0]
     assert (row.unanswered, row.invalid) == (1, 0) and pd.isna(row.correct)
+
+
+def test_a_notebook_blocked_on_a_run_refuses_to_ask_a_person_and_says_how(monkeypatch):
+    """`run_experiment` called in a notebook cell blocks the kernel, which then takes no widget input: a person's form
+    would wait forever. Asked from such a run, the human agent refuses, saying to start the run in the background."""
+    import concurrent.futures, threading
+    import madlab.backends.human as H
+    from madlab.core import thread_waits, wait_here
+    monkeypatch.setattr(H, "_in_kernel", lambda: True)
+    monkeypatch.setattr(H, "desk", lambda: "the desk")
+    got = concurrent.futures.Future()
+
+    def ask():
+        while not thread_waits(threading.main_thread().ident): threading.Event().wait(0.001)
+        try: got.set_result(H.current_asker("human:ana"))
+        except Exception as e: got.set_result(e)
+    threading.Thread(target=ask).start()
+    e = wait_here(got)                                   # the main thread waits, as a kernel in run_experiment does
+    assert isinstance(e, H.NoPerson) and "ensure_future(arun_experiment" in str(e) and "human:ana" in str(e), e
+    assert H.current_asker("human:ana") == "the desk"   # not waiting: the form

@@ -6,7 +6,7 @@ Docs: https://madlab.github.io/madlab/human.html.md"""
 
 # %% ../../nbs/01m_human.ipynb #1f389335
 from __future__ import annotations
-import asyncio, html, json, os, sys, time
+import asyncio, html, json, os, sys, threading, time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 from ..core import *
@@ -146,7 +146,13 @@ def current_asker(agent: str = "human") -> Callable:
     """The asker `human:` agents use now: the one set (`set_asker`), else a notebook form in a kernel, else a terminal
     prompt; `NoPerson` naming `agent` when there is none of them."""
     if _ASKER["asker"] is not None: return _ASKER["asker"]
-    if _in_kernel(): return desk()
+    if _in_kernel():
+        if thread_waits(threading.main_thread().ident):      # the kernel waits on the run: the form would never answer
+            raise NoPerson(f"{agent} answers in this notebook, but the notebook is blocked waiting for the run "
+                           "(run_experiment), so the form could take no answer: start the run in the background, "
+                           "`task = asyncio.ensure_future(arun_experiment(...))`, with `madlab.backends.human.desk()` "
+                           "shown in a cell")
+        return desk()
     if _has_terminal(): return terminal_asker
     raise NoPerson(f"{agent} is answered by a person, and there is no one to ask here: no terminal (stdin is not a "
                    "TTY) and no notebook kernel; run it in a terminal or a notebook, or set an asker "
