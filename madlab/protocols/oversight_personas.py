@@ -23,8 +23,8 @@ def _words(s: str) -> set:
     return {w[:4] for w in normalise_text(s).split() if len(w) > 2 and w not in _STOP}
 
 def _relevance(question: str, sentence: str, answer: str = "") -> float:
-    """The share of the question's words a sentence holds besides the answer's own words (0..1); of a question of several
-    sentences (a word problem), its last one, the question itself."""
+    """The share of the question's words a sentence holds besides the answer's own words (0..1); of a question of
+    several sentences (a word problem), its last one, the question itself."""
     q = _words((_sentences(question) or [""])[-1]) - _words(answer)
     return len(q & _words(sentence)) / len(q) if q else 0.0
 
