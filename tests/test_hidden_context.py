@@ -80,6 +80,8 @@ from madlab.core import public_data
 from madlab.tasks.gsm8k import load_gsm8k
 from madlab.tasks.kks import kks_solution
 from madlab.puzzles import solve
+from madlab.scoring import _to_number
+import re
 
 def test_kks_solution_runs_with_a_size_and_the_run_records_the_variant(tmp_path):
     out = CliRunner().invoke(main, ["tasks"])
@@ -94,7 +96,9 @@ def test_kks_solution_runs_with_a_size_and_the_run_records_the_variant(tmp_path)
     assert len(ts) == 3
     for t in ts:
         roles = dict(line[:-1].split(" is a ") for line in t.item.context.splitlines())
-        assert roles == t.item.gold and solve(t.item.data) == [roles] and t.item.meta["context_from"] == "the solution"
+        right = dict(re.findall(r"(\w+) is a (\w+)\.", t.item.meta["options"][t.item.gold]))
+        assert roles == right and solve(t.item.data) == [roles] and t.item.meta["context_from"] == "the solution"
+        assert t.item.gold in "AB" and t.item.meta["distractor"]["label"] == "AB".replace(t.item.gold, "")
         assert t.meta["context_seen_by"] == []
         sent = json.dumps([tu.messages for rd in t.rounds for tu in rd.turns])
         assert json.dumps(t.item.context)[1:-1] not in sent and t.item.prompt.splitlines()[-1] in sent   # shown to nobody
@@ -103,7 +107,8 @@ def test_kks_solution_runs_with_a_size_and_the_run_records_the_variant(tmp_path)
 def test_gsm8k_solution_carries_the_reference_solution():
     from madlab.tasks import task_items
     base, var = load_gsm8k(public_data("gsm8k", "test.jsonl")), task_items("gsm8k-solution")
-    assert [(b.prompt, b.gold) for b in base] == [(v.prompt, v.gold) for v in var] and len(var) > 1000
+    assert [(b.prompt, b.gold) for b in base] == [(v.meta["question"], _to_number(v.meta["options"][v.gold]))
+                                                  for v in var] and len(var) > 1000
     for b, v in zip(base[:200], var[:200]):
         steps = b.meta["solution"].rsplit("####", 1)[0]
         assert v.context.endswith(f"Answer: {b.meta['solution'].rsplit('####', 1)[1].strip()}")

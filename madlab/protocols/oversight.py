@@ -334,9 +334,9 @@ async def _ask_consultant(d, j, item, speeches, sees, verify, round):
     return _remember(j, t, "question")
 
 # %% ../../nbs/18_oversight.ipynb #391d7df6
-@protocol("oversight", tasks=("stories",), limits={"rounds": (1, 5), "judge_turns": (0, 4), "best_of": (1, 16)},
-          planned=lambda s: (s["rounds"] + 1 + s["mode"].startswith("open")
-                             + ("consultancy" in s["mode"]) * s["judge_turns"], False), pooled=False)
+@protocol("oversight", tasks=("stories", "gsm8k-solution", "kks-solution"), pooled=False,
+          limits={"rounds": (1, 5), "judge_turns": (0, 4), "best_of": (1, 16)}, planned=lambda s: (s["rounds"] + 1
+          + s["mode"].startswith("open") + ("consultancy" in s["mode"]) * s["judge_turns"], False))
 async def oversight(d,
                     # who argues: two assigned debaters, one assigned consultant, or open variants (the agent picks)
                     mode: Literal["debate", "consultancy", "open-debate", "open-consultancy"] = "debate",

@@ -6,7 +6,7 @@ Docs: https://madlab.github.io/madlab/tasks.html.md"""
 
 # %% ../../nbs/04_tasks.ipynb #ced417bf
 from __future__ import annotations
-import csv, dataclasses, hashlib, importlib, io, pkgutil, re
+import csv, dataclasses, hashlib, importlib, io, pkgutil, random, re
 from pathlib import Path
 from typing import Callable
 from ..core import Item, OptionError, madlab_data
@@ -17,7 +17,7 @@ from ..public_sets import PUBLIC_SETS, public_set_path, missing_set
 
 # %% auto #0
 __all__ = ['TASK_FILES', 'task_modules', 'get_task', 'sized_tasks', 'task_data', 'task_items', 'context_variant',
-           'load_task_file']
+           'choice_variant', 'load_task_file']
 
 # %% ../../nbs/04_tasks.ipynb #eb334799
 _CSV_FIELD_LIMIT = 16 * 2**20   # 16 MiB: the csv module's default limit (128 KiB) rejects long prompts
@@ -103,6 +103,34 @@ def context_variant(task, name: str, context: Callable, what: str) -> Task:
                 for it in base.load(data, size)]
     return register_task(dataclasses.replace(base, name=name, load=load,
                                              doc=f"{base.doc}, with {what} as hidden context"))
+
+# %% ../../nbs/04_tasks.ipynb #chvar02
+_AB = dataclasses.replace(CHOICE, parse=lambda s: parse_choice(s, "AB"), options={"choices": ["A", "B"]},
+                          instructions="Think it through, then end with 'Answer: X' where X is A or B.")
+
+def choice_variant(task, name: str, context: Callable, what: str, right: Callable, distractor: Callable,
+                   question: Callable = lambda it: it.prompt, seed: int = 0) -> Task:
+    """Register the task `name`: the items of `task` (its data, size and default items) as two-option questions, A or
+    B, with the hidden context `context(item)`. The right option is `right(item)`, the other `distractor(item, rng)`
+    -> (text, record); the `k`-th item's right option is A or B as the `k // 2`-th pair of `seed` draws (one of each
+    per pair). Each item keeps `meta['question']`, `meta['options']` and `meta['distractor']` (the record, with its
+    `entity` and `label`); gold is the right label."""
+    base = get_task(task)
+    def one(k, it):
+        q, ctx, good = question(it), context(it), right(it)
+        bad, rec = distractor(it, random.Random(f"madlab.{name}:{seed}:{it.id}"))
+        if bad == good: raise ValueError(f"item {it.id}: the distractor is the right answer ({good!r})")
+        first = random.Random(f"madlab.{name}:{seed}:pair:{k // 2}").random() < 0.5
+        gold = "A" if first == (k % 2 == 0) else "B"
+        other = "B" if gold == "A" else "A"
+        opts = {gold: good, other: bad}
+        opts = {"A": opts["A"], "B": opts["B"]}
+        return dataclasses.replace(it, task=name, prompt=f"{q}\n\nA. {opts['A']}\nB. {opts['B']}", gold=gold,
+                                   context=ctx, meta={**it.meta, "context_from": what, "question": q, "options": opts,
+                                                      "distractor": {**rec, "entity": bad, "label": other}})
+    def load(data, size): return [one(k, it) for k, it in enumerate(base.load(data, size))]
+    return register_task(dataclasses.replace(base, name=name, load=load, format=_AB,
+                                             doc=f"{base.doc}: two options, with {what} as hidden context"))
 
 # %% ../../nbs/04_tasks.ipynb #84380bf4
 _TASK_FIELDS = {"name", "data", "split", "columns", "id", "prompt", "gold", "answer", "instructions", "description",

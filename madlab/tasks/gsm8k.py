@@ -6,15 +6,15 @@ Docs: https://madlab.github.io/madlab/gsm8k.html.md"""
 
 # %% ../../nbs/04e_gsm8k.ipynb #f9ffbef8
 from __future__ import annotations
-import re
+import random, re
 from ..core import Item
 from ..jsontext import _read_jsonl
 from ..formats import Task, register_task
 from ..scoring import NUMBER, _to_number
-from . import context_variant
+from . import choice_variant
 
 # %% auto #0
-__all__ = ['GSM8K', 'GSM8K_SOLUTION', 'gsm8k_gold', 'load_gsm8k', 'gsm8k_solution']
+__all__ = ['GSM8K', 'GSM8K_SOLUTION', 'gsm8k_gold', 'load_gsm8k', 'gsm8k_solution', 'gsm8k_distractor']
 
 # %% ../../nbs/04e_gsm8k.ipynb #35ac1da6
 def gsm8k_gold(answer: str):
@@ -49,6 +49,23 @@ def gsm8k_solution(answer: str) -> str:
     steps = re.sub(r"<<[^<>]*>>", "", answer.rsplit("####", 1)[0]).strip()
     return f"{steps}\nAnswer: {answer.rsplit('####', 1)[1].strip()}"
 
+# %% ../../nbs/04e_gsm8k.ipynb #gsmsol08
+def _number_text(v) -> str: return str(int(v)) if float(v).is_integer() else str(v)
+
+def gsm8k_distractor(answer: str, rng=None) -> tuple:
+    """The best wrong number for a GSM8K `answer`, and a record of how it was built: the last result of its calculator
+    steps `<<a*b=c>>` that is not the answer (a number the solution states that does not answer the question), else
+    the answer plus an offset drawn with `rng`."""
+    gold = gsm8k_gold(answer)
+    for expr, res in reversed(re.findall(r"<<([^<>=]*)=([^<>=]*)>>", answer.rsplit("####", 1)[0])):
+        v = _to_number(res.strip())
+        if v is not None and v != gold:
+            return _number_text(v), {"how": "intermediate result", "step": f"{expr.strip()}={res.strip()}"}
+    rng = rng or random.Random(0)
+    off = rng.randint(1, max(1, round(abs(gold) * 0.2))) * (1 if gold < 1 or rng.random() < 0.5 else -1)
+    return _number_text(gold + off), {"how": "offset", "offset": off}
+
 # %% ../../nbs/04e_gsm8k.ipynb #gsmsol05
-GSM8K_SOLUTION = context_variant(GSM8K, "gsm8k-solution", lambda it: gsm8k_solution(it.meta["solution"]),
-                                 "the reference solution")
+GSM8K_SOLUTION = choice_variant(GSM8K, "gsm8k-solution", lambda it: gsm8k_solution(it.meta["solution"]),
+                                "the reference solution", lambda it: it.meta["solution"].rsplit("####", 1)[1].strip(),
+                                lambda it, rng: gsm8k_distractor(it.meta["solution"], rng))

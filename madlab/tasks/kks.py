@@ -6,7 +6,7 @@ Docs: https://madlab.github.io/madlab/kks_task.html.md"""
 
 # %% ../../nbs/05d_kks_task.ipynb #ae82710a
 from __future__ import annotations
-import dataclasses, json, re
+import dataclasses, itertools, json, random, re
 from dataclasses import dataclass
 from pathlib import Path
 from ..core import *
@@ -16,12 +16,12 @@ from ..formats import AnswerFormat, Task, register_format, register_task
 from ..synthetic import Persona, synthetic_rng, believes_gold, conform, synthetic_confidence, _convinced
 from ..puzzles import KKS_ROLES, Puzzle, solve
 from ..puzzle_sets import load_controlmad, load_puzzles
-from . import context_variant
+from . import choice_variant
 
 # %% auto #0
 __all__ = ['KKS_FULL', 'KKS', 'KKS_SOLUTION', 'kks_schema', 'kks_answer_format', 'KKSAnswer', 'parse_kks_answer',
            'parse_player_role', 'score_kks', 'kks_players', 'roles_of', 'synthetic_kks_belief',
-           'synthetic_kks_position', 'kks_solution']
+           'synthetic_kks_position', 'kks_solution', 'kks_violations', 'kks_distractor']
 
 # %% ../../nbs/05d_kks_task.ipynb #47aa6624
 def kks_schema(players, confidence: bool = False) -> dict:
@@ -357,5 +357,43 @@ def kks_solution(item) -> str:
         sol = found[0]
     return "\n".join(f"{p} is a {sol[p]}." for p in kks_players(item))
 
+# %% ../../nbs/05d_kks_task.ipynb #kkssol08
+def kks_violations(puzzle: Puzzle, solution: dict) -> int:
+    """How many of `puzzle`'s statements and hints an assignment `solution` breaks: a hint that is false, a knight's
+    statement that is false, a knave's that is true; each spy's statement taken true or false, whichever breaks fewer
+    (0: the assignment solves the game)."""
+    roles = [KKS_ROLES.index(solution[p]) for p in puzzle.players]
+    spies = [i for i, r in enumerate(roles) if r == 2 and puzzle.statements[i] is not None]
+    best = None
+    for bits in itertools.product((True, False), repeat=len(spies)):
+        truth = [r == 0 for r in roles]
+        for i, b in zip(spies, bits): truth[i] = b
+        n = (sum(not h.holds(roles, truth) for h in puzzle.hints)
+             + sum(s is not None and s.holds(roles, truth) != truth[i] for i, s in enumerate(puzzle.statements)))
+        best = n if best is None else min(best, n)
+    return best
+
+# %% ../../nbs/05d_kks_task.ipynb #kkssol11
+def _assignment(item, roles) -> str: return " ".join(f"{p} is a {roles[p]}." for p in kks_players(item))
+
+def kks_distractor(item, rng=None) -> tuple:
+    """The best wrong answer to a Knight-Knave-Spy item, worded like its solution, and a record of how it was built:
+    the solution with one player's role changed, the change that breaks the fewest statements and hints
+    (`kks_violations`), ties drawn with `rng`; without a game to count on, a change drawn with `rng`."""
+    sol, rng = dict(item.gold), rng or random.Random(0)
+    changes = [(p, r) for p in kks_players(item) for r in KKS_ROLES if r != sol[p]]
+    if isinstance(item.data, Puzzle):
+        counted = [(kks_violations(item.data, {**sol, p: r}), p, r) for p, r in changes]
+        least = min(n for n, _, _ in counted)
+        tied = [(p, r) for n, p, r in counted if n == least]
+        p, r = rng.choice(tied)
+        rec = {"how": "fewest broken", "player": p, "role": r, "broken": least, "tied": len(tied)}
+    else:
+        p, r = rng.choice(changes)
+        rec = {"how": "seeded change", "player": p, "role": r}
+    return _assignment(item, {**sol, p: r}), rec
+
 # %% ../../nbs/05d_kks_task.ipynb #kkssol05
-KKS_SOLUTION = context_variant(KKS, "kks-solution", kks_solution, "the solution")
+KKS_SOLUTION = choice_variant(KKS, "kks-solution", kks_solution, "the solution",
+                              lambda it: _assignment(it, it.gold or {}), kks_distractor,
+                              lambda it: f"{it.prompt.rstrip()}\n\nWhich assignment of roles is right?")
