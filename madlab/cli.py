@@ -552,7 +552,8 @@ def attribute_cmd(run_dir, method, judge, items, taxonomy, max_calls, cache):
               help="The judge's backend spec (it never reads the hidden story)")
 @click.option("--mode", "modes", multiple=True, type=click.Choice(["debate", "consultancy"]),
               default=("debate", "consultancy"), show_default=True, help="The modes played; repeat for both")
-@click.option("--task", default="stories", show_default=True, help="A task whose items carry a hidden context")
+@click.option("--task", default="stories", show_default=True, metavar="TASK",
+              help="A task whose items carry a hidden context (stories, gsm8k-solution, kks-solution)")
 @click.option("--n", type=click.IntRange(min=1), default=20, show_default=True, help="Items played per match")
 @click.option("--rounds", type=click.IntRange(1, 5), default=1, show_default=True, help="Speeches per speaker")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the sides each item is argued from")
@@ -560,9 +561,10 @@ def attribute_cmd(run_dir, method, judge, items, taxonomy, max_calls, cache):
               help="Mark each quote verified or not for the judge")
 @click.option("--budget/--no-budget", default=True, show_default=True,
               help="Also run the judge alone at the same tokens per item (McNemar on shared items)")
-@click.option("--out", default="results", show_default=True, type=click.Path(file_okay=False),
+@click.option("--out", default="results", show_default=True, type=click.Path(file_okay=False), metavar="DIRECTORY",
               help="Output folder; the tournament goes into OUT/NAME")
-@click.option("--name", default="tournament", show_default=True, help="The tournament's folder name under OUT")
+@click.option("--name", default="tournament", show_default=True, metavar="NAME",
+              help="The tournament's folder name under OUT")
 @click.option("--concurrency", type=click.IntRange(1, 10_000), default=None, help="Items run at once")
 @click.option("--cache/--no-cache", default=True, show_default=True, help="Calls go through the response cache")
 @click.option("--orders", type=click.IntRange(1, 1000), default=20, show_default=True,
