@@ -22,6 +22,15 @@ def need_browser():
         if ci: pytest.fail(f"CI: chromium is missing at {CHROMIUM} (apt-get install chromium)")
         pytest.skip(f"no chromium at {CHROMIUM}; install Debian's chromium to run the browser test")
 
+def wait_until(pred, timeout, what, poll=0.1):
+    "The first true value of `pred()`, polled every `poll` s; an AssertionError naming `what` after `timeout` s."
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        v = pred()
+        if v: return v
+        time.sleep(poll)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

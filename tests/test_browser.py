@@ -7,20 +7,14 @@ from __future__ import annotations
 import contextlib, json, os, re, shutil, time, urllib.request
 from pathlib import Path
 import pytest
-from jupyter_helpers import CHROMIUM, CHROMIUM_ARGS, ROOT, need_browser, jupyter_lab
+from jupyter_helpers import CHROMIUM, CHROMIUM_ARGS, ROOT, need_browser, jupyter_lab, wait_until
 
 pytestmark = pytest.mark.slow
 TOUR = ROOT / "nbs" / "51_stepper_tour.ipynb"
 ARTIFACTS = ROOT / "test-artifacts"
 
 
-def _wait(pred, timeout, what, poll=0.1):
-    t0 = time.time()
-    while time.time() - t0 < timeout:
-        v = pred()
-        if v: return v
-        time.sleep(poll)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+_wait = wait_until                       # the one polling wait of the browser tests
 
 def _open_and_run_all(page, base, token, name):
     "Open notebook `name` in JupyterLab, wait for an idle kernel, and run every cell through JupyterLab's own command."

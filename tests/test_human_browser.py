@@ -4,10 +4,10 @@ answers; the transcripts hold them with the name and the messages sent; a stop a
 answered; bad input is refused in place with the reason; a fork from the stepper seats the person at round 2; judging
 an oversight debate, the person is shown the transcript with its quotes checked, and not the hidden story."""
 from __future__ import annotations
-import contextlib, json, time, urllib.request
+import contextlib, json, urllib.request
 import nbformat
 import pytest
-from jupyter_helpers import CHROMIUM, CHROMIUM_ARGS, need_browser, jupyter_lab
+from jupyter_helpers import CHROMIUM, CHROMIUM_ARGS, need_browser, jupyter_lab, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -46,13 +46,7 @@ CELLS = [
     "seed=7, rounds=1, out='ov'))\nprint('STORY', json.dumps(items[0].context))",
 ]
 
-def _wait(pred, timeout, what, poll=0.1):
-    t0 = time.time()
-    while time.time() - t0 < timeout:
-        v = pred()
-        if v: return v
-        time.sleep(poll)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+_wait = wait_until                       # the one polling wait of the browser tests
 
 def _kernels(base, token) -> list:
     with urllib.request.urlopen(f"{base}/api/kernels?token={token}", timeout=10) as r: return json.loads(r.read())
