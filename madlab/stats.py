@@ -33,3 +33,11 @@ def _mcnemar(b: int, c: int) -> float:
     tail = sum(math.comb(n, i) for i in range(min(b, c) + 1)) / 2 ** n
     return min(1.0, 2 * tail)
 
+
+# %% ../nbs/00f_stats.ipynb #00293345
+def _wilson(k, n, z=1.96):
+    "Wilson's interval (lo, hi) of `k` successes in `n` trials; (nan, nan) when `n` is 0."
+    if n == 0: return (float("nan"), float("nan"))
+    p = k / n; d = 1 + z * z / n
+    c, h = (p + z * z / (2 * n)) / d, z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
+    return (c - h, c + h)

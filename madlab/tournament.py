@@ -6,7 +6,7 @@ Docs: https://madlab.github.io/madlab/tournament.html.md"""
 
 # %% ../nbs/23f_tournament.ipynb #69a98889
 from __future__ import annotations
-import importlib, json, math, re
+import importlib, json, re
 from dataclasses import dataclass
 from pathlib import Path
 import pandas as pd
@@ -15,6 +15,7 @@ from .agents import check_spec
 from .run import run_experiment, load_items
 from .run_folder import safe_name, write_table
 from .budget import paired_test
+from .stats import _wilson
 
 _OV = importlib.import_module("madlab.protocols.oversight")       # the module (its package exports the protocol)
 
@@ -134,11 +135,10 @@ def games(records: pd.DataFrame) -> pd.DataFrame:
 
 # %% ../nbs/23f_tournament.ipynb #cf83bb5d
 def wilson(k: float, n: int, z: float = 1.96) -> tuple:
-    "Wilson's 95 % interval of `k` successes in `n` trials ((None, None) when `n` is 0)."
+    "Wilson's 95 % interval of `k` successes in `n` trials (`madlab.stats._wilson`, rounded; (None, None) for none)."
     if not n: return (None, None)
-    p, d = k / n, 1 + z * z / n
-    c, h = (p + z * z / (2 * n)) / d, z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
-    return round(max(0.0, c - h), 4), round(min(1.0, c + h), 4)
+    lo, hi = _wilson(k, n, z)
+    return round(max(0.0, lo), 4), round(min(1.0, hi), 4)
 
 # %% ../nbs/23f_tournament.ipynb #82aa5276
 def _model():

@@ -6,19 +6,13 @@ Docs: https://madlab.github.io/madlab/viz.html.md"""
 
 # %% ../nbs/20_viz.ipynb #28fd894e
 from __future__ import annotations
-import math
 import pandas as pd
+from .stats import _wilson        # the one Wilson interval (blame and attribute import it from here)
 
 # %% auto #0
 __all__ = ['accuracy_table', 'accuracy_figure', 'figure_image', 'static_figures']
 
 # %% ../nbs/20_viz.ipynb #27efd3d2
-def _wilson(k, n, z=1.96):
-    if n == 0: return (float("nan"), float("nan"))
-    p = k / n; d = 1 + z * z / n
-    c, h = (p + z * z / (2 * n)) / d, z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
-    return (c - h, c + h)
-
 def accuracy_table(df: pd.DataFrame, by="protocol") -> pd.DataFrame:
     "Per group: scored items, accuracy with a 95% Wilson interval, failed debates, calls made, cached calls and tokens."
     rows = []

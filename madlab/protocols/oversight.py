@@ -488,11 +488,12 @@ def _oversight_ballots(t) -> list:
     return [tu for r in t.rounds if r.phase == "decision" for tu in r.turns if tu.meta.get("view") == "judge"]
 
 # %% ../../nbs/18_oversight.ipynb #ce744bab
-def _wilson(k, n, z=1.96):
+def _wilson(k, n):
+    "`madlab.stats._wilson`, rounded for the report; (None, None) when `n` is 0."
+    from madlab.stats import _wilson as wilson
     if not n: return (None, None)
-    p = k / n; d = 1 + z * z / n
-    c, h = (p + z * z / (2 * n)) / d, z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
-    return round(c - h, 3), round(c + h, 3)
+    lo, hi = wilson(k, n)
+    return round(lo, 3), round(hi, 3)
 
 def calibration_bins(p_right, bins: int = 5) -> list:
     """Calibration of a judge's probabilities of the right answer, `p_right`, over `bins` bins of the probability it
