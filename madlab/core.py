@@ -6,7 +6,7 @@ Docs: https://madlab.github.io/madlab/core.html.md"""
 
 # %% ../nbs/00_core.ipynb #65a0f81d
 from __future__ import annotations
-import ast, asyncio, copy, dataclasses, hashlib, html, importlib, io, json, math, os, re, tempfile, threading, time
+import ast, asyncio, copy, dataclasses, hashlib, html, importlib, io, itertools, json, math, os, re, tempfile, threading, time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -323,18 +323,16 @@ class Item:
         return vars(self) if self.context is not None else {k: v for k, v in vars(self).items() if k != "context"}
 
 # %% ../nbs/00_core.ipynb #725613a3
-_UMASK_LOCK = threading.Lock()
+_TMP_SEQ = itertools.count()
 
-def _umask() -> int:
-    "The process's umask, read without changing it where Linux tells it (/proc), else set and restored under a lock."
-    try:
-        with open("/proc/self/status", "rb") as f:
-            for line in f:
-                if line.startswith(b"Umask:"): return int(line.split()[1], 8)
-    except (OSError, ValueError): pass
-    with _UMASK_LOCK:
-        m = os.umask(0o022); os.umask(m)
-    return m
+def _temp_beside(path: Path) -> tuple[int, Path]:
+    """A new temporary file beside `path`, open for writing, with the mode `open()` gives a new file (0666 less the
+    umask, which the kernel applies): a lab sharing a folder can read it."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+    while True:
+        tmp = path.parent / f".{path.name}.{os.getpid()}-{next(_TMP_SEQ)}-{os.urandom(3).hex()}.tmp"
+        try: return os.open(tmp, flags, 0o666), tmp
+        except FileExistsError: continue
 
 def write_atomic(path, data, encoding: str = "utf-8", errors: str = "replace") -> Path:
     """Write `data` (str or bytes) to `path` atomically (temporary file, fsync, rename); the parent folder is created.
@@ -344,10 +342,8 @@ def write_atomic(path, data, encoding: str = "utf-8", errors: str = "replace") -
     if not isinstance(path, (str, os.PathLike)) and hasattr(path, "write_bytes"):
         return path.write_bytes(raw)                                                             # a file in a store
     path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = _temp_beside(path)
     try:
-        # as open() would make it (mkstemp makes 0600): a lab sharing a folder can read it
-        if hasattr(os, "fchmod"): os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as f:
             f.write(raw); f.flush(); os.fsync(f.fileno())
         os.replace(tmp, path)

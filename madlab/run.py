@@ -10,7 +10,6 @@ import asyncio, hashlib, html, inspect, json, math, os, re, time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
-import pandas as pd
 from fastcore.basics import patch
 import madlab
 from .core import *
@@ -26,8 +25,9 @@ from .cost import Prices, load_prices, item_cost, cost_table
 from .store import StorePath, StoreLock, LockLost, store_path, put_tree
 from .tasks import task_data, get_task
 from .run_folder import *
+from .output_writer import OutputWriter
 from .run_folder import _cell, _copy_task_files, _SAME, _SAME_DEFAULTS, _task_file_records
-from .run_result import RunResult, _run_prices, _with_costs, _team_specs
+from .run_result import RunResult, _run_prices, _with_costs, _team_specs, _warm_imports, _when_loop_idle
 
 # %% auto #0
 __all__ = ['default_task', 'load_items', 'run_name', 'RunPlan', 'resolve_run', 'arun_experiment', 'run_experiment', 'arun_many',
@@ -93,16 +93,6 @@ def _screened(proto, item, agents, settings, seed, sr) -> Transcript:
                       {"answer": refusal, "blocked": True, "screen": sr.category, "screen_reason": sr.reason},
                       {"id": str(item.id), "status": "done", "started": now, "finished": now,
                        "madlab": madlab.__version__})
-
-# %% ../nbs/08_run.ipynb #9d2e6b41
-async def _write_debate(folder: RunFolder, iid, t: Transcript) -> None:
-    """One finished debate's transcript and logs: made on the event loop, written (fsync included) in a worker thread,
-    so the other debates' calls go on meanwhile."""
-    folder.check_lock()                                  # a lock another process took over: nothing more is written
-    await asyncio.to_thread(write_atomic, folder.transcript_path(iid), t.to_json())
-    d, logs = folder.item_dir(iid), item_outputs(t)
-    await asyncio.to_thread(lambda: [folder.check_lock() or write_atomic(d / name, text) for name,
-                                     text in logs.items()])
 
 # %% ../nbs/08_run.ipynb #c876aa91
 class _Stop:
@@ -189,7 +179,7 @@ async def _debate_item(proto, iid, it, agents, settings, seed, budget, on_error,
     if sr is not None and _screen_record(sr): t.meta["run_screen"] = _screen_record(sr)
     return t
 
-async def _record(proto, folder, iid, t, rows, transcripts, status):
+async def _record(proto, writer, iid, t, rows, transcripts, status):
     """The item's results row, and its files in the run folder; a failure to summarise or write fails the item, not the
     run."""
     try: rows[iid] = debate_row(t)
@@ -198,8 +188,8 @@ async def _record(proto, folder, iid, t, rows, transcripts, status):
         rows[iid] = {"item_id": iid, "protocol": proto.name, "status": "failed", "error": t.meta["error"]}
     status["failed"] += t.meta.get("status") == "failed"
     transcripts[iid] = t
-    if folder is not None:
-        try: await _write_debate(folder, iid, t)
+    if writer is not None:                            # its files in the run folder (`madlab.output_writer`)
+        try: await writer.write(iid, t)
         except LockLost: raise                        # the run stops (see `arun_experiment`)
         except (OSError, TypeError, ValueError) as e:
             rows[iid].update(status="failed", error=f"writing outputs failed: {type(e).__name__}: {e}")
@@ -226,6 +216,7 @@ async def _drain(tasks, stop, status):
 def _check_scores(df, want: int, folder) -> None:
     """Refuse a re-scored table with fewer scored rows than the table it replaces had (`want`), saying why the rows
     went unscored."""
+    import pandas as pd
     have = int(df.correct.notna().sum()) if "correct" in df else 0
     if have >= want: return
     why = df.score_error.dropna() if "score_error" in df else pd.Series([], dtype=object)
@@ -533,11 +524,17 @@ async def arun_experiment(protocol, items=None, team=None, out=None, *, _stop: _
             async with sem:
                 if status["reason"]:
                     rows[iid] = {"item_id": iid, "protocol": proto.name, "status": "not_run", "error": status["reason"]}
-                else: await _record(proto, folder, iid, await _debate_item(proto, iid, it, agents, settings, seed,
+                else: await _record(proto, writer, iid, await _debate_item(proto, iid, it, agents, settings, seed,
                                     budget, on_error, screen, status, rule), rows, transcripts, status)
                 bar.update()
+        writer = OutputWriter(folder, proto, len(todo)) if folder else None    # a second process where that pays
+        warm = _warm_imports(figures=folder is not None and proto.parts.report is not None and len(todo) >= 16)
+        unwarm = _when_loop_idle(warm.start)              # once the debates wait on the network
         try: await _drain([asyncio.ensure_future(one(iid, it)) for iid, it in todo], stop, status)
-        finally: bar.close()
+        finally:
+            bar.close(); unwarm()
+            if writer is not None: await asyncio.to_thread(writer.close)
+            if warm.ident is not None: await asyncio.to_thread(warm.join)
         return _finish_run(proto, config.get("items", ids), transcripts, rows, folder, agents, status, problems, t0,
                            prices=x.get("prices"))
     except asyncio.CancelledError:
@@ -564,6 +561,7 @@ def _finish_run(proto, ids, transcripts, rows, folder, agents, status, problems,
     the protocol's report. Rows of this run are reused, transcripts in memory are not read again; a table with fewer
     than `min_scored` scored rows is refused (nothing written). Its cost columns are at `prices` (default: the table
     the folder's config.json records, else madlab's), which config.json then records."""
+    import pandas as pd
     found, bad = folder.transcripts(known=transcripts) if folder is not None else (dict(transcripts), [])
     problems = problems + bad
     every = {i: {**(rows[i] if i in rows else debate_row(t)),
@@ -680,6 +678,7 @@ class MajorityErrorFilter(ItemFilter):
     def votes(self, items, team, *, seed: int = 0, cache=True, concurrency: int|None = None) -> pd.DataFrame:
         """Per item: the voters' plurality (`answer`), the vote counts, whether it is right (`correct`; None when the
         vote failed) and the error."""
+        import pandas as pd
         items = list(items)
         voters = _voters(team, self.agents, {"temperature": 0.7, "top_p": 0.9} if self.params is None else self.params)
         plan = resolve_run(_voting_protocol(), items=items, team=voters, seed=seed, cache=cache,

@@ -8,7 +8,6 @@ Docs: https://madlab.github.io/madlab/run_folder.html.md"""
 from __future__ import annotations
 import contextlib, hashlib, json, os, re, time
 from pathlib import Path
-import pandas as pd
 from fastcore.basics import patch
 from .core import *
 from .core import _fast_json

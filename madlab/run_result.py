@@ -6,13 +6,11 @@ Docs: https://madlab.github.io/madlab/run_result.html.md"""
 
 # %% ../nbs/08c_run_result.ipynb #37ff8a7c
 from __future__ import annotations
-import collections, html
+import asyncio, collections, html, importlib, sys, threading, time
 from dataclasses import dataclass, field
-import pandas as pd
 from fastcore.basics import patch
 from .core import OptionError, Usage
 from .cost import Prices, cost_lines, cost_table, item_cost, load_prices
-from .gains import debate_gains
 
 # %% auto #0
 __all__ = ['RunResult']
@@ -119,6 +117,7 @@ def gain_lines(self: RunResult) -> list[str]:
     """The summary's section on where the accuracy comes from (`madlab.gains`: the agents alone, the first round's
     vote, the decision, the voting and the debate gain), computed once; none for a run with no item that counts."""
     if getattr(self, "_gain_lines", None) is None:
+        from madlab.gains import debate_gains       # numpy and pandas: imported when a summary is made
         try: self._gain_lines = debate_gains(list(self.transcripts.values())).summary_lines()
         except OptionError as e: self._gain_lines = [f"where the accuracy comes from: not a vote: {e.message}"]
         except Exception as e: self._gain_lines = ["problem: the gain table could not be computed: "
@@ -205,3 +204,34 @@ def costs(self: RunResult, by=("agent",)) -> pd.DataFrame:
     """Calls, tokens, `cost` (US dollars; None: no price), `cached_cost` (what replies from madlab's cache would have
     cost) and `compute_seconds` summed `by` agent (with its spec), `item_id`, `phase`, or `()` for the run."""
     return cost_table(self.transcripts, self.prices, by)
+
+# %% ../nbs/08c_run_result.ipynb #acae4b5e
+def _warm_imports(figures: bool = False) -> threading.Thread:
+    """Import what the results need (pandas, numpy, `madlab.gains`; plotly's figure classes and their validators when
+    `figures`) in a background thread, to start while the debates wait on the network (`_when_loop_idle`)."""
+    def warm():
+        try:
+            importlib.import_module("madlab.gains")
+            if figures and "plotly.graph_objects" not in sys.modules:
+                go = importlib.import_module("plotly.graph_objects")      # its classes load their validators when made
+                fig = go.Figure([go.Heatmap(z=[[0]], text=[[""]], colorbar={"title": ""}), go.Bar(x=[0], y=[0]),
+                                 go.Scatter(x=[0], y=[0], mode="lines")])
+                fig.update_layout(title="", height=200).to_html(include_plotlyjs=False)
+        except Exception: pass               # a warm-up only: the run imports what it needs when it needs it
+    return threading.Thread(target=warm, name="madlab-warm-imports", daemon=True)
+
+# %% ../nbs/08c_run_result.ipynb #ae56f647
+def _when_loop_idle(fn, passes: int = 3, quiet: float = 0.0005, give_up: float = 2.0):
+    """Call `fn` on the running loop once `passes` passes in a row through its ready callbacks each took under `quiet`
+    seconds (nothing else to run), or after `give_up` seconds; the function that cancels it."""
+    loop, state = asyncio.get_running_loop(), {"last": time.perf_counter(), "n": 0, "cancelled": False}
+    t0 = state["last"]
+    def tick():
+        if state["cancelled"]: return
+        now = time.perf_counter()
+        state["n"] = state["n"] + 1 if now - state["last"] < quiet else 0
+        state["last"] = now
+        if state["n"] >= passes or now - t0 > give_up: fn()
+        else: loop.call_soon(tick)
+    loop.call_soon(tick)
+    return lambda: state.update(cancelled=True)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools, json
 from markupsafe import Markup
 from pathlib import Path
-import pandas as pd
 from ..core import *
 from ..pages import _page
 from .controlmad import controlmad
@@ -37,6 +36,7 @@ _RIGHT, _WRONG, _INVALID = "#2a9d4b", "#d1495b", "#f4a261"
 
 def performance_matrix(frames) -> "go.Figure":
     "Heatmap: accuracy of each agent (and the team's majority) in each phase."
+    import pandas as pd
     import plotly.graph_objects as go
     acc = phase_accuracy(frames["positions"])
     cons = frames["consensus"]
@@ -52,6 +52,7 @@ def performance_matrix(frames) -> "go.Figure":
 # %% ../../nbs/12_controlmad_report.ipynb #1f86b218
 def prediction_matrix(frames, game=None, phase="final") -> "go.Figure":
     "One game: roles stated per (agent, round) and player, coloured right/wrong. All games: accuracy per agent and player slot in `phase`."
+    import pandas as pd
     import plotly.graph_objects as go
     pos = frames["positions"]
     if game is None and pos.game.nunique() == 1: game = pos.game.iloc[0]
@@ -115,6 +116,7 @@ def consensus_figure(frames) -> "go.Figure":
 # %% ../../nbs/12_controlmad_report.ipynb #e69cd5a9
 def agent_comparison(frames) -> "go.Figure":
     "Grouped bars per agent: accuracy in each phase and share of invalid positions; tokens in the hover."
+    import pandas as pd
     import plotly.graph_objects as go
     pos, use = frames["positions"], frames["usage"]
     acc = phase_accuracy(pos)
@@ -298,6 +300,7 @@ controlmad.log_text(game_log_text)
 # %% ../../nbs/12_controlmad_report.ipynb #e6b6372a
 def controlmad_summary(res) -> str:
     "A plain-text summary of a ControlMAD run: accuracy by agent and phase, the team's decisions, flips, replies and tokens."
+    import pandas as pd
     frames = getattr(res, "frames", None) or controlmad_frames(res)
     g, pos, use = frames["games"], frames["positions"], frames["usage"]
     L = [f"ControlMAD: {len(g)} games" + (f" of {', '.join(map(str, sorted(g.n_players.unique())))} players" if len(g) else "")]
