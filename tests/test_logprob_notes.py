@@ -25,7 +25,7 @@ def _note(tmp_path, srv) -> dict: return json.loads(_notes_file(tmp_path).read_t
 def test_a_later_run_needing_logprobs_from_a_server_noted_giving_none_is_refused_before_any_call(fake_server, tmp_path):
     srv = fake_server(reply=NUMBER, logprobs=False)
     rc, out = _run(srv, tmp_path, "first")
-    assert srv.hits == 2 and "gave no token log-probabilities" in out, out             # found out by the calls, as before
+    assert srv.hits == 2 and "gave no token log-probabilities" in out, out     # found out by the calls, as before
     today = datetime.date.today().isoformat()
     assert _note(tmp_path, srv)["logprobs"] == {"m": {"given": False, "date": today}}
     assert _note(tmp_path, srv)["response_format"] == "accepted"                        # one entry holds both facts
