@@ -528,7 +528,9 @@ class LogprobWeighted(DecisionRule):
 def _gives_logprobs(backend) -> bool: return bool(getattr(backend, "logprobs", False))
 
 def check_logprobs(rule, agents) -> None:
-    "Before any call: an `OptionError` naming the voters whose backends cannot give token log-probabilities when `rule` needs them, or only simulate them with no calibration stated (`check_signal`); else each voter is asked for them (`logprobs=True`)."
+    """Before any call: an `OptionError` naming the voters whose backends cannot give token log-probabilities when
+    `rule` needs them, or only simulate them with no calibration stated (`check_signal`), or whose servers an earlier
+    run noted giving none (`logprobs_refused`); else each voter is asked for them (`logprobs=True`)."""
     rule = get_decision(rule)
     if "logprobs" not in rule.needs_backend: return
     voters = [a for a in agents if getattr(a, "role", None) not in HELPER_ROLES]
@@ -538,6 +540,11 @@ def check_logprobs(rule, agents) -> None:
         real, sim = (", ".join(f"{k}:" for k in logprob_kinds(how)) for how in ("model", "simulated"))
         raise OptionError("decision", f"rule {rule.spec!r} needs token log-probabilities, which these agents' backends "
                           f"cannot give: {', '.join(cannot)}; use {real} or {sim} backends (with a calibration stated)")
+    noted = [f"{a.name} ({a.backend.spec}): {why}" for a in voters
+             if (why := getattr(a.backend, "logprobs_refused", None))]
+    if noted:                                               # an earlier run found their servers give none
+        raise OptionError("decision", f"rule {rule.spec!r} needs token log-probabilities, which these agents' "
+                          f"servers were noted giving none: {'; '.join(noted)}")
     check_signal(rule, agents)
     for a in voters: a.params["logprobs"] = True
 

@@ -110,5 +110,7 @@ class CachedBackend(Backend):
     def structured(self): return self.inner.structured
     @property
     def logprobs(self): return getattr(self.inner, "logprobs", False)
+    @property
+    def logprobs_refused(self): return getattr(self.inner, "logprobs_refused", None)
     def __repr__(self):
         return f"CachedBackend({self.inner!r}, hits={self.hits}, misses={self.misses}, evicted={self.evicted})"

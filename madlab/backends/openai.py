@@ -6,7 +6,7 @@ Docs: https://madlab.github.io/madlab/openai.html.md"""
 
 # %% ../../nbs/01d_openai.ipynb #cf34d31b
 from __future__ import annotations
-import asyncio, functools, json, math, os, re, time, weakref
+import asyncio, datetime, functools, json, math, os, re, time, weakref
 from fastcore.basics import patch
 from ..core import *
 from ..core import _estimate_tokens
@@ -15,7 +15,8 @@ from .base import Provider, register_provider, display_name, _spec_options
 from .resilience import *
 from .resilience import _Endpoint, _Replicas, _replica_urls, _backoff, _honoured_retry_after
 from .resilience import _env_max_concurrency
-from .server_notes import REFUSAL_DAYS, note_server, schema_note
+from .server_notes import REFUSAL_DAYS, note_server, schema_note, note_logprobs, logprobs_note
+from .server_notes import server_notes_path
 
 # %% auto #0
 __all__ = ['PRESETS', 'ENDPOINT_OPTIONS', 'response_format', 'OpenAIBackend']
@@ -289,6 +290,23 @@ def _mean_logprob(spec: str, choice: dict) -> float|None:
     vals = [t["logprob"] for t in toks if isinstance(t, dict) and number(t.get("logprob"))]
     return round(sum(vals) / len(vals), 6) if vals else None
 
+# %% ../../nbs/01d_openai.ipynb #dd1edc2b
+_LOGPROBS_NOTED = weakref.WeakKeyDictionary()     # endpoint -> {model: whether it gave them}, as this run noted
+
+def _noted_logprob(b: OpenAIBackend, ep: _Endpoint, choice: dict) -> float|None:
+    """`_mean_logprob` of a reply asked for log-probabilities, noting beside the response cache whether the server gave
+    them (`note_logprobs`): once per endpoint and model, and again when that changes."""
+    known = _LOGPROBS_NOTED.setdefault(ep, {})
+    try: lp = _mean_logprob(b.spec, choice)
+    except BackendError:
+        if known.get(b.model) is not False: note_logprobs(ep.url, b.model, False)
+        known[b.model] = False
+        raise
+    if known.get(b.model) is not True:
+        if logprobs_note(ep.url, b.model)[0] != "given": note_logprobs(ep.url, b.model, True)
+        known[b.model] = True
+    return lp
+
 # %% ../../nbs/01d_openai.ipynb #7c2d91a4
 def _api_params(params: dict) -> tuple[dict, dict|None, dict]:
     "A call's params as the API takes them, the reply's schema, and the body's extra fields (hf-style params too)."
@@ -358,7 +376,7 @@ async def complete(self: OpenAIBackend, messages, ctx=None, **params) -> Complet
     usage = _usage(u) if isinstance(u, dict) else Usage(_prompt_tokens(messages), _estimate_tokens(text), 1)
     meta = {"finish_reason": ch.get("finish_reason"), **({} if isinstance(u, dict) else {"usage_estimated": True}),
             **({"structured": held} if held else {})}
-    if params.get("logprobs"): meta["logprob"] = _mean_logprob(self.spec, ch)
+    if params.get("logprobs"): meta["logprob"] = _noted_logprob(self, ep, ch)
     return Completion(text, usage, time.perf_counter() - t0, model=self.spec, meta=meta)
 
 # %% ../../nbs/01d_openai.ipynb #5828900e
@@ -458,6 +476,25 @@ def missing_key(self: OpenAIBackend) -> str|None:
     if url is None or url == p.endpoint: return p.key_env
     hosts = {"api.openai.com"} | {urlsplit(q.endpoint).hostname for q in PRESETS.values() if q.endpoint}
     return p.key_env if urlsplit(url).hostname in hosts else None
+
+# %% ../../nbs/01d_openai.ipynb #8f131b1d
+@patch(as_prop=True)
+def logprobs_refused(self: OpenAIBackend) -> str|None:
+    """Why this backend's server is not asked for token log-probabilities: an earlier run noted it giving the model none
+    (`logprobs_note`, under `REFUSAL_DAYS` days ago); None otherwise. Read once per backend and URL, so a run that finds
+    out for itself goes on as it would without the notes."""
+    url = self._urls[0] or "https://api.openai.com/v1"
+    memo = getattr(self, "_logprobs_read", None)
+    if memo is None or memo[0] != url:
+        got, date = logprobs_note(url, self.model) if self.logprobs else (None, None)
+        why = None
+        if got == "none":
+            again = datetime.date.fromisoformat(date) + datetime.timedelta(days=REFUSAL_DAYS)
+            why = (f"the server at {url} gave {self.model} no token log-probabilities when asked on {date} (noted in "
+                   f"{server_notes_path()}); it is asked again from {again}, or now if you remove that note or set "
+                   "MADLAB_SERVER_NOTES=off")
+        memo = self._logprobs_read = (url, why)
+    return memo[1]
 
 # %% ../../nbs/01d_openai.ipynb #68229f16
 def _httpx():

@@ -11,7 +11,7 @@ from pathlib import Path
 from ..core import default_cache_dir, write_atomic
 
 # %% auto #0
-__all__ = ['REFUSAL_DAYS', 'server_notes_path', 'recall_server', 'note_server', 'schema_note']
+__all__ = ['REFUSAL_DAYS', 'server_notes_path', 'recall_server', 'note_server', 'schema_note', 'note_logprobs', 'logprobs_note']
 
 # %% ../../nbs/01l_server_notes.ipynb #855cb9c5
 def server_notes_path() -> Path|None:
@@ -29,10 +29,9 @@ def recall_server(url: str) -> dict:
     return dict(got) if isinstance(got, dict) else {}
 
 # %% ../../nbs/01l_server_notes.ipynb #abc3503f
-def note_server(url: str, **facts) -> dict:
-    "Record `facts` (e.g. `response_format=\"accepted\"`) about the server at `url`, with today's date; the note."
+def _store_note(url: str, note: dict) -> dict:
+    "Write `note` as the entry of `url`, atomically; a folder that cannot be written loses it, never the call."
     p = server_notes_path()
-    note = {**recall_server(url), **facts, "date": datetime.date.today().isoformat()}
     if p is None: return note
     try:
         notes = json.loads(p.read_text(encoding="utf-8")) if p.exists() else {}
@@ -43,17 +42,44 @@ def note_server(url: str, **facts) -> dict:
     except OSError: pass
     return note
 
+def note_server(url: str, **facts) -> dict:
+    "Record `facts` (e.g. `response_format=\"accepted\"`) about the server at `url`, with today's date; the note."
+    return _store_note(url, {**recall_server(url), **facts, "date": datetime.date.today().isoformat()})
+
 # %% ../../nbs/01l_server_notes.ipynb #6c8b1c81
 REFUSAL_DAYS = 7      # how long a noted refusal holds before a run asks the server again
 
 # %% ../../nbs/01l_server_notes.ipynb #1dd18362
+def _fresh(date, today: datetime.date|None = None) -> bool:
+    "Whether a note dated `date` (ISO) is under `REFUSAL_DAYS` days old `today`."
+    try: age = ((today or datetime.date.today()) - datetime.date.fromisoformat(date)).days
+    except (TypeError, ValueError): return False
+    return 0 <= age < REFUSAL_DAYS
+
 def schema_note(url: str, today: datetime.date|None = None) -> tuple[str|None, str|None]:
     """What the notes say of `url` and `response_format`: ("accepted", None), ("refused", why) while the refusal is
     under `REFUSAL_DAYS` days old, else (None, None): ask again."""
     n = recall_server(url)
     got = n.get("response_format")
     if got == "accepted": return "accepted", None
-    if got != "refused": return None, None
-    try: age = ((today or datetime.date.today()) - datetime.date.fromisoformat(n.get("date", ""))).days
-    except (TypeError, ValueError): return None, None
-    return ("refused", n.get("why") or "refused") if 0 <= age < REFUSAL_DAYS else (None, None)
+    if got != "refused" or not _fresh(n.get("date"), today): return None, None
+    return "refused", n.get("why") or "refused"
+
+# %% ../../nbs/01l_server_notes.ipynb #6c35ce99
+def note_logprobs(url: str, model: str, given: bool) -> dict:
+    """Record whether the server at `url` gave `model`'s replies token log-probabilities, dated today: `logprobs:
+    {model: {given, date}}` in its entry; the note."""
+    n = recall_server(url)
+    seen = n.get("logprobs") if isinstance(n.get("logprobs"), dict) else {}
+    today = datetime.date.today().isoformat()
+    return _store_note(url, {**n, "logprobs": {**seen, model: {"given": bool(given), "date": today}}})
+
+# %% ../../nbs/01l_server_notes.ipynb #f7629713
+def logprobs_note(url: str, model: str, today: datetime.date|None = None) -> tuple[str|None, str|None]:
+    """What the notes say of `url` giving `model` token log-probabilities: ("given", date), ("none", date) while that is
+    under `REFUSAL_DAYS` days old, else (None, None): ask again."""
+    lp = recall_server(url).get("logprobs")
+    got = lp.get(model) if isinstance(lp, dict) else None
+    if not isinstance(got, dict) or not isinstance(got.get("given"), bool): return None, None
+    if got["given"]: return "given", got.get("date")
+    return ("none", got["date"]) if _fresh(got.get("date"), today) else (None, None)
