@@ -619,7 +619,8 @@ class AnswerSchema:
 
     def capped(self, max_tokens: int|None, most: int = 1500) -> dict:
         "The schema with the reasoning capped so that the reply fits in `max_tokens` (about 2.5 characters a token)."
-        s = json.loads(json.dumps(self.schema))
+        try: s = orjson.loads(orjson.dumps(self.schema))     # a deep copy, ten times faster than the json module
+        except TypeError: s = json.loads(json.dumps(self.schema))            # what orjson refuses (huge integers)
         r = s.get("properties", {}).get(self.reasoning) if self.reasoning else None
         if r is not None: r["maxLength"] = max(0, min(most, int(2.5 * ((max_tokens or 512) - self.answer_tokens - 8))))
         return s

@@ -7,6 +7,7 @@ Docs: https://madlab.github.io/madlab/openai.html.md"""
 # %% ../../nbs/01d_openai.ipynb #cf34d31b
 from __future__ import annotations
 import asyncio, datetime, functools, json, math, os, re, time, weakref
+import orjson
 from fastcore.basics import patch
 from ..core import *
 from ..core import _estimate_tokens
@@ -101,15 +102,24 @@ def _strict_subset(s):
     if s.get("type") == "object": out.update(additionalProperties=False, required=list(s.get("properties", {})))
     return out
 
+_FORMATS: dict = {}          # (preset, the schema's JSON) -> the field's JSON: a run asks for a few schemas thousands of times
+
 def response_format(preset: str, schema: dict) -> dict:
-    "The `response_format` field that asks an endpoint of `preset` for replies of `schema`."
-    if preset == "qwen": return {"type": "json_object"}
-    if preset in ("openai", "gemini"): schema, strict = _strict_subset(schema), True
-    else: strict = preset != "ollama"
-    return {
-        "type": "json_schema",
-        "json_schema": {"name": "answer", "schema": schema, **({"strict": True} if strict else {})},
-    }
+    "The `response_format` field that asks an endpoint of `preset` for replies of `schema` (a fresh copy each call)."
+    try: key = (preset, orjson.dumps(schema))
+    except TypeError:                     # what orjson refuses (integers beyond 64 bits): made anew, as it is rare
+        key = None
+    if key is None or key not in _FORMATS:
+        if len(_FORMATS) > 256: _FORMATS.clear()
+        if preset == "qwen": f = {"type": "json_object"}
+        else:
+            if preset in ("openai", "gemini"): schema, strict = _strict_subset(schema), True
+            else: strict = preset != "ollama"
+            f = {"type": "json_schema", "json_schema": {"name": "answer", "schema": schema,
+                                                        **({"strict": True} if strict else {})}}
+        if key is None: return f
+        _FORMATS[key] = orjson.dumps(f)
+    return orjson.loads(_FORMATS[key])
 
 # %% ../../nbs/01d_openai.ipynb #5b1c0e77
 def _number(name, v, kind, lo, strict=False, auto=False):
