@@ -6,14 +6,12 @@ Docs: https://madlab.github.io/madlab/output_writer.html.md"""
 
 # %% ../nbs/08d_output_writer.ipynb #b2fdeee5
 from __future__ import annotations
-import asyncio, importlib.util, multiprocessing, pickle, sys
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
+import asyncio, concurrent.futures, importlib.util, itertools, json, os, pickle, queue, signal, subprocess, sys, threading
 from fastcore.basics import patch
 from .core import Transcript, write_atomic
 from .redact import _SECRETS
-from .store import StorePath
 from .run_folder import RunFolder, item_outputs
+from .store import StorePath
 
 # %% auto #0
 __all__ = ['PROCESS_FROM', 'OutputWriter']
@@ -44,49 +42,130 @@ def _write_files(path: str, iid, blob: bytes, secrets: frozenset, modules: tuple
     for name, text in item_outputs(t).items(): write_atomic(d / name, text)
 
 # %% ../nbs/08d_output_writer.ipynb #e796cd70
-def _ready(modules: tuple) -> bool:
-    """Import `modules` (madlab's run folder, the protocol's log hooks) and say so: the writer process starts on it."""
-    for m in modules: importlib.import_module(m)
-    return True
+def _frame(obj) -> bytes:
+    b = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL); return len(b).to_bytes(8, "little") + b
+
+def _read_frame(f):
+    "The next object on stream `f`; None at its end."
+    head = f.read(8)
+    if len(head) < 8: return None
+    return pickle.loads(f.read(int.from_bytes(head, "little")))
+
+def _serve(inp=None, out=None, modules=()) -> None:
+    """The writer process: import `modules` (the protocol's log hooks), then for each request (number, arguments of
+    `_write_files`) write the files and answer (number, error)."""
+    if inp is None:                       # the writer process itself: Ctrl-C is for the run, which ends it in order
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        inp, out = sys.stdin.buffer, os.fdopen(os.dup(1), "wb"); os.dup2(2, 1)    # answers on a copy; prints to stderr
+    for m in modules: importlib.import_module(m)           # while the run's first calls wait on the network
+    while (req := _read_frame(inp)) is not None:
+        n, args = req
+        try: _write_files(*args); err = None
+        except Exception as e: err = e
+        try: ans = _frame((n, err))
+        except Exception: ans = _frame((n, OSError(f"{type(err).__name__}: {err}")))    # an error that does not pickle
+        out.write(ans); out.flush()
 
 # %% ../nbs/08d_output_writer.ipynb #7d7ddde5
+_START = ("import json, sys; sys.path[:0] = json.loads(sys.argv[1]); from madlab.output_writer import _serve; "
+          "_serve(modules=json.loads(sys.argv[2]))")
+
+class _Gone(Exception): "The writer process ended before it answered."
+
+class _WriterProcess:
+    """The writer process (`_serve`, started with this process's import path: no module of this one is run again
+    there) and the two threads that feed it requests and read its answers."""
+    def __init__(self, modules=()):
+        self.proc = subprocess.Popen([sys.executable, "-c", _START, json.dumps(sys.path), json.dumps(list(modules))],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self.todo, self.waiting, self.lock, self.seq, self.gone = queue.SimpleQueue(), {}, threading.Lock(), \
+            itertools.count(), False
+        self.threads = [threading.Thread(target=f, daemon=True, name=f"madlab-writer-{f.__name__[1:]}")
+                        for f in (self._send, self._read)]
+        for th in self.threads: th.start()
+    def submit(self, args) -> concurrent.futures.Future:
+        fut = concurrent.futures.Future()
+        with self.lock:
+            if self.gone: raise _Gone()
+            n = next(self.seq); self.waiting[n] = fut
+        self.todo.put(_frame((n, args)))
+        return fut
+    def _send(self):
+        try:
+            while (b := self.todo.get()) is not None: self.proc.stdin.write(b); self.proc.stdin.flush()
+            self.proc.stdin.close()
+        except (OSError, ValueError): pass                    # the process has gone: `_read` says so
+    def _read(self):
+        try:
+            while (ans := _read_frame(self.proc.stdout)) is not None:
+                n, err = ans
+                fut = self.waiting.pop(n)
+                fut.set_exception(err) if err is not None else fut.set_result(None)
+        except Exception: pass
+        with self.lock: self.gone, left = True, list(self.waiting.values()); self.waiting.clear()
+        for fut in left: fut.set_exception(_Gone())
+    def close(self, timeout: float = 60):
+        "Let it finish what it was given, then end it."
+        self.todo.put(None)
+        for th in self.threads: th.join(timeout)
+        try: self.proc.wait(timeout)
+        except subprocess.TimeoutExpired: self.proc.kill(); self.proc.wait()
+
+# %% ../nbs/08d_output_writer.ipynb #fffda4ea
 PROCESS_FROM = 16          # debates to write before a second process pays for its start (about half a second of a core)
 
 class OutputWriter:
     "Write each finished debate's files: in a second process where that pays, else in a thread of this one."
     def __init__(self, folder: RunFolder, proto, n_items: int, process: bool|None = None):
-        self.folder, self.pool, self.modules = folder, None, _importable_modules(proto)
+        self.folder, self.worker, self.modules, self.sent = folder, None, _importable_modules(proto), {}
         local = not isinstance(folder.path, StorePath)       # a store's folder (one PUT per file) stays in threads
         want = n_items >= PROCESS_FROM if process is None else process
         if want and local and self.modules is not None:
-            try:
-                self.pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
-                self.pool.submit(_ready, ("madlab.run_folder", *self.modules))
-            except (OSError, RuntimeError, ValueError): self.pool = None
+            try: self.worker = _WriterProcess(self.modules)
+            except OSError: self.worker = None
     @property
-    def mode(self) -> str: return "process" if self.pool is not None else "thread"
+    def mode(self) -> str: return "process" if self.worker is not None else "thread"
+
+# %% ../nbs/08d_output_writer.ipynb #aa4ac0bc
+def _write_here(folder: RunFolder, iid, t: Transcript) -> None:
+    "One debate's transcript and logs, made and written in this process (a lock taken over stops it between files)."
+    write_atomic(folder.transcript_path(iid), t.to_json())
+    d = folder.item_dir(iid)
+    for name, text in item_outputs(t).items(): folder.check_lock(); write_atomic(d / name, text)
 
 # %% ../nbs/08d_output_writer.ipynb #bb401250
 @patch
 async def write(self: OutputWriter, iid, t: Transcript) -> None:
-    """One finished debate's transcript and logs: in the writer process, or made here and written (fsync included) in
-    a thread; either way the other debates' calls go on meanwhile. A lock another process took over writes nothing."""
+    """One finished debate's transcript and logs: handed to the writer process (which `settle` waits for), or made here
+    and written (fsync included) in a thread; either way the other debates' calls go on meanwhile. A lock another
+    process took over writes nothing."""
     folder = self.folder
     folder.check_lock()
-    if self.pool is not None:
+    if self.worker is not None:
         try: blob = pickle.dumps(t, protocol=pickle.HIGHEST_PROTOCOL)
         except (pickle.PicklingError, TypeError, AttributeError): blob = None      # this one in a thread
         if blob is not None:
-            try: return await asyncio.wrap_future(self.pool.submit(_write_files, str(folder.path), iid, blob,
-                                                                   frozenset(_SECRETS), self.modules))
-            except BrokenProcessPool: self.close()                                 # this one and the rest in threads
-    await asyncio.to_thread(write_atomic, folder.transcript_path(iid), t.to_json())
-    d, logs = folder.item_dir(iid), item_outputs(t)
-    await asyncio.to_thread(lambda: [folder.check_lock() or write_atomic(d / name, text) for name, text in logs.items()])
+            args = (str(folder.path), iid, blob, frozenset(_SECRETS), self.modules)
+            try: self.sent[iid] = (self.worker.submit(args), t); return
+            except _Gone: await asyncio.to_thread(self.close)                   # this one and the rest in threads
+    await asyncio.to_thread(_write_here, folder, iid, t)
+
+# %% ../nbs/08d_output_writer.ipynb #30e16739
+@patch
+def settle(self: OutputWriter) -> dict:
+    """Wait for the debates handed to the writer process; write here any it ended before writing; the error of each
+    that could not be written, by item id (an empty dict when all were)."""
+    failed, sent, self.sent = {}, self.sent, {}
+    for iid, (fut, t) in sent.items():
+        try:
+            try: fut.result()
+            except _Gone: _write_here(self.folder, iid, t)
+        except (OSError, TypeError, ValueError) as e: failed[iid] = e
+    return failed
 
 # %% ../nbs/08d_output_writer.ipynb #8a4efc63
 @patch
 def close(self: OutputWriter) -> None:
     "Wait for the writes under way and end the writer process (in thread mode there is nothing to end)."
-    pool, self.pool = self.pool, None
-    if pool is not None: pool.shutdown(wait=True, cancel_futures=True)
+    worker, self.worker = self.worker, None
+    if worker is not None: worker.close()

@@ -27,6 +27,7 @@ from .tasks import task_data, get_task
 from .run_folder import *
 from .output_writer import OutputWriter
 from .run_folder import _cell, _copy_task_files, _SAME, _SAME_DEFAULTS, _task_file_records
+from .run_folder import _start_folder, _unfinished
 from .run_result import RunResult, _run_prices, _with_costs, _team_specs, _warm_imports, _when_loop_idle
 
 # %% auto #0
@@ -102,61 +103,6 @@ class _Stop:
     def set(self):
         if self.loop is not None: self.loop.call_soon_threadsafe(self.event.set)
 
-# %% ../nbs/08_run.ipynb #a0765e13
-def _changed_input(old: dict|None, new: dict|None) -> str|None:
-    """Which file an option names has changed since the folder's run (by its sha256); None when none has, or the folder
-    predates the record."""
-    for k, o in (old or {}).items():
-        n = (new or {}).get(k)
-        if isinstance(o, dict) and isinstance(n, dict) and o.get("sha256") != n.get("sha256"):
-            return (f"{k} {o.get('path')} as it was then (sha256 {str(o.get('sha256'))[:12]}); that file has changed "
-                    f"since (sha256 {str(n.get('sha256'))[:12]} now)")
-    return None
-
-def _start_folder(folder, config: dict, ids: list, notes: dict|None) -> dict:
-    """Write the run's `config.json` (the items of earlier runs into the same folder kept); refuse a folder that holds
-    a different run."""
-    old = folder.read_config()
-    if old is not None:
-        diff = [k for k in _SAME if json.dumps(old.get(k, _SAME_DEFAULTS.get(k)), sort_keys=True, default=str) !=
-                json.dumps(to_jsonable(config.get(k, _SAME_DEFAULTS.get(k))), sort_keys=True, default=str)]
-        if diff: raise OptionError("out",
-                                   f"{folder.path} holds a run with different {', '.join(diff)}; choose another output "
-                                   "folder")
-        changed = _changed_input(old.get("inputs"), config.get("inputs"))
-        changed = changed or _changed_input({f"task file {k}": v for k, v in (old.get("task_files") or {}).items()},
-                                            {f"task file {k}": v for k, v in (config.get("task_files") or {}).items()})
-        if changed: raise OptionError("out",
-                                      f"{folder.path} holds a run of {changed}; choose another output folder, or "
-                                      "restore the file")
-    config["items"] = list(dict.fromkeys(list((old or {}).get("items") or []) + ids))
-    config.update(notes or {}, started=(old or {}).get("started") or time.strftime("%Y-%m-%dT%H:%M:%S"))
-    if config.get("task_files"): _copy_task_files(folder, config["task_files"])
-    write_atomic(folder.config_path, json.dumps(to_jsonable(config), indent=1, ensure_ascii=True))
-    return config
-
-def _unfinished(folder, ids, items, transcripts: dict, problems: list) -> list:
-    """(id, item) of the items with no finished transcript in `folder`; the finished ones go to `transcripts`,
-    unreadable ones are moved aside."""
-    # a store: one listing, not lookups per item
-    todo, have = [], folder.path.files() if isinstance(folder.path, StorePath) else None
-    there = (lambda f: f.exists()) if have is None else (lambda f: f.path[len(folder.path.path) + 1:] in have)
-    for iid, it in zip(ids, items):
-        f = folder.transcript_path(iid)
-        if there(f):
-            try:
-                t = Transcript.from_json(f)
-                if t.meta.get("status") == "done":
-                    d = folder.item_dir(iid)
-                    if not all(there(d / n) for n in ("log.html", "log.txt")): write_item_outputs(t, d)
-                    transcripts[iid] = t; continue
-            except (ValueError, TypeError) as e:
-                f.replace(f.with_name("transcript.json.unreadable"))
-                problems.append(f"{e}; moved aside to {f.with_name('transcript.json.unreadable')} and ran the item "
-                                "again")
-        todo.append((iid, it))
-    return todo
-
 # %% ../nbs/08_run.ipynb #10412d8f
 async def _debate_item(proto, iid, it, agents, settings, seed, budget, on_error, screen, status,
                        decision=None) -> Transcript:
@@ -191,9 +137,18 @@ async def _record(proto, writer, iid, t, rows, transcripts, status):
     if writer is not None:                            # its files in the run folder (`madlab.output_writer`)
         try: await writer.write(iid, t)
         except LockLost: raise                        # the run stops (see `arun_experiment`)
-        except (OSError, TypeError, ValueError) as e:
-            rows[iid].update(status="failed", error=f"writing outputs failed: {type(e).__name__}: {e}")
-            if t.meta.get("status") != "failed": status["failed"] += 1
+        except (OSError, TypeError, ValueError) as e: _not_written(iid, e, t, rows, status)
+
+def _not_written(iid, e, t, rows, status) -> None:
+    "Item `iid`'s outputs could not be written (`e`): it fails, the run goes on."
+    rows[iid].update(status="failed", error=f"writing outputs failed: {type(e).__name__}: {e}")
+    if t.meta.get("status") != "failed": status["failed"] += 1
+
+def _after_writes(res, failed: dict, finish, transcripts, rows, status):
+    """`res`; or, when some debates' outputs could not be written (`failed`: their errors by item id), those items
+    failed and the run finished again (`finish`), so the table says so."""
+    for iid, e in failed.items(): _not_written(iid, e, transcripts[iid], rows, status)
+    return finish() if failed else res
 
 async def _drain(tasks, stop, status):
     """Wait for every task, or for a stop (Ctrl-C, SIGTERM): then the rest are cancelled and the run is marked
@@ -506,6 +461,8 @@ async def arun_experiment(protocol, items=None, team=None, out=None, *, _stop: _
     # a lock taken over stops the debates; `_finish_run` then raises `LockLost`
     if isinstance(lock, StoreLock): lock.on_lost = stop.set
     transcripts, rows, problems, status = {}, {}, [], {"reason": None, "failed": 0, "interrupted": False}
+    finish, writer = lambda: _finish_run(proto, config.get("items", ids), transcripts, rows, folder, agents, status,
+                                         problems, t0, prices=x.get("prices")), None
     try:
         config = {"protocol": proto.name, "options": to_jsonable(settings),
                   "tasks": sorted({str(getattr(it, "task", None)) for it in items}),
@@ -533,15 +490,15 @@ async def arun_experiment(protocol, items=None, team=None, out=None, *, _stop: _
         try: await _drain([asyncio.ensure_future(one(iid, it)) for iid, it in todo], stop, status)
         finally:
             bar.close(); unwarm()
-            if writer is not None: await asyncio.to_thread(writer.close)
             if warm.ident is not None: await asyncio.to_thread(warm.join)
-        return _finish_run(proto, config.get("items", ids), transcripts, rows, folder, agents, status, problems, t0,
-                           prices=x.get("prices"))
+        res = finish()                  # the report is made while the writer process writes the last debates
+        return _after_writes(res, await asyncio.to_thread(writer.settle) if writer else {}, finish, transcripts, rows,
+                             status)
     except asyncio.CancelledError:
         status["interrupted"] = True
-        return _finish_run(proto, config.get("items", ids), transcripts, rows, folder, agents, status, problems, t0,
-                           prices=x.get("prices"))
+        return _after_writes(finish(), writer.settle() if writer else {}, finish, transcripts, rows, status)
     finally:
+        if writer is not None: writer.close()
         if lock is not None: lock.release()
 
 # %% ../nbs/08_run.ipynb #49f94d58

@@ -347,3 +347,58 @@ def _read_whole(run, lock_timeout: float = 0):
         same = (now is not None and len(now) == len(run.df)
                 and all(col(now, c) == col(run.df, c) for c in ("item_id", "status", "correct")))
         yield run if same else type(run)(run.path, run.prices)
+
+# %% ../nbs/08a_run_folder.ipynb #a0765e13
+def _changed_input(old: dict|None, new: dict|None) -> str|None:
+    """Which file an option names has changed since the folder's run (by its sha256); None when none has, or the folder
+    predates the record."""
+    for k, o in (old or {}).items():
+        n = (new or {}).get(k)
+        if isinstance(o, dict) and isinstance(n, dict) and o.get("sha256") != n.get("sha256"):
+            return (f"{k} {o.get('path')} as it was then (sha256 {str(o.get('sha256'))[:12]}); that file has changed "
+                    f"since (sha256 {str(n.get('sha256'))[:12]} now)")
+    return None
+
+def _start_folder(folder, config: dict, ids: list, notes: dict|None) -> dict:
+    """Write the run's `config.json` (the items of earlier runs into the same folder kept); refuse a folder that holds
+    a different run."""
+    old = folder.read_config()
+    if old is not None:
+        diff = [k for k in _SAME if json.dumps(old.get(k, _SAME_DEFAULTS.get(k)), sort_keys=True, default=str) !=
+                json.dumps(to_jsonable(config.get(k, _SAME_DEFAULTS.get(k))), sort_keys=True, default=str)]
+        if diff: raise OptionError("out",
+                                   f"{folder.path} holds a run with different {', '.join(diff)}; choose another output "
+                                   "folder")
+        changed = _changed_input(old.get("inputs"), config.get("inputs"))
+        changed = changed or _changed_input({f"task file {k}": v for k, v in (old.get("task_files") or {}).items()},
+                                            {f"task file {k}": v for k, v in (config.get("task_files") or {}).items()})
+        if changed: raise OptionError("out",
+                                      f"{folder.path} holds a run of {changed}; choose another output folder, or "
+                                      "restore the file")
+    config["items"] = list(dict.fromkeys(list((old or {}).get("items") or []) + ids))
+    config.update(notes or {}, started=(old or {}).get("started") or time.strftime("%Y-%m-%dT%H:%M:%S"))
+    if config.get("task_files"): _copy_task_files(folder, config["task_files"])
+    write_atomic(folder.config_path, json.dumps(to_jsonable(config), indent=1, ensure_ascii=True))
+    return config
+
+def _unfinished(folder, ids, items, transcripts: dict, problems: list) -> list:
+    """(id, item) of the items with no finished transcript in `folder`; the finished ones go to `transcripts`,
+    unreadable ones are moved aside."""
+    # a store: one listing, not lookups per item
+    todo, have = [], folder.path.files() if isinstance(folder.path, StorePath) else None
+    there = (lambda f: f.exists()) if have is None else (lambda f: f.path[len(folder.path.path) + 1:] in have)
+    for iid, it in zip(ids, items):
+        f = folder.transcript_path(iid)
+        if there(f):
+            try:
+                t = Transcript.from_json(f)
+                if t.meta.get("status") == "done":
+                    d = folder.item_dir(iid)
+                    if not all(there(d / n) for n in ("log.html", "log.txt")): write_item_outputs(t, d)
+                    transcripts[iid] = t; continue
+            except (ValueError, TypeError) as e:
+                f.replace(f.with_name("transcript.json.unreadable"))
+                problems.append(f"{e}; moved aside to {f.with_name('transcript.json.unreadable')} and ran the item "
+                                "again")
+        todo.append((iid, it))
+    return todo

@@ -23,6 +23,7 @@ def _write(d: Path, process: bool, ts: dict, protocol="du") -> OutputWriter:
     mode = w.mode
     try:
         for iid, t in ts.items(): run_sync(w.write(iid, t))
+        assert w.settle() == {}
     finally: w.close()
     return mode
 
@@ -57,6 +58,7 @@ def test_a_transcript_that_does_not_pickle_is_written_in_a_thread(tmp_path):
     try:
         run_sync(w.write("x", odd)); assert w.mode == "process"          # the process stays for the others
         run_sync(w.write("y", _transcript()))
+        assert w.settle() == {} and list(w.sent) == []
     finally: w.close()
     assert sorted(p.name for p in (tmp_path / "debates").iterdir()) == ["x", "y"]
     assert (tmp_path / "debates" / "x" / "transcript.json").exists()
@@ -64,9 +66,38 @@ def test_a_transcript_that_does_not_pickle_is_written_in_a_thread(tmp_path):
 def test_a_writer_process_that_dies_leaves_the_rest_to_a_thread(tmp_path):
     w = OutputWriter(RunFolder(tmp_path), get_protocol("du"), 2, process=True)
     try:
-        run_sync(w.write("x", _transcript()))
-        for pid in list(w.pool._processes): os.kill(pid, signal.SIGKILL)
-        run_sync(w.write("y", _transcript()))
-        assert w.mode == "thread"
+        run_sync(w.write("x", _transcript())); assert w.settle() == {}
+        os.kill(w.worker.proc.pid, signal.SIGKILL); w.worker.proc.wait()
+        run_sync(w.write("y", _transcript()))       # refused at once, or lost with the process: written here either way
+        assert w.settle() == {}
     finally: w.close()
     assert all((tmp_path / "debates" / i / "transcript.json").exists() for i in ("x", "y"))
+
+def test_a_debate_the_process_cannot_write_is_reported_by_settle(tmp_path):
+    (tmp_path / "debates").mkdir(); (tmp_path / "debates" / "x").write_text("a file where its folder goes")
+    w = OutputWriter(RunFolder(tmp_path), get_protocol("du"), 2, process=True)
+    try:
+        for iid in ("x", "y"): run_sync(w.write(iid, _transcript()))
+        failed = w.settle()
+    finally: w.close()
+    assert list(failed) == ["x"] and isinstance(failed["x"], OSError)
+    assert (tmp_path / "debates" / "y" / "transcript.json").exists()
+
+@pytest.mark.parametrize("process", [False, True])
+def test_a_run_marks_an_item_whose_outputs_cannot_be_written_failed(tmp_path, monkeypatch, process):
+    "In a thread or in the writer process, an item whose files cannot be written fails, and the run goes on."
+    import madlab.output_writer as ow
+    from madlab.run import run_experiment
+    monkeypatch.setattr(ow, "PROCESS_FROM", 1 if process else 10**9)
+    first = run_experiment("du", task="arith", n=3, out=tmp_path / "probe", progress=False)
+    bad = sorted(first.transcripts)[1]
+    out = tmp_path / "run"; (out / "debates").mkdir(parents=True)
+    from madlab.run_folder import safe_name
+    (out / "debates" / safe_name(bad)).write_text("a file where the item's folder goes")
+    res = run_experiment("du", task="arith", n=3, out=out, progress=False)
+    row = res.df.set_index("item_id").loc[bad]
+    assert row.status == "failed" and str(row.error).startswith("writing outputs failed")
+    assert (res.df.status == "done").sum() == 2
+    import pandas as pd
+    table = pd.read_parquet(out / "results.parquet").set_index("item_id")
+    assert table.loc[bad].status == "failed"                # the table on disk says so too
