@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 from fastcore.basics import patch
-from .core import OptionError, Transcript
+from .core import OptionError, Transcript, answer_valid
 from .formats import answer_format
 from .scoring import score_result
 import madlab.tasks                        # the built-in tasks, whose answer formats score the rounds
@@ -24,14 +24,15 @@ from .protocol import get_protocol
 __all__ = ['UPDATE_COLUMNS', 'Gains', 'debate_gains', 'Updates', 'debate_updates', 'rule_gains']
 
 # %% ../nbs/23d_gains.ipynb #8fc26d55
-def _right(item, a) -> bool:
-    """Whether answer `a` is right for `item` by the task's scorer: a missing or unreadable answer (a failed turn, a
-    tie) never is."""
+def _right(item, a, fmt=None) -> bool:
+    """Whether answer `a` is right for `item` by the task's scorer (`fmt`: the item's bound answer format, when the
+    caller has it): a missing or unreadable answer (a failed turn, a tie) never is."""
     if a is None or a is _NO_POSITION:
         return False
-    answer_format(item)                    # a task with no answer format is an error, never a wrong answer
+    fmt = fmt or answer_format(item)       # a task with no answer format is an error, never a wrong answer
+    gold = getattr(item, "gold", None)
     try:
-        return bool(score_result(item, {"answer": a})["correct"])
+        return gold is not None and answer_valid(a) and bool(fmt.score(a, gold))      # as `score_result` scores it
     except (TypeError, ValueError, AttributeError, KeyError):
         return False
 
@@ -79,12 +80,12 @@ def _item_record(t: Transcript, rule) -> dict | None:
     steps = _states(t)
     if not steps:
         return None
-    lp = lambda tu: (tu.meta or {}).get("logprob")
+    lp, fmt = (lambda tu: (tu.meta or {}).get("logprob")), answer_format(t.item)     # the format bound once
     votes = [
-        _right(t.item, decide(rule, [ballot(a, ans, logprob=lp(tu)) for a, (tu, ans) in s.items()]).answer)
+        _right(t.item, decide(rule, [ballot(a, ans, logprob=lp(tu)) for a, (tu, ans) in s.items()]).answer, fmt)
         for s, _ in steps
     ]
-    held = [{a: _right(t.item, ans) for a, (_, ans) in s.items()} for s, _ in steps]
+    held = [{a: _right(t.item, ans, fmt) for a, (_, ans) in s.items()} for s, _ in steps]
     return {
         "item_id": str(t.meta.get("id", getattr(t.item, "id", None))),
         "alone": held[0],
