@@ -1,22 +1,34 @@
-"""Throughput of `madlab run controlmad` with its defaults against a fixed-latency OpenAI-compatible server.
+"""Throughput of `madlab run` with its defaults against a fixed-latency OpenAI-compatible server: ControlMAD's games,
+and Du et al.'s debate on GSM8K (`--workload du-gsm8k`), whose prompts are short.
 
-Workload: ControlMAD's 5-player games (`controlmad/5.jsonl` in the public data (`$MADLAB_DATA`, default `../shared/data`)), 3 agents on one endpoint, depth 1,
-self-adjustment on, confidence off, the game's player order, no cache: 36 calls per game and a critical path of
-12 calls, so the makespan of any number of games is at least 12 x L.
+Workload `controlmad`: ControlMAD's 5-player games (`controlmad/5.jsonl` in the public data (`$MADLAB_DATA`, default
+`../shared/data`)), 3 agents on one endpoint, depth 1, self-adjustment on, confidence off, the game's player order, no
+cache: 36 calls per game and a critical path of 12 calls, so the makespan of any number of games is at least 12 x L.
+Workload `du-gsm8k`: `madlab run du --task gsm8k`, 3 agents, an answer and 2 rounds: 9 calls per item, a path of 3.
 
 The server is `../shared/bench/mock_llm_server.py` (it needs aiohttp), started here in its own process; it sleeps
-L seconds per request and counts requests in flight. The command runs in a fresh process, exactly as a user types
-it (no concurrency flag: the defaults are what is measured).
+L seconds per request and counts requests in flight. Against each server the command first runs once on its own
+(`first run`: an `openai:` endpoint behind a custom base_url learns then whether the server takes a schema, and
+`servers.json` beside the response cache keeps the answer); the rows after it are later runs against the same server,
+which is what the targets are about. Each command runs in a fresh process, exactly as a user types it (no concurrency
+flag: the defaults are what is measured).
 
-    ratio      = makespan / (12 x L)       makespan: the server's first arrival to its last answer
-    CPU/call   = the command's process CPU (user + system) / calls; `run` leaves out interpreter start and imports
+    ratio      = makespan / (path x L)   makespan: the server's first arrival to its last answer
+    wall / bound = the command's wall time, interpreter start and imports included, over path x L
+    CPU/call   = the command's CPU (user + system, its writer process included) / calls
     max flight = the server's maximum number of requests in flight
 
-Targets on a 2-core machine: ratio <= 1.15 at L = 1.0 s, N = 100; ratio <= 2 at L = 0.2 s, N = 60; CPU/call < 2 ms.
+Targets on a 2-core machine (controlmad, N = 100, later runs): ratio <= 1.08 at L = 1.0 s and <= 1.25 at L = 0.2 s;
+wall / bound <= 1.6 at L = 0.2 s; CPU/call <= 1.5 ms at L = 0.2 s.
+`--cpu` says where the CPU of each run goes (interpreter start and imports, the debates, the results and report at
+the end, the writer process); `--flame FILE.svg` draws a flame graph of the largest run at the first latency with
+py-spy (`pip install py-spy`); `--reference DIR` runs ControlMAD's own code (a checkout of haolun-wu/ControlMAD, its
+`run_debate_chat.py flexible` with 5 games at a time, its default) against the same server, for the side-by-side.
 
-Run: .venv/bin/python bench/bench_controlmad_throughput.py [--games 20 60 100] [--latency 0.2 1.0] [--profile FILE] [--preset openai|vllm]"""
+Run: .venv/bin/python bench/bench_controlmad_throughput.py [--workload controlmad|du-gsm8k] [--games 20 100]
+     [--latency 0.2 1.0] [--cpu] [--flame FILE.svg] [--reference DIR [--reference-python PY]] [--preset openai|vllm]"""
 from __future__ import annotations
-import argparse, json, os, signal, socket, subprocess, sys, tempfile, time, urllib.request
+import argparse, json, os, resource, shutil, signal, socket, subprocess, sys, tempfile, time, urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -24,29 +36,37 @@ sys.path.insert(0, str(ROOT))
 from madlab.core import public_data         # noqa: E402
 SHARED = Path(os.environ.get("MADLAB_SHARED", ROOT.parent / "shared"))
 SERVER = SHARED / "bench" / "mock_llm_server.py"
-DATA = public_data("controlmad")
-CALLS_PER_GAME, CRITICAL_PATH = 36, 12
-TARGETS = {(1.0, 100): 1.15, (0.2, 60): 2.0}
-CPU_TARGET_MS = 2.0
+# name -> the command's own options (data, n), calls per item, calls on the critical path
+WORKLOADS = {
+    "controlmad": dict(data="controlmad", calls=36, path=12,
+                       args=lambda d, n: ["run", "controlmad", "--data", str(d), "--size", "5", "--n", str(n),
+                                          "--no-confidence"]),
+    "du-gsm8k": dict(data="gsm8k", calls=9, path=3,
+                     args=lambda d, n: ["run", "du", "--task", "gsm8k", "--data", str(d / "test.jsonl"), "--n", str(n)]),
+}
+TARGETS = {(1.0, 100): 1.08, (0.2, 100): 1.25}            # controlmad, later runs: makespan / bound
+WALL_TARGET, CPU_TARGET_MS = {(0.2, 100): 1.6}, 1.5
 
-# The command runs in a child process through madlab's CLI entry point (`madlab.cli.console`, what the `madlab` command runs);
-# this wrapper only records the CPU spent after the imports, so that the per-call figure can be shown with and without
-# interpreter start-up.
-# With a profile file it profiles every thread (yappi) from the start of the run.
+# The command runs in a child process through madlab's CLI entry point (`madlab.cli.console`, what the `madlab` command
+# runs); this wrapper records the CPU spent in imports, in the run and in `_finish_run` (the results table, the report
+# and the summary at the end), and that of the processes it waited for (the writer process).
 _WRAPPER = r"""
-import json, os, sys, time
+import json, os, resource, sys, time
 t_imp = time.process_time()
-import madlab.cli
-prof = os.environ.get("BENCH_PROFILE")
-if prof:
-    import yappi
-    yappi.set_clock_type("cpu"); yappi.start(builtins=False)
+import madlab.cli, madlab.run
 t0 = time.process_time()
+fin = [0.0]
+_finish = madlab.run._finish_run
+def finish(*a, **k):
+    c = time.process_time()
+    try: return _finish(*a, **k)
+    finally: fin[0] += time.process_time() - c
+madlab.run._finish_run = finish
 def record():
-    cpu = time.process_time() - t0
-    if prof:
-        yappi.stop(); yappi.get_func_stats().save(prof, type="pstat")
-    with open(os.environ["BENCH_CPU_FILE"], "w") as f: json.dump({"run_cpu_s": cpu, "import_cpu_s": t0 - t_imp}, f)
+    ch = resource.getrusage(resource.RUSAGE_CHILDREN)
+    with open(os.environ["BENCH_CPU_FILE"], "w") as f:
+        json.dump({"run_cpu_s": time.process_time() - t0, "import_cpu_s": t0, "finish_cpu_s": fin[0],
+                   "writer_cpu_s": ch.ru_utime + ch.ru_stime}, f)
 _exit = os._exit
 def exit_recorded(code): record(); _exit(code)
 os._exit = exit_recorded          # the command's own quick exit (madlab.cli.console)
@@ -82,75 +102,115 @@ class MockServer:
         except ProcessLookupError: pass
         self.p.wait(10)
 
-def run_games(srv: MockServer, n: int, out: Path, profile: str|None = None, extra=(), latency: float = 0, preset: str = "openai") -> dict:
-    "One `madlab run controlmad` over the first n 5-player games; the server's figures and the command's CPU."
+def _child_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN); return r.ru_utime + r.ru_stime
+
+def run_items(srv: MockServer, wl: dict, n: int, out: Path, env_extra: dict, name: str, preset: str = "openai",
+              flame: str|None = None) -> dict:
+    "One `madlab run` of workload `wl` over its first n items: the server's figures, the wall time and the CPU."
     srv.reset()
-    cpu_file = out / f"cpu-{n}.json"
-    env = {**os.environ, "OPENAI_BASE_URL": f"{srv.root}/v1", "OPENAI_API_KEY": "sk-bench-not-a-key", "BENCH_CPU_FILE": str(cpu_file)}
-    if profile: env["BENCH_PROFILE"] = profile
-    for k in ("MADLAB_MAX_CONCURRENCY",): env.pop(k, None)          # the defaults are what is measured
-    cmd = [sys.executable, "-c", _WRAPPER, "run", "controlmad", "--data", str(DATA), "--size", "5", "--n", str(n),
-           "--agents", ",".join([f"{preset}:mock-model" + ("" if preset == "openai" else f",base_url={srv.root}/v1")] * 3), "--no-confidence", "--no-cache",
-           "--no-progress", "--out", str(out), "--name", f"L{latency}-n{n}", *extra]   # a fresh run folder each time (no resume)
-    t0 = time.perf_counter()
+    cpu_file = out / f"cpu-{name}.json"
+    env = {**os.environ, "OPENAI_BASE_URL": f"{srv.root}/v1", "OPENAI_API_KEY": "sk-bench-not-a-key",
+           "BENCH_CPU_FILE": str(cpu_file), **env_extra}
+    env.pop("MADLAB_MAX_CONCURRENCY", None)          # the defaults are what is measured
+    agent = f"{preset}:mock-model" + ("" if preset == "openai" else f",base_url={srv.root}/v1")
+    cmd = [sys.executable, "-c", _WRAPPER, *wl["args"](wl["dir"], n), "--agents", ",".join([agent] * 3), "--no-cache",
+           "--no-progress", "--out", str(out), "--name", name]                # a fresh run folder each time (no resume)
+    if flame: cmd = ["py-spy", "record", "--rate", "200", "--subprocesses", "--format", "flamegraph", "-o", flame, "--", *cmd]
+    c0, t0 = _child_cpu(), time.perf_counter()
     p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     outp, _ = p.communicate()
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, _child_cpu() - c0
     if p.returncode not in (0, 1): raise RuntimeError(f"madlab run failed ({p.returncode}):\n{outp.decode()[-3000:]}")
-    s = srv.stats()
-    cpu = json.loads(cpu_file.read_text())
-    return {"wall": wall, "stats": s, "out": outp.decode(), **cpu}
+    return {"wall": wall, "cpu": cpu, "stats": srv.stats(), "out": outp.decode(), **json.loads(cpu_file.read_text())}
 
-def _child_cpu() -> float:
-    import resource
-    r = resource.getrusage(resource.RUSAGE_CHILDREN); return r.ru_utime + r.ru_stime
+def reference_run(srv: MockServer, n: int, ref: Path, python: str) -> dict:
+    """ControlMAD's own code (`run_debate_chat.py flexible`, 5 games at a time, its default) on the same workload
+    against the same server: it reads its key from `secret.json` in its folder (made here when missing)."""
+    secret = ref / "secret.json"
+    if not secret.exists(): secret.write_text(json.dumps([{"API provider": "OpenAI", "API key": "sk-bench-not-a-key"}]))
+    shutil.rmtree(ref / "debate_results", ignore_errors=True)
+    srv.reset()
+    cfg = json.dumps([{"provider": "openai", "model": "mock-model"}] * 3)
+    cmd = [python, "run_debate_chat.py", "flexible", f"llm_configs={cfg}", "game_size=5", f"game_id_range=1,{n}",
+           "self_reported_confidence=false", "depth=1", "debate_order_control=0"]
+    env = {**os.environ, "OPENAI_BASE_URL": f"{srv.root}/v1", "OPENAI_API_KEY": "sk-bench-not-a-key"}
+    c0, t0 = _child_cpu(), time.perf_counter()
+    p = subprocess.run(cmd, cwd=ref, env=env, capture_output=True, start_new_session=True)
+    wall, cpu = time.perf_counter() - t0, _child_cpu() - c0
+    if p.returncode != 0: raise RuntimeError(f"ControlMAD's run failed ({p.returncode}):\n{p.stderr.decode()[-2000:]}")
+    return {"wall": wall, "cpu": cpu, "stats": srv.stats()}
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--games", type=int, nargs="+", default=[20, 60, 100])
+    ap.add_argument("--workload", default="controlmad", choices=sorted(WORKLOADS))
+    ap.add_argument("--games", type=int, nargs="+", default=[20, 100], help="items per run (games, for controlmad)")
     ap.add_argument("--latency", type=float, nargs="+", default=[0.2, 1.0])
-    ap.add_argument("--profile", default=None, help="save a yappi profile (pstat) of the largest run at each latency to FILE.L.pstat")
+    ap.add_argument("--cpu", action="store_true", help="say where each run's CPU goes")
+    ap.add_argument("--flame", default=None, help="a py-spy flame graph (SVG) of the largest run at the first latency")
+    ap.add_argument("--reference", type=Path, default=None, help="a checkout of ControlMAD's code, run side by side")
+    ap.add_argument("--reference-python", default=sys.executable, help="the Python ControlMAD's code runs in (needs openai)")
     ap.add_argument("--preset", default="openai", choices=["openai", "vllm"],
-                    help="the agents' preset: openai (OPENAI_BASE_URL: nothing says the server takes a schema, so each endpoint's first call holds the others) or vllm (it does: no hold)")
-    ap.add_argument("--extra", nargs=argparse.REMAINDER, default=[], help="more options for `madlab run controlmad` (the rest of the line)")
+                    help="the agents' preset: openai (OPENAI_BASE_URL: nothing says the server takes a schema, so the first run learns it) or vllm (it does)")
     a = ap.parse_args(argv)
+    wl = dict(WORKLOADS[a.workload]); wl["dir"] = public_data(wl["data"])
     if not SERVER.exists(): sys.exit(f"needs {SERVER} (set MADLAB_SHARED)")
-    if DATA is None or not (DATA / "5.jsonl").exists(): sys.exit("ControlMAD's games (controlmad/5.jsonl) not found: set MADLAB_DATA")
-    print(__doc__.split("\n\n")[1].replace("\n", " ")[:200] + " ...")
-    print(f"load average at start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores\n")
-    hdr = f"{'L s':>5} {'games':>6} {'calls':>6} {'makespan s':>10} {'bound s':>8} {'ratio':>6} {'wall s':>7} {'CPU ms/call':>11} {'run ms/call':>11} {'max flight':>10}  target"
-    print(hdr); rows = []
-    with tempfile.TemporaryDirectory(prefix="madlab-bench-") as tmp:
-        for L in a.latency:
+    if wl["dir"] is None: sys.exit(f"the public data's {wl['data']}/ not found: set MADLAB_DATA")
+    if a.flame and not shutil.which("py-spy"): sys.exit("--flame needs py-spy (pip install py-spy)")
+    print(__doc__.split("\n\n")[1].replace("\n", " ")[:300] + " ...\n")
+    print(f"workload {a.workload}: {wl['calls']} calls per item, critical path {wl['path']} calls; "
+          f"load average at start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores\n")
+    hdr = (f"{'L s':>5} {'items':>6} {'run':>6} {'calls':>6} {'makespan s':>10} {'bound s':>8} {'ratio':>6} {'wall s':>7} "
+           f"{'wall/bound':>10} {'CPU ms/call':>11} {'max flight':>10}  target")
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="madlab-bench-") as tmp, tempfile.TemporaryDirectory(prefix="madlab-cache-") as cache:
+        env_extra = {"MADLAB_CACHE": cache}               # servers.json lives here: new for this bench, kept between its runs
+        print(hdr)
+        for li, L in enumerate(a.latency):
             with MockServer(L) as srv:
-                for n in a.games:
-                    prof = f"{a.profile}.{L}.pstat" if a.profile and n == max(a.games) else None
-                    c0 = _child_cpu()
-                    r = run_games(srv, n, Path(tmp), prof, a.extra, L, a.preset)
-                    cpu = _child_cpu() - c0
-                    s = r["stats"]
-                    calls, span = s["total_requests"], s["active_span_s"]
+                runs = [("first", min(a.games))] + [("later", n) for n in a.games]
+                for which, n in runs:
+                    flame = a.flame if (a.flame and li == 0 and which == "later" and n == max(a.games)) else None
+                    r = run_items(srv, wl, n, Path(tmp), env_extra, f"{a.workload}-L{L}-n{n}-{which}", a.preset, flame)
+                    s = r["stats"]; calls, span = s["total_requests"], s["active_span_s"]
                     if not calls: print(f"{L:5.1f} {n:6d}  no calls: {r['out'].strip()[-300:]}"); continue
-                    bound = CRITICAL_PATH * L
-                    ratio = span / bound
-                    tgt = TARGETS.get((L, n))
-                    ok = "" if tgt is None else (f"<= {tgt}: " + ("met" if ratio <= tgt else "MISSED"))
-                    print(f"{L:5.1f} {n:6d} {calls:6d} {span:10.2f} {bound:8.1f} {ratio:6.2f} {r['wall']:7.1f} {1000 * cpu / calls:11.2f} "
-                          f"{1000 * r['run_cpu_s'] / calls:11.2f} {s['max_in_flight']:10d}  {ok}", flush=True)
-                    if calls != CALLS_PER_GAME * n: print(f"      note: expected {CALLS_PER_GAME * n} calls; the command said: {r['out'].strip()[-300:]}")
-                    rows.append(dict(L=L, games=n, calls=calls, makespan=span, ratio=ratio, cpu_ms=1000 * cpu / calls,
-                                     run_cpu_ms=1000 * r["run_cpu_s"] / calls, max_in_flight=s["max_in_flight"]))
-    print("\nClient CPU per call, process total (start-up, imports, the run, the report, exit) at the largest N of each latency,")
-    print("and the marginal cost of a call (CPU difference between the smallest and largest N over the difference in calls):")
-    for L in a.latency:
-        rs = sorted((r for r in rows if r["L"] == L), key=lambda r: r["games"])
-        if not rs: continue
-        big = rs[-1]; line = f"  L = {L:.1f} s: {big['cpu_ms']:.2f} ms/call at N = {big['games']} (target < {CPU_TARGET_MS} ms: {'met' if big['cpu_ms'] < CPU_TARGET_MS else 'MISSED'})"
-        if len(rs) > 1 and big["calls"] > rs[0]["calls"]:
-            d = (big["cpu_ms"] * big["calls"] - rs[0]["cpu_ms"] * rs[0]["calls"]) / (big["calls"] - rs[0]["calls"])
-            fixed = (rs[0]["cpu_ms"] - d) * rs[0]["calls"] / 1000
-            line += f"; marginal {d:.2f} ms/call, fixed {fixed:.1f} s per command"
-        print(line)
+                    bound = wl["path"] * L
+                    ratio, wb = span / bound, r["wall"] / bound
+                    tgt, wt = (TARGETS.get((L, n)), WALL_TARGET.get((L, n))) if a.workload == "controlmad" and which == "later" else (None, None)
+                    ok = "; ".join(x for x in [None if tgt is None else f"ratio <= {tgt}: " + ("met" if ratio <= tgt else "MISSED"),
+                                               None if wt is None else f"wall/bound <= {wt}: " + ("met" if wb <= wt else "MISSED")] if x)
+                    print(f"{L:5.1f} {n:6d} {which:>6} {calls:6d} {span:10.2f} {bound:8.1f} {ratio:6.2f} {r['wall']:7.1f} "
+                          f"{wb:10.2f} {1000 * r['cpu'] / calls:11.2f} {s['max_in_flight']:10d}  {ok}", flush=True)
+                    if calls != wl["calls"] * n: print(f"      note: expected {wl['calls'] * n} calls; the command said: {r['out'].strip()[-300:]}")
+                    if a.cpu:
+                        main = r["import_cpu_s"] + r["run_cpu_s"]
+                        print(f"      CPU ms/call: imports {1000 * r['import_cpu_s'] / calls:.2f}, debates "
+                              f"{1000 * (r['run_cpu_s'] - r['finish_cpu_s']) / calls:.2f}, results and report "
+                              f"{1000 * r['finish_cpu_s'] / calls:.2f} (this process {1000 * main / calls:.2f}); "
+                              f"writer process {1000 * r['writer_cpu_s'] / calls:.2f}", flush=True)
+                    rows.append(dict(L=L, games=n, run=which, calls=calls, makespan=span, ratio=ratio, wall=r["wall"],
+                                     wall_bound=wb, cpu_ms=1000 * r["cpu"] / calls, max_in_flight=s["max_in_flight"]))
+                if a.reference is not None and a.workload == "controlmad":
+                    n = max(a.games); r = reference_run(srv, n, a.reference, a.reference_python)
+                    s = r["stats"]; calls, span = s["total_requests"], s["active_span_s"]
+                    mine = next(x for x in rows if x["L"] == L and x["games"] == n and x["run"] == "later")
+                    print(f"{L:5.1f} {n:6d} {'ControlMAD':>10} {calls:6d} {span:10.2f} {'':>8} {'':>6} {r['wall']:7.1f} "
+                          f"{'':>10} {1000 * r['cpu'] / max(calls, 1):11.2f} {s['max_in_flight']:10d}  "
+                          f"madlab {r['wall'] / mine['wall']:.1f}x faster in wall time", flush=True)
+                    rows.append(dict(L=L, games=n, run="ControlMAD", calls=calls, makespan=span, wall=r["wall"],
+                                     cpu_ms=1000 * r["cpu"] / max(calls, 1), max_in_flight=s["max_in_flight"]))
+    later = [r for r in rows if r["run"] == "later"]
+    if later:
+        print("\nClient CPU per call (the command's process and its writer process: start-up, imports, the run, the report, exit),"
+              "\nat the largest N of each latency:")
+        for L in a.latency:
+            rs = sorted((r for r in later if r["L"] == L), key=lambda r: r["games"])
+            if rs:
+                big = rs[-1]
+                print(f"  L = {L:.1f} s: {big['cpu_ms']:.2f} ms/call at N = {big['games']}"
+                      + (f" (target <= {CPU_TARGET_MS} ms at L = 0.2 s: {'met' if big['cpu_ms'] <= CPU_TARGET_MS else 'MISSED'})"
+                         if L == 0.2 and a.workload == "controlmad" else ""))
+    if a.flame: print(f"\nflame graph of the largest run at L = {a.latency[0]} s: {a.flame}")
     print(f"load average at end: {os.getloadavg()[0]:.1f}")
     return rows
 

@@ -6,7 +6,8 @@ Docs: https://madlab.github.io/madlab/core.html.md"""
 
 # %% ../nbs/00_core.ipynb #65a0f81d
 from __future__ import annotations
-import ast, asyncio, copy, dataclasses, hashlib, html, importlib, io, itertools, json, math, os, re, tempfile, threading, time
+import ast, asyncio, copy, dataclasses, hashlib, html, importlib, io, itertools, json, math, os, re, tempfile
+import threading, time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path

@@ -6,7 +6,8 @@ Docs: https://madlab.github.io/madlab/output_writer.html.md"""
 
 # %% ../nbs/08d_output_writer.ipynb #b2fdeee5
 from __future__ import annotations
-import asyncio, concurrent.futures, importlib.util, itertools, json, os, pickle, queue, signal, subprocess, sys, threading
+import asyncio, concurrent.futures, importlib.util, itertools, json, os, pickle, queue, signal, subprocess, sys
+import threading
 from fastcore.basics import patch
 from .core import Transcript, write_atomic
 from .redact import _SECRETS
@@ -111,9 +112,10 @@ class _WriterProcess:
         try: self.proc.wait(timeout)
         except subprocess.TimeoutExpired: self.proc.kill(); self.proc.wait()
 
-# %% ../nbs/08d_output_writer.ipynb #fffda4ea
+# %% ../nbs/08d_output_writer.ipynb #df5df16f
 PROCESS_FROM = 16          # debates to write before a second process pays for its start (about half a second of a core)
 
+# %% ../nbs/08d_output_writer.ipynb #fffda4ea
 class OutputWriter:
     "Write each finished debate's files: in a second process where that pays, else in a thread of this one."
     def __init__(self, folder: RunFolder, proto, n_items: int, process: bool|None = None):

@@ -28,7 +28,7 @@ from .run_folder import *
 from .output_writer import OutputWriter
 from .run_folder import _cell, _copy_task_files, _SAME, _SAME_DEFAULTS, _task_file_records
 from .run_folder import _start_folder, _unfinished
-from .run_result import RunResult, _run_prices, _with_costs, _team_specs, _warm_imports, _when_loop_idle
+from .run_result import RunResult, _run_prices, _with_costs, _team_specs, _Warmup
 
 # %% auto #0
 __all__ = ['default_task', 'load_items', 'run_name', 'RunPlan', 'resolve_run', 'arun_experiment', 'run_experiment', 'arun_many',
@@ -139,17 +139,6 @@ async def _record(proto, writer, iid, t, rows, transcripts, status):
         except LockLost: raise                        # the run stops (see `arun_experiment`)
         except (OSError, TypeError, ValueError) as e: _not_written(iid, e, t, rows, status)
 
-def _not_written(iid, e, t, rows, status) -> None:
-    "Item `iid`'s outputs could not be written (`e`): it fails, the run goes on."
-    rows[iid].update(status="failed", error=f"writing outputs failed: {type(e).__name__}: {e}")
-    if t.meta.get("status") != "failed": status["failed"] += 1
-
-def _after_writes(res, failed: dict, finish, transcripts, rows, status):
-    """`res`; or, when some debates' outputs could not be written (`failed`: their errors by item id), those items
-    failed and the run finished again (`finish`), so the table says so."""
-    for iid, e in failed.items(): _not_written(iid, e, transcripts[iid], rows, status)
-    return finish() if failed else res
-
 async def _drain(tasks, stop, status):
     """Wait for every task, or for a stop (Ctrl-C, SIGTERM): then the rest are cancelled and the run is marked
     interrupted."""
@@ -166,6 +155,18 @@ async def _drain(tasks, stop, status):
         for x in tasks: x.cancel()
         waiter.cancel()
         await asyncio.gather(*tasks, waiter, return_exceptions=True)
+
+# %% ../nbs/08_run.ipynb #668c751b
+def _not_written(iid, e, t, rows, status) -> None:
+    "Item `iid`'s outputs could not be written (`e`): it fails, the run goes on."
+    rows[iid].update(status="failed", error=f"writing outputs failed: {type(e).__name__}: {e}")
+    if t.meta.get("status") != "failed": status["failed"] += 1
+
+def _after_writes(res, failed: dict, finish, transcripts, rows, status):
+    """`res`; or, when some debates' outputs could not be written (`failed`: their errors by item id), those items
+    failed and the run finished again (`finish`), so the table says so."""
+    for iid, e in failed.items(): _not_written(iid, e, transcripts[iid], rows, status)
+    return finish() if failed else res
 
 # %% ../nbs/08_run.ipynb #0a439370
 def _check_scores(df, want: int, folder) -> None:
@@ -433,6 +434,18 @@ def resolve_run(protocol, task: str|None = None, data=None, items=None, team=Non
                prices=prices)
     return RunPlan(proto, items, agents, settings, rule, name, where, seed, notes, said, run)
 
+# %% ../nbs/08_run.ipynb #7fdcd85f
+def _run_config(plan: RunPlan) -> dict:
+    "What `config.json` records of `plan` (the run folder's own notes and item list are added when it starts)."
+    proto, items, x = plan.protocol, plan.items, plan.execution
+    config = {"protocol": proto.name, "options": to_jsonable(plan.settings),
+              "tasks": sorted({str(getattr(it, "task", None)) for it in items}),
+              "team": team_config(plan.team), "seed": plan.seed, "max_tokens": x.get("max_tokens"),
+              "temperature": x.get("temperature"), "madlab": madlab.__version__, "decision": plan.decision.spec}
+    if proto.parts.inputs: config["inputs"] = proto.parts.inputs(plan.settings)     # the files its options name
+    if _task_file_records(items): config["task_files"] = _task_file_records(items)  # found again by rescore, by content
+    return config
+
 # %% ../nbs/08_run.ipynb #b20b3ffa
 def _plan(protocol, items, team, out, kw) -> RunPlan:
     """`protocol` when it is a plan already; else the plan `resolve_run` makes, `out` being the run folder itself (a
@@ -464,13 +477,7 @@ async def arun_experiment(protocol, items=None, team=None, out=None, *, _stop: _
     finish, writer = lambda: _finish_run(proto, config.get("items", ids), transcripts, rows, folder, agents, status,
                                          problems, t0, prices=x.get("prices")), None
     try:
-        config = {"protocol": proto.name, "options": to_jsonable(settings),
-                  "tasks": sorted({str(getattr(it, "task", None)) for it in items}),
-                  "team": team_config(agents), "seed": seed, "max_tokens": x.get("max_tokens"),
-                  "temperature": x.get("temperature"), "madlab": madlab.__version__, "decision": rule.spec}
-        if proto.parts.inputs: config["inputs"] = proto.parts.inputs(settings)     # the files its options name
-        # found again by rescore, by content
-        if _task_file_records(items): config["task_files"] = _task_file_records(items)
+        config = _run_config(plan)
         if folder: config = _start_folder(folder, config, ids, plan.notes or None)
         todo = (_unfinished(folder, ids, items, transcripts, problems) if folder and x.get("resume", True)
                 else list(zip(ids, items)))
@@ -485,12 +492,9 @@ async def arun_experiment(protocol, items=None, team=None, out=None, *, _stop: _
                                     budget, on_error, screen, status, rule), rows, transcripts, status)
                 bar.update()
         writer = OutputWriter(folder, proto, len(todo)) if folder else None    # a second process where that pays
-        warm = _warm_imports(figures=folder is not None and proto.parts.report is not None and len(todo) >= 16)
-        unwarm = _when_loop_idle(warm.start)              # once the debates wait on the network
+        warm = _Warmup(figures=folder is not None and proto.parts.report is not None and len(todo) >= 16)
         try: await _drain([asyncio.ensure_future(one(iid, it)) for iid, it in todo], stop, status)
-        finally:
-            bar.close(); unwarm()
-            if warm.ident is not None: await asyncio.to_thread(warm.join)
+        finally: bar.close(); await warm.done()
         res = finish()                  # the report is made while the writer process writes the last debates
         return _after_writes(res, await asyncio.to_thread(writer.settle) if writer else {}, finish, transcripts, rows,
                              status)

@@ -235,3 +235,13 @@ def _when_loop_idle(fn, passes: int = 3, quiet: float = 0.0005, give_up: float =
         else: loop.call_soon(tick)
     loop.call_soon(tick)
     return lambda: state.update(cancelled=True)
+
+# %% ../nbs/08c_run_result.ipynb #b4354055
+class _Warmup:
+    "The result libraries imported in a thread started once the running loop is idle (`_warm_imports`)."
+    def __init__(self, figures: bool = False):
+        self.thread = _warm_imports(figures); self.cancel = _when_loop_idle(self.thread.start)
+    async def done(self):
+        "Cancel it if it has not started; else wait for it to end."
+        self.cancel()
+        if self.thread.ident is not None: await asyncio.to_thread(self.thread.join)

@@ -64,7 +64,7 @@ STYLED = [
     "04e_gsm8k.ipynb", "04f_mmlu.ipynb", "04g_safety.ipynb", "04h_scenario.ipynb", "04i_quotes.ipynb",
     "04j_stories.ipynb", "05_puzzles.ipynb",
     "05b_kks.ipynb", "05c_dynamics.ipynb", "05d_kks_task.ipynb", "05e_puzzle_sets.ipynb", "07a_du_log.ipynb",
-    "08_run.ipynb", "08a_run_folder.ipynb", "08b_rescore.ipynb", "08c_run_result.ipynb", "10a_controlmad_log.ipynb",
+    "08_run.ipynb", "08a_run_folder.ipynb", "08b_rescore.ipynb", "08c_run_result.ipynb", "08d_output_writer.ipynb", "10a_controlmad_log.ipynb",
     "13a_critic_actor_log.ipynb", "14a_agentverse_rules.ipynb", "14b_agentverse_memory.ipynb",
     "14c_agentverse_parsers.ipynb", "14e_agentverse_package.ipynb", "18_oversight.ipynb",
     "18a_oversight_personas.ipynb", "20_viz.ipynb", "20a_positions.ipynb", "20b_seats.ipynb", "21_widgets.ipynb",

@@ -102,22 +102,18 @@ def _strict_subset(s):
     if s.get("type") == "object": out.update(additionalProperties=False, required=list(s.get("properties", {})))
     return out
 
-_FORMATS: dict = {}          # (preset, the schema's JSON) -> the field's JSON: a run asks for a few schemas thousands of times
+_FORMATS: dict = {}      # (preset, schema JSON) -> the field's JSON: a run asks for a few schemas thousands of times
 
 def response_format(preset: str, schema: dict) -> dict:
     "The `response_format` field that asks an endpoint of `preset` for replies of `schema` (a fresh copy each call)."
     try: key = (preset, orjson.dumps(schema))
-    except TypeError:                     # what orjson refuses (integers beyond 64 bits): made anew, as it is rare
-        key = None
+    except TypeError: key = None          # integers beyond 64 bits (orjson refuses them): made anew, as is rare
     if key is None or key not in _FORMATS:
+        oa, st = preset in ("openai", "gemini"), {"strict": True} if preset != "ollama" else {}
+        js = {"name": "answer", "schema": _strict_subset(schema) if oa else schema, **st}
+        f = {"type": "json_object"} if preset == "qwen" else {"type": "json_schema", "json_schema": js}
+        if key is None: return f                      # made anew each time
         if len(_FORMATS) > 256: _FORMATS.clear()
-        if preset == "qwen": f = {"type": "json_object"}
-        else:
-            if preset in ("openai", "gemini"): schema, strict = _strict_subset(schema), True
-            else: strict = preset != "ollama"
-            f = {"type": "json_schema", "json_schema": {"name": "answer", "schema": schema,
-                                                        **({"strict": True} if strict else {})}}
-        if key is None: return f
         _FORMATS[key] = orjson.dumps(f)
     return orjson.loads(_FORMATS[key])
 
