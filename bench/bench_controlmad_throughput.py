@@ -105,6 +105,15 @@ class MockServer:
 def _child_cpu() -> float:
     r = resource.getrusage(resource.RUSAGE_CHILDREN); return r.ru_utime + r.ru_stime
 
+def version_root(rev: str, tmp: Path) -> Path|None:
+    "The `madlab/` package of commit `rev`, unpacked under `tmp` (None when git or the commit is not there)."
+    dest = tmp / f"madlab-{rev[:8]}"
+    try:
+        arch = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "madlab", "data"], capture_output=True, check=True).stdout
+        dest.mkdir(parents=True); subprocess.run(["tar", "-x", "-C", str(dest)], input=arch, check=True)
+        return dest
+    except (OSError, subprocess.CalledProcessError): return None
+
 def run_items(srv: MockServer, wl: dict, n: int, out: Path, env_extra: dict, name: str, preset: str = "openai",
               flame: str|None = None) -> dict:
     "One `madlab run` of workload `wl` over its first n items: the server's figures, the wall time and the CPU."
@@ -118,7 +127,9 @@ def run_items(srv: MockServer, wl: dict, n: int, out: Path, env_extra: dict, nam
            "--no-progress", "--out", str(out), "--name", name]                # a fresh run folder each time (no resume)
     if flame: cmd = ["py-spy", "record", "--rate", "200", "--subprocesses", "--format", "flamegraph", "-o", flame, "--", *cmd]
     c0, t0 = _child_cpu(), time.perf_counter()
-    p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    # run from the output folder: `python -c` puts the working folder first on the import path, where a checkout's
+    # madlab/ would shadow the one PYTHONPATH names
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, cwd=out)
     outp, _ = p.communicate()
     wall, cpu = time.perf_counter() - t0, _child_cpu() - c0
     if p.returncode not in (0, 1): raise RuntimeError(f"madlab run failed ({p.returncode}):\n{outp.decode()[-3000:]}")
@@ -150,6 +161,7 @@ def main(argv=None):
     ap.add_argument("--flame", default=None, help="a py-spy flame graph (SVG) of the largest run at the first latency")
     ap.add_argument("--reference", type=Path, default=None, help="a checkout of ControlMAD's code, run side by side")
     ap.add_argument("--reference-python", default=sys.executable, help="the Python ControlMAD's code runs in (needs openai)")
+    ap.add_argument("--before", default=None, help="a commit to measure too, in the same run (its madlab/ unpacked from git): the ratios after / before")
     ap.add_argument("--preset", default="openai", choices=["openai", "vllm"],
                     help="the agents' preset: openai (OPENAI_BASE_URL: nothing says the server takes a schema, so the first run learns it) or vllm (it does)")
     a = ap.parse_args(argv)
@@ -160,18 +172,24 @@ def main(argv=None):
     print(__doc__.split("\n\n")[1].replace("\n", " ")[:300] + " ...\n")
     print(f"workload {a.workload}: {wl['calls']} calls per item, critical path {wl['path']} calls; "
           f"load average at start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores\n")
-    hdr = (f"{'L s':>5} {'items':>6} {'run':>6} {'calls':>6} {'makespan s':>10} {'bound s':>8} {'ratio':>6} {'wall s':>7} "
+    hdr = (f"{'L s':>5} {'items':>6} {'run':>6} {'code':>6} {'calls':>6} {'makespan s':>10} {'bound s':>8} {'ratio':>6} {'wall s':>7} "
            f"{'wall/bound':>10} {'CPU ms/call':>11} {'max flight':>10}  target")
     rows = []
     with tempfile.TemporaryDirectory(prefix="madlab-bench-") as tmp, tempfile.TemporaryDirectory(prefix="madlab-cache-") as cache:
         env_extra = {"MADLAB_CACHE": cache}               # servers.json lives here: new for this bench, kept between its runs
+        before = version_root(a.before, Path(tmp)) if a.before else None
+        if a.before and before is None: sys.exit(f"--before {a.before}: no such commit here")
+        # each version its own servers.json, so each learns the server in its own first run
+        versions = ([("before", {"PYTHONPATH": str(before), "MADLAB_CACHE": f"{cache}/before"})] if before else []) + \
+                   [("after", {"PYTHONPATH": str(ROOT), "MADLAB_CACHE": f"{cache}/after"})]
         print(hdr)
         for li, L in enumerate(a.latency):
             with MockServer(L) as srv:
-                runs = [("first", min(a.games))] + [("later", n) for n in a.games]
-                for which, n in runs:
-                    flame = a.flame if (a.flame and li == 0 and which == "later" and n == max(a.games)) else None
-                    r = run_items(srv, wl, n, Path(tmp), env_extra, f"{a.workload}-L{L}-n{n}-{which}", a.preset, flame)
+                runs = [("first", min(a.games), v) for v in versions] + [("later", n, v) for n in a.games for v in versions]
+                for which, n, (code, venv) in runs:
+                    flame = a.flame if (a.flame and li == 0 and which == "later" and n == max(a.games) and code == "after") else None
+                    r = run_items(srv, wl, n, Path(tmp), {**env_extra, **venv}, f"{a.workload}-L{L}-n{n}-{which}-{code}",
+                                  a.preset, flame)
                     s = r["stats"]; calls, span = s["total_requests"], s["active_span_s"]
                     if not calls: print(f"{L:5.1f} {n:6d}  no calls: {r['out'].strip()[-300:]}"); continue
                     bound = wl["path"] * L
@@ -179,7 +197,7 @@ def main(argv=None):
                     tgt, wt = (TARGETS.get((L, n)), WALL_TARGET.get((L, n))) if a.workload == "controlmad" and which == "later" else (None, None)
                     ok = "; ".join(x for x in [None if tgt is None else f"ratio <= {tgt}: " + ("met" if ratio <= tgt else "MISSED"),
                                                None if wt is None else f"wall/bound <= {wt}: " + ("met" if wb <= wt else "MISSED")] if x)
-                    print(f"{L:5.1f} {n:6d} {which:>6} {calls:6d} {span:10.2f} {bound:8.1f} {ratio:6.2f} {r['wall']:7.1f} "
+                    print(f"{L:5.1f} {n:6d} {which:>6} {code:>6} {calls:6d} {span:10.2f} {bound:8.1f} {ratio:6.2f} {r['wall']:7.1f} "
                           f"{wb:10.2f} {1000 * r['cpu'] / calls:11.2f} {s['max_in_flight']:10d}  {ok}", flush=True)
                     if calls != wl["calls"] * n: print(f"      note: expected {wl['calls'] * n} calls; the command said: {r['out'].strip()[-300:]}")
                     if a.cpu:
@@ -188,18 +206,18 @@ def main(argv=None):
                               f"{1000 * (r['run_cpu_s'] - r['finish_cpu_s']) / calls:.2f}, results and report "
                               f"{1000 * r['finish_cpu_s'] / calls:.2f} (this process {1000 * main / calls:.2f}); "
                               f"writer process {1000 * r['writer_cpu_s'] / calls:.2f}", flush=True)
-                    rows.append(dict(L=L, games=n, run=which, calls=calls, makespan=span, ratio=ratio, wall=r["wall"],
+                    rows.append(dict(L=L, games=n, run=which, code=code, calls=calls, makespan=span, ratio=ratio, wall=r["wall"],
                                      wall_bound=wb, cpu_ms=1000 * r["cpu"] / calls, max_in_flight=s["max_in_flight"]))
                 if a.reference is not None and a.workload == "controlmad":
                     n = max(a.games); r = reference_run(srv, n, a.reference, a.reference_python)
                     s = r["stats"]; calls, span = s["total_requests"], s["active_span_s"]
-                    mine = next(x for x in rows if x["L"] == L and x["games"] == n and x["run"] == "later")
-                    print(f"{L:5.1f} {n:6d} {'ControlMAD':>10} {calls:6d} {span:10.2f} {'':>8} {'':>6} {r['wall']:7.1f} "
+                    mine = next(x for x in rows if x["L"] == L and x["games"] == n and x["run"] == "later" and x["code"] == "after")
+                    print(f"{L:5.1f} {n:6d} {'':>6} {'ControlMAD':>6} {calls:6d} {span:10.2f} {'':>8} {'':>6} {r['wall']:7.1f} "
                           f"{'':>10} {1000 * r['cpu'] / max(calls, 1):11.2f} {s['max_in_flight']:10d}  "
                           f"madlab {r['wall'] / mine['wall']:.1f}x faster in wall time", flush=True)
-                    rows.append(dict(L=L, games=n, run="ControlMAD", calls=calls, makespan=span, wall=r["wall"],
+                    rows.append(dict(L=L, games=n, run="later", code="ControlMAD", calls=calls, makespan=span, wall=r["wall"],
                                      cpu_ms=1000 * r["cpu"] / max(calls, 1), max_in_flight=s["max_in_flight"]))
-    later = [r for r in rows if r["run"] == "later"]
+    later = [r for r in rows if r["run"] == "later" and r["code"] == "after"]
     if later:
         print("\nClient CPU per call (the command's process and its writer process: start-up, imports, the run, the report, exit),"
               "\nat the largest N of each latency:")
@@ -210,6 +228,13 @@ def main(argv=None):
                 print(f"  L = {L:.1f} s: {big['cpu_ms']:.2f} ms/call at N = {big['games']}"
                       + (f" (target <= {CPU_TARGET_MS} ms at L = 0.2 s: {'met' if big['cpu_ms'] <= CPU_TARGET_MS else 'MISSED'})"
                          if L == 0.2 and a.workload == "controlmad" else ""))
+    if before:
+        print(f"\nAfter / before ({a.before[:10]}), later runs (first runs for `first`):")
+        for r in rows:
+            if r["code"] != "after": continue
+            b = next((x for x in rows if x["code"] == "before" and (x["L"], x["games"], x["run"]) == (r["L"], r["games"], r["run"])), None)
+            if b: print(f"  L = {r['L']:.1f} s, N = {r['games']:3d} {r['run']:>5}: ratio {r['ratio'] / b['ratio']:.2f}x, "
+                        f"wall {r['wall'] / b['wall']:.2f}x, CPU/call {r['cpu_ms'] / b['cpu_ms']:.2f}x")
     if a.flame: print(f"\nflame graph of the largest run at L = {a.latency[0]} s: {a.flame}")
     print(f"load average at end: {os.getloadavg()[0]:.1f}")
     return rows

@@ -166,13 +166,14 @@ class ChatHistory:
     def __getitem__(self, i): return self.messages[i]
 
     def to_messages(self, merge=True) -> list[dict]:
-        "Chat-format dicts for a backend."
-        out = []
+        "Chat-format dicts for a backend (with `merge`, consecutive user turns as one, joined by a blank line)."
+        out, run = [], []                 # run: the contents of the user turns being merged (joined once, at its end)
         for m in self.messages:
             d = m.to_chat()
-            if merge and out and out[-1]["role"] == d["role"] == "user":
-                out[-1] = {"role": "user", "content": out[-1]["content"] + "\n\n" + d["content"]}
-            else: out.append(d)
+            if merge and run and d["role"] == "user": run.append(d["content"]); continue
+            if len(run) > 1: out[-1] = {"role": "user", "content": "\n\n".join(run)}
+            out.append(d); run = [d["content"]] if merge and d["role"] == "user" else []
+        if len(run) > 1: out[-1] = {"role": "user", "content": "\n\n".join(run)}
         return out
 
     def truncated(self, n) -> ChatHistory:

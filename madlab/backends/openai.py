@@ -113,7 +113,7 @@ def response_format(preset: str, schema: dict) -> dict:
         js = {"name": "answer", "schema": _strict_subset(schema) if oa else schema, **st}
         f = {"type": "json_object"} if preset == "qwen" else {"type": "json_schema", "json_schema": js}
         if key is None: return f                      # made anew each time
-        if len(_FORMATS) > 256: _FORMATS.clear()
+        if len(_FORMATS) > 4096: _FORMATS.clear()     # a run of many games has a schema per game's players
         _FORMATS[key] = orjson.dumps(f)
     return orjson.loads(_FORMATS[key])
 
