@@ -124,7 +124,7 @@ class OutputWriter:
         want = n_items >= PROCESS_FROM if process is None else process
         if want and local and self.modules is not None:
             try: self.worker = _WriterProcess(self.modules)
-            except OSError: self.worker = None
+            except (OSError, ValueError, TypeError): self.worker = None        # no interpreter to start: threads
     @property
     def mode(self) -> str: return "process" if self.worker is not None else "thread"
 
