@@ -48,7 +48,6 @@ def make_team(url, endpoint_limit):
 
 def per_call_cost(n=300):
     "c: sequential round trip of one call at L = 0 (client + server CPU and the loopback)."
-    import asyncio
     with Server(0.0) as s:
         b = OpenAIBackend("fake-model", base_url=s.url, api_key="x", max_retries=0)
         msgs = [{"role": "user", "content": "What is 2 + 3 * 4? Think step by step, then end with 'The answer is N.'"}]

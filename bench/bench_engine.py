@@ -2,7 +2,7 @@
 and the framework's time per agent call (wall / calls), against calling the synthetic backend directly in a loop.
 
 Run: .venv/bin/python bench/bench_engine.py [N_ITEMS]"""
-import asyncio, sys, time
+import sys, time
 from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from madlab.core import run_sync

@@ -15,7 +15,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "bench"), str(ROOT / "tests")]
-from bench_controlmad_throughput import _WRAPPER, MockServer, SERVER, DATA, free_port   # noqa: E402
+from bench_controlmad_throughput import _WRAPPER, MockServer, SERVER, DATA, free_port, version_root   # noqa: E402
 from fake_openai_server import FakeOpenAIServer                                             # noqa: E402
 
 BEFORE = "ddcae08548d6e92ae9cde2ccfb49c22bc6644a8c"    # the last commit with the breaker that opened on 5 failures in a row
@@ -35,15 +35,6 @@ SCENARIOS = [   # label, server options, what happens to the server during the r
     ("the server restarts mid-run (down 6 s)", {}, "restart"),
     ("the server comes up 10 s after the run starts", {}, "late"),
 ]
-
-def version_root(rev: str, tmp: Path) -> Path|None:
-    "The `madlab/` package of commit `rev`, unpacked under `tmp` (None when git or the commit is not there)."
-    dest = tmp / f"madlab-{rev[:8]}"
-    try:
-        arch = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "madlab"], capture_output=True, check=True).stdout
-        dest.mkdir(parents=True); subprocess.run(["tar", "-x", "-C", str(dest)], input=arch, check=True)
-        return dest
-    except (OSError, subprocess.CalledProcessError): return None
 
 def madlab(root: Path, args: list, url: str, out: Path, name: str) -> dict:
     "`madlab ARGS` with the package at `root`, in a fresh process: wall, exit code, output, CPU after imports."

@@ -13,7 +13,7 @@ The client runs in a fresh process per configuration.
 
 Run: .venv/bin/python bench/bench_replicas.py [--latency 1.0] [--concurrency 32] [--rounds 10]"""
 from __future__ import annotations
-import argparse, json, math, os, subprocess, sys, tempfile
+import argparse, json, math, os, subprocess, sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 from fastcore.basics import patch
-from .core import OptionError, Transcript, answer_valid
+from .core import OptionError, Transcript
 from .formats import answer_format
 from .scoring import score_result
 import madlab.tasks                        # the built-in tasks, whose answer formats score the rounds
@@ -30,9 +30,8 @@ def _right(item, a, fmt=None) -> bool:
     if a is None or a is _NO_POSITION:
         return False
     fmt = fmt or answer_format(item)       # a task with no answer format is an error, never a wrong answer
-    gold = getattr(item, "gold", None)
     try:
-        return gold is not None and answer_valid(a) and bool(fmt.score(a, gold))      # as `score_result` scores it
+        return bool(score_result(item, {"answer": a}, fmt, metrics=False)["correct"])
     except (TypeError, ValueError, AttributeError, KeyError):
         return False
 

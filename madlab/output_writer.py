@@ -30,17 +30,19 @@ def _importable_modules(proto) -> tuple|None:
         except (ImportError, ValueError): return None
     return mods
 
-# %% ../nbs/08d_output_writer.ipynb #d74c2515
-def _write_files(path: str, iid, blob: bytes, secrets: frozenset, modules: tuple) -> None:
-    """One debate's transcript and logs into the run folder at `path`, written as `_write_debate` writes them; run in
-    the writer process (`blob`: the pickled transcript; `secrets`: the values to scrub that the run's process holds)."""
-    _SECRETS.update(secrets)
-    for m in modules: importlib.import_module(m)        # the protocol's log hooks registered here as there
-    t: Transcript = pickle.loads(blob)
-    folder = RunFolder(path)
+# %% ../nbs/08d_output_writer.ipynb #aa4ac0bc
+def _write_here(folder: RunFolder, iid, t: Transcript) -> None:
+    "One debate's transcript and logs, made and written in this process (a lock taken over stops it between files)."
     write_atomic(folder.transcript_path(iid), t.to_json())
     d = folder.item_dir(iid)
-    for name, text in item_outputs(t).items(): write_atomic(d / name, text)
+    for name, text in item_outputs(t).items(): folder.check_lock(); write_atomic(d / name, text)
+
+# %% ../nbs/08d_output_writer.ipynb #d74c2515
+def _write_files(path: str, iid, blob: bytes, secrets: frozenset) -> None:
+    """What the writer process does for one debate: `_write_here` into the run folder at `path` (`blob`: the pickled
+    transcript; `secrets`: the values to scrub that the run's process holds)."""
+    _SECRETS.update(secrets)
+    _write_here(RunFolder(path), iid, pickle.loads(blob))
 
 # %% ../nbs/08d_output_writer.ipynb #e796cd70
 def _frame(obj) -> bytes:
@@ -113,7 +115,7 @@ class _WriterProcess:
         except subprocess.TimeoutExpired: self.proc.kill(); self.proc.wait()
 
 # %% ../nbs/08d_output_writer.ipynb #df5df16f
-PROCESS_FROM = 16          # debates to write before a second process pays for its start (about half a second of a core)
+PROCESS_FROM = 16          # debates to write before a second process pays for its start (about 0.3 s of a core)
 
 # %% ../nbs/08d_output_writer.ipynb #fffda4ea
 class OutputWriter:
@@ -128,13 +130,6 @@ class OutputWriter:
     @property
     def mode(self) -> str: return "process" if self.worker is not None else "thread"
 
-# %% ../nbs/08d_output_writer.ipynb #aa4ac0bc
-def _write_here(folder: RunFolder, iid, t: Transcript) -> None:
-    "One debate's transcript and logs, made and written in this process (a lock taken over stops it between files)."
-    write_atomic(folder.transcript_path(iid), t.to_json())
-    d = folder.item_dir(iid)
-    for name, text in item_outputs(t).items(): folder.check_lock(); write_atomic(d / name, text)
-
 # %% ../nbs/08d_output_writer.ipynb #bb401250
 @patch
 async def write(self: OutputWriter, iid, t: Transcript) -> None:
@@ -147,7 +142,7 @@ async def write(self: OutputWriter, iid, t: Transcript) -> None:
         try: blob = pickle.dumps(t, protocol=pickle.HIGHEST_PROTOCOL)
         except (pickle.PicklingError, TypeError, AttributeError): blob = None      # this one in a thread
         if blob is not None:
-            args = (str(folder.path), iid, blob, frozenset(_SECRETS), self.modules)
+            args = (str(folder.path), iid, blob, frozenset(_SECRETS))
             try: self.sent[iid] = (self.worker.submit(args), t); return
             except _Gone: await asyncio.to_thread(self.close)                   # this one and the rest in threads
     await asyncio.to_thread(_write_here, folder, iid, t)

@@ -10,7 +10,7 @@ import html, re, unicodedata
 from dataclasses import dataclass
 
 # %% auto #0
-__all__ = ['normalise_text', 'verify_quote', 'Quote', 'find_quotes', 'mark_quotes', 'quote_summary', 'quotes_html']
+__all__ = ['normalise_text', 'verify_quote', 'Quote', 'find_quotes', 'mark_quotes', 'quote_summary', 'quotes_html', 'marked_html']
 
 # %% ../nbs/04i_quotes.ipynb #b034adf8
 def normalise_text(s: str) -> str:
@@ -69,3 +69,15 @@ def quotes_html(reply: str, context: str|None) -> str:
                    f'&ldquo;{html.escape(q.text)}&rdquo;</span>')
         at = q.end
     return "".join(out) + html.escape((reply or "")[at:])
+
+# %% ../nbs/04i_quotes.ipynb #4344c1d1
+_MARKS = {"v_quote": ("mlh-verified", "#d8f3dc", "✓", "verified: the quote occurs in the hidden text"),
+          "u_quote": ("mlh-unverified", "#ffd6d6", "✗", "unverified: the quote does not occur in the hidden text")}
+
+def marked_html(text) -> str:
+    "`text` escaped as HTML, its `<v_quote>`/`<u_quote>` marks shown as verified (green) and unverified (red) quotes."
+    out = html.escape(str(text), quote=True)
+    for tag, (cls, bg, mark, tip) in _MARKS.items():
+        out = re.sub(f"&lt;{tag}&gt;(.*?)&lt;/{tag}&gt;", lambda m: f'<span class="mlh-quote {cls}" title="{tip}" '
+                     f'style="background:{bg}">{mark} {m.group(1)}</span>', out, flags=re.S)
+    return out

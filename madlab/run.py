@@ -25,7 +25,7 @@ from .cost import Prices, load_prices, item_cost, cost_table
 from .store import StorePath, StoreLock, LockLost, store_path, put_tree
 from .tasks import task_data, get_task
 from .run_folder import *
-from .output_writer import OutputWriter
+from .output_writer import OutputWriter, PROCESS_FROM
 from .run_folder import _cell, _copy_task_files, _SAME, _SAME_DEFAULTS, _task_file_records
 from .run_folder import _start_folder, _unfinished
 from .run_result import RunResult, _run_prices, _with_costs, _team_specs, _Warmup
@@ -492,7 +492,7 @@ async def arun_experiment(protocol, items=None, team=None, out=None, *, _stop: _
                                     budget, on_error, screen, status, rule), rows, transcripts, status)
                 bar.update()
         writer = OutputWriter(folder, proto, len(todo)) if folder else None    # a second process where that pays
-        warm = _Warmup(figures=folder is not None and proto.parts.report is not None and len(todo) >= 16)
+        warm = _Warmup(figures=folder is not None and proto.parts.report is not None and len(todo) >= PROCESS_FROM)
         try: await _drain([asyncio.ensure_future(one(iid, it)) for iid, it in todo], stop, status)
         finally: bar.close(); await warm.done()
         res = finish()                  # the report is made while the writer process writes the last debates

@@ -121,15 +121,15 @@ NUMBER = register_format(AnswerFormat("number",
                                       gold_problem=_number_gold))
 
 # %% ../nbs/03_scoring.ipynb #44d777d4
-def score_result(item, result) -> dict:
-    """Score a debate's decision `result['answer']` against `item.gold` with the task's format: `correct` (None without
-    gold) and the format's metrics."""
-    fmt = answer_format(item)
+def score_result(item, result, fmt=None, metrics: bool = True) -> dict:
+    """Score a debate's decision `result['answer']` against `item.gold` with the task's format (`fmt`: the item's bound
+    format, when the caller has it): `correct` (None without gold) and, with `metrics`, the format's metrics."""
+    fmt = fmt or answer_format(item)
     answer, gold = (result or {}).get("answer"), getattr(item, "gold", None)
     if gold is None: return {"correct": None}
     ok = answer_valid(answer)
     out = {"correct": bool(ok and fmt.score(answer, gold))}
-    if fmt.metrics is not None: out.update(fmt.metrics(answer if ok else None, gold))
+    if metrics and fmt.metrics is not None: out.update(fmt.metrics(answer if ok else None, gold))
     return out
 
 # %% ../nbs/03_scoring.ipynb #41372284

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 from ..core import *
 from ..formats import schema_for
+from ..quotes import marked_html
 from .base import Provider, register_provider, _spec_options
 
 # %% auto #0
@@ -229,23 +230,10 @@ HUMAN = register_provider(Provider("human", _human_provider, "Human", naming=_hu
 # %% ../../nbs/01m_human.ipynb #ea3affd4
 def _esc(x) -> str: return html.escape(str(x), quote=True)
 
-_QUOTES = {"v_quote": ("mlh-verified", "#d8f3dc", "verified: the quote occurs in the hidden text"),
-           "u_quote": ("mlh-unverified", "#ffd6d6", "unverified: the quote does not occur in the hidden text")}
-
-def _marked(text) -> str:
-    "`text` escaped, its `<v_quote>`/`<u_quote>` marks shown as verified (green) and unverified (red) quotes."
-    import re
-    out = _esc(text)
-    for tag, (cls, bg, tip) in _QUOTES.items():
-        mark = "✓" if tag == "v_quote" else "✗"
-        out = re.sub(f"&lt;{tag}&gt;(.*?)&lt;/{tag}&gt;", lambda m: f'<span class="mlh-quote {cls}" title="{tip}" '
-                     f'style="background:{bg}">{mark} {m.group(1)}</span>', out, flags=re.S)
-    return out
-
 def _messages_html(messages) -> str:
     return "".join(f'<div class="mlh-msg mlh-{_esc(m.get("role"))}"><b>{_esc(m.get("role"))}'
                    f'{" · " + _esc(m["name"]) if m.get("name") else ""}</b>'
-                   f'<pre style="white-space:pre-wrap;margin:2px 0 8px">{_marked(m.get("content"))}</pre></div>'
+                   f'<pre style="white-space:pre-wrap;margin:2px 0 8px">{marked_html(m.get("content"))}</pre></div>'
                    for m in messages)
 
 def _input(W, f: AnswerField):
