@@ -11,7 +11,9 @@ L seconds per request and counts requests in flight. Against each server the com
 (`first run`: an `openai:` endpoint behind a custom base_url learns then whether the server takes a schema, and
 `servers.json` beside the response cache keeps the answer); the rows after it are later runs against the same server,
 which is what the targets are about. Each command runs in a fresh process, exactly as a user types it (no concurrency
-flag: the defaults are what is measured).
+flag: the defaults are what is measured). Its imports read compiled bytecode, as an installed package's do (kept under
+the bench's folder; the first run writes it): a machine that sets PYTHONDONTWRITEBYTECODE would otherwise compile
+madlab's source again in every run, about 0.15 s that no installed copy pays.
 
     ratio      = makespan / (path x L)   makespan: the server's first arrival to its last answer
     wall / bound = the command's wall time, interpreter start and imports included, over path x L
@@ -21,7 +23,8 @@ flag: the defaults are what is measured).
 Targets on a 2-core machine (controlmad, N = 100, later runs): ratio <= 1.08 at L = 1.0 s and <= 1.25 at L = 0.2 s;
 wall / bound <= 1.6 at L = 0.2 s; CPU/call <= 1.5 ms at L = 0.2 s.
 `--cpu` says where the CPU of each run goes (interpreter start and imports, the debates, the results and report at
-the end, the writer process); `--flame FILE.svg` draws a flame graph of the largest run at the first latency with
+the end, the writer process) and where its wall time goes (start to the server's first request, the span, the server's
+last answer to the command's exit); `--flame FILE.svg` draws a flame graph of the largest run at the first latency with
 py-spy (`pip install py-spy`); `--reference DIR` runs ControlMAD's own code (a checkout of haolun-wu/ControlMAD, its
 `run_debate_chat.py flexible` with 5 games at a time, its default) against the same server, for the side-by-side.
 
@@ -126,18 +129,26 @@ def run_items(srv: MockServer, wl: dict, n: int, out: Path, env_extra: dict, nam
     env = {**os.environ, "OPENAI_BASE_URL": f"{srv.root}/v1", "OPENAI_API_KEY": "sk-bench-not-a-key",
            "BENCH_CPU_FILE": str(cpu_file), **env_extra}
     env.pop("MADLAB_MAX_CONCURRENCY", None)          # the defaults are what is measured
+    # imports read compiled bytecode, as an installed package's do (pip compiles at install; Python writes it on first
+    # import): a machine that sets PYTHONDONTWRITEBYTECODE would otherwise compile madlab's source anew in every run
+    env.pop("PYTHONDONTWRITEBYTECODE", None); env["PYTHONPYCACHEPREFIX"] = str(out / "pycache")
     agent = f"{preset}:mock-model" + ("" if preset == "openai" else f",base_url={srv.root}/v1")
     cmd = [sys.executable, "-c", _WRAPPER, *wl["args"](wl["dir"], n), "--agents", ",".join([agent] * 3), "--no-cache",
            "--no-progress", "--out", str(out), "--name", name]                # a fresh run folder each time (no resume)
     if flame: cmd = ["py-spy", "record", "--rate", "200", "--subprocesses", "--format", "flamegraph", "-o", flame, "--", *cmd]
-    c0, t0 = _child_cpu(), time.perf_counter()
+    c0, t0 = _child_cpu(), time.monotonic()          # the server's clock too (CLOCK_MONOTONIC)
     # run from the output folder: `python -c` puts the working folder first on the import path, where a checkout's
     # madlab/ would shadow the one PYTHONPATH names
     p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, cwd=out)
     outp, _ = p.communicate()
-    wall, cpu = time.perf_counter() - t0, _child_cpu() - c0
+    t1 = time.monotonic(); wall, cpu = t1 - t0, _child_cpu() - c0
     if p.returncode not in (0, 1): raise RuntimeError(f"madlab run failed ({p.returncode}):\n{outp.decode()[-3000:]}")
-    return {"wall": wall, "cpu": cpu, "stats": srv.stats(), "out": outp.decode(), **json.loads(cpu_file.read_text())}
+    st = srv.stats()
+    phases = {}
+    if st.get("first_arrival_s") is not None and st.get("last_done_s") is not None:   # the wall time's start and end
+        t_first, t_last = st["t0_monotonic"] + st["first_arrival_s"], st["t0_monotonic"] + st["last_done_s"]
+        phases = {"start_s": t_first - t0, "end_s": t1 - t_last}
+    return {"wall": wall, "cpu": cpu, "stats": st, "out": outp.decode(), **phases, **json.loads(cpu_file.read_text())}
 
 def reference_run(srv: MockServer, n: int, ref: Path, python: str) -> dict:
     """ControlMAD's own code (`run_debate_chat.py flexible`, 5 games at a time, its default) on the same workload
@@ -150,9 +161,9 @@ def reference_run(srv: MockServer, n: int, ref: Path, python: str) -> dict:
     cmd = [python, "run_debate_chat.py", "flexible", f"llm_configs={cfg}", "game_size=5", f"game_id_range=1,{n}",
            "self_reported_confidence=false", "depth=1", "debate_order_control=0"]
     env = {**os.environ, "OPENAI_BASE_URL": f"{srv.root}/v1", "OPENAI_API_KEY": "sk-bench-not-a-key"}
-    c0, t0 = _child_cpu(), time.perf_counter()
+    c0, t0 = _child_cpu(), time.monotonic()          # the server's clock too (CLOCK_MONOTONIC)
     p = subprocess.run(cmd, cwd=ref, env=env, capture_output=True, start_new_session=True)
-    wall, cpu = time.perf_counter() - t0, _child_cpu() - c0
+    t1 = time.monotonic(); wall, cpu = t1 - t0, _child_cpu() - c0
     if p.returncode != 0: raise RuntimeError(f"ControlMAD's run failed ({p.returncode}):\n{p.stderr.decode()[-2000:]}")
     return {"wall": wall, "cpu": cpu, "stats": srv.stats()}
 
@@ -210,6 +221,9 @@ def main(argv=None):
                               f"{1000 * (r['run_cpu_s'] - r['finish_cpu_s']) / calls:.2f}, results and report "
                               f"{1000 * r['finish_cpu_s'] / calls:.2f} (this process {1000 * main / calls:.2f}); "
                               f"writer process {1000 * r['writer_cpu_s'] / calls:.2f}", flush=True)
+                        if "start_s" in r:
+                            print(f"      wall s: start to first request {r['start_s']:.2f}, span {span:.2f}, "
+                                  f"last answer to exit {r['end_s']:.2f}", flush=True)
                     if flame: continue                         # a run under the profiler is no figure
                     rows.append(dict(L=L, games=n, run=which, code=code, calls=calls, makespan=span, ratio=ratio, wall=r["wall"],
                                      wall_bound=wb, cpu_ms=1000 * r["cpu"] / calls, max_in_flight=s["max_in_flight"]))

@@ -343,8 +343,10 @@ def write_atomic(path, data, encoding: str = "utf-8", errors: str = "replace") -
     raw = scrub_secrets(data).encode(encoding, errors) if isinstance(data, str) else bytes(data)   # no secret in a file
     if not isinstance(path, (str, os.PathLike)) and hasattr(path, "write_bytes"):
         return path.write_bytes(raw)                                                             # a file in a store
-    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = _temp_beside(path)
+    path = Path(path)
+    try: fd, tmp = _temp_beside(path)
+    except FileNotFoundError:                                    # the folder is new (made here, not checked each time)
+        path.parent.mkdir(parents=True, exist_ok=True); fd, tmp = _temp_beside(path)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(raw); f.flush(); os.fsync(f.fileno())

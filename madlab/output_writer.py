@@ -6,7 +6,7 @@ Docs: https://madlab.github.io/madlab/output_writer.html.md"""
 
 # %% ../nbs/08d_output_writer.ipynb #b2fdeee5
 from __future__ import annotations
-import asyncio, concurrent.futures, importlib.util, itertools, json, os, pickle, queue, signal, subprocess, sys
+import asyncio, collections, concurrent.futures, importlib.util, itertools, json, os, pickle, signal, subprocess, sys
 import threading
 from fastcore.basics import patch
 from .core import Transcript, write_atomic
@@ -54,20 +54,26 @@ def _read_frame(f):
     if len(head) < 8: return None
     return pickle.loads(f.read(int.from_bytes(head, "little")))
 
-def _serve(inp=None, out=None, modules=()) -> None:
+def _serve(inp=None, out=None, modules=(), threads: int = 2) -> None:
     """The writer process: import `modules` (the protocol's log hooks), then for each request (number, arguments of
-    `_write_files`) write the files and answer (number, error)."""
-    if inp is None:                       # the writer process itself: Ctrl-C is for the run, which ends it in order
+    `_write_files`) write the files and answer (number, error), `threads` requests at a time (one's fsync waits while
+    another's text is made)."""
+    own = inp is None
+    if own:                               # the writer process itself: Ctrl-C is for the run, which ends it in order
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         inp, out = sys.stdin.buffer, os.fdopen(os.dup(1), "wb"); os.dup2(2, 1)    # answers on a copy; prints to stderr
     for m in modules: importlib.import_module(m)           # while the run's first calls wait on the network
-    while (req := _read_frame(inp)) is not None:
-        n, args = req
+    lock = threading.Lock()
+    def one(n, args):
         try: _write_files(*args); err = None
         except Exception as e: err = e
         try: ans = _frame((n, err))
         except Exception: ans = _frame((n, OSError(f"{type(err).__name__}: {err}")))    # an error that does not pickle
-        out.write(ans); out.flush()
+        with lock: out.write(ans); out.flush()
+    with concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="madlab-write") as pool:
+        while (req := _read_frame(inp)) is not None: pool.submit(one, *req)
+    if own:                               # every answer is out: end without the interpreter's teardown
+        sys.stdout.flush(); sys.stderr.flush(); os._exit(0)
 
 # %% ../nbs/08d_output_writer.ipynb #7d7ddde5
 _START = ("import json, sys; sys.path[:0] = json.loads(sys.argv[1]); from madlab.output_writer import _serve; "
@@ -77,39 +83,51 @@ class _Gone(Exception): "The writer process ended before it answered."
 
 class _WriterProcess:
     """The writer process (`_serve`, started with this process's import path: no module of this one is run again
-    there) and the two threads that feed it requests and read its answers."""
-    def __init__(self, modules=()):
+    there) and the two threads that feed it requests (at most `ahead` unanswered) and read its answers."""
+    def __init__(self, modules=(), ahead: int = 4):
         self.proc = subprocess.Popen([sys.executable, "-c", _START, json.dumps(sys.path), json.dumps(list(modules))],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-        self.todo, self.waiting, self.lock, self.seq, self.gone = queue.SimpleQueue(), {}, threading.Lock(), \
-            itertools.count(), False
+        self.todo, self.waiting, self.cond, self.seq = collections.deque(), {}, threading.Condition(), itertools.count()
+        self.ahead, self.unanswered, self.closing, self.gone = ahead, 0, False, False
         self.threads = [threading.Thread(target=f, daemon=True, name=f"madlab-writer-{f.__name__[1:]}")
                         for f in (self._send, self._read)]
         for th in self.threads: th.start()
     def submit(self, args) -> concurrent.futures.Future:
         fut = concurrent.futures.Future()
-        with self.lock:
+        with self.cond:
             if self.gone: raise _Gone()
-            n = next(self.seq); self.waiting[n] = fut
-        self.todo.put(_frame((n, args)))
+            n = next(self.seq); self.waiting[n] = fut; self.todo.append((n, args)); self.cond.notify_all()
         return fut
+    def take(self):
+        "The newest request not yet sent, taken back: (its arguments, its future); None when every one was sent."
+        with self.cond:
+            if not self.todo: return None
+            n, args = self.todo.pop(); return args, self.waiting.pop(n)
     def _send(self):
         try:
-            while (b := self.todo.get()) is not None: self.proc.stdin.write(b); self.proc.stdin.flush()
+            while True:
+                with self.cond:
+                    self.cond.wait_for(lambda: self.gone or (self.closing and not self.todo)
+                                       or (self.todo and self.unanswered < self.ahead))
+                    if self.gone or not self.todo: break
+                    req = self.todo.popleft(); self.unanswered += 1
+                self.proc.stdin.write(_frame(req)); self.proc.stdin.flush()
             self.proc.stdin.close()
         except (OSError, ValueError): pass                    # the process has gone: `_read` says so
     def _read(self):
         try:
             while (ans := _read_frame(self.proc.stdout)) is not None:
                 n, err = ans
-                fut = self.waiting.pop(n)
+                with self.cond: fut = self.waiting.pop(n); self.unanswered -= 1; self.cond.notify_all()
                 fut.set_exception(err) if err is not None else fut.set_result(None)
         except Exception: pass
-        with self.lock: self.gone, left = True, list(self.waiting.values()); self.waiting.clear()
+        with self.cond:
+            self.gone, left = True, list(self.waiting.values()); self.waiting.clear(); self.todo.clear()
+            self.cond.notify_all()
         for fut in left: fut.set_exception(_Gone())
     def close(self, timeout: float = 60):
         "Let it finish what it was given, then end it."
-        self.todo.put(None)
+        with self.cond: self.closing = True; self.cond.notify_all()
         for th in self.threads: th.join(timeout)
         try: self.proc.wait(timeout)
         except subprocess.TimeoutExpired: self.proc.kill(); self.proc.wait()
@@ -122,6 +140,7 @@ class OutputWriter:
     "Write each finished debate's files: in a second process where that pays, else in a thread of this one."
     def __init__(self, folder: RunFolder, proto, n_items: int, process: bool|None = None):
         self.folder, self.worker, self.modules, self.sent = folder, None, _importable_modules(proto), {}
+        self.here = 0                      # debates this process wrote at the end, beside the writer process
         local = not isinstance(folder.path, StorePath)       # a store's folder (one PUT per file) stays in threads
         want = n_items >= PROCESS_FROM if process is None else process
         if want and local and self.modules is not None:
@@ -150,9 +169,15 @@ async def write(self: OutputWriter, iid, t: Transcript) -> None:
 # %% ../nbs/08d_output_writer.ipynb #30e16739
 @patch
 def settle(self: OutputWriter) -> dict:
-    """Wait for the debates handed to the writer process; write here any it ended before writing; the error of each
-    that could not be written, by item id (an empty dict when all were)."""
+    """Write here the debates the writer process has not been sent (it writes the rest meanwhile), then wait for those;
+    write here any it ended before writing; the error of each that could not be written, by item id (an empty dict
+    when all were)."""
     failed, sent, self.sent = {}, self.sent, {}
+    item = {id(fut): iid for iid, (fut, t) in sent.items()}
+    while self.worker is not None and (job := self.worker.take()) is not None:
+        iid = item[id(fut := job[1])]
+        try: _write_here(self.folder, iid, sent[iid][1]); fut.set_result(None); self.here += 1
+        except Exception as e: fut.set_exception(e)
     for iid, (fut, t) in sent.items():
         try:
             try: fut.result()

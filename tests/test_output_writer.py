@@ -23,7 +23,8 @@ def _write(d: Path, process: bool, ts: dict, protocol="du") -> OutputWriter:
     mode = w.mode
     try:
         for iid, t in ts.items(): run_sync(w.write(iid, t))
-        assert w.settle() == {}
+        for fut, _ in list(w.sent.values()): fut.result(60)    # the process writes them all (`settle` takes none back)
+        assert w.settle() == {} and w.here == 0
     finally: w.close()
     return mode
 
@@ -101,3 +102,17 @@ def test_a_run_marks_an_item_whose_outputs_cannot_be_written_failed(tmp_path, mo
     import pandas as pd
     table = pd.read_parquet(out / "results.parquet").set_index("item_id")
     assert table.loc[bad].status == "failed"                # the table on disk says so too
+
+def test_at_the_end_this_process_writes_beside_the_writer_process(tmp_path):
+    """`settle` takes back the debates not yet sent to the writer process (newest first) and writes them here while the
+    process writes the others: each debate is written once, with the bytes a thread writes."""
+    ts = {f"i{k:02d}": _transcript(f"reply {k}") for k in range(40)}
+    _write(tmp_path / "thread", False, ts)
+    w = OutputWriter(RunFolder(tmp_path / "process"), get_protocol("du"), len(ts), process=True)
+    try:
+        assert w.mode == "process"
+        for iid, t in ts.items(): run_sync(w.write(iid, t))
+        assert w.settle() == {}
+    finally: w.close()
+    assert 0 < w.here < len(ts)            # the process starts with a few sent to it; this one took back the rest
+    assert _files(tmp_path / "thread") == _files(tmp_path / "process")
