@@ -96,3 +96,23 @@ def test_an_unreadable_notes_file_is_no_note_and_an_unwritable_folder_loses_the_
     assert run_sync(b.complete(Q, logprobs=True)).meta["logprob"] < 0
     srv.logprobs = False
     with pytest.raises(Exception, match="gave no token log-probabilities"): run_sync(b.complete(Q, logprobs=True))
+
+_NOTE_MANY = """
+import sys
+from madlab.backends.server_notes import note_logprobs, note_server
+who, n = sys.argv[1], int(sys.argv[2])
+for k in range(n):
+    note_logprobs("http://127.0.0.1:8000/v1", f"{who}-{k}", given=k % 2 == 0)
+    note_server(f"http://127.0.0.1:{9000 + k}/v1", **{who: "seen"})
+"""
+
+def test_runs_noting_at_once_keep_every_note(tmp_path):
+    "Four processes noting at once (a lab's parallel runs share one cache folder): no note is lost to another's write."
+    env = {**os.environ, "MADLAB_CACHE": str(tmp_path), "MADLAB_SERVER_NOTES": "on"}
+    ps = [subprocess.Popen([sys.executable, "-c", _NOTE_MANY, f"p{i}", "15"], env=env) for i in range(4)]
+    assert [p.wait(120) for p in ps] == [0] * 4
+    notes = json.loads((tmp_path / "servers.json").read_text())
+    models = notes["http://127.0.0.1:8000/v1"]["logprobs"]
+    assert sorted(models) == sorted(f"p{i}-{k}" for i in range(4) for k in range(15))
+    assert all(m["given"] == (int(name.split("-")[1]) % 2 == 0) for name, m in models.items())
+    assert all({f"p{i}" for i in range(4)} <= set(notes[f"http://127.0.0.1:{9000 + k}/v1"]) for k in range(15))

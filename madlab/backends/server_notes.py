@@ -20,31 +20,38 @@ def server_notes_path() -> Path|None:
     return Path(default_cache_dir()) / "servers.json"
 
 # %% ../../nbs/01l_server_notes.ipynb #0a7ded35
-def recall_server(url: str) -> dict:
-    "What the notes say of the server at `url`: e.g. {response_format: accepted|refused, why, date}; {} if nothing."
-    p = server_notes_path()
+def _read_notes(p: Path|None) -> dict:
+    "Every note in file `p`, by URL; {} when there is none or it cannot be read."
     try: notes = json.loads(p.read_text(encoding="utf-8")) if p is not None and p.exists() else {}
     except (OSError, ValueError): return {}
-    got = notes.get(url) if isinstance(notes, dict) else None
+    return notes if isinstance(notes, dict) else {}
+
+def recall_server(url: str) -> dict:
+    "What the notes say of the server at `url`: e.g. {response_format: accepted|refused, why, date}; {} if nothing."
+    got = _read_notes(server_notes_path()).get(url)
     return dict(got) if isinstance(got, dict) else {}
 
 # %% ../../nbs/01l_server_notes.ipynb #abc3503f
-def _store_note(url: str, note: dict) -> dict:
-    "Write `note` as the entry of `url`, atomically; a folder that cannot be written loses it, never the call."
+def _update_note(url: str, change) -> dict:
+    """Make the entry of `url` `change(entry)` (the entry the file holds now, {} when none), under a lock held from the
+    read to the atomic write, so that runs noting at once lose no note; the note. A folder that cannot be written (or
+    a lock held for 10 s) loses it, never the call."""
     p = server_notes_path()
-    if p is None: return note
+    if p is None: return change({})
+    import filelock
+    try: p.parent.mkdir(parents=True, exist_ok=True); lock = filelock.FileLock(f"{p}.lock", timeout=10); lock.acquire()
+    except (OSError, filelock.Timeout): return change(recall_server(url))
     try:
-        notes = json.loads(p.read_text(encoding="utf-8")) if p.exists() else {}
-        notes = notes if isinstance(notes, dict) else {}
-    except (OSError, ValueError): notes = {}
-    notes[url] = note
-    try: write_atomic(p, json.dumps(notes, indent=1, sort_keys=True))
-    except OSError: pass
-    return note
+        notes = _read_notes(p)
+        notes[url] = note = change(dict(notes[url]) if isinstance(notes.get(url), dict) else {})
+        try: write_atomic(p, json.dumps(notes, indent=1, sort_keys=True))
+        except OSError: pass
+        return note
+    finally: lock.release()
 
 def note_server(url: str, **facts) -> dict:
     "Record `facts` (e.g. `response_format=\"accepted\"`) about the server at `url`, with today's date; the note."
-    return _store_note(url, {**recall_server(url), **facts, "date": datetime.date.today().isoformat()})
+    return _update_note(url, lambda n: {**n, **facts, "date": datetime.date.today().isoformat()})
 
 # %% ../../nbs/01l_server_notes.ipynb #6c8b1c81
 REFUSAL_DAYS = 7      # how long a noted refusal holds before a run asks the server again
@@ -69,10 +76,11 @@ def schema_note(url: str, today: datetime.date|None = None) -> tuple[str|None, s
 def note_logprobs(url: str, model: str, given: bool) -> dict:
     """Record whether the server at `url` gave `model`'s replies token log-probabilities, dated today: `logprobs:
     {model: {given, date}}` in its entry; the note."""
-    n = recall_server(url)
-    seen = n.get("logprobs") if isinstance(n.get("logprobs"), dict) else {}
-    today = datetime.date.today().isoformat()
-    return _store_note(url, {**n, "logprobs": {**seen, model: {"given": bool(given), "date": today}}})
+    mine = {"given": bool(given), "date": datetime.date.today().isoformat()}
+    def change(n):
+        seen = n.get("logprobs") if isinstance(n.get("logprobs"), dict) else {}
+        return {**n, "logprobs": {**seen, model: mine}}
+    return _update_note(url, change)
 
 # %% ../../nbs/01l_server_notes.ipynb #f7629713
 def logprobs_note(url: str, model: str, today: datetime.date|None = None) -> tuple[str|None, str|None]:
