@@ -9,6 +9,7 @@
 | `500`, `503`     | that status with an OpenAI-style error body                       |
 | `401`, `400`     | authentication / bad-request errors                               |
 | `refuse_schema`  | 400 naming `response_format` (a server without structured output) |
+| `refuse_logprobs`| 400 naming `logprobs` (OpenAI's reasoning models)                 |
 | `timeout:S`      | sleeps S seconds before answering (longer than the client waits)  |
 | `nonjson`        | 200 with `text/html` garbage                                      |
 | `badjson`        | 200, `application/json` content type, truncated JSON             |
@@ -131,6 +132,7 @@ class FakeOpenAIServer:
         if kind in ("500", "502", "503"): return self._error(int(kind), "The server had an error", "server_error")
         if kind == "401": return self._error(401, "Incorrect API key provided", "invalid_request_error")
         if kind == "400": return self._error(400, "Invalid request: bad parameter", "invalid_request_error")
+        if kind == "refuse_logprobs": return self._error(400, "Unsupported parameter: 'logprobs' is not supported with this model.", "invalid_request_error")
         if kind == "refuse_schema": return self._error(400, "Invalid parameter: 'response_format' of type 'json_schema' is not supported with this model", "invalid_request_error")
         if kind == "timeout":
             await asyncio.sleep(float(arg or 5))

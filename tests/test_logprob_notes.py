@@ -37,6 +37,15 @@ def test_a_later_run_needing_logprobs_from_a_server_noted_giving_none_is_refused
     rc, out = _run(srv, tmp_path, "third", notes="off")                                 # how to ask again now
     assert srv.hits == 4 and "gave no token log-probabilities" in out, out
 
+def test_a_server_that_refuses_logprobs_outright_is_noted_and_a_later_run_refused_first(fake_server, tmp_path):
+    "A 400 that names logprobs (OpenAI's reasoning models) is noted as none given, as a reply without them is."
+    srv = fake_server(reply=NUMBER, route=lambda req: "refuse_logprobs" if req.get("logprobs") else None)
+    rc, out = _run(srv, tmp_path, "first")
+    assert srv.hits == 2 and "not supported with this model" in out, out             # each call refused, recorded
+    assert _note(tmp_path, srv)["logprobs"]["m"]["given"] is False
+    rc, out = _run(srv, tmp_path, "second")
+    assert rc == 2 and srv.hits == 2 and srv.url in out and "Traceback" not in out, out
+
 def test_a_noted_refusal_of_logprobs_is_asked_again_after_the_days(fake_server, tmp_path):
     from madlab.backends.server_notes import REFUSAL_DAYS
     srv = fake_server(reply=NUMBER, logprobs=False)

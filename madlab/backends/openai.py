@@ -17,7 +17,7 @@ from .resilience import *
 from .resilience import _Endpoint, _Replicas, _replica_urls, _backoff, _honoured_retry_after
 from .resilience import _env_max_concurrency
 from .server_notes import REFUSAL_DAYS, note_server, schema_note, note_logprobs, logprobs_note
-from .server_notes import server_notes_path
+from .server_notes import server_notes_path, refused_logprobs
 
 # %% auto #0
 __all__ = ['PRESETS', 'ENDPOINT_OPTIONS', 'response_format', 'OpenAIBackend']
@@ -77,8 +77,7 @@ def _sdk(*names) -> tuple:
 
 # %% ../../nbs/01d_openai.ipynb #33903a82
 def _json_body(d) -> bytes:
-    """A request body: orjson (about ten times faster), or the standard encoder for what orjson refuses (integers beyond
-    64 bits, lone surrogates)."""
+    "A request body: orjson, or the standard encoder for what it refuses (integers beyond 64 bits, lone surrogates)."
     import orjson
     try: return orjson.dumps(d)
     except TypeError: return json.dumps(d).encode()
@@ -366,7 +365,9 @@ async def complete(self: OpenAIBackend, messages, ctx=None, **params) -> Complet
         raise BackendError(f"{self.spec}: permission denied ({e.status_code})") from None
     except _sdk("NotFoundError"):
         raise BackendError(f"{self.spec}: not found at {self.base_url} (is the model name right?)") from None
-    except _sdk("BadRequestError") as e: raise BackendError(f"{self.spec}: bad request: {_err_text(e)}") from None
+    except _sdk("BadRequestError") as e:        # one refusing log-probabilities is noted: a later run is told first
+        refused_logprobs(ep.url, self.model, params.get("logprobs"), _err_text(e))
+        raise BackendError(f"{self.spec}: bad request: {_err_text(e)}") from None
     except _retryable() as e:
         raise BackendError(f"{self.spec}: gave up after {self.max_retries + 1} attempts: "
                            f"{type(e).__name__}: {_err_text(e)}") from None
@@ -511,8 +512,7 @@ def _httpx():
 
 # %% ../../nbs/01d_openai.ipynb #9a069bd0
 def _session():
-    """The running loop's aiohttp session: one connection pool per host and no cap of its own (the endpoint limits bound
-    it)."""
+    "The running loop's aiohttp session: one connection pool per host, uncapped (the endpoint limits bound it)."
     loop = asyncio.get_running_loop()
     s = OpenAIBackend._sessions.get(loop)
     if s is None or s.closed:

@@ -6,12 +6,13 @@ Docs: https://madlab.github.io/madlab/server_notes.html.md"""
 
 # %% ../../nbs/01l_server_notes.ipynb #bca8b3c7
 from __future__ import annotations
-import datetime, json, os
+import datetime, json, os, re
 from pathlib import Path
 from ..core import default_cache_dir, write_atomic
 
 # %% auto #0
-__all__ = ['REFUSAL_DAYS', 'server_notes_path', 'recall_server', 'note_server', 'schema_note', 'note_logprobs', 'logprobs_note']
+__all__ = ['REFUSAL_DAYS', 'server_notes_path', 'recall_server', 'note_server', 'schema_note', 'note_logprobs', 'logprobs_note',
+           'refused_logprobs']
 
 # %% ../../nbs/01l_server_notes.ipynb #855cb9c5
 def server_notes_path() -> Path|None:
@@ -91,3 +92,10 @@ def logprobs_note(url: str, model: str, today: datetime.date|None = None) -> tup
     if not isinstance(got, dict) or not isinstance(got.get("given"), bool): return None, None
     if got["given"]: return "given", got.get("date")
     return ("none", got["date"]) if _fresh(got.get("date"), today) else (None, None)
+
+# %% ../../nbs/01l_server_notes.ipynb #c621a9b8
+def refused_logprobs(url: str, model: str, asked, why: str) -> bool:
+    """Note that the server at `url` gives `model` no token log-probabilities when a call that `asked` for them was
+    refused with a bad-request answer `why` that names them; whether it was noted."""
+    if not asked or not re.search(r"logprob", why or "", re.I): return False
+    note_logprobs(url, model, False); return True
