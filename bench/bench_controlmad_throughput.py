@@ -177,9 +177,12 @@ def main(argv=None):
     ap.add_argument("--reference", type=Path, default=None, help="a checkout of ControlMAD's code, run side by side")
     ap.add_argument("--reference-python", default=sys.executable, help="the Python ControlMAD's code runs in (needs openai)")
     ap.add_argument("--before", default=None, help="a commit to measure too, in the same run (its madlab/ unpacked from git): the ratios after / before")
+    ap.add_argument("--repeat", type=int, default=1, help="later runs of each size and version, interleaved; the summary "
+                    "gives their medians and ranges (the figures move by about 10 %% from one run to the next)")
     ap.add_argument("--preset", default="openai", choices=["openai", "vllm"],
                     help="the agents' preset: openai (OPENAI_BASE_URL: nothing says the server takes a schema, so the first run learns it) or vllm (it does)")
     a = ap.parse_args(argv)
+    if a.repeat < 1: ap.error(f"--repeat must be at least 1; got {a.repeat}")
     wl = dict(WORKLOADS[a.workload]); wl["dir"] = public_data(wl["data"])
     if not SERVER.exists(): sys.exit(f"needs {SERVER} (set MADLAB_SHARED)")
     if wl["dir"] is None: sys.exit(f"the public data's {wl['data']}/ not found: set MADLAB_DATA")
@@ -200,10 +203,11 @@ def main(argv=None):
         print(hdr)
         for li, L in enumerate(a.latency):
             with MockServer(L) as srv:
-                runs = [("first", min(a.games), v) for v in versions] + [("later", n, v) for n in a.games for v in versions]
-                for which, n, (code, venv) in runs:
+                runs = [("first", min(a.games), v, 0) for v in versions] + \
+                       [("later", n, v, i) for i in range(a.repeat) for n in a.games for v in versions]      # interleaved
+                for which, n, (code, venv), i in runs:
                     flame = str(Path(a.flame).resolve()) if (a.flame and li == 0 and which == "later" and n == max(a.games) and code == "after") else None
-                    r = run_items(srv, wl, n, Path(tmp), {**env_extra, **venv}, f"{a.workload}-L{L}-n{n}-{which}-{code}",
+                    r = run_items(srv, wl, n, Path(tmp), {**env_extra, **venv}, f"{a.workload}-L{L}-n{n}-{which}{i}-{code}",
                                   a.preset, flame)
                     s = r["stats"]; calls, span = s["total_requests"], s["active_span_s"]
                     if not calls: print(f"{L:5.1f} {n:6d}  no calls: {r['out'].strip()[-300:]}"); continue
@@ -226,7 +230,8 @@ def main(argv=None):
                                   f"last answer to exit {r['end_s']:.2f}", flush=True)
                     if flame: continue                         # a run under the profiler is no figure
                     rows.append(dict(L=L, games=n, run=which, code=code, calls=calls, makespan=span, ratio=ratio, wall=r["wall"],
-                                     wall_bound=wb, cpu_ms=1000 * r["cpu"] / calls, max_in_flight=s["max_in_flight"]))
+                                     wall_bound=wb, cpu_ms=1000 * r["cpu"] / calls, max_in_flight=s["max_in_flight"],
+                                     start=r.get("start_s"), end=r.get("end_s")))
                 if a.reference is not None and a.workload == "controlmad":
                     n = max(a.games); r = reference_run(srv, n, a.reference, a.reference_python)
                     s = r["stats"]; calls, span = s["total_requests"], s["active_span_s"]
@@ -236,6 +241,7 @@ def main(argv=None):
                           f"madlab {r['wall'] / mine['wall']:.1f}x faster in wall time", flush=True)
                     rows.append(dict(L=L, games=n, run="later", code="ControlMAD", calls=calls, makespan=span, wall=r["wall"],
                                      cpu_ms=1000 * r["cpu"] / max(calls, 1), max_in_flight=s["max_in_flight"]))
+    rows = _medians(rows, a)
     later = [r for r in rows if r["run"] == "later" and r["code"] == "after"]
     if later:
         print("\nClient CPU per call (the command's process and its writer process: start-up, imports, the run, the report, exit),"
@@ -257,5 +263,32 @@ def main(argv=None):
     if a.flame: print(f"\nflame graph of the largest run at L = {a.latency[0]} s: {a.flame}")
     print(f"load average at end: {os.getloadavg()[0]:.1f}")
     return rows
+
+def _medians(rows: list, a) -> list:
+    """One row per (L, N, run, version): the median of its runs (`--repeat`), printed with their ranges when there were
+    several; the rows after that use the medians."""
+    import statistics
+    keys = list(dict.fromkeys((r["L"], r["games"], r["run"], r["code"]) for r in rows))
+    out = []
+    for k in keys:
+        rs = [r for r in rows if (r["L"], r["games"], r["run"], r["code"]) == k]
+        measured = ("makespan", "ratio", "wall", "wall_bound", "cpu_ms", "start", "end")
+        med = {c: statistics.median(r[c] for r in rs) if c in measured and all(isinstance(r.get(c), float) for r in rs)
+               else rs[0].get(c) for c in rs[0]}
+        out.append({**med, "n_runs": len(rs), "all": rs})
+    if a.repeat > 1:
+        print(f"\nMedians of {a.repeat} later runs (min-max):")
+        for m in out:
+            if m["run"] != "later" or m["n_runs"] < 2: continue
+            rng = lambda c, f: f"{f.format(m[c])} ({f.format(min(r[c] for r in m['all']))}-{f.format(max(r[c] for r in m['all']))})"
+            wt, tgt = WALL_TARGET.get((m["L"], m["games"])), TARGETS.get((m["L"], m["games"]))
+            ok = "; ".join(x for x in [None if tgt is None else f"ratio <= {tgt}: " + ("met" if m["ratio"] <= tgt else "MISSED"),
+                                       None if wt is None else f"wall/bound <= {wt}: " + ("met" if m["wall_bound"] <= wt else "MISSED")]
+                           if x) if a.workload == "controlmad" else ""
+            ends = f", start {m['start']:.2f} s, end {m['end']:.2f} s" if isinstance(m.get("start"), float) else ""
+            print(f"  L = {m['L']:.1f} s, N = {m['games']:3d}, {m['code']:>6}: ratio {rng('ratio', '{:.2f}')}, wall "
+                  f"{rng('wall', '{:.2f}')} s = {m['wall_bound']:.2f} x bound, CPU {rng('cpu_ms', '{:.2f}')} ms/call{ends}"
+                  + (f"  {ok}" if ok else ""))
+    return out
 
 if __name__ == "__main__": main()
