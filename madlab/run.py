@@ -28,7 +28,7 @@ from .run_folder import *
 from .output_writer import OutputWriter, PROCESS_FROM
 from .run_folder import _cell, _copy_task_files, _SAME, _SAME_DEFAULTS, _task_file_records
 from .run_folder import _start_folder, _unfinished
-from .run_result import RunResult, _run_prices, _with_costs, _team_specs, _Warmup
+from .run_result import RunResult, _run_prices, _with_costs, _team_specs, _Warmup, _collect_less
 
 # %% auto #0
 __all__ = ['default_task', 'load_items', 'run_name', 'RunPlan', 'resolve_run', 'arun_experiment', 'run_experiment', 'arun_many',
@@ -493,7 +493,8 @@ async def arun_experiment(protocol, items=None, team=None, out=None, *, _stop: _
                 bar.update()
         writer = OutputWriter(folder, proto, len(todo)) if folder else None    # a second process where that pays
         warm = _Warmup(figures=folder is not None and proto.parts.report is not None and len(todo) >= PROCESS_FROM)
-        try: await _drain([asyncio.ensure_future(one(iid, it)) for iid, it in todo], stop, status)
+        try:
+            with _collect_less(): await _drain([asyncio.ensure_future(one(iid, it)) for iid, it in todo], stop, status)
         finally: bar.close(); await warm.done()
         res = finish()                  # the report is made while the writer process writes the last debates
         return _after_writes(res, await asyncio.to_thread(writer.settle) if writer else {}, finish, transcripts, rows,

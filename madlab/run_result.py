@@ -6,14 +6,14 @@ Docs: https://madlab.github.io/madlab/run_result.html.md"""
 
 # %% ../nbs/08c_run_result.ipynb #37ff8a7c
 from __future__ import annotations
-import asyncio, collections, html, importlib, sys, threading, time
+import asyncio, collections, contextlib, gc, html, importlib, sys, threading, time
 from dataclasses import dataclass, field
 from fastcore.basics import patch
 from .core import OptionError, Usage
 from .cost import Prices, cost_lines, cost_table, item_cost, load_prices
 
 # %% auto #0
-__all__ = ['RunResult']
+__all__ = ['COLLECT_EVERY', 'RunResult']
 
 # %% ../nbs/08c_run_result.ipynb #a2f3222f
 def _stop_line(df: pd.DataFrame) -> str:
@@ -245,3 +245,30 @@ class _Warmup:
         "Cancel it if it has not started; else wait for it to end."
         self.cancel()
         if self.thread.ident is not None: await asyncio.to_thread(self.thread.join)
+
+# %% ../nbs/08c_run_result.ipynb #395dd9df
+COLLECT_EVERY = 1_000_000     # more live objects than this between a run's own collector passes
+
+_PAUSE = {"runs": 0, "was_on": False}
+_PAUSE_LOCK = threading.Lock()
+
+@contextlib.contextmanager
+def _collect_less(every: int = COLLECT_EVERY):
+    "Automatic collector passes paused inside; one pass, then a freeze, whenever `every` more objects are alive."
+    with _PAUSE_LOCK:
+        if _PAUSE["runs"] == 0:
+            _PAUSE["was_on"] = gc.isenabled(); gc.disable()
+        _PAUSE["runs"] += 1
+    stop = threading.Event()
+    def watch():
+        while not stop.wait(0.25):
+            if _PAUSE["was_on"] and gc.get_count()[0] > every: gc.collect(); gc.freeze()
+    th = threading.Thread(target=watch, name="madlab-collect", daemon=True); th.start()
+    try: yield
+    finally:
+        stop.set(); th.join()
+        with _PAUSE_LOCK:
+            _PAUSE["runs"] -= 1
+            if _PAUSE["runs"] == 0 and _PAUSE["was_on"]:
+                gc.freeze(); gc.unfreeze()      # all of it into the oldest generation: no pass walks it at once
+                gc.enable()
