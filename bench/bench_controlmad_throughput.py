@@ -131,7 +131,7 @@ def run_items(srv: MockServer, wl: dict, n: int, out: Path, env_extra: dict, nam
     env.pop("MADLAB_MAX_CONCURRENCY", None)          # the defaults are what is measured
     # imports read compiled bytecode, as an installed package's do (pip compiles at install; Python writes it on first
     # import): a machine that sets PYTHONDONTWRITEBYTECODE would otherwise compile madlab's source anew in every run
-    env.pop("PYTHONDONTWRITEBYTECODE", None); env["PYTHONPYCACHEPREFIX"] = str(out / "pycache")
+    env.pop("PYTHONDONTWRITEBYTECODE", None); env.setdefault("PYTHONPYCACHEPREFIX", str(out / "pycache"))
     agent = f"{preset}:mock-model" + ("" if preset == "openai" else f",base_url={srv.root}/v1")
     cmd = [sys.executable, "-c", _WRAPPER, *wl["args"](wl["dir"], n), "--agents", ",".join([agent] * 3), "--no-cache",
            "--no-progress", "--out", str(out), "--name", name]                # a fresh run folder each time (no resume)
@@ -198,8 +198,10 @@ def main(argv=None):
         before = version_root(a.before, Path(tmp)) if a.before else None
         if a.before and before is None: sys.exit(f"--before {a.before}: no such commit here")
         # each version its own servers.json, so each learns the server in its own first run
-        versions = ([("before", {"PYTHONPATH": str(before), "MADLAB_CACHE": f"{cache}/before"})] if before else []) + \
-                   [("after", {"PYTHONPATH": str(ROOT), "MADLAB_CACHE": f"{cache}/after"})]
+        # and its own bytecode: each version's first run compiles what it imports
+        versions = ([("before", {"PYTHONPATH": str(before), "MADLAB_CACHE": f"{cache}/before",
+                                 "PYTHONPYCACHEPREFIX": f"{tmp}/pycache-before"})] if before else []) + \
+                   [("after", {"PYTHONPATH": str(ROOT), "MADLAB_CACHE": f"{cache}/after", "PYTHONPYCACHEPREFIX": f"{tmp}/pycache-after"})]
         print(hdr)
         for li, L in enumerate(a.latency):
             with MockServer(L) as srv:
