@@ -173,9 +173,8 @@ def settle(self: OutputWriter) -> dict:
     write here any it ended before writing; the error of each that could not be written, by item id (an empty dict
     when all were)."""
     failed, sent, self.sent = {}, self.sent, {}
-    item = {id(fut): iid for iid, (fut, t) in sent.items()}
     while self.worker is not None and (job := self.worker.take()) is not None:
-        iid = item[id(fut := job[1])]
+        (_, iid, *_), fut = job                                   # its arguments: (folder, item id, blob, secrets)
         try: _write_here(self.folder, iid, sent[iid][1]); fut.set_result(None); self.here += 1
         except Exception as e: fut.set_exception(e)
     for iid, (fut, t) in sent.items():

@@ -443,7 +443,7 @@ def _run_config(plan: RunPlan) -> dict:
               "team": team_config(plan.team), "seed": plan.seed, "max_tokens": x.get("max_tokens"),
               "temperature": x.get("temperature"), "madlab": madlab.__version__, "decision": plan.decision.spec}
     if proto.parts.inputs: config["inputs"] = proto.parts.inputs(plan.settings)     # the files its options name
-    if _task_file_records(items): config["task_files"] = _task_file_records(items)  # found again by rescore, by content
+    if (files := _task_file_records(items)): config["task_files"] = files         # found again by rescore, by content
     return config
 
 # %% ../nbs/08_run.ipynb #b20b3ffa
