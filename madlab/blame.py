@@ -422,7 +422,7 @@ def _blame(run: OpenRun, items, intervention, max_calls, cache, concurrency, out
         stop.bind()
         sem, by, status = asyncio.Semaphore(sem_n), {}, {"interrupted": False}
         for j in jobs: by.setdefault(j[0], []).append(j)
-        await _drain([asyncio.ensure_future(_item_forks(found[i], js, backends, sem, done)) for i, js in by.items()],
+        await _drain([_item_forks(found[i], js, backends, sem, done) for i, js in by.items()],
                      stop, status)
         return status["interrupted"]
     fut = asyncio.run_coroutine_threadsafe(go(), runtime_loop())

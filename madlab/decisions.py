@@ -247,6 +247,7 @@ def get_decision(spec=None) -> DecisionRule:
     if isinstance(spec, DecisionRule): return spec
     if not isinstance(spec, str) or not spec.strip(): raise OptionError("decision", f"must name a rule ({', '.join(DECISIONS)}); got {spec!r}")
     spec = spec.strip()
+    if spec in DECISIONS: return DECISIONS[spec].factory(None)     # registered here: no installed package is read
     names = DECISIONS.names()                                   # those registered, then those installed packages offer
     if spec in names: return DECISIONS.lookup(spec).factory(None)
     name, colon, arg = spec.partition(":")

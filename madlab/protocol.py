@@ -7,10 +7,10 @@ Docs: https://madlab.github.io/madlab/protocol.html.md"""
 # %% ../nbs/04d_protocol.ipynb #26b09fb8
 from __future__ import annotations
 import inspect, math, random, re, types, typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Callable, Literal
 from fastcore.basics import patch
-from fastcore.docments import docments
 from .core import *
 from .registry import Registry
 from .formats import answer_format
@@ -286,6 +286,22 @@ def _protocol_entry(name: str, obj) -> Protocol:
 # %% ../nbs/04d_protocol.ipynb #572e8b3c
 PROTOCOLS: Registry[Protocol] = Registry("protocol", Protocol, "madlab.protocols", coerce=_protocol_entry)
 
+# %% ../nbs/04d_protocol.ipynb #6f033017
+class _OptionDocs(Mapping):
+    """Option -> its one-line doc (the comment beside it in the protocol's signature), read from the function's source
+    by fastcore's `docments` when first asked for: registering a protocol parses no source."""
+    def __init__(self, fn, names): self.fn, self.names, self._docs = fn, tuple(names), None
+    def _read(self) -> dict:
+        if self._docs is None:
+            from fastcore.docments import docments
+            found = docments(self.fn)
+            self._docs = {k: found.get(k) for k in self.names}
+        return self._docs
+    def __getitem__(self, name): return self._read()[name]
+    def __iter__(self): return iter(self.names)
+    def __len__(self): return len(self.names)
+    def __repr__(self): return repr(self._read())
+
 # %% ../nbs/04d_protocol.ipynb #599ae861
 def protocol(name: str, tasks=None, limits: dict|None = None, axes=(), decides=(), planned: Callable|None = None,
              weighs=(), side_roles=(), listed: bool = True, pooled: bool = True, replace: bool = False) -> Callable:
@@ -305,11 +321,10 @@ def protocol(name: str, tasks=None, limits: dict|None = None, axes=(), decides=(
         sig = list(inspect.signature(fn).parameters.values())[1:]
         missing = [p.name for p in sig if p.default is inspect.Parameter.empty]
         if missing: raise TypeError(f"protocol {name!r}: options need defaults: {', '.join(missing)}")
-        docs = {k: v for k, v in docments(fn).items() if k != "return"}
         try: hints = typing.get_type_hints(fn)
         except Exception: hints = {}
         old = PROTOCOLS._items.get(name)
-        new = Protocol(name, fn, {p.name: p.default for p in sig}, {p.name: docs.get(p.name) for p in sig},
+        new = Protocol(name, fn, {p.name: p.default for p in sig}, _OptionDocs(fn, [p.name for p in sig]),
                        (inspect.getdoc(fn) or "").split("\n")[0],
                        {p.name: hints[p.name] for p in sig if p.name in hints},
                        tuple(tasks) if tasks is not None else None, dict(limits or {}), axes=tuple(axes),

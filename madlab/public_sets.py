@@ -6,7 +6,7 @@ Docs: https://madlab.github.io/madlab/public_data.html.md"""
 
 # %% ../nbs/04c_public_data.ipynb #e3582641
 from __future__ import annotations
-import hashlib, os, urllib.error, urllib.parse, urllib.request
+import hashlib, os, urllib.parse
 from dataclasses import dataclass, replace
 from pathlib import Path
 from .core import OptionError, public_data, _public_data_dir
@@ -140,6 +140,7 @@ class PublicDataError(RuntimeError):
 def _download(url: str, dest: Path, f: PublicFile, timeout: float = 60) -> None:
     """Fetch `url` into `dest` when it is `f` (size, lines, sha256); else a `PublicDataError` naming the URL, `dest`
     untouched."""
+    import urllib.error, urllib.request                  # here: a run that downloads nothing does not import them
     # an OSError here is the caller's: a folder it cannot write
     dest.parent.mkdir(parents=True, exist_ok=True)
     part, h, size, lines = dest.with_name(f".{dest.name}.part"), hashlib.sha256(), 0, 0

@@ -139,11 +139,16 @@ async def _record(proto, writer, iid, t, rows, transcripts, status):
         except LockLost: raise                        # the run stops (see `arun_experiment`)
         except (OSError, TypeError, ValueError) as e: _not_written(iid, e, t, rows, status)
 
-async def _drain(tasks, stop, status):
-    """Wait for every task, or for a stop (Ctrl-C, SIGTERM): then the rest are cancelled and the run is marked
-    interrupted."""
-    waiter = asyncio.ensure_future(stop.event.wait())
+async def _drain(coros, stop, status):
+    """Run `coros` as tasks, each started on its own pass of the event loop (the debates started first send their
+    requests while the later ones are still being set up), and wait for every one, or for a stop (Ctrl-C, SIGTERM):
+    then the rest are cancelled (those not started yet are closed) and the run is marked interrupted."""
+    waiter, coros, tasks = asyncio.ensure_future(stop.event.wait()), list(coros), []
     try:
+        for i, c in enumerate(coros):
+            if waiter.done(): status["interrupted"] = True; return
+            tasks.append(asyncio.ensure_future(c)); coros[i] = None
+            await asyncio.sleep(0)
         pending = set(tasks)
         while pending:
             done, pending = await asyncio.wait(pending | {waiter}, return_when=asyncio.FIRST_COMPLETED)
@@ -152,6 +157,8 @@ async def _drain(tasks, stop, status):
             for x in done:
                 if x is not waiter and x.exception() is not None: raise x.exception()
     finally:
+        for c in coros:
+            if c is not None: c.close()
         for x in tasks: x.cancel()
         waiter.cancel()
         await asyncio.gather(*tasks, waiter, return_exceptions=True)
@@ -446,6 +453,18 @@ def _run_config(plan: RunPlan) -> dict:
     if (files := _task_file_records(items)): config["task_files"] = files         # found again by rescore, by content
     return config
 
+# %% ../nbs/08_run.ipynb #951f176c
+class _NoBar:
+    "A progress bar that shows nothing."
+    def update(self, n: int = 1): pass
+    def close(self): pass
+
+def _bar(total: int, done: int, desc: str, show: bool):
+    "The run's progress bar: tqdm's (a notebook's widget, or text), or, not shown, one that needs no tqdm."
+    if not show: return _NoBar()
+    from tqdm.auto import tqdm
+    return tqdm(total=total, initial=done, desc=desc, leave=False)
+
 # %% ../nbs/08_run.ipynb #b20b3ffa
 def _plan(protocol, items, team, out, kw) -> RunPlan:
     """`protocol` when it is a plan already; else the plan `resolve_run` makes, `out` being the run folder itself (a
@@ -462,7 +481,6 @@ async def arun_experiment(protocol, items=None, team=None, out=None, *, _stop: _
     """Async `run_experiment`: `protocol` a `RunPlan`, or a protocol with the arguments of `resolve_run` (`out` is the
     run folder itself)."""
     plan = _plan(protocol, items, team, out, kw)
-    from tqdm.auto import tqdm
     t0 = time.perf_counter()
     proto, items, agents, settings, rule, seed, x = (plan.protocol, plan.items, plan.team, plan.settings, plan.decision,
                                                      plan.seed, plan.execution)
@@ -482,8 +500,7 @@ async def arun_experiment(protocol, items=None, team=None, out=None, *, _stop: _
         todo = (_unfinished(folder, ids, items, transcripts, problems) if folder and x.get("resume", True)
                 else list(zip(ids, items)))
         sem = asyncio.Semaphore(x.get("concurrency") or games_at_once(agents))
-        bar = tqdm(total=len(items), initial=len(items) - len(todo), desc=x.get("desc") or proto.name,
-                   disable=not x.get("progress"), leave=False)
+        bar = _bar(len(items), len(items) - len(todo), x.get("desc") or proto.name, x.get("progress"))
         async def one(iid, it):
             async with sem:
                 if status["reason"]:
@@ -494,7 +511,7 @@ async def arun_experiment(protocol, items=None, team=None, out=None, *, _stop: _
         writer = OutputWriter(folder, proto, len(todo)) if folder else None    # a second process where that pays
         warm = _Warmup(figures=folder is not None and proto.parts.report is not None and len(todo) >= PROCESS_FROM)
         try:
-            with _collect_less(): await _drain([asyncio.ensure_future(one(iid, it)) for iid, it in todo], stop, status)
+            with _collect_less(): await _drain([one(iid, it) for iid, it in todo], stop, status)
         finally: bar.close(); await warm.done()
         res = finish()                  # the report is made while the writer process writes the last debates
         return _after_writes(res, await asyncio.to_thread(writer.settle) if writer else {}, finish, transcripts, rows,
