@@ -206,17 +206,31 @@ def costs(self: RunResult, by=("agent",)) -> pd.DataFrame:
     return cost_table(self.transcripts, self.prices, by)
 
 # %% ../nbs/08c_run_result.ipynb #acae4b5e
+def _warm_figures() -> None:
+    """One small figure made as madlab's reports make theirs (pandas data, a named colour scale, layout paths) and
+    one tiny Parquet file written: what plotly and pyarrow load on first use (validators, colour scales, narwhals'
+    pandas support, the Parquet writer) is loaded."""
+    import io, pandas as pd
+    import plotly.graph_objects as go
+    s = pd.Series([0.5])
+    fig = go.Figure([go.Heatmap(z=[[0.5]], x=["a"], y=["b"], zmin=0, zmax=1, colorscale="RdYlGn", text=[[""]],
+                                texttemplate="%{text}", hovertemplate="%{z}<extra></extra>", xgap=1, ygap=1,
+                                showscale=False, colorbar={"title": ""}),
+                     go.Bar(name="b", x=s.index, y=s, marker_color="#2a9d4b", customdata=[0]),
+                     go.Scatter(x=s.index, y=s, mode="lines+markers", line_dash="dot", text=["t"])])
+    fig.update_layout(title="", barmode="stack", height=200, xaxis_title="", yaxis_title="", yaxis_range=[0, 1],
+                      yaxis_autorange="reversed")
+    fig.to_html(include_plotlyjs=False)
+    pd.DataFrame({"a": ["x"], "b": [1]}).to_parquet(io.BytesIO())
+
 def _warm_imports(figures: bool = False) -> threading.Thread:
-    """Import what the results need (pandas, numpy, `madlab.gains`; plotly's figure classes and their validators when
-    `figures`) in a background thread, to start while the debates wait on the network (`_when_loop_idle`)."""
+    """Import what the results need (pandas, numpy, `madlab.gains`; when `figures`, what a report's figures and
+    Parquet files load on first use: `_warm_figures`) in a background thread, to start while the debates wait on the
+    network (`_when_loop_idle`)."""
     def warm():
         try:
             importlib.import_module("madlab.gains")
-            if figures and "plotly.graph_objects" not in sys.modules:
-                go = importlib.import_module("plotly.graph_objects")      # its classes load their validators when made
-                fig = go.Figure([go.Heatmap(z=[[0]], text=[[""]], colorbar={"title": ""}), go.Bar(x=[0], y=[0]),
-                                 go.Scatter(x=[0], y=[0], mode="lines")])
-                fig.update_layout(title="", height=200).to_html(include_plotlyjs=False)
+            if figures and "plotly.graph_objects" not in sys.modules: _warm_figures()
         except Exception: pass               # a warm-up only: the run imports what it needs when it needs it
     return threading.Thread(target=warm, name="madlab-warm-imports", daemon=True)
 
