@@ -30,7 +30,7 @@ def kks_positions(transcripts) -> "pd.DataFrame":
     for t in _transcripts(transcripts):
         item, gid = t.item, t.meta.get("id")
         gold, players = getattr(item, "gold", None) or {}, kks_players(item)
-        names = set(_debaters(t))
+        names, slot = set(_debaters(t)), {p: k + 1 for k, p in reversed(list(enumerate(players)))}
         for r in t.rounds:
             if r.phase not in KKS_PHASES: continue
             for tu in r.turns:
@@ -42,15 +42,13 @@ def kks_positions(transcripts) -> "pd.DataFrame":
                     p = own if own in players else (r.meta.get("focus") or tu.focus)
                     stated = {p: getattr(a, "role", None) if a is not None else None}
                 else: stated = {p: (roles_of(a) or {}).get(p) for p in players}
-                for p, role in stated.items():
+                conf = getattr(a, "confidence", None) if a is not None else None
+                step, focus, n = r.meta.get("depth"), r.meta.get("focus"), len(players)
+                for p, role in stated.items():            # a tuple per row: built faster than a dict
                     if role not in KKS_ROLES: role = None
-                    rows.append({"game": gid, "n_players": len(players), "agent": tu.agent, "phase": r.phase,
-                                 "round": r.index + 1,
-                                 "step": r.meta.get("depth"), "focus": r.meta.get("focus"), "player": p,
-                                 "slot": players.index(p) + 1 if p in players else None, "role": role,
-                                 "gold": gold.get(p),
-                                 "valid": role is not None, "correct": role is not None and role == gold.get(p),
-                                 "confidence": getattr(a, "confidence", None) if a is not None else None})
+                    g = gold.get(p)
+                    rows.append((gid, n, tu.agent, r.phase, r.index + 1, step, focus, p, slot.get(p), role, g,
+                                 role is not None, role is not None and role == g, conf))
     cols = ["game", "n_players", "agent", "phase", "round", "step", "focus", "player", "slot", "role", "gold", "valid",
             "correct", "confidence"]
     df = pd.DataFrame(rows, columns=cols)
@@ -92,6 +90,7 @@ CHANGE_KINDS = ("kept correct", "fixed", "broken", "kept wrong", "changed, still
 def position_changes(positions, start="initial", end="final") -> "pd.DataFrame":
     """One row per (game, agent, player): the position at phase `start` and at `end` (`_start`/`_end` columns) and the
     kind of change (`CHANGE_KINDS`)."""
+    import numpy as np
     key = ["game", "agent", "player"]
     cols = ["role", "correct", "valid"]
     a = positions[positions.phase == start].drop_duplicates(key, keep="last").set_index(key)
@@ -100,21 +99,19 @@ def position_changes(positions, start="initial", end="final") -> "pd.DataFrame":
     j = a[cols + extra].rename(columns={c: f"{c}_start"
                                         for c in cols}).join(b[cols].rename(columns={c: f"{c}_end"
                                                 for c in cols}), how="inner")
-    def kind(r):
-        if not (r.valid_start and r.valid_end): return "invalid"
-        if r.correct_start and r.correct_end: return "kept correct"
-        if r.correct_end: return "fixed"
-        if r.correct_start: return "broken"
-        return "kept wrong" if r.role_start == r.role_end else "changed, still wrong"
-    j["kind"] = [kind(r) for r in j.itertuples()] if len(j) else []
+    b = lambda c: j[c].to_numpy(dtype=bool, na_value=False)
+    same = (j.role_start == j.role_end).to_numpy(dtype=bool, na_value=False)
+    j["kind"] = np.select([~(b("valid_start") & b("valid_end")), b("correct_start") & b("correct_end"),
+                           b("correct_end"), b("correct_start"), same],
+                          ["invalid", "kept correct", "fixed", "broken", "kept wrong"], "changed, still wrong")
     return j.reset_index()
 
 # %% ../nbs/05b_kks.ipynb #f25097b7
-def flip_summary(positions, start="initial", end="final") -> "pd.DataFrame":
+def flip_summary(positions, start="initial", end="final", changes=None) -> "pd.DataFrame":
     """Per agent, how many of its positions on players changed in each way (`CHANGE_KINDS`) from phase `start` to phase
-    `end`."""
+    `end` (`changes`: their `position_changes`, when made already)."""
     import pandas as pd
-    j = position_changes(positions, start, end)
+    j = position_changes(positions, start, end) if changes is None else changes
     if not len(j): out = pd.DataFrame()
     else: out = j.pivot_table(index="agent", columns="kind", values="player", aggfunc="count", fill_value=0)
     return out.reindex(columns=list(CHANGE_KINDS), fill_value=0)
@@ -143,12 +140,9 @@ def kks_consensus(positions) -> "pd.DataFrame":
         top, counts = majority_vote(roles)
         best, n = counts.most_common(1)[0] if counts else (None, 0)
         valid = sum(counts.values())
-        rows.append({"game": game[s], "round": rnd[s], "phase": phase[s], "focus": focus[s], "player": player[s],
-                     "agents": len(roles),
-                     "valid": valid, "agreement": n / len(roles) if roles else 0.0,
-                     "unanimous": len(counts) == 1 and valid == len(roles),
-                     "plurality": best, "majority": top, "majority_correct": top is not None and top == gold[s],
-                     "gold": gold[s]})
+        rows.append((game[s], rnd[s], phase[s], focus[s], player[s], len(roles), valid,
+                     n / len(roles) if roles else 0.0, len(counts) == 1 and valid == len(roles), best, top,
+                     top is not None and top == gold[s], gold[s]))           # in the order of `cols`
     return pd.DataFrame(rows, columns=cols)
 
 # %% ../nbs/05b_kks.ipynb #83ed2f00

@@ -140,10 +140,13 @@ def majority_vote(answers, strict: bool = True):
     """The most common valid answer and the counts; with `strict`, `None` unless it has more than half of all votes
     (invalid ones included)."""
     answers = list(answers)
-    first, counts = {}, collections.Counter()
-    for a in answers:
-        k = answer_key(a)
-        if k is not None: first.setdefault(k, a); counts[k] += 1
+    if all(type(a) is str or a is None for a in answers):     # names, roles: each its own key (the common case)
+        counts = collections.Counter(a for a in answers if a is not None); first = {k: k for k in counts}
+    else:
+        first, counts = {}, collections.Counter()
+        for a in answers:
+            k = answer_key(a)
+            if k is not None: first.setdefault(k, a); counts[k] += 1
     if not counts: return None, counts
     (top, n), *rest = counts.most_common()
     if rest and rest[0][1] == n: return None, counts                     # tie

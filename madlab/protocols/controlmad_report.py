@@ -24,11 +24,13 @@ __all__ = ['FIGURES', 'controlmad_frames', 'performance_matrix', 'prediction_mat
 
 # %% ../../nbs/12_controlmad_report.ipynb #ede799b5
 def controlmad_frames(result) -> dict:
-    "The results frames of a run (a `RunResult`, or transcripts): games, positions, flips, flip_summary, consensus, decisions, usage."
+    "The results frames of a run (a `RunResult`, or transcripts): games, positions, flips, changes (initial → final), flip_summary, consensus, decisions, usage."
     ts = list(result.transcripts.values()) if hasattr(result, "transcripts") else list(result.values()) if isinstance(result, dict) else list(result)
     ts = [t for t in ts if t.rounds]
     pos = kks_positions(ts)
-    return {"games": kks_games(ts), "positions": pos, "flips": kks_flips(pos), "flip_summary": flip_summary(pos),
+    changes = position_changes(pos)
+    return {"games": kks_games(ts), "positions": pos, "flips": kks_flips(pos), "changes": changes,
+            "flip_summary": flip_summary(pos, changes=changes),
             "consensus": kks_consensus(pos), "decisions": kks_decisions(ts), "usage": agent_usage(ts)}
 
 # %% ../../nbs/12_controlmad_report.ipynb #c3629d8d
@@ -88,7 +90,7 @@ def player_changes(frames) -> "go.Figure":
     import plotly.graph_objects as go
     pos = frames["positions"]
     one = pos.game.nunique() == 1
-    j = position_changes(pos)
+    j = frames["changes"] if "changes" in frames else position_changes(pos)
     key = "player" if one else "slot"
     if not len(j): return go.Figure().update_layout(title="Initial → final changes per player (no data)")
     c = j.groupby([key, "kind"]).size().unstack(fill_value=0).reindex(columns=_KINDS, fill_value=0)
