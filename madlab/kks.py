@@ -99,10 +99,10 @@ def position_changes(positions, start="initial", end="final") -> "pd.DataFrame":
     j = a[cols + extra].rename(columns={c: f"{c}_start"
                                         for c in cols}).join(b[cols].rename(columns={c: f"{c}_end"
                                                 for c in cols}), how="inner")
-    b = lambda c: j[c].to_numpy(dtype=bool, na_value=False)
+    flag = lambda c: j[c].to_numpy(dtype=bool, na_value=False)
     same = (j.role_start == j.role_end).to_numpy(dtype=bool, na_value=False)
-    j["kind"] = np.select([~(b("valid_start") & b("valid_end")), b("correct_start") & b("correct_end"),
-                           b("correct_end"), b("correct_start"), same],
+    j["kind"] = np.select([~(flag("valid_start") & flag("valid_end")), flag("correct_start") & flag("correct_end"),
+                           flag("correct_end"), flag("correct_start"), same],
                           ["invalid", "kept correct", "fixed", "broken", "kept wrong"], "changed, still wrong")
     return j.reset_index()
 

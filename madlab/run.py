@@ -143,11 +143,11 @@ async def _drain(coros, stop, status):
     """Run `coros` as tasks, each started on its own pass of the event loop (the debates started first send their
     requests while the later ones are still being set up), and wait for every one, or for a stop (Ctrl-C, SIGTERM):
     then the rest are cancelled (those not started yet are closed) and the run is marked interrupted."""
-    waiter, coros, tasks = asyncio.ensure_future(stop.event.wait()), list(coros), []
+    waiter, todo, tasks = asyncio.ensure_future(stop.event.wait()), iter(coros), []
     try:
-        for i, c in enumerate(coros):
-            if waiter.done(): status["interrupted"] = True; return
-            tasks.append(asyncio.ensure_future(c)); coros[i] = None
+        for c in todo:
+            if waiter.done(): c.close(); status["interrupted"] = True; return
+            tasks.append(asyncio.ensure_future(c))
             await asyncio.sleep(0)
         pending = set(tasks)
         while pending:
@@ -157,8 +157,7 @@ async def _drain(coros, stop, status):
             for x in done:
                 if x is not waiter and x.exception() is not None: raise x.exception()
     finally:
-        for c in coros:
-            if c is not None: c.close()
+        for c in todo: c.close()                      # those not started
         for x in tasks: x.cancel()
         waiter.cancel()
         await asyncio.gather(*tasks, waiter, return_exceptions=True)
